@@ -1,0 +1,43 @@
+# ingot — the runtime library, tools and C tests.
+#
+#   make            runtime library + tools (optimized)
+#   make SAN=1      the same under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make tests      C test programs (tests/c/test_*.c)
+#   make test       the whole suite (see README)
+#
+# A model binary is built by ./ingot build (see README), which uses build/model.mk.
+
+include build/flags.mk
+
+RUNTIME_SRC := $(filter-out runtime/main.c,$(wildcard runtime/*.c))
+RUNTIME_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(RUNTIME_SRC))
+TOOLS       := $(patsubst tools/%.c,$(OBJDIR)/tools/%,$(wildcard tools/*.c))
+TESTS       := $(patsubst tests/c/%.c,$(OBJDIR)/tests/%,$(wildcard tests/c/test_*.c))
+HEADERS     := $(wildcard runtime/*.h kernels/cpu/*.h)
+
+.PHONY: all tools tests test clean
+all: $(OBJDIR)/libingot.a tools
+tools: $(TOOLS)
+tests: $(TESTS)
+
+$(OBJDIR)/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(OBJDIR)/libingot.a: $(RUNTIME_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(OBJDIR)/tools/%: tools/%.c $(OBJDIR)/libingot.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
+
+$(OBJDIR)/tests/%: tests/c/%.c $(OBJDIR)/libingot.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
+
+test:
+	./scripts/test.sh
+
+clean:
+	rm -rf build/_obj build/_obj-san

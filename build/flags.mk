@@ -1,0 +1,17 @@
+# Compiler flags shared by the runtime, the tools, the tests and every model binary.
+# SAN=1 selects an AddressSanitizer + UndefinedBehaviorSanitizer build in its own folder.
+CC      ?= cc
+SAN     ?= 0
+ROOT    ?= .
+ARCH    ?= -march=native
+WARN    := -Wall -Wextra -Werror -Wno-unused-function
+CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -pthread -I$(ROOT)/runtime -I$(ROOT)/kernels/cpu
+LDLIBS  := -lcjson -lutf8proc -lm -pthread
+ifeq ($(SAN),1)
+OBJDIR  := $(ROOT)/build/_obj-san
+CFLAGS  += -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+LDLIBS  += -fsanitize=address,undefined
+else
+OBJDIR  := $(ROOT)/build/_obj
+CFLAGS  += -O2 -g
+endif

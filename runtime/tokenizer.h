@@ -1,0 +1,60 @@
+/* tokenizer.h — byte-level BPE tokenizer (tok_ prefix).
+ *
+ * Loaded from a Hugging Face tokenizer.json or from GGUF metadata
+ * (tokenizer.ggml.*). Encoding: split out added/special tokens (when asked),
+ * pre-tokenize with the model's split rules, map bytes to the byte-level
+ * alphabet, apply BPE merges by rank. Decoding maps back to raw bytes;
+ * tok_stream releases only complete UTF-8 sequences.
+ */
+#ifndef INGOT_TOKENIZER_H
+#define INGOT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "gguf.h"
+
+typedef struct tok_tokenizer tok_tokenizer;
+
+tok_tokenizer *tok_from_gguf(const gguf_file *g, char *err, size_t errlen);
+/* path: a tokenizer.json file. If a tokenizer_config.json sits beside it, its
+ * bos/eos tokens and add_bos_token are read as well. */
+tok_tokenizer *tok_from_json_file(const char *path, char *err, size_t errlen);
+void tok_free(tok_tokenizer *t);
+
+int tok_vocab_size(const tok_tokenizer *t);
+int tok_bos(const tok_tokenizer *t);     /* -1 if none */
+int tok_eos(const tok_tokenizer *t);     /* -1 if none */
+int tok_add_bos(const tok_tokenizer *t); /* whether encoding with add_special prepends BOS */
+int tok_is_special(const tok_tokenizer *t, int id); /* control/special token (not printed by default) */
+int tok_find(const tok_tokenizer *t, const char *piece); /* token id for an exact piece (as stored), -1 if none */
+
+/* Encodes text[0..len). add_special: prepend BOS if the tokenizer asks for it
+ * (HF add_special_tokens / llama.cpp add_bos). parse_special: recognise
+ * special/added token strings inside the text (llama.cpp "special";
+ * HF always does this for added tokens). *out is malloc'd; returns 0 or -1
+ * (err filled). */
+int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int add_special,
+               int parse_special, int32_t **out, size_t *n_out, char *err, size_t errlen);
+
+/* Raw bytes of one token (byte-level alphabet mapped back). NULL for an id out of range. */
+const char *tok_piece(const tok_tokenizer *t, int id, size_t *len);
+
+/* Incremental decoder: push token ids, receive only complete UTF-8. */
+typedef struct {
+    char pending[8]; /* bytes of an incomplete UTF-8 sequence */
+    size_t n_pending;
+} tok_stream;
+
+void tok_stream_init(tok_stream *s);
+/* Appends the printable bytes produced by token id to out (capacity cap);
+ * returns the number of bytes written. Invalid sequences become U+FFFD.
+ * skip_special: special tokens produce nothing. */
+size_t tok_stream_push(tok_stream *s, const tok_tokenizer *t, int id, int skip_special, char *out,
+                       size_t cap);
+/* Flushes a trailing incomplete sequence as U+FFFD. */
+size_t tok_stream_flush(tok_stream *s, char *out, size_t cap);
+
+/* Decodes a whole id sequence into a malloc'd NUL-terminated string. */
+char *tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, int skip_special);
+
+#endif
