@@ -1,0 +1,462 @@
+/* kc_matmul.h — tiled matmul kernels Y[t][r] (+)= W[r]·X[t] (+ bias) for f32/f16/bf16/Q8_0/Q4_0/Q4_1 weights, and row dequantization. */
+#ifndef INGOT_KC_MATMUL_H
+#define INGOT_KC_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "kc_half.h"
+#include "kc_quant.h"
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+/* Conventions shared by every kernel:
+ *   W  row-major [OUT][IN] (IN elements per row; for Q types IN/32 blocks),
+ *   X  row t at X + t*ldx (floats, or kc_q8 blocks for Q types),
+ *   Y  element (t, r) at Y[t*ldy + r]; only rows r0 <= r < r1 are written.
+ *
+ * Tiling. The loops are: token chunks of KC_*TC tokens (their activations
+ * stay in L2), then row tiles of KC_*RB rows, then token tiles of KC_*TB
+ * tokens. A microkernel computes the KC_*RB x KC_*TB outputs of one tile in
+ * registers, walking IN once: every weight vector it loads is used for
+ * KC_*TB tokens and every activation vector for KC_*RB rows. The weight rows
+ * of a row tile (a few KB) stay in L1 while the token tiles of a chunk pass
+ * over them, so each weight byte comes from memory once per token chunk;
+ * with T = 1 (decode) the kernel is a pure stream over W, KC_*RB rows at a
+ * time (independent accumulators hide the FMA latency). Rows/tokens that do
+ * not fill a tile use the same microkernel with 1 row or 1 token, so there
+ * are only four specializations per kernel and no masking.
+ *
+ * The microkernels are always_inline with the tile size and the weight type
+ * as constant arguments: once the caller passes a literal IN, every loop
+ * bound is a constant and the tile loops unroll into straight-line code. */
+
+#if defined(__GNUC__) || defined(__clang__)
+#define KC_INLINE static inline __attribute__((always_inline))
+#else
+#define KC_INLINE static inline
+#endif
+#if defined(__clang__)
+#define KC_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define KC_UNROLL _Pragma("GCC unroll 16")
+#else
+#define KC_UNROLL
+#endif
+
+enum { KC_WF32 = 0, KC_WF16 = 1, KC_WBF16 = 2, KC_WQ8_0 = 3, KC_WQ4_0 = 4, KC_WQ4_1 = 5 };
+
+/* ------------------------------------------------------------------------
+ * Float weights (f32 / f16 / bf16) with f32 activations, FMA in f32.
+ * kc_vf is one SIMD register of floats (or a plain float without SIMD);
+ * kc__ldw widens KC_VW weights of any float type to it. */
+#if defined(__AVX512F__)
+#define KC_VW 16
+#define KC_FRB 4
+#define KC_FTB 4
+typedef __m512 kc_vf;
+KC_INLINE kc_vf kc__vzero(void) { return _mm512_setzero_ps(); }
+KC_INLINE kc_vf kc__ldx(const float *p) { return _mm512_loadu_ps(p); }
+KC_INLINE kc_vf kc__vfma(kc_vf a, kc_vf b, kc_vf c) { return _mm512_fmadd_ps(a, b, c); }
+KC_INLINE float kc__vsum(kc_vf a) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+KC_INLINE kc_vf kc__ldw(const void *W, int wt, size_t i) {
+    if (wt == KC_WF32) return _mm512_loadu_ps((const float *)W + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)W + i));
+    if (wt == KC_WF16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#define KC_VW 8
+#define KC_FRB 4
+#define KC_FTB 2
+typedef __m256 kc_vf;
+KC_INLINE kc_vf kc__vzero(void) { return _mm256_setzero_ps(); }
+KC_INLINE kc_vf kc__ldx(const float *p) { return _mm256_loadu_ps(p); }
+KC_INLINE kc_vf kc__vfma(kc_vf a, kc_vf b, kc_vf c) { return _mm256_fmadd_ps(a, b, c); }
+KC_INLINE float kc__vsum(kc_vf a) {
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+KC_INLINE kc_vf kc__ldw(const void *W, int wt, size_t i) {
+    if (wt == KC_WF32) return _mm256_loadu_ps((const float *)W + i);
+    const uint16_t *p = (const uint16_t *)W + i;
+    if (wt == KC_WF16) {
+#if defined(__F16C__)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+#else
+        float f[8];
+        for (int k = 0; k < 8; k++) f[k] = kc_fp16_to_f32(p[k]);
+        return _mm256_loadu_ps(f);
+#endif
+    }
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+#else
+#define KC_VW 1
+#define KC_FRB 4
+#define KC_FTB 2
+typedef float kc_vf;
+KC_INLINE kc_vf kc__vzero(void) { return 0.0f; }
+KC_INLINE kc_vf kc__ldx(const float *p) { return *p; }
+KC_INLINE kc_vf kc__vfma(kc_vf a, kc_vf b, kc_vf c) { return a * b + c; }
+KC_INLINE float kc__vsum(kc_vf a) { return a; }
+KC_INLINE kc_vf kc__ldw(const void *W, int wt, size_t i) {
+    if (wt == KC_WF32) return ((const float *)W)[i];
+    if (wt == KC_WF16) return kc_fp16_to_f32(((const uint16_t *)W)[i]);
+    return kc_bf16_to_f32(((const uint16_t *)W)[i]);
+}
+#endif
+#define KC_FTC 32 /* token chunk: 32 f32 rows of X (<= 196 KB at IN = 1536) stay in L2 */
+
+/* Scalar weight load for the IN % KC_VW tail. */
+KC_INLINE float kc__ldw1(const void *W, int wt, size_t i) {
+    if (wt == KC_WF32) return ((const float *)W)[i];
+    if (wt == KC_WF16) return kc_fp16_to_f32(((const uint16_t *)W)[i]);
+    return kc_bf16_to_f32(((const uint16_t *)W)[i]);
+}
+
+KC_INLINE void kc__store(float *Y, int ldy, int r, int t, int NR, int NT, float out[][KC_FTB > 4 ? KC_FTB : 4],
+                         const float *bias, int accumulate) {
+    KC_UNROLL for (int j = 0; j < NT; j++) {
+        float *y = Y + (size_t)(t + j) * (size_t)ldy + r;
+        KC_UNROLL for (int i = 0; i < NR; i++) {
+            float v = out[i][j];
+            if (bias) v += bias[r + i];
+            if (accumulate) v += y[i];
+            y[i] = v;
+        }
+    }
+}
+
+/* NR x NT outputs (NR <= KC_FRB, NT <= KC_FTB) at rows r.., tokens t.. */
+KC_INLINE void kc__mmf_tile(const void *W, int wt, const float *X, int ldx, float *Y, int ldy, int IN, int r,
+                            int t, int NR, int NT, const float *bias, int accumulate) {
+    kc_vf acc[KC_FRB][KC_FTB];
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) acc[i][j] = kc__vzero();
+    const float *x0 = X + (size_t)t * (size_t)ldx;
+    size_t w0 = (size_t)r * (size_t)IN;
+    int k = 0;
+    for (; k + KC_VW <= IN; k += KC_VW) {
+        kc_vf xv[KC_FTB];
+        KC_UNROLL for (int j = 0; j < NT; j++) xv[j] = kc__ldx(x0 + (size_t)j * (size_t)ldx + k);
+        KC_UNROLL for (int i = 0; i < NR; i++) {
+            kc_vf w = kc__ldw(W, wt, w0 + (size_t)i * (size_t)IN + (size_t)k);
+            KC_UNROLL for (int j = 0; j < NT; j++) acc[i][j] = kc__vfma(w, xv[j], acc[i][j]);
+        }
+    }
+    float out[KC_FRB][KC_FTB > 4 ? KC_FTB : 4];
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) out[i][j] = kc__vsum(acc[i][j]);
+    for (; k < IN; k++) { /* only when IN is not a multiple of the vector width */
+        KC_UNROLL for (int i = 0; i < NR; i++) {
+            float w = kc__ldw1(W, wt, w0 + (size_t)i * (size_t)IN + (size_t)k);
+            KC_UNROLL for (int j = 0; j < NT; j++) out[i][j] += w * x0[(size_t)j * (size_t)ldx + k];
+        }
+    }
+    kc__store(Y, ldy, r, t, NR, NT, out, bias, accumulate);
+}
+
+KC_INLINE void kc__mmf(const void *W, int wt, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                       int r1, const float *bias, int accumulate) {
+    for (int t0 = 0; t0 < T; t0 += KC_FTC) {
+        int t1 = T - t0 > KC_FTC ? t0 + KC_FTC : T;
+        int r = r0;
+        for (; r + KC_FRB <= r1; r += KC_FRB) {
+            int t = t0;
+            for (; t + KC_FTB <= t1; t += KC_FTB)
+                kc__mmf_tile(W, wt, X, ldx, Y, ldy, IN, r, t, KC_FRB, KC_FTB, bias, accumulate);
+            for (; t < t1; t++) kc__mmf_tile(W, wt, X, ldx, Y, ldy, IN, r, t, KC_FRB, 1, bias, accumulate);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + KC_FTB <= t1; t += KC_FTB)
+                kc__mmf_tile(W, wt, X, ldx, Y, ldy, IN, r, t, 1, KC_FTB, bias, accumulate);
+            for (; t < t1; t++) kc__mmf_tile(W, wt, X, ldx, Y, ldy, IN, r, t, 1, 1, bias, accumulate);
+        }
+    }
+}
+
+static inline void kc_mm_f32(const float *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                             int r1, const float *bias, int accumulate) {
+    kc__mmf(W, KC_WF32, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+static inline void kc_mm_f16(const uint16_t *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                             int r1, const float *bias, int accumulate) {
+    kc__mmf(W, KC_WF16, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+static inline void kc_mm_bf16(const uint16_t *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                              int r1, const float *bias, int accumulate) {
+    kc__mmf(W, KC_WBF16, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+
+/* ------------------------------------------------------------------------
+ * Quantized weights with kc_q8 activations. Per 32-block and (row, token)
+ * pair: an exact integer dot product of the 32 codes, converted to float and
+ * scaled by d_w * d_x, accumulated in f32 lanes; Q4_1 adds m_w * s_x.
+ *
+ * Integer dots use u8 x s8 multiply-adds (VNNI vpdpbusd: 4 products summed
+ * into each int32 lane, or AVX2 vpmaddubsw + vpmaddwd), which need one
+ * unsigned operand:
+ *   Q4_0: the nibbles q in [0,15] are the unsigned side; the -8 offset is
+ *         folded into the accumulator's start value nx = -(8 * x summed per
+ *         lane), computed once per token block, so sum(q*x) + nx = sum((q-8)x).
+ *   Q4_1: the nibbles against x directly; the min term is scalar.
+ *   Q8_0: with VNNI, x is made unsigned (x ^ 0x80 = x + 128, computed once
+ *         per token block) and the start value is -128*sum(w) (once per row
+ *         block); without VNNI (vpmaddubsw saturates at 16 bits) the classic
+ *         |w| x sign(x, w) form is used, which never saturates since
+ *         |x| <= 127.
+ * Nibbles are widened with one 128-bit broadcast load, a 64-bit variable
+ * shift of the upper lane by 4 and a mask: the lower 16 bytes become
+ * elements 0..15 (low nibbles), the upper 16 bytes elements 16..31. */
+#define KC_QTC 64 /* token chunk: 64 kc_q8 rows (<= 120 KB at IN = 1536) stay in L2 */
+#if defined(__AVX2__)
+#if defined(__AVX512F__)
+#define KC_QRB 4 /* 32 vector registers: 16 accumulators + operands */
+#define KC_QTB 4
+#else
+#define KC_QRB 4
+#define KC_QTB 2
+#endif
+
+/* acc + sum over each 4-byte group of u[i]*s[i] (u unsigned, s signed). */
+KC_INLINE __m256i kc__dot(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define KC_HAVE_VNNI 1
+#else
+#define KC_HAVE_VNNI 0
+#endif
+
+KC_INLINE float kc__hsum8(__m256 a) {
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+/* The 32 weight codes of block b (index into the row-major block array). */
+KC_INLINE __m256i kc__wcodes(const void *W, int wt, size_t b) {
+    if (wt == KC_WQ8_0) return _mm256_loadu_si256((const __m256i *)(const void *)((const block_q8_0 *)W)[b].qs);
+    const uint8_t *qs = wt == KC_WQ4_0 ? ((const block_q4_0 *)W)[b].qs : ((const block_q4_1 *)W)[b].qs;
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qs));
+    v = _mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+#else
+#define KC_QRB 4
+#define KC_QTB 2
+#endif
+
+KC_INLINE float kc__wd(const void *W, int wt, size_t b) {
+    uint16_t d = wt == KC_WQ8_0   ? ((const block_q8_0 *)W)[b].d
+                 : wt == KC_WQ4_0 ? ((const block_q4_0 *)W)[b].d
+                                  : ((const block_q4_1 *)W)[b].d;
+    return kc_fp16_to_f32(d);
+}
+
+KC_INLINE void kc__mmq_tile(const void *W, int wt, const kc_q8 *X, int ldx, float *Y, int ldy, int IN, int r, int t,
+                            int NR, int NT, const float *bias, int accumulate) {
+    const int NB = IN / 32;
+    const kc_q8 *x0 = X + (size_t)t * (size_t)ldx;
+    size_t w0 = (size_t)r * (size_t)NB;
+    float out[KC_FRB > 4 ? KC_FRB : 4][KC_FTB > 4 ? KC_FTB : 4];
+#if defined(__AVX2__)
+    __m256 acc[KC_QRB][KC_QTB];
+    float macc[KC_QRB][KC_QTB]; /* Q4_1 min term */
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) {
+        acc[i][j] = _mm256_setzero_ps();
+        macc[i][j] = 0.0f;
+    }
+    for (int b = 0; b < NB; b++) {
+        __m256i xq[KC_QTB], xa[KC_QTB];
+        __m256 xd[KC_QTB];
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            const kc_q8 *xb = &x0[(size_t)j * (size_t)ldx + (size_t)b];
+            xq[j] = _mm256_loadu_si256((const __m256i *)(const void *)xb->qs);
+            xd[j] = _mm256_set1_ps(xb->d);
+            if (wt == KC_WQ4_0) /* start value: lanes sum to -8 * sum(x) */
+                xa[j] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                         kc__dot(_mm256_setzero_si256(), _mm256_set1_epi8(8), xq[j]));
+            else if (wt == KC_WQ8_0 && KC_HAVE_VNNI) /* x + 128 as unsigned */
+                xa[j] = _mm256_xor_si256(xq[j], _mm256_set1_epi8((char)0x80));
+            else
+                xa[j] = _mm256_setzero_si256();
+        }
+        KC_UNROLL for (int i = 0; i < NR; i++) {
+            size_t wb = w0 + (size_t)i * (size_t)NB + (size_t)b;
+            __m256i wq = kc__wcodes(W, wt, wb);
+            __m256 wd = _mm256_set1_ps(kc__wd(W, wt, wb));
+            __m256i wa = _mm256_setzero_si256(); /* per-row helper, see above */
+            if (wt == KC_WQ8_0) {
+                if (KC_HAVE_VNNI)
+                    wa = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                          kc__dot(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), wq));
+                else
+                    wa = _mm256_sign_epi8(wq, wq); /* |w| */
+            }
+            KC_UNROLL for (int j = 0; j < NT; j++) {
+                __m256i p;
+                if (wt == KC_WQ8_0)
+                    p = KC_HAVE_VNNI ? kc__dot(wa, xa[j], wq)
+                                     : kc__dot(_mm256_setzero_si256(), wa, _mm256_sign_epi8(xq[j], wq));
+                else if (wt == KC_WQ4_0)
+                    p = kc__dot(xa[j], wq, xq[j]);
+                else
+                    p = kc__dot(_mm256_setzero_si256(), wq, xq[j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(p), xd[j]), wd, acc[i][j]);
+            }
+        }
+    }
+    /* Q4_1 min term sum_b m_w[b] * s_x[b]: a second, scalar pass over the
+     * tile (in the main loop its 16 scalar accumulators would spill). */
+    if (wt == KC_WQ4_1) {
+        for (int b = 0; b < NB; b++) {
+            float xs[KC_QTB];
+            KC_UNROLL for (int j = 0; j < NT; j++) xs[j] = x0[(size_t)j * (size_t)ldx + (size_t)b].s;
+            KC_UNROLL for (int i = 0; i < NR; i++) {
+                float wm = kc_fp16_to_f32(((const block_q4_1 *)W)[w0 + (size_t)i * (size_t)NB + (size_t)b].m);
+                KC_UNROLL for (int j = 0; j < NT; j++) macc[i][j] += wm * xs[j];
+            }
+        }
+    }
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++)
+        out[i][j] = kc__hsum8(acc[i][j]) + macc[i][j];
+#else
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) out[i][j] = 0.0f;
+    for (int b = 0; b < NB; b++) {
+        for (int i = 0; i < NR; i++) {
+            size_t wb = w0 + (size_t)i * (size_t)NB + (size_t)b;
+            float wd = kc__wd(W, wt, wb);
+            int8_t wq[32];
+            int off = wt == KC_WQ4_0 ? 8 : 0;
+            if (wt == KC_WQ8_0) {
+                memcpy(wq, ((const block_q8_0 *)W)[wb].qs, 32);
+            } else {
+                const uint8_t *qs = wt == KC_WQ4_0 ? ((const block_q4_0 *)W)[wb].qs : ((const block_q4_1 *)W)[wb].qs;
+                for (int k = 0; k < 16; k++) {
+                    wq[k] = (int8_t)((qs[k] & 15) - off);
+                    wq[k + 16] = (int8_t)((qs[k] >> 4) - off);
+                }
+            }
+            float wm = wt == KC_WQ4_1 ? kc_fp16_to_f32(((const block_q4_1 *)W)[wb].m) : 0.0f;
+            for (int j = 0; j < NT; j++) {
+                const kc_q8 *xb = &x0[(size_t)j * (size_t)ldx + (size_t)b];
+                int s = 0;
+                for (int k = 0; k < 32; k++) s += wq[k] * xb->qs[k];
+                out[i][j] += (float)s * (wd * xb->d) + wm * xb->s;
+            }
+        }
+    }
+#endif
+    KC_UNROLL for (int j = 0; j < NT; j++) {
+        float *y = Y + (size_t)(t + j) * (size_t)ldy + r;
+        KC_UNROLL for (int i = 0; i < NR; i++) {
+            float v = out[i][j];
+            if (bias) v += bias[r + i];
+            if (accumulate) v += y[i];
+            y[i] = v;
+        }
+    }
+}
+
+KC_INLINE void kc__mmq(const void *W, int wt, const kc_q8 *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                       int r1, const float *bias, int accumulate) {
+    for (int t0 = 0; t0 < T; t0 += KC_QTC) {
+        int t1 = T - t0 > KC_QTC ? t0 + KC_QTC : T;
+        int r = r0;
+        for (; r + KC_QRB <= r1; r += KC_QRB) {
+            int t = t0;
+            for (; t + KC_QTB <= t1; t += KC_QTB)
+                kc__mmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, KC_QRB, KC_QTB, bias, accumulate);
+            for (; t < t1; t++) kc__mmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, KC_QRB, 1, bias, accumulate);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + KC_QTB <= t1; t += KC_QTB)
+                kc__mmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, 1, KC_QTB, bias, accumulate);
+            for (; t < t1; t++) kc__mmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, 1, 1, bias, accumulate);
+        }
+    }
+}
+
+static inline void kc_mm_q8_0(const block_q8_0 *W, const kc_q8 *X, int ldx_blocks, float *Y, int ldy, int T,
+                              int IN, int r0, int r1, const float *bias, int accumulate) {
+    kc__mmq(W, KC_WQ8_0, X, ldx_blocks, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+static inline void kc_mm_q4_0(const block_q4_0 *W, const kc_q8 *X, int ldx_blocks, float *Y, int ldy, int T,
+                              int IN, int r0, int r1, const float *bias, int accumulate) {
+    kc__mmq(W, KC_WQ4_0, X, ldx_blocks, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+static inline void kc_mm_q4_1(const block_q4_1 *W, const kc_q8 *X, int ldx_blocks, float *Y, int ldy, int T,
+                              int IN, int r0, int r1, const float *bias, int accumulate) {
+    kc__mmq(W, KC_WQ4_1, X, ldx_blocks, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+
+/* ------------------------------------------------------------------------
+ * Dequantizes row `row` (IN elements) of a [rows][IN] table of type t into
+ * out, e.g. for embedding lookup. Unknown types leave out untouched. */
+static inline void kc_embed_row(ingot_dtype t, const void *W, int64_t row, int IN, float *out) {
+    size_t base = (size_t)row * (size_t)IN;
+    switch (t) {
+    case INGOT_F32:
+        memcpy(out, (const float *)W + base, (size_t)IN * sizeof(float));
+        break;
+    case INGOT_F16:
+        for (int k = 0; k < IN; k++) out[k] = kc_fp16_to_f32(((const uint16_t *)W)[base + (size_t)k]);
+        break;
+    case INGOT_BF16:
+        for (int k = 0; k < IN; k++) out[k] = kc_bf16_to_f32(((const uint16_t *)W)[base + (size_t)k]);
+        break;
+    case INGOT_Q8_0: {
+        const block_q8_0 *b = (const block_q8_0 *)W + base / 32;
+        for (int i = 0; i < IN / 32; i++) {
+            float d = kc_fp16_to_f32(b[i].d);
+            for (int k = 0; k < 32; k++) out[32 * i + k] = d * (float)b[i].qs[k];
+        }
+        break;
+    }
+    case INGOT_Q4_0: {
+        const block_q4_0 *b = (const block_q4_0 *)W + base / 32;
+        for (int i = 0; i < IN / 32; i++) {
+            float d = kc_fp16_to_f32(b[i].d);
+            for (int k = 0; k < 16; k++) {
+                out[32 * i + k] = d * (float)((b[i].qs[k] & 15) - 8);
+                out[32 * i + k + 16] = d * (float)((b[i].qs[k] >> 4) - 8);
+            }
+        }
+        break;
+    }
+    case INGOT_Q4_1: {
+        const block_q4_1 *b = (const block_q4_1 *)W + base / 32;
+        for (int i = 0; i < IN / 32; i++) {
+            float d = kc_fp16_to_f32(b[i].d), m = kc_fp16_to_f32(b[i].m);
+            for (int k = 0; k < 16; k++) {
+                out[32 * i + k] = d * (float)(b[i].qs[k] & 15) + m;
+                out[32 * i + k + 16] = d * (float)(b[i].qs[k] >> 4) + m;
+            }
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+#endif
