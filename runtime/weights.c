@@ -1,0 +1,215 @@
+/* weights.c — one tensor view over GGUF and safetensors checkpoints (dispatch by content, not name). */
+#include "weights.h"
+#include "safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct wt_file {
+    char *path;
+    wt_format format;
+    gguf_file *gguf;
+    st_file *st;
+    size_t n;
+    wt_tensor *tensors; /* same order as the underlying reader's list */
+};
+
+/* Fills the tensor list from whichever reader is open. */
+static int build_list(wt_file *f) {
+    f->n = f->gguf ? gguf_n_tensors(f->gguf) : st_n_tensors(f->st);
+    f->tensors = calloc(f->n ? f->n : 1, sizeof *f->tensors);
+    if (!f->tensors) return -1;
+    for (size_t i = 0; i < f->n; i++) {
+        wt_tensor *w = &f->tensors[i];
+        if (f->gguf) {
+            const gguf_tensor *t = gguf_tensor_at(f->gguf, i);
+            w->name = t->name;
+            w->dtype = t->dtype;
+            w->n_dims = (int)t->n_dims;
+            /* GGML lists the innermost dimension first; present outermost first. */
+            for (int d = 0; d < w->n_dims; d++) w->shape[d] = (int64_t)t->ne[w->n_dims - 1 - d];
+            w->data = t->data;
+            w->nbytes = t->nbytes;
+        } else {
+            const st_tensor *t = st_tensor_at(f->st, i);
+            w->name = t->name;
+            w->dtype = t->dtype;
+            w->n_dims = t->n_dims;
+            for (int d = 0; d < w->n_dims; d++) w->shape[d] = t->shape[d];
+            w->data = t->data;
+            w->nbytes = t->nbytes;
+        }
+    }
+    return 0;
+}
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+typedef enum { KIND_GGUF, KIND_ST, KIND_INDEX, KIND_UNKNOWN } file_kind;
+
+/* Sniffs the first bytes. The file extension is used only to pick which
+ * reader explains why an unrecognizable file is bad. */
+static file_kind sniff(const char *path, char *err, size_t errlen, int *io_error) {
+    *io_error = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        *io_error = 1;
+        return KIND_UNKNOWN;
+    }
+    uint8_t b[16] = {0};
+    ssize_t got = read(fd, b, sizeof b);
+    struct stat st;
+    size_t size = fstat(fd, &st) == 0 ? (size_t)st.st_size : 0;
+    close(fd);
+    if (got >= 4 && memcmp(b, "GGUF", 4) == 0) return KIND_GGUF;
+    if (got >= 9) {
+        uint64_t hlen = 0;
+        for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
+        if (hlen <= size - 8 && b[8] == '{') return KIND_ST;
+    }
+    size_t i = 0;
+    while (i < (size_t)(got > 0 ? got : 0) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r')) i++;
+    if (got > 0 && i < (size_t)got && b[i] == '{') return KIND_INDEX;
+    if (ends_with(path, ".safetensors")) return KIND_ST;
+    if (ends_with(path, ".gguf")) return KIND_GGUF;
+    char m[5];
+    for (int k = 0; k < 4; k++) m[k] = (k < got && b[k] >= 0x20 && b[k] < 0x7f) ? (char)b[k] : '?';
+    m[4] = 0;
+    snprintf(err, errlen, "%s: unrecognized format: not GGUF (bad magic '%s') and not safetensors", path, m);
+    return KIND_UNKNOWN;
+}
+
+wt_file *wt_open(const char *path, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    char scratch[32];
+    if (!err || errlen == 0) { err = scratch; errlen = sizeof scratch; }
+    wt_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        free(f);
+        return NULL;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        wt_close(f);
+        return NULL;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        size_t n = strlen(path) + 40;
+        char *idx = malloc(n), *single = malloc(n);
+        if (idx && single) {
+            snprintf(idx, n, "%s/model.safetensors.index.json", path);
+            snprintf(single, n, "%s/model.safetensors", path);
+            if (is_file(idx)) f->st = st_open_index(idx, err, errlen);
+            else if (is_file(single)) f->st = st_open(single, err, errlen);
+            else snprintf(err, errlen, "%s: folder has neither model.safetensors nor model.safetensors.index.json", path);
+        } else {
+            snprintf(err, errlen, "%s: out of memory", path);
+        }
+        free(idx);
+        free(single);
+        f->format = WT_FORMAT_SAFETENSORS;
+    } else {
+        int io_error;
+        file_kind k = sniff(path, err, errlen, &io_error);
+        if (k == KIND_GGUF) { f->gguf = gguf_open(path, err, errlen); f->format = WT_FORMAT_GGUF; }
+        else if (k == KIND_ST) { f->st = st_open(path, err, errlen); f->format = WT_FORMAT_SAFETENSORS; }
+        else if (k == KIND_INDEX) { f->st = st_open_index(path, err, errlen); f->format = WT_FORMAT_SAFETENSORS; }
+    }
+    if (!f->gguf && !f->st) { wt_close(f); return NULL; }
+    if (build_list(f)) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        wt_close(f);
+        return NULL;
+    }
+    return f;
+}
+
+void wt_close(wt_file *f) {
+    if (!f) return;
+    gguf_close(f->gguf);
+    st_close(f->st);
+    free(f->tensors);
+    free(f->path);
+    free(f);
+}
+
+wt_format wt_get_format(const wt_file *f) { return f->format; }
+size_t wt_count(const wt_file *f) { return f->n; }
+const wt_tensor *wt_at(const wt_file *f, size_t i) { return i < f->n ? &f->tensors[i] : NULL; }
+const gguf_file *wt_gguf(const wt_file *f) { return f->gguf; }
+const char *wt_path(const wt_file *f) { return f->path; }
+
+/* Uses the reader's by-name index, then maps back by position. */
+const wt_tensor *wt_find(const wt_file *f, const char *name) {
+    if (f->gguf) {
+        const gguf_tensor *t = gguf_find_tensor(f->gguf, name);
+        return t ? &f->tensors[t - gguf_tensor_at(f->gguf, 0)] : NULL;
+    }
+    const st_tensor *t = st_find(f->st, name);
+    return t ? &f->tensors[t - st_tensor_at(f->st, 0)] : NULL;
+}
+
+const char *wt_shape_str(int n_dims, const int64_t *shape, char *buf, size_t cap) {
+    if (!buf || cap == 0) return buf;
+    size_t used = 0;
+    buf[0] = 0;
+    int n = snprintf(buf, cap, "[");
+    if (n > 0) used = (size_t)n;
+    for (int i = 0; i < n_dims && used < cap; i++) {
+        n = snprintf(buf + used, cap - used, i ? ", %lld" : "%lld", (long long)shape[i]);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+    if (used < cap) snprintf(buf + used, cap - used, "]");
+    return buf;
+}
+
+const wt_tensor *wt_expect(const wt_file *f, const char *name, int n_dims, const int64_t *shape,
+                           unsigned dtype_mask, char *err, size_t errlen) {
+    char want[128], have[128];
+    const wt_tensor *t = wt_find(f, name);
+    if (!t) {
+        if (err) snprintf(err, errlen, "%s: tensor '%s' not found", f->path, name);
+        return NULL;
+    }
+    int same = t->n_dims == n_dims;
+    for (int i = 0; same && i < n_dims; i++) same = t->shape[i] == shape[i];
+    if (!same) {
+        if (err)
+            snprintf(err, errlen, "%s: tensor '%s': expected shape %s, found %s", f->path, name,
+                     wt_shape_str(n_dims, shape, want, sizeof want), wt_shape_str(t->n_dims, t->shape, have, sizeof have));
+        return NULL;
+    }
+    if (!(dtype_mask & (1u << t->dtype))) {
+        if (err) {
+            size_t used = 0;
+            want[0] = 0;
+            for (int d = 0; d < INGOT_DTYPE_COUNT && used < sizeof want; d++) {
+                if (!(dtype_mask & (1u << d))) continue;
+                int n = snprintf(want + used, sizeof want - used, used ? ", %s" : "%s", dtype_name((ingot_dtype)d));
+                if (n < 0) break;
+                used += (size_t)n;
+            }
+            snprintf(err, errlen, "%s: tensor '%s': dtype %s not accepted (expected %s)", f->path, name,
+                     dtype_name(t->dtype), want[0] ? want : "none");
+        }
+        return NULL;
+    }
+    return t;
+}
