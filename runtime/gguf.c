@@ -291,7 +291,7 @@ static int parse(reader *r) {
     gguf_file *f = r->f;
     char nb[160], nb2[160];
     if (f->size < 4 || memcmp(f->map, "GGUF", 4) != 0) {
-        if (f->size < 4) return fail(r, "not a GGUF file: only %zu bytes", f->size);
+        if (f->size < 4) return fail(r, "truncated: only %zu bytes, not a GGUF file", f->size);
         char m[5];
         for (int i = 0; i < 4; i++) m[i] = (f->map[i] >= 0x20 && f->map[i] < 0x7f) ? (char)f->map[i] : '?';
         m[4] = 0;
@@ -393,7 +393,7 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
         return NULL;
     }
     f->size = (size_t)st.st_size;
-    if (f->size == 0) { fail(&r, "empty file, not GGUF"); close(fd); gguf_close(f); return NULL; }
+    if (f->size == 0) { fail(&r, "truncated: empty file (0 bytes), not a GGUF file"); close(fd); gguf_close(f); return NULL; }
     void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED) { f->size = 0; fail(&r, "mmap failed: %s", strerror(errno)); gguf_close(f); return NULL; }
