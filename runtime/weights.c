@@ -124,6 +124,8 @@ wt_file *wt_open(const char *path, char *err, size_t errlen) {
         free(idx);
         free(single);
         f->format = WT_FORMAT_SAFETENSORS;
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file or folder", path);
     } else {
         int io_error;
         file_kind k = sniff(path, err, errlen, &io_error);

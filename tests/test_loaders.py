@@ -572,6 +572,36 @@ def test_safetensors_truncated_everywhere(built, tmp_path):
         assert_fails(inspect(built, p), r"too small|past end of file|outside the data section|unrecognized")
 
 
+def test_random_corruption_never_crashes(built, tmp_path, valid_gguf):
+    """Seeded byte mutations of valid files: each run either succeeds or fails
+    cleanly (exit 1, one line), never crashes or trips a sanitizer."""
+    gsrc = tmp_path / "small.gguf"
+    write_gguf(gsrc, tensors=TENSORS[3:])
+    ssrc = tmp_path / "small.safetensors"
+    save_file({"a": np.ones((2, 4), np.float32), "b": np.ones(3, np.float16)}, str(ssrc))
+    rng = np.random.default_rng(7)
+    for src in (gsrc, ssrc):
+        full = bytearray(src.read_bytes())
+        # Mutations concentrate on the header, where the lengths and offsets live.
+        limit = min(len(full), 1200)
+        p = tmp_path / ("mut" + src.suffix)
+        for _ in range(60):
+            buf = bytearray(full)
+            for _ in range(int(rng.integers(1, 4))):
+                i = int(rng.integers(0, limit))
+                buf[i] = int(rng.integers(0, 256)) if rng.random() < 0.7 else buf[i] ^ 0x80
+            p.write_bytes(bytes(buf))
+            r = inspect(built, p)
+            assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr
+            if r.returncode == 0:
+                json.loads(r.stdout)
+            else:
+                assert_fails(r)
+        for name in ("a",) if src == ssrc else ("q4_1", "bf16"):
+            r = run([built / "tools" / "ingot-inspect", p, "--dump", name, tmp_path / "o.f32"])
+            assert r.returncode in (0, 1) and "Sanitizer" not in r.stderr and "runtime error" not in r.stderr
+
+
 def test_sharded_bad(built, tmp_path):
     d = tmp_path / "missing_shard"
     write_sharded(d, {"s2.a": "model-00003-of-00002.safetensors"})

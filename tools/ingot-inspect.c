@@ -180,7 +180,8 @@ static int dump(const wt_file *wf, const char *name, const char *out) {
     if (!fp) { perror(out); return 1; }
     int64_t chunk = row > 0 ? (1 << 20) / row : rows;
     if (chunk < 1) chunk = 1;
-    float *buf = malloc((size_t)(row > 0 ? row * (chunk < rows ? chunk : rows) : 1) * sizeof(float));
+    int64_t buf_elems = row * (chunk < rows ? chunk : rows);
+    float *buf = malloc((size_t)(buf_elems > 0 ? buf_elems : 1) * sizeof(float)); /* never malloc(0) */
     int rc = buf ? 0 : 1;
     if (!buf) fprintf(stderr, "out of memory\n");
     for (int64_t r = 0; rc == 0 && row > 0 && r < rows; r += chunk) {
