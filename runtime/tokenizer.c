@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "pretokenize.h"
 
@@ -1002,15 +1003,30 @@ static int bpe_word(const tok_tokenizer *t, bpe_scratch *s, const uint8_t *w, si
     return 0;
 }
 
-/* Word character for HF single_word: alphanumeric or '_'. */
+/* Word character for HF single_word: the regex \w of Rust (Alphabetic, marks, Nd, Pc,
+ * Join_Control), approximated by general categories plus the circled letters and ZWJ/ZWNJ. */
+static int is_word_cp(uint32_t cp) {
+    if (cp == 0xFFFFFFFFu) return 0;
+    if (cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9)) return 1;
+    switch (utf8proc_category((utf8proc_int32_t)cp)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_PC:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static int word_char_before(const char *p, size_t start) {
     if (start == 0) return 0;
     size_t i = start - 1;
-    while (i > 0 && ((uint8_t)p[i] & 0xC0) == 0x80) i--;
+    while (i > 0 && ((uint8_t)p[i] & 0xC0) == 0x80 && start - i < 4) i--;
     uint32_t cp;
     int cls;
     pt_char((const uint8_t *)p, start, i, &cp, &cls);
-    return cls == PT_C_LETTER || cls == PT_C_NUMBER || cp == '_';
+    return is_word_cp(cp);
 }
 
 static int word_char_at(const char *p, size_t n, size_t pos) {
@@ -1018,7 +1034,7 @@ static int word_char_at(const char *p, size_t n, size_t pos) {
     uint32_t cp;
     int cls;
     pt_char((const uint8_t *)p, n, pos, &cp, &cls);
-    return cls == PT_C_LETTER || cls == PT_C_NUMBER || cp == '_';
+    return is_word_cp(cp);
 }
 
 static int is_ws_at(const char *p, size_t n, size_t pos, size_t *len) {
