@@ -263,3 +263,39 @@ def test_invalid_utf8_does_not_crash(built, tmp_path, gguf_path):
         got, r = encode(built, src, inp, "--parse-special")
         assert len(got) == 2 and all(got), r.stderr
         assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr
+
+
+def write_gguf(path, model="gpt2", pre="smollm"):
+    """A tensor-less GGUF holding only a tiny byte-level tokenizer."""
+    gguf = pytest.importorskip("gguf")
+    w = gguf.GGUFWriter(str(path), "llama")
+    alphabet = [chr(c) for c in range(33, 127)] + ["Ġ"]
+    tokens = ["<|endoftext|>", "<tool>"] + alphabet + ["he", "Ġhe"]
+    w.add_tokenizer_model(model)
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([3, 4] + [1] * (len(tokens) - 2))
+    w.add_token_merges(["h e", "Ġ he"])
+    w.add_bos_token_id(0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_gguf_tiny_and_errors(built, tmp_path):
+    inp = tmp_path / "in.txt"
+    inp.write_text("he<tool> he<|endoftext|>\n")
+    ok = write_gguf(tmp_path / "ok.gguf")
+    got, r = encode(built, ["--gguf", ok], inp, "--decode")
+    # <tool> is user-defined: matched even without parse_special; the control token is not.
+    ids = {t: i for i, t in enumerate(["<|endoftext|>", "<tool>"] + [chr(c) for c in range(33, 127)] + ["Ġ", "he", "Ġhe"])}
+    assert got == [[ids["he"], 1, ids["Ġhe"]] + [ids[c] for c in "<|endoftext|>"]], got
+    got, r = encode(built, ["--gguf", ok], inp, "--parse-special")
+    assert got == [[ids["he"], 1, ids["Ġhe"], 0]], got
+    for kw, needle in [({"model": "llama"}, '"llama"'), ({"pre": "mystery-pre"}, '"mystery-pre"')]:
+        bad = write_gguf(tmp_path / f"bad-{needle.strip(chr(34))}.gguf", **kw)
+        r = run([tool(built), "--gguf", bad, inp])
+        assert r.returncode != 0 and needle in r.stderr, r.stderr
