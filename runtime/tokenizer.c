@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,9 +79,7 @@ static uint64_t hash_bytes(const void *p, size_t n) {
 static uint32_t byte_cp[256];
 static int16_t cp_byte[324];
 
-static void init_bytelevel(void) {
-    static int done;
-    if (done) return; /* idempotent: concurrent first calls compute the same values */
+static void init_bytelevel_once(void) {
     int k = 0;
     for (int i = 0; i < 324; i++) cp_byte[i] = -1;
     for (int b = 0; b < 256; b++) {
@@ -88,7 +87,12 @@ static void init_bytelevel(void) {
         byte_cp[b] = printable ? (uint32_t)b : (uint32_t)(256 + k++);
         cp_byte[byte_cp[b]] = (int16_t)b;
     }
-    done = 1;
+}
+
+/* Tokenizers may be loaded from several threads; the tables are built exactly once. */
+static void init_bytelevel(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, init_bytelevel_once);
 }
 
 static size_t put_utf8(uint32_t c, char *o) {
