@@ -1,0 +1,113 @@
+-- generator/config.lua — resolves a description's config values and weight shapes for one model.
+--
+-- Sources: a Hugging Face config.json (safetensors checkpoints) or GGUF
+-- metadata (as printed by ingot-inspect). Missing values fall back to the
+-- description's defaults, which may be expressions over other values
+-- ("dim / heads") or "tensor_rows:WEIGHT" (the row count of a stored tensor).
+-- Every value that names a dimension must be a positive integer; a division
+-- that leaves a remainder is an error at the models.lua line that wrote it.
+
+local util = require("util")
+local describe = require("describe")
+
+local config = {}
+
+local function eval_expr(d, e, key, expr, values)
+  local env = setmetatable({}, {__index = function(_, k)
+    if values[k] == nil then error({pending = k}) end
+    return values[k]
+  end})
+  local fn, err = load("return " .. expr, "=models.lua", "t", env)
+  if not fn then describe.fail(d, e.name, key, "bad expression '" .. expr .. "': " .. err) end
+  local ok, v = pcall(fn)
+  if not ok then
+    if type(v) == "table" and v.pending then return nil, v.pending end
+    describe.fail(d, e.name, key, "expression '" .. expr .. "': " .. tostring(v))
+  end
+  if type(v) == "number" and math.type(v) == "float" and expr:find("/") then
+    if v ~= math.floor(v) then
+      describe.fail(d, e.name, key, string.format("'%s' = %g does not divide evenly", expr, v))
+    end
+    v = math.tointeger(v)
+  end
+  return v
+end
+
+-- src: {format = "gguf"|"safetensors", hf = config table, meta = GGUF metadata,
+--       tensors = {name -> {dtype, shape}}}
+function config.resolve(d, e, src)
+  local values, pending = {}, {}
+  local arch = src.meta and src.meta["general.architecture"]
+  for key, spec in pairs(e.config) do
+    local raw
+    if src.format == "gguf" then
+      if spec.gguf then raw = src.meta[string.format(spec.gguf, arch)] end
+    elseif spec.hf then
+      raw = src.hf[spec.hf]
+    end
+    if util.is_null(raw) then raw = nil end
+    if raw == nil then
+      if spec.default == nil then
+        describe.fail(d, e.name, key, string.format("config '%s' has no value in the model (%s) and no default",
+          key, src.format == "gguf" and string.format(spec.gguf or "?", arch) or (spec.hf or "?")))
+      end
+      raw = spec.default
+    end
+    if type(raw) == "string" then pending[key] = raw else values[key] = raw end
+  end
+  -- Expressions may refer to each other; resolve until nothing changes.
+  local progress = true
+  while next(pending) and progress do
+    progress = false
+    for key, expr in pairs(pending) do
+      local v
+      local rows_of = expr:match("^tensor_rows:(%w+)$")
+      if rows_of then
+        local t = src.tensors[config.tensor_name(e, rows_of, nil, src.format)]
+        if not t then describe.fail(d, e.name, key, "tensor for '" .. rows_of .. "' not found") end
+        v = t.shape[1]
+      else
+        v = eval_expr(d, e, key, expr, values)
+      end
+      if v ~= nil then values[key] = v; pending[key] = nil; progress = true end
+    end
+  end
+  if next(pending) then
+    local key = next(pending)
+    describe.fail(d, e.name, key, "config '" .. key .. "' depends on itself or an unknown value")
+  end
+  for key, v in pairs(values) do
+    if type(v) == "number" and math.type(v) == "float" and v == math.floor(v) and key ~= "eps"
+       and key ~= "rope_theta" then
+      values[key] = math.tointeger(v)
+    end
+  end
+  local pairs_kind = (e.rope_pairs or {})[src.format == "gguf" and "gguf" or "hf"] or "halves"
+  return {values = values, rope_pairs = pairs_kind, format = src.format}
+end
+
+-- The stored tensor name of a weight for layer i (nil for model-level weights).
+function config.tensor_name(e, logical, layer, format)
+  local spec = e.weights[logical]
+  local pattern = format == "gguf" and spec.gguf or spec.hf
+  if not pattern then return nil end
+  if layer then return string.format(pattern, layer) end
+  return pattern
+end
+
+-- Evaluates each declared weight's shape in this model's config.
+function config.weight_dims(d, e, values)
+  for wname, spec in pairs(e.weights) do
+    spec.dims = {}
+    for i, expr in ipairs(spec.shape) do
+      local v = type(expr) == "number" and expr or eval_expr(d, e, wname, expr, values)
+      if type(v) ~= "number" or math.type(v) ~= "integer" or v <= 0 then
+        describe.fail(d, e.name, wname, string.format("weight '%s' dimension %d ('%s') = %s is not a positive integer",
+          wname, i, tostring(expr), tostring(v)))
+      end
+      spec.dims[i] = v
+    end
+  end
+end
+
+return config

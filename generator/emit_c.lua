@@ -1,0 +1,267 @@
+-- generator/emit_c.lua — the CPU backend: emits model.c from the planned, fused graph.
+--
+-- Each kernel (fusion group) becomes one C function made of phases run with
+-- tp_parallel_for: a row phase (per token or logit row), a matmul phase
+-- (over the concatenated output rows of the group's linears) and an
+-- attention phase (over token x head). Kernels with identical bodies (the
+-- same ops, shapes and dtypes in every layer) are emitted once and called
+-- per layer with that layer's buffers and weights. Each emitted statement
+-- carries the models.lua line and text that produced it.
+
+local util = require("util")
+local plan_mod = require("plan")
+
+local emit = {}
+
+local DT_ENUM = {f32 = "INGOT_F32", f16 = "INGOT_F16", bf16 = "INGOT_BF16",
+                 q8_0 = "INGOT_Q8_0", q4_0 = "INGOT_Q4_0", q4_1 = "INGOT_Q4_1"}
+local DT_CTYPE = {f32 = "const float", f16 = "const uint16_t", bf16 = "const uint16_t",
+                  q8_0 = "const block_q8_0", q4_0 = "const block_q4_0", q4_1 = "const block_q4_1"}
+
+-- Slot assignment for one kernel: buffers and weights are referred to by
+-- position, so the same body serves every layer.
+local function slots(grp, final_node)
+  local s = {bufs = {}, buf_index = {}, weights = {}, weight_index = {}}
+  local function buf(n)
+    local key = (n == final_node) and "logits" or n.buffer.id
+    if not s.buf_index[key] then
+      s.bufs[#s.bufs + 1] = {key = key, node = n}
+      s.buf_index[key] = #s.bufs - 1
+    end
+    return "b" .. s.buf_index[key]
+  end
+  local function weight(w)
+    if not s.weight_index[w] then
+      s.weights[#s.weights + 1] = w
+      s.weight_index[w] = #s.weights - 1
+    end
+    return "w" .. s.weight_index[w]
+  end
+  s.buf, s.weight = buf, weight
+  return s
+end
+
+-- The models.lua line a node came from, as a trailing comment.
+local function src(ctx, n)
+  local text = ctx.desc_lines[n.line] or ""
+  text = text:gsub("^%s+", ""):gsub("%*/", "* /")
+  return string.format("/* models.lua:%d  %s */", n.line, text)
+end
+
+local function row(ptr, t, width) return string.format("%s + (size_t)%s * %d", ptr, t, width) end
+
+-- C for one per-row op at row t.
+local function row_op(ctx, s, n)
+  local out = n.out and s.buf(n) or nil
+  local function inp(i) return s.buf(n.inputs[i].node) end
+  local W = n.width
+  local op = n.op
+  if op == "embedding" then
+    local w = n.inputs[2]
+    return string.format("kc_embed_row(%s, %s, b->tokens[t], %d, %s);", DT_ENUM[w.dtype], s.weight(w), W, row(out, "t", W))
+  elseif op == "rmsnorm" then
+    return string.format("kc_rmsnorm(%s, (const float *)%s, %s, %d, %s, %s);", row(inp(1), "t", W),
+      s.weight(n.inputs[2]), row(out, "t", W), W, util.cfloat(n.attrs.eps), util.cfloat(n.attrs.offset))
+  elseif op == "select_rows" then
+    return string.format("memcpy(%s, %s, sizeof(float) * %d);", row(out, "t", W), row(inp(1), "b->logit_rows[t]", W), W)
+  elseif op == "rope" then
+    local a = n.attrs
+    local pre = ""
+    if inp(1) ~= out then pre = string.format("memcpy(%s, %s, sizeof(float) * %d); ", row(out, "t", W), row(inp(1), "t", W), W) end
+    return pre .. string.format("kc_rope(%s, %d, %d, %d, a->m->rope, b->pos[t], %d);", row(out, "t", W),
+      a.heads, a.head_dim, a.rot_dim, a.pairs == "adjacent" and 1 or 0)
+  elseif op == "silu" or op == "gelu_tanh" then
+    return string.format("{ const float *x = %s; float *y = %s; for (int i = 0; i < %d; i++) y[i] = kc_%s(x[i]); }",
+      row(inp(1), "t", W), row(out, "t", W), W, op)
+  elseif op == "add" or op == "mul" then
+    return string.format("{ const float *x = %s, *y = %s; float *z = %s; for (int i = 0; i < %d; i++) z[i] = x[i] %s y[i]; }",
+      row(inp(1), "t", W), row(inp(2), "t", W), row(out, "t", W), W, op == "add" and "+" or "*")
+  elseif op == "scale" then
+    return string.format("{ const float *x = %s; float *y = %s; for (int i = 0; i < %d; i++) y[i] = x[i] * %s; }",
+      row(inp(1), "t", W), row(out, "t", W), W, util.cfloat(n.attrs.factor))
+  elseif op == "kv_store" then
+    local a = n.attrs
+    local kw = a.kv_heads * a.head_dim
+    return string.format("kc_kv_store(a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, b->block_tables[b->seq[t]], b->pos[t], %s, %s);",
+      a.kv_heads, a.head_dim, row(inp(1), "t", kw), row(inp(2), "t", kw))
+  end
+  error("no CPU emitter for op " .. op)
+end
+
+local function phase_rows(ctx, s, name, nodes, extra)
+  local lines = {}
+  lines[#lines + 1] = string.format("static void %s(void *vp, int64_t t0, int64_t t1, int tid) {", name)
+  lines[#lines + 1] = "    const kargs *a = vp; const ingot_batch *b = a->b; (void)b; (void)tid;"
+  local body = {}
+  for _, n in ipairs(nodes) do
+    body[#body + 1] = "        " .. src(ctx, n)
+    body[#body + 1] = "        " .. row_op(ctx, s, n)
+  end
+  if extra then body[#body + 1] = "        " .. extra end
+  lines[#lines + 1] = "@DECLS@"
+  lines[#lines + 1] = "    for (int64_t t = t0; t < t1; t++) {"
+  for _, l in ipairs(body) do lines[#lines + 1] = l end
+  lines[#lines + 1] = "    }"
+  lines[#lines + 1] = "}"
+  return lines
+end
+
+local function phase_matmul(ctx, s, name, grp)
+  local lines = {}
+  lines[#lines + 1] = string.format("static void %s(void *vp, int64_t r0, int64_t r1, int tid) {", name)
+  lines[#lines + 1] = "    const kargs *a = vp; (void)tid;"
+  lines[#lines + 1] = "@DECLS@"
+  local off = 0
+  for _, l in ipairs(grp.linears) do
+    local w = l.inputs[2]
+    local bias = l.inputs[3]
+    local IN, OUT = l.inputs[1].width, l.width
+    local lo, hi = off, off + OUT
+    local x, ldx
+    if plan_mod.quantized(w.dtype) then
+      x, ldx = "(const kc_q8 *)a->q8", string.format("%d", IN // 32)
+    else
+      x, ldx = s.buf(l.inputs[1].node), string.format("%d", IN)
+    end
+    lines[#lines + 1] = "    " .. src(ctx, l)
+    lines[#lines + 1] = string.format("    if (r0 < %d && r1 > %d) kc_mm_%s((%s *)%s, %s, %s, %s, %d, a->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 < %d ? r1 - %d : %d), %s, 0);",
+      hi, lo, w.dtype, DT_CTYPE[w.dtype], s.weight(w), x, ldx, s.buf(l), OUT, IN, lo, lo, hi, lo, OUT,
+      bias and ("(const float *)" .. s.weight(bias)) or "NULL")
+    off = hi
+  end
+  lines[#lines + 1] = "}"
+  return lines, off
+end
+
+local function phase_attention(ctx, s, name, n)
+  local a = n.attrs
+  local q = s.buf(n.inputs[1].node)
+  local out = s.buf(n)
+  local W = n.width
+  local lines = {
+    string.format("static void %s(void *vp, int64_t i0, int64_t i1, int tid) {", name),
+    "    const kargs *a = vp; const ingot_batch *b = a->b;",
+    "@DECLS@",
+    "    float *scores = a->m->scratch + (size_t)tid * MAX_CTX;",
+    "    for (int64_t i = i0; i < i1; i++) {",
+    string.format("        const int t = (int)(i / %d), h = (int)(i %% %d), pos = b->pos[t];", a.heads, a.heads),
+    string.format("        const int first = %s;", a.window > 0 and string.format("pos >= %d ? pos - %d : 0", a.window - 1, a.window - 1) or "0"),
+    "        " .. src(ctx, n),
+    string.format("        kc_attend(a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, b->block_tables[b->seq[t]], h / %d, first, pos,",
+      a.kv_heads, a.head_dim, a.heads // a.kv_heads),
+    string.format("                  %s + h * %d, %s, %s, scores, %s + h * %d);", row(q, "t", W), a.head_dim,
+      util.cfloat(a.scale), util.cfloat(a.softcap), row(out, "t", W), a.head_dim),
+    "    }",
+    "}",
+  }
+  return lines
+end
+
+-- Declarations of the slot pointers a body uses, with what each one holds.
+local function decls(s, body_text)
+  local d = {}
+  for i, b in ipairs(s.bufs) do
+    local nm = "b" .. (i - 1)
+    if body_text:find("%f[%w]" .. nm .. "%f[^%w]") then
+      local what = b.key == "logits" and "logits" or string.format("rows of %d floats", b.node.width)
+      d[#d + 1] = string.format("    float *%s = a->buf[%d]; /* %s */", nm, i - 1, what)
+    end
+  end
+  for i, w in ipairs(s.weights) do
+    local nm = "w" .. (i - 1)
+    if body_text:find("%f[%w]" .. nm .. "%f[^%w]") then
+      d[#d + 1] = string.format("    const void *%s = a->w[%d]; /* %s, %s */", nm, i - 1, w.logical, w.dtype)
+    end
+  end
+  return table.concat(d, "\n")
+end
+
+local function kernel_name(grp)
+  local parts, seen = {}, {}
+  for _, n in ipairs(grp.nodes) do
+    local p = n.op == "linear" and n.inputs[2].logical or n.op
+    if not seen[p] then parts[#parts + 1] = p; seen[p] = true end
+  end
+  local dt
+  for _, l in ipairs(grp.linears) do dt = dt or l.inputs[2].dtype end
+  local name = table.concat(parts, "_")
+  if dt then name = name .. "_" .. dt end
+  return name
+end
+
+-- Builds every kernel's C text and the call sites of the forward.
+function emit.kernels(ctx, groups, final_node)
+  local kernels, by_body, calls = {}, {}, {}
+  for _, grp in ipairs(groups) do
+    local s = slots(grp, final_node)
+    local phases = {}
+    local runs = {}
+    if grp.kind == "matmul" then
+      local q8_line
+      if grp.q8 then
+        local x = grp.linears[1].inputs[1]
+        q8_line = string.format("kc_quantize_q8(%s, (kc_q8 *)a->q8 + (size_t)t * %d, %d); /* activations quantized once for every linear below */",
+          row(s.buf(x.node), "t", x.width), x.width // 32, x.width)
+      end
+      if #grp.prologue > 0 or q8_line then
+        phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_pre", grp.prologue, q8_line)
+        runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_pre, (void *)a);"
+      end
+      local mm, total = phase_matmul(ctx, s, "@NAME@_mm", grp)
+      phases[#phases + 1] = mm
+      runs[#runs + 1] = string.format("tp_parallel_for(a->pool, %d, 16, @NAME@_mm, (void *)a);", total)
+      if #grp.epilogue > 0 then
+        phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_post", grp.epilogue)
+        runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_post, (void *)a);"
+      end
+    elseif grp.kind == "attention" then
+      local n = grp.ops[1]
+      phases[#phases + 1] = phase_attention(ctx, s, "@NAME@_attn", n)
+      runs[#runs + 1] = string.format("tp_parallel_for(a->pool, (int64_t)a->rows * %d, 1, @NAME@_attn, (void *)a);", n.attrs.heads)
+    else
+      phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_rows", grp.ops)
+      runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_rows, (void *)a);"
+    end
+    local text = {}
+    for _, p in ipairs(phases) do
+      local body = table.concat(p, "\n")
+      text[#text + 1] = (body:gsub("@DECLS@", function() return decls(s, body) end))
+    end
+    text[#text + 1] = "static void @NAME@(const kargs *a) {\n    " .. table.concat(runs, "\n    ") .. "\n}"
+    local body = table.concat(text, "\n\n")
+    local k = by_body[body]
+    if not k then
+      local base = kernel_name(grp)
+      local name = string.format("k%02d_%s", #kernels + 1, base)
+      local lines = {}
+      for _, n in ipairs(grp.nodes) do lines[#lines + 1] = n.line end
+      table.sort(lines)
+      k = {name = name, body = (body:gsub("@NAME@", name)), kind = grp.kind, first_line = lines[1],
+           last_line = lines[#lines], ops = #grp.nodes}
+      kernels[#kernels + 1] = k
+      by_body[body] = k
+    end
+    calls[#calls + 1] = {kernel = k, grp = grp, slots = s}
+  end
+  return kernels, calls
+end
+
+-- One call site of the forward: the kernel with this layer's buffers and weights.
+function emit.call(ctx, c)
+  local grp, s = c.grp, c.slots
+  local bufs = {}
+  for _, b in ipairs(s.bufs) do
+    if b.key == "logits" then bufs[#bufs + 1] = "b->logits"
+    else bufs[#bufs + 1] = string.format("ARENA(%d)", b.node.buffer.offset) end
+  end
+  local ws = {}
+  for _, w in ipairs(s.weights) do ws[#ws + 1] = string.format("m->w[%d]", w.slot) end
+  local kv_layer = 0
+  for _, n in ipairs(grp.nodes) do if n.attrs.kv_layer then kv_layer = n.attrs.kv_layer end end
+  return string.format("    RUN(%s, %s, %d, ((float *[]){%s}), ((const void *[]){%s}), %s);",
+    c.kernel.name, grp.rows == "logits" and "L" or "T", kv_layer,
+    #bufs > 0 and table.concat(bufs, ", ") or "NULL", #ws > 0 and table.concat(ws, ", ") or "NULL",
+    grp.q8 and string.format("ARENA(%d)", grp.q8.offset) or "NULL")
+end
+
+return emit

@@ -1,0 +1,207 @@
+-- generator/graph.lua — traces a models.lua description into an op graph with static shapes.
+--
+-- The description's embed/layer/head functions run once per layer against
+-- symbolic tensors: every op call appends a node that records its inputs,
+-- its width (columns per row), which rows it spans ("tokens": every token of
+-- the step; "logits": only the rows whose logits are wanted) and the
+-- models.lua line that called it. Shapes are checked as they are traced, so a
+-- mismatch is reported at the line of the description that caused it.
+
+local util = require("util")
+
+local graph = {}
+
+local Tensor = {}
+Tensor.__index = Tensor
+
+-- The ops every backend implements. Elementwise ops work per row and can be
+-- fused into the epilogue of the kernel that produces their input.
+graph.ELEMENTWISE = {add = true, mul = true, scale = true, silu = true, gelu_tanh = true,
+                     rope = true, kv_store = true}
+graph.ROW_OPS = {rmsnorm = true, select_rows = true}
+
+local G = {}
+G.__index = G
+
+function graph.new(desc, cfg)
+  return setmetatable({desc = desc, cfg = cfg, nodes = {}, weights = {}, weight_list = {},
+                       n_attn = 0, layer = nil}, G)
+end
+
+-- The description line that called the op being traced: the first stack
+-- frame that belongs to models.lua.
+local function caller_line(desc_path)
+  for level = 3, 12 do
+    local info = debug.getinfo(level, "Sl")
+    if not info then break end
+    if info.short_src:find(desc_path, 1, true) or info.source == "@" .. desc_path then
+      return info.currentline
+    end
+  end
+  return 0
+end
+
+function G:fail(line, msg)
+  util.die(string.format("%s:%d: error: %s", self.desc.path, line, msg))
+end
+
+function G:node(op, inputs, width, rows, attrs)
+  local n = {id = #self.nodes + 1, op = op, inputs = inputs, width = width, rows = rows,
+             attrs = attrs or {}, line = caller_line(self.desc.path), layer = self.layer,
+             consumers = {}}
+  for _, t in ipairs(inputs) do
+    if getmetatable(t) == Tensor then table.insert(t.node.consumers, n) end
+  end
+  self.nodes[#self.nodes + 1] = n
+  if width then
+    local t = setmetatable({node = n, width = width, rows = rows, g = self}, Tensor)
+    n.out = t
+    return t
+  end
+  return n
+end
+
+local function check_tensor(g, v, what)
+  if getmetatable(v) ~= Tensor then
+    g:fail(caller_line(g.desc.path), what .. " expects a tensor, got " .. type(v))
+  end
+end
+
+local function check_weight(g, w, what)
+  if type(w) ~= "table" or w.kind ~= "weight" then
+    g:fail(caller_line(g.desc.path), what .. " expects a weight (w.NAME), got " .. type(w))
+  end
+end
+
+-- Weight handles: w.NAME inside embed/layer/head resolves the declared
+-- weight for the current layer (or the model) and records it once.
+function G:weight_table()
+  local g = self
+  return setmetatable({}, {__index = function(_, name)
+    local decl = g.desc.entry.weights[name]
+    if not decl then
+      g:fail(caller_line(g.desc.path), "weight '" .. tostring(name) .. "' is not declared in weights")
+    end
+    local per_layer = decl.per_layer
+    local key = per_layer and string.format("%s.%d", name, g.layer) or name
+    local w = g.weights[key]
+    if not w then
+      w = {kind = "weight", logical = name, key = key, layer = per_layer and g.layer or nil,
+           decl = decl, shape = decl.dims}
+      g.weights[key] = w
+      g.weight_list[#g.weight_list + 1] = w
+    end
+    return w
+  end})
+end
+
+-- The op functions visible to descriptions.
+function G:env()
+  local g = self
+  local env = {}
+  function env.embedding(tokens, w)
+    check_weight(g, w, "embedding")
+    return g:node("embedding", {tokens, w}, w.shape[2], "tokens")
+  end
+  function env.rmsnorm(x, w, eps, opts)
+    check_tensor(g, x, "rmsnorm"); check_weight(g, w, "rmsnorm")
+    if w.shape[1] ~= x.width or #w.shape ~= 1 then
+      g:fail(caller_line(g.desc.path), string.format("rmsnorm: weight %s has shape [%s], input has width %d",
+        w.logical, table.concat(w.shape, ", "), x.width))
+    end
+    return g:node("rmsnorm", {x, w}, x.width, x.rows, {eps = eps, offset = (opts and opts.offset) or 0})
+  end
+  function env.linear(x, w, bias)
+    check_tensor(g, x, "linear"); check_weight(g, w, "linear")
+    if #w.shape ~= 2 or w.shape[2] ~= x.width then
+      g:fail(caller_line(g.desc.path), string.format("linear: weight %s has shape [%s], input has width %d",
+        w.logical, table.concat(w.shape, ", "), x.width))
+    end
+    if bias then check_weight(g, bias, "linear bias") end
+    return g:node("linear", {x, w, bias}, w.shape[1], x.rows)
+  end
+  function env.rope(x, o)
+    check_tensor(g, x, "rope")
+    if o.heads * o.head_dim ~= x.width then
+      g:fail(caller_line(g.desc.path), string.format("rope: %d heads x %d != width %d", o.heads, o.head_dim, x.width))
+    end
+    return g:node("rope", {x}, x.width, x.rows, {heads = o.heads, head_dim = o.head_dim,
+      rot_dim = o.rot_dim or o.head_dim, theta = o.theta, pairs = g.cfg.rope_pairs})
+  end
+  function env.attention(q, k, v, o)
+    check_tensor(g, q, "attention"); check_tensor(g, k, "attention"); check_tensor(g, v, "attention")
+    local line = caller_line(g.desc.path)
+    if o.heads % o.kv_heads ~= 0 then g:fail(line, "attention: heads must be a multiple of kv_heads") end
+    if q.width ~= o.heads * o.head_dim or k.width ~= o.kv_heads * o.head_dim or v.width ~= k.width then
+      g:fail(line, string.format("attention: q/k/v widths %d/%d/%d do not match %d heads, %d kv heads of %d",
+        q.width, k.width, v.width, o.heads, o.kv_heads, o.head_dim))
+    end
+    local slot = g.n_attn
+    g.n_attn = g.n_attn + 1
+    local attrs = {heads = o.heads, kv_heads = o.kv_heads, head_dim = o.head_dim, kv_layer = slot,
+                   window = o.window or 0, softcap = o.softcap or 0,
+                   scale = o.scale or 1 / math.sqrt(o.head_dim)}
+    local store = g:node("kv_store", {k, v}, nil, k.rows, attrs)
+    return g:node("attention", {q, store}, q.width, q.rows, attrs)
+  end
+  local function unary(op)
+    return function(x) check_tensor(g, x, op); return g:node(op, {x}, x.width, x.rows) end
+  end
+  env.silu = unary("silu")
+  env.gelu_tanh = unary("gelu_tanh")
+  env.math = math
+  env.string = string
+  env.ipairs, env.pairs, env.type, env.error = ipairs, pairs, type, error
+  return env
+end
+
+local function binary(op)
+  return function(a, b)
+    if type(a) == "number" then a, b = b, a end
+    local g = a.g
+    if type(b) == "number" then
+      if op ~= "mul" then g:fail(caller_line(g.desc.path), "only tensor * number is supported") end
+      return g:node("scale", {a}, a.width, a.rows, {factor = b})
+    end
+    if a.width ~= b.width then
+      g:fail(caller_line(g.desc.path), string.format("%s: widths differ (%d vs %d)", op, a.width, b.width))
+    end
+    return g:node(op, {a, b}, a.width, a.rows)
+  end
+end
+Tensor.__add = binary("add")
+Tensor.__mul = binary("mul")
+
+-- Traces the whole model: embed, every layer, then head on the logit rows.
+function G:trace()
+  local e, c = self.desc.entry, self.cfg.values
+  local env = self:env()
+  -- models.lua runs in an environment whose globals resolve to desc.ops.
+  for k, v in pairs(env) do self.desc.ops[k] = v end
+  local function call(fn, ...) return fn(...) end
+  local cview = setmetatable({}, {__index = function(_, k)
+    local v = c[k]
+    if v == nil then self:fail(caller_line(self.desc.path), "unknown config value c." .. tostring(k)) end
+    return v
+  end})
+  local tokens = self:node("tokens", {}, 1, "tokens")
+  self.layer = nil
+  local x = call(e.embed, tokens, self:weight_table(), cview)
+  for i = 0, c.layers - 1 do
+    self.layer = i
+    c.layer = i
+    x = call(e.layer, x, self:weight_table(), cview)
+    self.layer = nil
+  end
+  c.layer = nil
+  self.final_residual = x
+  x = self:node("select_rows", {x}, x.width, "logits")
+  local logits = call(e.head, x, self:weight_table(), cview)
+  if getmetatable(logits) ~= Tensor or logits.width ~= c.vocab then
+    util.die(string.format("%s: error: head must return a tensor of width vocab (%d)", self.desc.path, c.vocab))
+  end
+  self.logits = logits.node
+  return self
+end
+
+return graph

@@ -1,0 +1,183 @@
+-- generator/main.lua — the ingot generator: models.lua + a model's config → specialized sources.
+--
+-- usage: lua5.4 generator/main.lua --inspect INSPECT.json --source PATH --name NAME --out DIR
+--            [--hf-config config.json] [--dtype native|f32|f16|bf16|q8_0|q4_0|q4_1]
+--            [--backend cpu] [--no-fuse] [--max-tokens N] [--models models.lua] [--dry-run]
+--
+-- INSPECT.json is what `ingot-inspect` prints for the checkpoint (GGUF
+-- metadata or safetensors tensor list). Writes DIR/model.c (only when its
+-- bytes change). INGOT_DEBUG=1 prints the kernel plan.
+
+local script_dir = arg[0]:match("^(.*)/[^/]*$") or "."
+package.path = script_dir .. "/?.lua;" .. package.path
+
+local util = require("util")
+local describe = require("describe")
+local config = require("config")
+local graph = require("graph")
+local fuse = require("fuse")
+local plan = require("plan")
+local emit_c = require("emit_c")
+
+local VERSION = "ingot-generator 0.1"
+
+local function parse_args(argv)
+  local o = {dtype = "native", backend = "cpu", fused = true, max_tokens = 512,
+             models = script_dir .. "/../models.lua"}
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    local function val() i = i + 1; if argv[i] == nil then util.die("missing value for " .. a) end; return argv[i] end
+    if a == "--inspect" then o.inspect = val()
+    elseif a == "--source" then o.source = val()
+    elseif a == "--name" then o.name = val()
+    elseif a == "--out" then o.out = val()
+    elseif a == "--hf-config" then o.hf_config = val()
+    elseif a == "--dtype" then o.dtype = val()
+    elseif a == "--backend" then o.backend = val()
+    elseif a == "--no-fuse" then o.fused = false
+    elseif a == "--max-tokens" then o.max_tokens = math.tointeger(tonumber(val()))
+    elseif a == "--models" then o.models = val()
+    elseif a == "--dry-run" then o.dry_run = true
+    else util.die("unknown argument " .. a) end
+    i = i + 1
+  end
+  for _, k in ipairs({"inspect", "source", "name", "out"}) do
+    if not o[k] then util.die("--" .. k .. " is required") end
+  end
+  if o.backend ~= "cpu" then util.die("backend '" .. o.backend .. "' is not available in this generator (cpu)") end
+  local ok = {native = 1, f32 = 1, f16 = 1, bf16 = 1, q8_0 = 1, q4_0 = 1, q4_1 = 1}
+  if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
+  if not o.max_tokens or o.max_tokens < 1 or o.max_tokens % 4 ~= 0 then
+    util.die("--max-tokens must be a positive multiple of 4")
+  end
+  return o
+end
+
+-- The dtype each weight's kernels are compiled for: vectors (norms, biases)
+-- are f32; matrices keep their stored dtype unless --dtype asks otherwise.
+local function compiled_dtype(opts, w, stored)
+  if #w.shape == 1 then return "f32" end
+  if opts.dtype == "native" then return stored end
+  if plan.quantized(opts.dtype) and w.shape[2] % 32 ~= 0 then
+    util.die(string.format("--dtype %s needs rows that are a multiple of 32; %s has %d columns",
+      opts.dtype, w.logical, w.shape[2]))
+  end
+  return opts.dtype
+end
+
+local function main(argv)
+  local opts = parse_args(argv)
+  local inspect_text = util.read_file(opts.inspect) or util.die("cannot read " .. opts.inspect)
+  local info = util.json_decode(inspect_text, opts.inspect)
+  local tensors = {}
+  for _, t in ipairs(info.tensors) do tensors[t.name] = t end
+  local src = {format = info.format, meta = info.metadata, tensors = tensors}
+  local hf_archs, gguf_arch
+  local hf_text = ""
+  if info.format == "gguf" then
+    gguf_arch = info.metadata["general.architecture"]
+  else
+    if not opts.hf_config then util.die("a safetensors model needs its config.json (--hf-config)") end
+    hf_text = util.read_file(opts.hf_config) or util.die("cannot read " .. opts.hf_config)
+    src.hf = util.json_decode(hf_text, opts.hf_config)
+    hf_archs = src.hf.architectures or {}
+  end
+
+  local d = describe.load(opts.models)
+  local entry = describe.select(d, hf_archs, gguf_arch)
+  local cfg = config.resolve(d, entry, src)
+  config.weight_dims(d, entry, cfg.values)
+  d.entry = entry
+  local c = cfg.values
+
+  local g = graph.new(d, cfg):trace()
+
+  -- Bind each traced weight to its stored tensor and compiled dtype.
+  local weights, by_tensor, counts = {}, {}, {}
+  for i, w in ipairs(g.weight_list) do
+    w.tensor = config.tensor_name(entry, w.logical, w.layer, cfg.format)
+    local stored = w.tensor and tensors[w.tensor]
+    w.tied_c = "NULL"
+    if not stored and w.decl.tied then
+      local tied = config.tensor_name(entry, w.decl.tied, w.layer, cfg.format)
+      stored = tensors[tied]
+      w.tied_c = '"' .. tied .. '"'
+    end
+    if not stored then
+      util.die(string.format("%s:%d: error: weight '%s' (tensor '%s') is not in %s", d.path, w.decl.line,
+        w.logical, tostring(w.tensor), opts.source))
+    end
+    w.dtype = compiled_dtype(opts, w, stored.dtype)
+    w.dtype_enum = "INGOT_" .. w.dtype:upper()
+    w.slot = i - 1
+    local key = (stored.name or w.tensor) .. "/" .. w.dtype
+    w.same_as = by_tensor[key] or -1
+    by_tensor[key] = by_tensor[key] or w.slot
+    counts[w.dtype] = (counts[w.dtype] or 0) + 1
+    weights[i] = w
+  end
+  local summary = {}
+  for _, k in ipairs(util.sorted_keys(counts)) do summary[#summary + 1] = string.format("%s (%d)", k, counts[k]) end
+
+  local groups = fuse.run(g, opts.fused)
+  local p = plan.run(g, groups, g.logits)
+  local ctx = {desc_lines = {}}
+  for line in (d.text .. "\n"):gmatch("(.-)\n") do ctx.desc_lines[#ctx.desc_lines + 1] = line end
+  local kernels, calls = emit_c.kernels(ctx, groups, g.logits)
+
+  local forward_lines, last_layer = {}, "none"
+  for _, call in ipairs(calls) do
+    local n = call.grp.nodes[1]
+    local layer = n.layer and ("layer " .. n.layer) or (n.op == "embedding" and "embed" or "head")
+    if layer ~= last_layer then
+      forward_lines[#forward_lines + 1] = "    /* " .. layer .. " */"
+      last_layer = layer
+    end
+    forward_lines[#forward_lines + 1] = emit_c.call(ctx, call)
+  end
+
+  local input_hash = util.hash(table.concat({VERSION, d.text, inspect_text, hf_text, opts.dtype,
+    tostring(opts.fused), tostring(opts.max_tokens), opts.backend}, "\0"))
+  local banner = table.concat({
+    "/* DO NOT EDIT: generated by " .. VERSION .. " (generator/main.lua, generator/emit_c.lua)",
+    " * template:    templates/cpu/model.c.in",
+    " * description: models.lua entry '" .. entry.name .. "' (models.lua:" .. entry.line .. ")",
+    " * model:       " .. opts.source .. " (" .. cfg.format .. ")",
+    " * options:     backend=cpu dtype=" .. opts.dtype .. " fused=" .. tostring(opts.fused) ..
+      " max_tokens=" .. opts.max_tokens,
+    " * inputs hash: " .. input_hash,
+    " * Edit models.lua or the generator and rebuild with ./ingot build. */"}, "\n")
+
+  local template = require("pl.template")
+  local tmpl_path = script_dir .. "/../templates/cpu/model.c.in"
+  local tmpl = util.read_file(tmpl_path) or util.die("cannot read " .. tmpl_path)
+  local kv_layers = g.n_attn
+  local env = {
+    _escape = "@", banner = banner, model_name = opts.name, c = c, arch = entry.name,
+    max_tokens = opts.max_tokens, n_kv_layers = kv_layers, rope_dim = c.head_dim, plan = p,
+    weights = weights, kernels = kernels, calls = calls, source_path = opts.source:gsub("\\", "\\\\"):gsub('"', '\\"'),
+    format = cfg.format, fused = opts.fused and 1 or 0, dtype_summary = table.concat(summary, ", "),
+    generator_id = VERSION .. " " .. input_hash, forward_lines = forward_lines,
+    ipairs = ipairs, table = table, tostring = tostring,
+  }
+  local out, err = template.substitute(tmpl, env)
+  if not out then util.die("templates/cpu/model.c.in: " .. tostring(err)) end
+
+  if os.getenv("INGOT_DEBUG") then
+    io.stderr:write(string.format("ingot: %s: %d kernels per step (%d distinct), arena %d bytes/token (%d without reuse)\n",
+      opts.name, #calls, #kernels, p.bytes_per_token, p.naive_bytes_per_token))
+    for i, call in ipairs(calls) do
+      io.stderr:write(string.format("  %3d %s\n", i, call.kernel.name))
+    end
+  end
+  local path = opts.out .. "/model.c"
+  if opts.dry_run then
+    print("would write " .. path)
+    return
+  end
+  os.execute("mkdir -p '" .. opts.out .. "'")
+  util.write_if_changed(path, out)
+end
+
+main(arg)

@@ -1,0 +1,113 @@
+-- generator/plan.lua — scratch buffer planning: liveness and one arena.
+--
+-- Every tensor that a kernel writes gets a buffer of MAX_TOKENS rows; a
+-- matmul kernel whose linears take quantized activations also gets one
+-- buffer of quantized rows. A buffer is live from the kernel that writes it
+-- to the last kernel that reads it. Elementwise ops write in place when
+-- their input dies there. Buffers whose lifetimes do not overlap share
+-- arena bytes (first fit, largest first). Sizes and offsets are in bytes per
+-- token of MAX_TOKENS, so every address in the generated forward is a
+-- compile-time constant.
+
+local graph = require("graph")
+
+local plan = {}
+
+local Q8_BLOCK_BYTES = 40 -- sizeof(kc_q8): float d, float s, int8 qs[32]
+local ALIGN = 16
+
+local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end
+
+-- Whether a linear of this weight dtype takes quantized activations.
+function plan.quantized(dtype)
+  return dtype == "q8_0" or dtype == "q4_0" or dtype == "q4_1"
+end
+
+function plan.run(g, groups, final_node)
+  local buffers = {}
+  local function new_buffer(b)
+    b.id = #buffers + 1
+    buffers[#buffers + 1] = b
+    return b
+  end
+  for _, grp in ipairs(groups) do
+    for _, n in ipairs(grp.nodes) do
+      if n.out and n ~= final_node then
+        -- In place: an elementwise op takes over the buffer of an input it
+        -- reads last (every other reader comes earlier in execution order).
+        local donor
+        if graph.ELEMENTWISE[n.op] and n.op ~= "kv_store" then
+          for _, x in ipairs(n.inputs) do
+            if not donor and type(x) == "table" and x.node and x.node.buffer and x.node.rows == n.rows
+               and x.width == n.width and x.node ~= final_node then
+              local last_reader = true
+              for _, c in ipairs(x.node.consumers) do
+                if c.id > n.id then last_reader = false end
+              end
+              if last_reader then donor = x.node.buffer end
+            end
+          end
+        end
+        if donor then
+          n.buffer = donor
+          donor.nodes[#donor.nodes + 1] = n
+        else
+          n.buffer = new_buffer({bytes = align(n.width * 4), first = grp.index, last = grp.index,
+                                 nodes = {n}, kind = "f32", width = n.width})
+        end
+      end
+    end
+    if grp.kind == "matmul" then
+      local needs_q8 = false
+      for _, l in ipairs(grp.linears) do
+        if plan.quantized(l.inputs[2].dtype) then needs_q8 = true end
+      end
+      if needs_q8 then
+        local w = grp.linears[1].inputs[1].width
+        grp.q8 = new_buffer({bytes = align(w // 32 * Q8_BLOCK_BYTES), first = grp.index, last = grp.index,
+                             nodes = {}, kind = "q8", width = w})
+      end
+    end
+  end
+  -- Liveness: extend each buffer to the last kernel reading any of its tensors.
+  for _, grp in ipairs(groups) do
+    for _, n in ipairs(grp.nodes) do
+      for _, t in ipairs(n.inputs) do
+        if type(t) == "table" and t.node and t.node.buffer then
+          local b = t.node.buffer
+          if grp.index > b.last then b.last = grp.index end
+          if grp.index < b.first then b.first = grp.index end
+        end
+      end
+    end
+  end
+  -- First fit, largest first, among buffers whose lifetimes overlap.
+  local order = {}
+  for i, b in ipairs(buffers) do order[i] = b end
+  table.sort(order, function(a, b)
+    if a.bytes ~= b.bytes then return a.bytes > b.bytes end
+    return a.id < b.id
+  end)
+  local placed = {}
+  local total = 0
+  for _, b in ipairs(order) do
+    local conflicts = {}
+    for _, p in ipairs(placed) do
+      if not (p.last < b.first or b.last < p.first) then conflicts[#conflicts + 1] = p end
+    end
+    table.sort(conflicts, function(x, y) return x.offset < y.offset end)
+    local off = 0
+    for _, p in ipairs(conflicts) do
+      if off + b.bytes <= p.offset then break end
+      if p.offset + p.bytes > off then off = p.offset + p.bytes end
+    end
+    b.offset = off
+    placed[#placed + 1] = b
+    if off + b.bytes > total then total = off + b.bytes end
+  end
+  local naive = 0
+  for _, b in ipairs(buffers) do naive = naive + b.bytes end
+  return {buffers = buffers, bytes_per_token = total, naive_bytes_per_token = naive}
+end
+
+return plan

@@ -1,0 +1,460 @@
+/* main.c — the command line of every generated model binary.
+ *
+ *   NAME --info                               the descriptor: architecture, dims, dtypes, memory, kernels
+ *   NAME generate -p TEXT [-n 64] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
+ *   NAME logits --tokens 1,2,3 [--chunk N | --decode] [--out FILE]
+ *   NAME perplexity -f FILE [--ctx 512] [--argmax-out FILE]
+ *   NAME tokenize -p TEXT
+ * Common options: --weights PATH (default: the checkpoint it was built from),
+ * --tokenizer PATH (tokenizer.json; default: the GGUF's own, or tokenizer.json
+ * beside the safetensors), --threads N (default 2).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "model_api.h"
+#include "sampler.h"
+#include "threadpool.h"
+#include "tokenizer.h"
+
+typedef struct {
+    const char *weights;
+    const char *tokenizer;
+    int threads;
+} cli_common;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *msg) {
+    fprintf(stderr, "%s: error: %s\n", ingot_model_desc.name, msg);
+    exit(1);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: %s [--weights PATH] [--tokenizer PATH] [--threads N] COMMAND [options]\n"
+            "  --info                          print the model descriptor\n"
+            "  generate -p TEXT [-n 64] [--temp 0] [--top-k 0] [--top-p 1] [--min-p 0] [--seed S]\n"
+            "  logits --tokens 1,2,3 [--chunk N | --decode] [--out FILE]\n"
+            "  perplexity -f FILE [--ctx 512] [--argmax-out FILE]\n"
+            "  tokenize -p TEXT\n",
+            ingot_model_desc.name);
+}
+
+static long parse_long(const char *s, const char *what, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s must be an integer in [%ld, %ld], got '%s'", what, lo, hi, s);
+        die(msg);
+    }
+    return v;
+}
+
+static float parse_float(const char *s, const char *what) {
+    char *end;
+    float v = strtof(s, &end);
+    if (*end || end == s || v != v) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s must be a number, got '%s'", what, s);
+        die(msg);
+    }
+    return v;
+}
+
+/* ---- a single sequence over a private KV pool ------------------------- */
+
+typedef struct {
+    ingot_model *model;
+    tp_pool *pool;
+    ingot_kv kv;
+    int32_t *block_table;
+    int capacity; /* tokens the pool holds */
+    int len;      /* tokens already in the KV cache */
+    float *logits;
+} cli_seq;
+
+static void seq_init(cli_seq *s, ingot_model *m, tp_pool *pool, int capacity) {
+    memset(s, 0, sizeof *s);
+    s->model = m;
+    s->pool = pool;
+    if (capacity > ingot_model_desc.max_ctx) capacity = ingot_model_desc.max_ctx;
+    s->capacity = capacity;
+    const int blocks = (capacity + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
+    s->kv.n_blocks = blocks;
+    s->kv.data = calloc((size_t)blocks * INGOT_KV_BLOCK, ingot_model_desc.kv_bytes_per_token);
+    s->block_table = malloc(sizeof(int32_t) * (size_t)blocks);
+    s->logits = malloc(sizeof(float) * (size_t)ingot_model_desc.vocab * (size_t)ingot_model_max_tokens(m));
+    if (!s->kv.data || !s->block_table || !s->logits) die("out of memory for the KV cache");
+    for (int i = 0; i < blocks; i++) s->block_table[i] = i;
+}
+
+static void seq_free(cli_seq *s) {
+    free(s->kv.data);
+    free(s->block_table);
+    free(s->logits);
+}
+
+/* Feeds n tokens in one step; writes logits for the last `want` of them
+ * (want = n for teacher forcing, 1 for generation). */
+static void seq_step(cli_seq *s, const int32_t *tokens, int n, int want) {
+    if (s->len + n > s->capacity) die("sequence longer than the context");
+    int32_t pos[n], seqi[n], rows[n];
+    for (int i = 0; i < n; i++) {
+        pos[i] = s->len + i;
+        seqi[i] = 0;
+        rows[i] = n - want + i;
+    }
+    const int32_t seq_len = s->len + n;
+    const int32_t *tables[1] = {s->block_table};
+    ingot_batch b = {.n_tokens = n, .tokens = tokens, .pos = pos, .seq = seqi, .n_seqs = 1,
+                     .block_tables = tables, .seq_len = &seq_len, .n_logits = want,
+                     .logit_rows = rows, .logits = s->logits};
+    char err[512];
+    if (ingot_forward(s->model, &s->kv, &b, s->pool, err, sizeof err) != 0) die(err);
+    s->len += n;
+}
+
+/* ---- loading ----------------------------------------------------------- */
+
+static ingot_model *load_model(const cli_common *c) {
+    char err[1024];
+    const char *path = c->weights ? c->weights : ingot_model_desc.source;
+    ingot_model *m = ingot_model_load(path, 512, err, sizeof err);
+    if (!m) die(err);
+    return m;
+}
+
+static tok_tokenizer *load_tokenizer(const cli_common *c, ingot_model *m) {
+    char err[1024];
+    tok_tokenizer *t = NULL;
+    if (c->tokenizer) {
+        t = tok_from_json_file(c->tokenizer, err, sizeof err);
+    } else if (wt_gguf(ingot_model_weights(m))) {
+        t = tok_from_gguf(wt_gguf(ingot_model_weights(m)), err, sizeof err);
+    } else {
+        /* a safetensors folder: its tokenizer.json */
+        const char *src = wt_path(ingot_model_weights(m));
+        char path[4096];
+        struct stat st;
+        if (stat(src, &st) == 0 && S_ISDIR(st.st_mode))
+            snprintf(path, sizeof path, "%s/tokenizer.json", src);
+        else {
+            snprintf(path, sizeof path, "%s", src);
+            char *slash = strrchr(path, '/');
+            if (slash) snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "tokenizer.json");
+            else snprintf(path, sizeof path, "tokenizer.json");
+        }
+        t = tok_from_json_file(path, err, sizeof err);
+    }
+    if (!t) die(err);
+    return t;
+}
+
+/* ---- commands ---------------------------------------------------------- */
+
+static int cmd_info(const cli_common *c, int load) {
+    const ingot_desc *d = &ingot_model_desc;
+    printf("name:            %s\n", d->name);
+    printf("architecture:    %s (models.lua entry), %s weights, backend %s, %s\n", d->arch,
+           d->source_format, d->backend, d->fused ? "fused" : "unfused (--no-fuse)");
+    printf("source:          %s\n", d->source);
+    printf("dims:            dim %d, layers %d, heads %d, kv heads %d, head dim %d, ffn %d\n", d->dim,
+           d->n_layers, d->n_heads, d->n_kv_heads, d->head_dim, d->ffn_dim);
+    printf("vocab, context:  %d, %d\n", d->vocab, d->max_ctx);
+    printf("rope theta, eps: %g, %g\n", d->rope_theta, d->norm_eps);
+    printf("weight dtypes:   %s\n", d->weight_dtypes);
+    printf("KV cache:        %zu bytes/token (f32), %.1f MiB for the full context of one sequence\n",
+           d->kv_bytes_per_token, (double)d->kv_bytes_per_token * d->max_ctx / (1 << 20));
+    printf("scratch arena:   %zu bytes/token of a step\n", d->arena_bytes_per_token);
+    printf("kernels:         %d launches per step (decode or prefill), %d distinct\n",
+           d->kernels_per_step, d->n_kernel_kinds);
+    printf("generator:       %s\n", d->generator);
+    if (load) {
+        ingot_model *m = load_model(c);
+        printf("weights:         %.1f MiB in memory\n", (double)ingot_model_weight_bytes(m) / (1 << 20));
+        ingot_model_free(m);
+    }
+    return 0;
+}
+
+static int32_t *parse_token_list(const char *s, int *n) {
+    int cap = 16, count = 0;
+    int32_t *ids = malloc(sizeof(int32_t) * cap);
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) die("--tokens takes comma-separated token ids");
+        if (count == cap) ids = realloc(ids, sizeof(int32_t) * (cap *= 2));
+        ids[count++] = (int32_t)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) die("--tokens takes comma-separated token ids");
+    }
+    *n = count;
+    return ids;
+}
+
+/* Teacher-forced logits for every position, written as raw f32 [n][vocab]. */
+static int cmd_logits(const cli_common *c, int argc, char **argv) {
+    const char *tokens_arg = NULL, *out_path = NULL;
+    int chunk = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_arg = argv[++i];
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = (int)parse_long(argv[++i], "--chunk", 1, 1 << 20);
+        else if (!strcmp(argv[i], "--decode")) chunk = 1;
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+        else die("logits: unknown option (see --help)");
+    }
+    if (!tokens_arg) die("logits needs --tokens");
+    int n;
+    int32_t *ids = parse_token_list(tokens_arg, &n);
+    ingot_model *m = load_model(c);
+    tp_pool *pool = tp_create(c->threads);
+    cli_seq s;
+    seq_init(&s, m, pool, n);
+    const int max = ingot_model_max_tokens(m);
+    if (chunk <= 0 || chunk > max) chunk = max;
+    FILE *out = out_path ? fopen(out_path, "wb") : stdout;
+    if (!out) die("cannot open --out file");
+    for (int i = 0; i < n; i += chunk) {
+        const int k = n - i < chunk ? n - i : chunk;
+        seq_step(&s, ids + i, k, k);
+        fwrite(s.logits, sizeof(float), (size_t)k * ingot_model_desc.vocab, out);
+    }
+    if (out != stdout) fclose(out);
+    seq_free(&s);
+    tp_free(pool);
+    ingot_model_free(m);
+    free(ids);
+    return 0;
+}
+
+static char *read_whole_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* Perplexity over non-overlapping windows of --ctx tokens, each evaluated from
+ * an empty cache; the partial tail window is dropped. */
+static int cmd_perplexity(const cli_common *c, int argc, char **argv) {
+    const char *file = NULL, *argmax_out = NULL, *tokens_out = NULL;
+    int ctx = 512;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-f") && i + 1 < argc) file = argv[++i];
+        else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) ctx = (int)parse_long(argv[++i], "--ctx", 2, 1 << 20);
+        else if (!strcmp(argv[i], "--argmax-out") && i + 1 < argc) argmax_out = argv[++i];
+        else if (!strcmp(argv[i], "--tokens-out") && i + 1 < argc) tokens_out = argv[++i];
+        else die("perplexity: unknown option (see --help)");
+    }
+    if (!file) die("perplexity needs -f FILE");
+    if (ctx > ingot_model_desc.max_ctx) die("--ctx exceeds the model's context");
+    size_t len;
+    char *text = read_whole_file(file, &len);
+    if (!text) die("cannot read the -f file");
+    ingot_model *m = load_model(c);
+    tok_tokenizer *tok = load_tokenizer(c, m);
+    int32_t *ids;
+    size_t n;
+    char err[512];
+    if (tok_encode(tok, text, len, 0, 0, &ids, &n, err, sizeof err) != 0) die(err);
+    if (tokens_out) {
+        FILE *f = fopen(tokens_out, "wb");
+        if (!f) die("cannot open --tokens-out");
+        fwrite(ids, sizeof(int32_t), n, f);
+        fclose(f);
+    }
+    const int windows = (int)(n / (size_t)ctx);
+    if (windows == 0) die("text shorter than one window");
+    tp_pool *pool = tp_create(c->threads);
+    FILE *am = argmax_out ? fopen(argmax_out, "wb") : NULL;
+    double nll = 0.0;
+    long count = 0;
+    const int max = ingot_model_max_tokens(m);
+    const double t0 = now_seconds();
+    for (int w = 0; w < windows; w++) {
+        cli_seq s;
+        seq_init(&s, m, pool, ctx);
+        const int32_t *win = ids + (size_t)w * ctx;
+        for (int i = 0; i < ctx; i += max) {
+            const int k = ctx - i < max ? ctx - i : max;
+            seq_step(&s, win + i, k, k);
+            for (int j = 0; j < k; j++) {
+                const int p = i + j; /* logits at p predict token p+1 */
+                if (p + 1 >= ctx) break;
+                const float *lg = s.logits + (size_t)j * ingot_model_desc.vocab;
+                nll -= samp_logprob(lg, ingot_model_desc.vocab, win[p + 1]);
+                count++;
+                if (am) {
+                    int32_t a = samp_argmax(lg, ingot_model_desc.vocab);
+                    fwrite(&a, sizeof a, 1, am);
+                }
+            }
+        }
+        seq_free(&s);
+    }
+    const double dt = now_seconds() - t0;
+    if (am) fclose(am);
+    printf("tokens %zu windows %d ctx %d predicted %ld mean_nll %.6f perplexity %.4f\n", n, windows, ctx,
+           count, nll / count, exp(nll / count));
+    fprintf(stderr, "%.1f tokens/s\n", windows * (double)ctx / dt);
+    tp_free(pool);
+    tok_free(tok);
+    ingot_model_free(m);
+    free(ids);
+    free(text);
+    return 0;
+}
+
+static int cmd_tokenize(const cli_common *c, int argc, char **argv) {
+    const char *prompt = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-p") && i + 1 < argc) prompt = argv[++i];
+        else die("tokenize: unknown option");
+    }
+    if (!prompt) die("tokenize needs -p TEXT");
+    ingot_model *m = load_model(c);
+    tok_tokenizer *tok = load_tokenizer(c, m);
+    int32_t *ids;
+    size_t n;
+    char err[512];
+    if (tok_encode(tok, prompt, strlen(prompt), 1, 1, &ids, &n, err, sizeof err) != 0) die(err);
+    for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+    printf("\n");
+    free(ids);
+    tok_free(tok);
+    ingot_model_free(m);
+    return 0;
+}
+
+static int cmd_generate(const cli_common *c, int argc, char **argv) {
+    const char *prompt = NULL;
+    int n_predict = 64;
+    samp_params sp = samp_default_params();
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-p") && v) prompt = argv[++i];
+        else if (!strcmp(a, "-n") && v) n_predict = (int)parse_long(argv[++i], "-n", 0, 1 << 20);
+        else if (!strcmp(a, "--temp") && v) sp.temperature = parse_float(argv[++i], "--temp");
+        else if (!strcmp(a, "--top-k") && v) sp.top_k = (int)parse_long(argv[++i], "--top-k", 0, 1 << 30);
+        else if (!strcmp(a, "--top-p") && v) sp.top_p = parse_float(argv[++i], "--top-p");
+        else if (!strcmp(a, "--min-p") && v) sp.min_p = parse_float(argv[++i], "--min-p");
+        else if (!strcmp(a, "--repeat-penalty") && v) sp.repetition_penalty = parse_float(argv[++i], "--repeat-penalty");
+        else if (!strcmp(a, "--seed") && v) sp.seed = (uint64_t)parse_long(argv[++i], "--seed", 0, INT64_MAX);
+        else die("generate: unknown option (see --help)");
+    }
+    if (!prompt) die("generate needs -p TEXT");
+    if (sp.temperature < 0 || sp.top_p <= 0 || sp.top_p > 1 || sp.min_p < 0 || sp.min_p > 1)
+        die("sampling parameters out of range");
+    ingot_model *m = load_model(c);
+    tok_tokenizer *tok = load_tokenizer(c, m);
+    int32_t *prompt_ids;
+    size_t n_prompt;
+    char err[512];
+    if (tok_encode(tok, prompt, strlen(prompt), 1, 1, &prompt_ids, &n_prompt, err, sizeof err) != 0) die(err);
+    if (n_prompt == 0) die("the prompt encodes to no tokens");
+    const int total = (int)n_prompt + n_predict;
+    if (total > ingot_model_desc.max_ctx) die("prompt plus -n exceeds the model's context");
+    tp_pool *pool = tp_create(c->threads);
+    cli_seq s;
+    seq_init(&s, m, pool, total);
+    samp_sampler smp;
+    if (samp_init(&smp, ingot_model_desc.vocab, &sp) != 0) die("out of memory");
+    int32_t *history = malloc(sizeof(int32_t) * (size_t)total);
+    memcpy(history, prompt_ids, sizeof(int32_t) * n_prompt);
+    int n_hist = (int)n_prompt;
+
+    const int max = ingot_model_max_tokens(m);
+    const double t0 = now_seconds();
+    for (size_t i = 0; i < n_prompt; i += (size_t)max) {
+        const int k = (int)(n_prompt - i < (size_t)max ? n_prompt - i : (size_t)max);
+        seq_step(&s, prompt_ids + i, k, 1);
+    }
+    const double t1 = now_seconds();
+    tok_stream ts;
+    tok_stream_init(&ts);
+    char out[256];
+    int generated = 0;
+    for (; generated < n_predict; generated++) {
+        int next = samp_sample(&smp, s.logits, history, (size_t)n_hist);
+        history[n_hist++] = next;
+        if (next == tok_eos(tok)) {
+            generated++;
+            break;
+        }
+        size_t w = tok_stream_push(&ts, tok, next, 1, out, sizeof out);
+        fwrite(out, 1, w, stdout);
+        fflush(stdout);
+        if (generated + 1 < n_predict) seq_step(&s, &history[n_hist - 1], 1, 1);
+    }
+    size_t w = tok_stream_flush(&ts, out, sizeof out);
+    fwrite(out, 1, w, stdout);
+    printf("\n");
+    const double t2 = now_seconds();
+    fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tokens/s)\n", n_prompt, t1 - t0, n_prompt / (t1 - t0));
+    fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tokens/s)\n", generated, t2 - t1,
+            generated > 1 ? (generated - 1) / (t2 - t1) : 0.0);
+    free(history);
+    samp_free(&smp);
+    seq_free(&s);
+    tp_free(pool);
+    tok_free(tok);
+    ingot_model_free(m);
+    free(prompt_ids);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    cli_common c = {NULL, NULL, 2};
+    const char *env_threads = getenv("INGOT_THREADS");
+    if (env_threads) c.threads = (int)parse_long(env_threads, "INGOT_THREADS", 1, 64);
+    int i = 1;
+    for (; i < argc; i++) {
+        if (!strcmp(argv[i], "--weights") && i + 1 < argc) c.weights = argv[++i];
+        else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) c.tokenizer = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) c.threads = (int)parse_long(argv[++i], "--threads", 1, 64);
+        else break;
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[i++];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--info") || !strcmp(cmd, "info")) return cmd_info(&c, 1);
+    if (!strcmp(cmd, "generate")) return cmd_generate(&c, argc - i, argv + i);
+    if (!strcmp(cmd, "logits")) return cmd_logits(&c, argc - i, argv + i);
+    if (!strcmp(cmd, "perplexity")) return cmd_perplexity(&c, argc - i, argv + i);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&c, argc - i, argv + i);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,83 @@
+/* model_api.h — the contract between a generated model and the runtime.
+ *
+ * A generated model (build/<name>/gen/model.c) defines ingot_model_desc and
+ * the functions below; the runtime (CLI, scheduler, server) never knows which
+ * model or backend it drives. One forward call is one step for many
+ * sequences: each sequence brings its new tokens (1 for decode, a chunk for
+ * prefill), their positions, and the block table that maps its positions to
+ * blocks of the paged KV pool.
+ */
+#ifndef INGOT_MODEL_API_H
+#define INGOT_MODEL_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "threadpool.h"
+#include "weights.h"
+
+#define INGOT_KV_BLOCK 16 /* tokens per KV block */
+
+/* Constant descriptor, generated from models.lua + the model's config. */
+typedef struct {
+    const char *name;          /* build name, e.g. "smollm2" */
+    const char *arch;          /* models.lua entry, e.g. "llama" */
+    const char *backend;       /* "cpu" */
+    const char *source;        /* weights path the binary was built from (default --weights) */
+    const char *source_format; /* "gguf" or "safetensors" */
+    int fused;                 /* 1: fused kernels; 0: one kernel per op (--no-fuse) */
+    int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab, max_ctx;
+    double rope_theta, norm_eps;
+    const char *weight_dtypes; /* e.g. "q4_1 (210), q8_0 (1), f32 (61)" */
+    size_t kv_bytes_per_token; /* all layers, K and V */
+    int kernels_per_step;      /* kernel launches of one forward step (any batch size) */
+    int n_kernel_kinds;        /* distinct kernel functions emitted */
+    const char *const *kernel_names; /* per launch, in order (kernels_per_step entries) */
+    size_t arena_bytes_per_token; /* scratch bytes the buffer plan needs per batch token */
+    const char *generator;     /* generator version and input hash */
+} ingot_desc;
+
+extern const ingot_desc ingot_model_desc;
+
+/* The paged KV pool: n_blocks blocks of INGOT_KV_BLOCK tokens for every
+ * layer. Layout is the model's own business (see the generated file); the
+ * runtime only allocates kv_bytes_per_token * INGOT_KV_BLOCK * n_blocks bytes. */
+typedef struct {
+    void *data;
+    int n_blocks;
+} ingot_kv;
+
+/* One step. Token i belongs to sequence seq[i] at position pos[i]; a
+ * sequence's tokens in the step are contiguous and in position order, and
+ * every earlier position of that sequence is already in the KV pool. Positions
+ * < seq_len[s] must be covered by block_table[s]. */
+typedef struct {
+    int n_tokens;
+    const int32_t *tokens;    /* [n_tokens] */
+    const int32_t *pos;       /* [n_tokens] */
+    const int32_t *seq;       /* [n_tokens] index into the per-sequence arrays */
+    int n_seqs;
+    const int32_t *const *block_tables; /* [n_seqs][ceil(seq_len/INGOT_KV_BLOCK)] */
+    const int32_t *seq_len;   /* [n_seqs] length after this step */
+    int n_logits;             /* rows of logits wanted */
+    const int32_t *logit_rows;/* [n_logits] indices of tokens whose next-token logits are wanted */
+    float *logits;            /* [n_logits][vocab], written by the step */
+} ingot_batch;
+
+typedef struct ingot_model ingot_model;
+
+/* Maps weights, checks every tensor's name/shape/dtype against the
+ * description, converts where the build asked for another dtype, and
+ * allocates the scratch arena for up to max_tokens tokens per step. NULL and
+ * err filled on failure. */
+ingot_model *ingot_model_load(const char *weights_path, int max_tokens, char *err, size_t errlen);
+void ingot_model_free(ingot_model *m);
+const wt_file *ingot_model_weights(const ingot_model *m);
+size_t ingot_model_weight_bytes(const ingot_model *m);
+int ingot_model_max_tokens(const ingot_model *m);
+
+/* Runs one step; returns 0, or -1 with err filled for a batch that breaks the
+ * contract (too many tokens, position beyond the context, bad ids). */
+int ingot_forward(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *pool, char *err,
+                  size_t errlen);
+
+#endif

@@ -1,0 +1,132 @@
+/* sampler.c — next-token selection: penalties, temperature, top-k/top-p/min-p, seeded draws. */
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+samp_params samp_default_params(void) {
+    samp_params p = {0};
+    p.temperature = 0.0f;
+    p.top_p = 1.0f;
+    p.repetition_penalty = 1.0f;
+    p.seed = 0x5eed;
+    return p;
+}
+
+/* splitmix64: a small, well-mixed generator; the seed alone fixes the stream. */
+static uint64_t samp_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static double samp_uniform(uint64_t *state) { return (double)(samp_next(state) >> 11) * 0x1.0p-53; }
+
+int samp_init(samp_sampler *s, int vocab, const samp_params *p) {
+    memset(s, 0, sizeof *s);
+    s->p = *p;
+    s->rng = p->seed;
+    s->vocab = vocab;
+    s->probs = malloc(sizeof(float) * (size_t)vocab);
+    s->order = malloc(sizeof(int) * (size_t)vocab);
+    s->counts = calloc((size_t)vocab, sizeof(int));
+    if (!s->probs || !s->order || !s->counts) {
+        samp_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void samp_free(samp_sampler *s) {
+    free(s->probs);
+    free(s->order);
+    free(s->counts);
+    s->probs = NULL;
+    s->order = NULL;
+    s->counts = NULL;
+}
+
+int samp_argmax(const float *logits, int vocab) {
+    int best = 0;
+    for (int i = 1; i < vocab; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+double samp_logprob(const float *logits, int vocab, int id) {
+    double maxv = logits[0];
+    for (int i = 1; i < vocab; i++)
+        if (logits[i] > maxv) maxv = logits[i];
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - maxv);
+    return (double)logits[id] - maxv - log(sum);
+}
+
+static void samp_penalize(samp_sampler *s, float *logits, const int32_t *hist, size_t n) {
+    const samp_params *p = &s->p;
+    if (p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (hist[i] >= 0 && hist[i] < s->vocab) s->counts[hist[i]]++;
+    for (size_t i = 0; i < n; i++) {
+        const int id = hist[i];
+        if (id < 0 || id >= s->vocab || s->counts[id] == 0) continue;
+        float l = logits[id];
+        if (p->repetition_penalty != 1.0f)
+            l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
+        l -= p->presence_penalty + p->frequency_penalty * (float)s->counts[id];
+        logits[id] = l;
+        s->counts[id] = 0; /* each distinct token once; also resets for the next call */
+    }
+}
+
+static const float *samp_sort_key;
+static int samp_by_prob_desc(const void *a, const void *b) {
+    const float pa = samp_sort_key[*(const int *)a], pb = samp_sort_key[*(const int *)b];
+    if (pa != pb) return pa < pb ? 1 : -1;
+    return *(const int *)a - *(const int *)b;
+}
+
+int samp_sample(samp_sampler *s, float *logits, const int32_t *history, size_t n_history) {
+    samp_penalize(s, logits, history, n_history);
+    const int V = s->vocab;
+    if (s->p.temperature <= 0.0f) return samp_argmax(logits, V);
+
+    /* Softmax at temperature, in f32 with the max subtracted. */
+    float maxv = logits[samp_argmax(logits, V)];
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) {
+        s->probs[i] = expf((logits[i] - maxv) / s->p.temperature);
+        sum += s->probs[i];
+    }
+    for (int i = 0; i < V; i++) s->probs[i] = (float)(s->probs[i] / sum);
+
+    /* Candidates sorted by probability; top-k, min-p and top-p cut the tail. */
+    int n = 0;
+    const float floor_p = s->p.min_p > 0.0f ? s->p.min_p * s->probs[samp_argmax(s->probs, V)] : 0.0f;
+    for (int i = 0; i < V; i++)
+        if (s->probs[i] >= floor_p && s->probs[i] > 0.0f) s->order[n++] = i;
+    samp_sort_key = s->probs;
+    qsort(s->order, (size_t)n, sizeof(int), samp_by_prob_desc);
+    if (s->p.top_k > 0 && n > s->p.top_k) n = s->p.top_k;
+    if (s->p.top_p < 1.0f) {
+        double cum = 0.0;
+        for (int i = 0; i < n; i++) {
+            cum += s->probs[s->order[i]];
+            if (cum >= s->p.top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    double total = 0.0;
+    for (int i = 0; i < n; i++) total += s->probs[s->order[i]];
+    double r = samp_uniform(&s->rng) * total;
+    for (int i = 0; i < n; i++) {
+        r -= s->probs[s->order[i]];
+        if (r <= 0.0) return s->order[i];
+    }
+    return s->order[n > 0 ? n - 1 : 0];
+}

@@ -1,0 +1,146 @@
+/* model_load.h — load, free and batch checking shared by every generated CPU model.
+ *
+ * Included by the generated model.c after its WEIGHTS table and constants,
+ * so the code here is specialized by them. Weights stored in the dtype the
+ * kernels were compiled for are used in place (zero copy, from the mapping);
+ * others are converted once at load, row by row through f32.
+ */
+
+static void *model_aligned_alloc(size_t bytes) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    return aligned_alloc(64, rounded ? rounded : 64);
+}
+
+/* Converts a whole tensor to dtype `to`; NULL on allocation failure. */
+static void *model_convert(const wt_tensor *t, ingot_dtype to, size_t *out_bytes) {
+    const int64_t cols = t->shape[t->n_dims - 1];
+    const int64_t rows = t->nbytes == 0 ? 0 : (int64_t)(t->n_dims == 1 ? 1 : t->shape[0]);
+    size_t in_row, out_row;
+    if (dtype_row_bytes(t->dtype, cols, &in_row) != 0 || dtype_row_bytes(to, cols, &out_row) != 0) return NULL;
+    unsigned char *dst = model_aligned_alloc(out_row * (size_t)rows);
+    float *tmp = malloc(sizeof(float) * (size_t)cols);
+    if (!dst || !tmp) { free(dst); free(tmp); return NULL; }
+    for (int64_t r = 0; r < rows; r++) {
+        dtype_dequantize_row(t->dtype, (const unsigned char *)t->data + (size_t)r * in_row, tmp, cols);
+        dtype_quantize_row(to, tmp, dst + (size_t)r * out_row, cols);
+    }
+    free(tmp);
+    *out_bytes = out_row * (size_t)rows;
+    return dst;
+}
+
+void ingot_model_free(ingot_model *m) {
+    if (!m) return;
+    for (int i = 0; i < N_WEIGHTS; i++) free(m->owned[i]);
+    free(m->arena);
+    free(m->rope);
+    free(m->scratch);
+    wt_close(m->file);
+    free(m);
+}
+
+ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_t errlen) {
+    if (max_tokens > MAX_TOKENS) {
+        snprintf(err, errlen, "this build plans for at most %d tokens per step, %d requested", MAX_TOKENS, max_tokens);
+        return NULL;
+    }
+    ingot_model *m = calloc(1, sizeof *m);
+    if (!m) { snprintf(err, errlen, "out of memory"); return NULL; }
+    m->file = wt_open(path, err, errlen);
+    if (!m->file) { free(m); return NULL; }
+    for (int i = 0; i < N_WEIGHTS; i++) {
+        const weight_spec *s = &WEIGHTS[i];
+        if (s->same_as >= 0) { m->w[i] = m->w[s->same_as]; continue; }
+        const char *name = s->name;
+        if (!wt_find(m->file, name) && s->tied_to) name = s->tied_to;
+        const wt_tensor *t = wt_expect(m->file, name, s->n_dims, s->shape, ~0u, err, errlen);
+        if (!t) {
+            size_t used = strlen(err);
+            snprintf(err + used, errlen - used, " (declared at models.lua:%d)", s->line);
+            ingot_model_free(m);
+            return NULL;
+        }
+        if (t->dtype == s->dtype) {
+            m->w[i] = t->data;
+            m->weight_bytes += t->nbytes;
+        } else {
+            size_t bytes = 0;
+            void *conv = model_convert(t, s->dtype, &bytes);
+            if (!conv) {
+                snprintf(err, errlen, "%s: cannot convert tensor '%s' from %s to %s", wt_path(m->file), name,
+                         dtype_name(t->dtype), dtype_name(s->dtype));
+                ingot_model_free(m);
+                return NULL;
+            }
+            m->owned[i] = conv;
+            m->w[i] = conv;
+            m->weight_bytes += bytes;
+        }
+    }
+    m->arena = model_aligned_alloc((size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS);
+    m->rope = model_aligned_alloc(sizeof(float) * (size_t)MAX_CTX * ROPE_DIM);
+    m->scratch = model_aligned_alloc(sizeof(float) * (size_t)MAX_THREADS * MAX_CTX);
+    if (!m->arena || !m->rope || !m->scratch) {
+        snprintf(err, errlen, "out of memory allocating scratch");
+        ingot_model_free(m);
+        return NULL;
+    }
+    kc_rope_table(m->rope, MAX_CTX, ROPE_DIM, ingot_model_desc.rope_theta);
+    return m;
+}
+
+const wt_file *ingot_model_weights(const ingot_model *m) { return m->file; }
+size_t ingot_model_weight_bytes(const ingot_model *m) { return m->weight_bytes; }
+int ingot_model_max_tokens(const ingot_model *m) { (void)m; return MAX_TOKENS; }
+
+/* Checks a batch against the contract of model_api.h before any kernel runs,
+ * so a bad batch is an error, never an out-of-bounds access. */
+static int model_check_batch(const ingot_kv *kv, const ingot_batch *b, const tp_pool *pool, char *err,
+                             size_t errlen) {
+    if (b->n_tokens < 1 || b->n_tokens > MAX_TOKENS) {
+        snprintf(err, errlen, "batch of %d tokens (this build takes 1..%d per step)", b->n_tokens, MAX_TOKENS);
+        return -1;
+    }
+    if (b->n_logits < 0 || b->n_logits > b->n_tokens || (b->n_logits > 0 && !b->logits)) {
+        snprintf(err, errlen, "n_logits %d out of range", b->n_logits);
+        return -1;
+    }
+    if (tp_size(pool) > MAX_THREADS) {
+        snprintf(err, errlen, "at most %d threads", MAX_THREADS);
+        return -1;
+    }
+    if (!kv || !kv->data || kv->n_blocks < 1) {
+        snprintf(err, errlen, "no KV pool");
+        return -1;
+    }
+    for (int s = 0; s < b->n_seqs; s++) {
+        if (b->seq_len[s] < 0 || b->seq_len[s] > MAX_CTX) {
+            snprintf(err, errlen, "sequence %d: length %d beyond the context (%d)", s, b->seq_len[s], MAX_CTX);
+            return -1;
+        }
+        for (int i = 0; i < (b->seq_len[s] + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK; i++) {
+            if (b->block_tables[s][i] < 0 || b->block_tables[s][i] >= kv->n_blocks) {
+                snprintf(err, errlen, "sequence %d: block %d out of the pool", s, b->block_tables[s][i]);
+                return -1;
+            }
+        }
+    }
+    for (int i = 0; i < b->n_tokens; i++) {
+        const int s = b->seq[i];
+        if (b->tokens[i] < 0 || b->tokens[i] >= VOCAB) {
+            snprintf(err, errlen, "token id %d out of the vocabulary (%d)", b->tokens[i], VOCAB);
+            return -1;
+        }
+        if (s < 0 || s >= b->n_seqs || b->pos[i] < 0 || b->pos[i] >= b->seq_len[s]) {
+            snprintf(err, errlen, "token %d: sequence %d / position %d inconsistent with the batch", i, s, b->pos[i]);
+            return -1;
+        }
+    }
+    for (int i = 0; i < b->n_logits; i++) {
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens) {
+            snprintf(err, errlen, "logit row %d out of range", b->logit_rows[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
