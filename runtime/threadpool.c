@@ -25,16 +25,24 @@
  * the worker sees the new generation before sleeping or the caller sees the
  * sleeper and wakes it (the worker re-checks `gen` under the mutex).
  *
- * Every worker acknowledges every generation through `done` (even when it
- * has no chunk), so the job fields are never rewritten while a late worker
- * might still read them. The caller runs chunk 0 itself and then spins
- * (yielding after a while) until all workers have acknowledged.
+ * Chunk i (i >= 1) belongs to worker i, but it is handed out through a
+ * claim word slot[i]: the caller opens it for generation g by storing 2g,
+ * and whoever first turns 2g into 2g+1 with a CAS runs it. The caller runs
+ * chunk 0 and then claims every chunk still open itself, so a worker that
+ * is descheduled or asleep (2 cores shared with other processes) costs the
+ * caller only the chunk's own work, never a scheduler time slice. A worker
+ * that wakes up late finds its slot claimed or already opened for a later
+ * generation, its CAS fails and it goes back to waiting; a successful CAS
+ * (acquire) guarantees the job fields it reads next are those of the
+ * generation it claimed, because the caller rewrites them only after every
+ * claimed chunk has reported to `done`.
  *
  * Chunking is static: [0, n) is cut into u = ceil(n / grain) units of grain
  * items, and chunk i of c = min(threads, u) gets units [i*u/c, (i+1)*u/c).
  * Every chunk boundary is thus a multiple of grain, every chunk holds at
- * least grain items except a last one that ends at n, and chunk i always runs
- * on thread i (stable thread_id -> data mapping from call to call). */
+ * least grain items except a last one that ends at n. fn receives the chunk
+ * index as thread_id: unique within a call and < tp_size, so it can index
+ * per-thread scratch, even when the caller ran a worker's chunk. */
 
 #define TP_SPIN_ITERS 20000 /* pause iterations (~tens of microseconds) before sleeping */
 #define TP_WAIT_SPINS 4096  /* caller spins before it starts yielding */
@@ -56,7 +64,8 @@ struct tp_pool {
     int chunks;
 
     _Alignas(64) atomic_uint gen;
-    _Alignas(64) atomic_int done;
+    _Alignas(64) atomic_int done;      /* chunks >= 1 completed in this generation */
+    atomic_ullong *slot;               /* per thread: 2g open for generation g, 2g+1 claimed */
     _Alignas(64) atomic_int sleepers;
     atomic_int stop;
 
@@ -71,11 +80,18 @@ static void tp_run_chunk(tp_pool *p, int i) {
     if (b < e) p->fn(p->ctx, b, e, i);
 }
 
+/* Claims chunk i of generation g; returns 1 if the caller of this got it. */
+static int tp_claim(tp_pool *p, int i, unsigned long long g) {
+    unsigned long long want = 2 * g;
+    return atomic_compare_exchange_strong_explicit(&p->slot[i], &want, 2 * g + 1, memory_order_acq_rel,
+                                                   memory_order_relaxed);
+}
+
 static void *tp_worker(void *arg) {
     tp_worker_arg *wa = arg;
     tp_pool *p = wa->pool;
     int id = wa->id;
-    unsigned seen = atomic_load(&p->gen);
+    unsigned seen = 0; /* gen is 0 until the first job, which may come before this line */
     for (;;) {
         unsigned g;
         int spins = 0;
@@ -93,8 +109,10 @@ static void *tp_worker(void *arg) {
         }
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
-        if (id < p->chunks) tp_run_chunk(p, id);
-        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        if (tp_claim(p, id, g)) {
+            tp_run_chunk(p, id);
+            atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        }
     }
 }
 
@@ -112,7 +130,9 @@ tp_pool *tp_create(int n_threads) {
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads, sizeof *p->threads);
         p->args = calloc((size_t)n_threads, sizeof *p->args);
-        if (!p->threads || !p->args) goto fail;
+        p->slot = calloc((size_t)n_threads, sizeof *p->slot);
+        if (!p->threads || !p->args || !p->slot) goto fail;
+        for (int i = 0; i < n_threads; i++) atomic_init(&p->slot[i], 1); /* closed */
         for (int i = 1; i < n_threads; i++) {
             p->args[i].pool = p;
             p->args[i].id = i;
@@ -127,6 +147,7 @@ tp_pool *tp_create(int n_threads) {
 fail:
     free(p->threads);
     free(p->args);
+    free(p->slot);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p);
@@ -152,6 +173,7 @@ void tp_free(tp_pool *p) {
     }
     free(p->threads);
     free(p->args);
+    free(p->slot);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p);
@@ -175,9 +197,17 @@ void tp_parallel_for(tp_pool *p, int64_t n, int64_t grain, tp_fn fn, void *ctx) 
     p->units = units;
     p->chunks = chunks;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    tp_publish(p);
+    unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    for (int i = 1; i < chunks; i++) atomic_store_explicit(&p->slot[i], 2ull * g, memory_order_release);
+    tp_publish(p); /* gen becomes g */
     tp_run_chunk(p, 0);
-    int want = p->n_threads - 1, spins = 0;
+    int mine = 0; /* chunks the caller took over */
+    for (int i = 1; i < chunks; i++)
+        if (tp_claim(p, i, g)) {
+            tp_run_chunk(p, i);
+            mine++;
+        }
+    int want = chunks - 1 - mine, spins = 0;
     while (atomic_load_explicit(&p->done, memory_order_acquire) < want) {
         if (++spins < TP_WAIT_SPINS) TP_PAUSE();
         else sched_yield();

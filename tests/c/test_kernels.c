@@ -1,0 +1,479 @@
+/* test_kernels.c — CPU kernels (kc_*.h) and the thread pool against plain double-precision references. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtype.h"
+#include "kc_half.h"
+#include "kc_matmul.h"
+#include "kc_quant.h"
+#include "threadpool.h"
+
+/* Tolerances, relative to sum_k |w_k * x_k| of the output concerned:
+ *   float weights (f32, f16, bf16; f32 accumulation):             1e-5
+ *   quantized weights (reference on the same kc_q8 activations):  1e-4
+ * plus a few f32 ulps of |bias| + |previous Y| + |result| for the final adds. */
+#define TOL_FLOAT 1e-5
+#define TOL_QUANT 1e-4
+
+static int n_pass, n_fail;
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static void check(int ok, const char *fmt, ...) {
+    if (ok) {
+        n_pass++;
+        return;
+    }
+    n_fail++;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+/* ---- deterministic random numbers ---- */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static float rndf(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); } /* [-1,1) */
+static int rndi(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }        /* [lo,hi] */
+
+/* ---- reference conversions (independent of the kernels and of dtype.c) ---- */
+static double ref_fp16(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 0) v = ldexp((double)m, -24);
+    else if (e == 31) v = m ? NAN : INFINITY;
+    else v = ldexp((double)(m + 1024), e - 25);
+    return s ? -v : v;
+}
+static double ref_bf16(uint16_t h) {
+    int s = h >> 15, e = (h >> 7) & 255, m = h & 127;
+    double v;
+    if (e == 0) v = ldexp((double)m, -133);
+    else if (e == 255) v = m ? NAN : INFINITY;
+    else v = ldexp((double)(m + 128), e - 134);
+    return s ? -v : v;
+}
+/* Random normal fp16 with exponent in [e0, e1] (unbiased). */
+static uint16_t rnd_fp16(int e0, int e1, int allow_neg) {
+    uint16_t s = allow_neg ? (uint16_t)((rnd() & 1) << 15) : 0;
+    return (uint16_t)(s | (uint16_t)((rndi(e0, e1) + 15) << 10) | (uint16_t)(rnd() & 1023));
+}
+static uint16_t rnd_bf16(void) {
+    return (uint16_t)(((rnd() & 1) << 15) | (uint16_t)((rndi(-4, 1) + 127) << 7) | (uint16_t)(rnd() & 127));
+}
+
+static const char *tname(ingot_dtype t) {
+    static const char *names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"};
+    return (unsigned)t < 6 ? names[t] : "?";
+}
+
+/* Dequantized weight element k of row r (IN per row) for each dtype. */
+static double ref_w(ingot_dtype t, const void *W, int IN, int r, int k) {
+    size_t i = (size_t)r * IN + k, b = i / 32;
+    int e = (int)(i % 32);
+    switch (t) {
+    case INGOT_F32: return ((const float *)W)[i];
+    case INGOT_F16: return ref_fp16(((const uint16_t *)W)[i]);
+    case INGOT_BF16: return ref_bf16(((const uint16_t *)W)[i]);
+    case INGOT_Q8_0: {
+        const block_q8_0 *q = (const block_q8_0 *)W + b;
+        return ref_fp16(q->d) * q->qs[e];
+    }
+    case INGOT_Q4_0: {
+        const block_q4_0 *q = (const block_q4_0 *)W + b;
+        int v = e < 16 ? (q->qs[e] & 15) : (q->qs[e - 16] >> 4);
+        return ref_fp16(q->d) * (v - 8);
+    }
+    case INGOT_Q4_1: {
+        const block_q4_1 *q = (const block_q4_1 *)W + b;
+        int v = e < 16 ? (q->qs[e] & 15) : (q->qs[e - 16] >> 4);
+        return ref_fp16(q->d) * v + ref_fp16(q->m);
+    }
+    default: return NAN;
+    }
+}
+
+static size_t w_bytes(ingot_dtype t, int rows, int IN) {
+    size_t n = (size_t)rows * IN;
+    switch (t) {
+    case INGOT_F32: return n * 4;
+    case INGOT_F16:
+    case INGOT_BF16: return n * 2;
+    case INGOT_Q8_0: return n / 32 * sizeof(block_q8_0);
+    case INGOT_Q4_0: return n / 32 * sizeof(block_q4_0);
+    default: return n / 32 * sizeof(block_q4_1);
+    }
+}
+
+static void *rnd_weights(ingot_dtype t, int rows, int IN) {
+    size_t n = (size_t)rows * IN;
+    void *W = malloc(w_bytes(t, rows, IN));
+    switch (t) {
+    case INGOT_F32:
+        for (size_t i = 0; i < n; i++) ((float *)W)[i] = rndf();
+        break;
+    case INGOT_F16:
+        for (size_t i = 0; i < n; i++) ((uint16_t *)W)[i] = rnd_fp16(-6, 0, 1);
+        break;
+    case INGOT_BF16:
+        for (size_t i = 0; i < n; i++) ((uint16_t *)W)[i] = rnd_bf16();
+        break;
+    case INGOT_Q8_0:
+        for (size_t b = 0; b < n / 32; b++) {
+            block_q8_0 *q = (block_q8_0 *)W + b;
+            q->d = rnd_fp16(-10, -5, 0);
+            for (int k = 0; k < 32; k++) q->qs[k] = (int8_t)rndi(-128, 127);
+        }
+        break;
+    case INGOT_Q4_0:
+        for (size_t b = 0; b < n / 32; b++) {
+            block_q4_0 *q = (block_q4_0 *)W + b;
+            q->d = rnd_fp16(-8, -3, 1);
+            for (int k = 0; k < 16; k++) q->qs[k] = (uint8_t)rnd();
+        }
+        break;
+    default:
+        for (size_t b = 0; b < n / 32; b++) {
+            block_q4_1 *q = (block_q4_1 *)W + b;
+            q->d = rnd_fp16(-8, -3, 0);
+            q->m = rnd_fp16(-6, -1, 1);
+            for (int k = 0; k < 16; k++) q->qs[k] = (uint8_t)rnd();
+        }
+        break;
+    }
+    return W;
+}
+
+/* ---- fp16 / bf16 conversion ---- */
+static void test_half(void) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        double r = ref_fp16((uint16_t)h);
+        float f = kc_fp16_to_f32((uint16_t)h);
+        if (isnan(r) ? !isnan(f) : (double)f != r) {
+            if (bad++ < 5) printf("  fp16 %04x: got %g want %g\n", h, f, r);
+        }
+        r = ref_bf16((uint16_t)h);
+        f = kc_bf16_to_f32((uint16_t)h);
+        if (isnan(r) ? !isnan(f) : (double)f != r) {
+            if (bad++ < 5) printf("  bf16 %04x: got %g want %g\n", h, f, r);
+        }
+    }
+    check(bad == 0, "fp16/bf16 -> f32 over all 65536 codes: %d mismatches", bad);
+}
+
+/* ---- activation quantization ---- */
+static void test_quantize(void) {
+    for (int trial = 0; trial < 6; trial++) {
+        int n = 32 * (1 + trial * 7);
+        float *x = malloc(sizeof(float) * n);
+        kc_q8 *q = malloc(sizeof(kc_q8) * (n / 32));
+        float scale = trial == 3 ? 1e-3f : trial == 4 ? 300.0f : 2.0f;
+        for (int i = 0; i < n; i++) x[i] = rndf() * scale;
+        if (trial == 1) memset(x, 0, 32 * sizeof(float)); /* all-zero block */
+        if (trial == 2) x[5] = -7.0f;                     /* a negative extreme */
+        kc_quantize_q8(x, q, n);
+        int bad = 0;
+        for (int b = 0; b < n / 32; b++) {
+            float amax = 0;
+            for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[32 * b + k]));
+            if (q[b].d != amax / 127.0f) bad++;
+            long sum = 0;
+            for (int k = 0; k < 32; k++) {
+                int v = q[b].qs[k];
+                sum += v;
+                double err = fabs((double)x[32 * b + k] - (double)q[b].d * v);
+                if (v < -127 || v > 127 || err > 0.5 * q[b].d * (1 + 1e-5) + 1e-30) bad++;
+            }
+            if (fabs(q[b].s - (double)q[b].d * sum) > 1e-6 * fabs((double)q[b].d * sum) + 1e-30) bad++;
+        }
+        check(bad == 0, "kc_quantize_q8 n=%d scale=%g: %d errors", n, scale, bad);
+        free(x);
+        free(q);
+    }
+}
+
+/* ---- kc_embed_row ---- */
+static void test_embed(void) {
+    const ingot_dtype types[] = {INGOT_F32, INGOT_F16, INGOT_BF16, INGOT_Q8_0, INGOT_Q4_0, INGOT_Q4_1};
+    for (int ti = 0; ti < 6; ti++) {
+        ingot_dtype t = types[ti];
+        int IN = 96, rows = 5, bad = 0;
+        void *W = rnd_weights(t, rows, IN);
+        float out[96];
+        for (int r = 0; r < rows; r++) {
+            kc_embed_row(t, W, r, IN, out);
+            for (int k = 0; k < IN; k++)
+                if ((double)out[k] != (double)(float)ref_w(t, W, IN, r, k)) bad++;
+        }
+        check(bad == 0, "kc_embed_row %s: %d mismatches", tname(t), bad);
+        free(W);
+    }
+}
+
+/* ---- matmul kernels ---- */
+
+/* Calls the kernel for type t. X is float [T][ldx] for float types, or the
+ * kc_q8 blocks [T][ldx] for quantized ones. */
+static void call_mm(ingot_dtype t, const void *W, const void *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                    int r1, const float *bias, int acc) {
+    switch (t) {
+    case INGOT_F32: kc_mm_f32(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_F16: kc_mm_f16(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_BF16: kc_mm_bf16(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q8_0: kc_mm_q8_0(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q4_0: kc_mm_q4_0(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    default: kc_mm_q4_1(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    }
+}
+
+static int is_quant(ingot_dtype t) { return t >= INGOT_Q8_0; }
+
+/* Runs one kernel case against the double reference; returns 1 if it passes. */
+static int mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int use_bias, int acc, int verbose) {
+    const int q = is_quant(t);
+    const int ldx = q ? IN / 32 + 1 : IN + 5; /* padded rows: the padding is poisoned */
+    const int ldy = OUT + 3;
+    void *W = rnd_weights(t, OUT, IN);
+    float *bias = malloc(sizeof(float) * OUT);
+    for (int r = 0; r < OUT; r++) bias[r] = rndf();
+    /* Activations: f32 with NaN padding, and their kc_q8 quantization with
+     * NaN-scaled padding blocks; xd holds what the kernel actually sees. */
+    float *xf = malloc(sizeof(float) * (size_t)T * (IN + 5));
+    kc_q8 *xq = malloc(sizeof(kc_q8) * (size_t)T * (IN / 32 + 1));
+    double *xd = malloc(sizeof(double) * (size_t)T * IN);
+    for (int tt = 0; tt < T; tt++) {
+        float *row = xf + (size_t)tt * (IN + 5);
+        for (int k = 0; k < IN; k++) row[k] = rndf() * (k % 7 == 0 ? 4.0f : 1.0f);
+        for (int k = IN; k < IN + 5; k++) row[k] = NAN;
+        kc_q8 *qr = xq + (size_t)tt * (IN / 32 + 1);
+        kc_quantize_q8(row, qr, IN);
+        qr[IN / 32].d = NAN;
+        qr[IN / 32].s = NAN;
+        memset(qr[IN / 32].qs, 0x7f, 32);
+        for (int k = 0; k < IN; k++)
+            xd[(size_t)tt * IN + k] = q ? (double)qr[k / 32].d * qr[k / 32].qs[k % 32] : row[k];
+    }
+    float *Y = malloc(sizeof(float) * (size_t)T * ldy), *Y0 = malloc(sizeof(float) * (size_t)T * ldy);
+    for (size_t i = 0; i < (size_t)T * ldy; i++) Y[i] = Y0[i] = rndf() * 3.0f;
+
+    call_mm(t, W, q ? (const void *)xq : (const void *)xf, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
+
+    double *wd = malloc(sizeof(double) * IN);
+    double worst = 0;
+    int bad = 0;
+    for (int r = 0; r < OUT; r++) {
+        for (int k = 0; k < IN; k++) wd[k] = ref_w(t, W, IN, r, k);
+        for (int tt = 0; tt < T; tt++) {
+            size_t yi = (size_t)tt * ldy + r;
+            if (r < r0 || r >= r1) { /* untouched outside [r0, r1) */
+                if (memcmp(&Y[yi], &Y0[yi], sizeof(float)) != 0) bad++;
+                continue;
+            }
+            double dot = 0, mag = 0;
+            const double *x = xd + (size_t)tt * IN;
+            for (int k = 0; k < IN; k++) {
+                dot += wd[k] * x[k];
+                mag += fabs(wd[k] * x[k]);
+            }
+            double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0);
+            double ref = dot + extra;
+            double tol = (q ? TOL_QUANT : TOL_FLOAT) * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(ref)) + 1e-30;
+            double err = fabs((double)Y[yi] - ref);
+            if (!(err <= tol)) {
+                if (bad < 3 && verbose)
+                    printf("  %s IN=%d T=%d r=%d t=%d: got %.9g want %.9g (err %.3g tol %.3g)\n", tname(t), IN, T, r,
+                           tt, Y[yi], ref, err, tol);
+                bad++;
+            }
+            if (mag > 0 && err / mag > worst) worst = err / mag;
+        }
+    }
+    /* The padding Y columns [OUT, ldy) must be untouched too. */
+    for (int tt = 0; tt < T; tt++)
+        for (int r = OUT; r < ldy; r++)
+            if (memcmp(&Y[(size_t)tt * ldy + r], &Y0[(size_t)tt * ldy + r], sizeof(float)) != 0) bad++;
+    free(W), free(bias), free(xf), free(xq), free(xd), free(Y), free(Y0), free(wd);
+    check(bad == 0, "kc_mm_%s IN=%d T=%d rows [%d,%d) of %d bias=%d acc=%d: %d bad (worst rel err %.2g)", tname(t),
+          IN, T, r0, r1, OUT, use_bias, acc, bad, worst);
+    return bad == 0;
+}
+
+static void test_matmul(void) {
+    const ingot_dtype types[] = {INGOT_F32, INGOT_F16, INGOT_BF16, INGOT_Q8_0, INGOT_Q4_0, INGOT_Q4_1};
+    const int ins[] = {32, 64, 576, 1536}, ts[] = {1, 3, 17, 64};
+    for (int ti = 0; ti < 6; ti++)
+        for (int ii = 0; ii < 4; ii++)
+            for (int tj = 0; tj < 4; tj++) {
+                int IN = ins[ii], T = ts[tj];
+                mm_case(types[ti], IN, T, 37, 0, 37, 0, 0, 1);  /* all rows, odd count */
+                mm_case(types[ti], IN, T, 37, 5, 30, 1, 1, 1);  /* sub-range, bias, accumulate */
+                mm_case(types[ti], IN, T, 13, 3, 4, 1, 0, 1);   /* a single row */
+                mm_case(types[ti], IN, T, 40, 8, 40, 0, 1, 1);  /* aligned tail range, accumulate */
+            }
+    /* Float kernels also take IN that is not a multiple of the vector width. */
+    for (int ti = 0; ti < 3; ti++) {
+        mm_case(types[ti], 7, 5, 9, 0, 9, 1, 0, 1);
+        mm_case(types[ti], 100, 3, 11, 2, 11, 0, 1, 1);
+    }
+}
+
+/* ---- thread pool ---- */
+typedef struct {
+    int64_t n, grain;
+    int size;
+    atomic_int *hits;     /* per item */
+    atomic_int chunks;
+    atomic_int errors;
+    atomic_int tid_seen;  /* bit mask of thread ids */
+    atomic_llong sum;
+} tp_ctx;
+
+static void tp_check_fn(void *vctx, int64_t b, int64_t e, int tid) {
+    tp_ctx *c = vctx;
+    int64_t g = c->grain < 1 ? 1 : c->grain;
+    if (b < 0 || e > c->n || b >= e || b % g != 0 || (e - b < g && e != c->n) || tid < 0 || tid >= c->size)
+        atomic_fetch_add(&c->errors, 1);
+    if (tid >= 0 && tid < 31 && (atomic_fetch_or(&c->tid_seen, 1 << tid) & (1 << tid)))
+        atomic_fetch_add(&c->errors, 1); /* a thread id used twice in one call */
+    atomic_fetch_add(&c->chunks, 1);
+    long long s = 0;
+    for (int64_t i = b; i < e; i++) {
+        atomic_fetch_add(&c->hits[i], 1);
+        s += i;
+    }
+    atomic_fetch_add(&c->sum, s);
+}
+
+static void sum_fn(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    long long s = 0;
+    for (int64_t i = b; i < e; i++) s += i;
+    atomic_fetch_add((atomic_llong *)vctx, s);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void test_threadpool(void) {
+    enum { MAXN = 5000 };
+    atomic_int *hits = malloc(sizeof(atomic_int) * MAXN);
+    for (int nt = 1; nt <= 4; nt++) {
+        tp_pool *p = tp_create(nt);
+        check(p != NULL && tp_size(p) == nt, "tp_create(%d) / tp_size", nt);
+        if (!p) continue;
+        int bad_calls = 0;
+        for (int call = 0; call < 3000; call++) {
+            tp_ctx c;
+            c.n = call % 10 == 0 ? rndi(0, 3) : rndi(1, MAXN);
+            c.grain = call % 5 == 0 ? rndi(-1, 0) : rndi(1, call % 3 == 0 ? 2000 : 16);
+            c.size = nt;
+            c.hits = hits;
+            atomic_init(&c.chunks, 0);
+            atomic_init(&c.errors, 0);
+            atomic_init(&c.tid_seen, 0);
+            atomic_init(&c.sum, 0);
+            for (int64_t i = 0; i < c.n; i++) atomic_init(&hits[i], 0);
+            tp_parallel_for(p, c.n, c.grain, tp_check_fn, &c);
+            int64_t g = c.grain < 1 ? 1 : c.grain, units = (c.n + g - 1) / g;
+            int64_t want_chunks = units < nt ? units : nt;
+            int bad = atomic_load(&c.errors) != 0 || atomic_load(&c.chunks) != want_chunks ||
+                      atomic_load(&c.sum) != (long long)c.n * (c.n - 1) / 2;
+            for (int64_t i = 0; i < c.n; i++) bad |= atomic_load(&hits[i]) != 1;
+            if (bad && bad_calls++ < 3)
+                printf("  pool %d: n=%lld grain=%lld chunks=%d (want %lld) errors=%d\n", nt, (long long)c.n,
+                       (long long)c.grain, atomic_load(&c.chunks), (long long)want_chunks, atomic_load(&c.errors));
+        }
+        check(bad_calls == 0, "tp_parallel_for pool of %d: coverage, grain, chunk count, thread ids (%d bad calls)",
+              nt, bad_calls);
+
+        /* Many back-to-back tiny calls (the decode pattern), timed. */
+        atomic_llong total;
+        atomic_init(&total, 0);
+        const int calls = 20000;
+        double t0 = now_s();
+        for (int i = 0; i < calls; i++) tp_parallel_for(p, 64, 1, sum_fn, &total);
+        double dt = now_s() - t0;
+        check(atomic_load(&total) == (long long)calls * (64 * 63 / 2), "pool of %d: %d back-to-back calls sum", nt,
+              calls);
+        printf("  pool of %d: %.2f us per tp_parallel_for (n=64)\n", nt, dt / calls * 1e6);
+        tp_free(p);
+    }
+    free(hits);
+    /* Create/free churn, including pools that never ran a job. */
+    for (int i = 0; i < 20; i++) {
+        tp_pool *p = tp_create(1 + i % 4);
+        if (i % 2) {
+            atomic_llong s;
+            atomic_init(&s, 0);
+            tp_parallel_for(p, 1000, 10, sum_fn, &s);
+        }
+        tp_free(p);
+    }
+    check(1, "tp_create/tp_free churn");
+}
+
+/* Splitting rows across the pool (the way generated code calls the kernels)
+ * must give bit-identical results to one call: every row is computed by the
+ * same instruction sequence whatever tile it falls in. */
+typedef struct {
+    const block_q4_0 *W;
+    const kc_q8 *X;
+    float *Y;
+    int T;
+} mm_par_ctx;
+static void mm_par_fn(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    mm_par_ctx *c = vctx;
+    kc_mm_q4_0(c->W, c->X, 576 / 32, c->Y, 203, c->T, 576, (int)b, (int)e, NULL, 0);
+}
+static void test_parallel_matmul(void) {
+    const int OUT = 203, IN = 576, T = 5;
+    block_q4_0 *W = rnd_weights(INGOT_Q4_0, OUT, IN);
+    float *x = malloc(sizeof(float) * T * IN);
+    kc_q8 *xq = malloc(sizeof(kc_q8) * T * (IN / 32));
+    for (int i = 0; i < T * IN; i++) x[i] = rndf();
+    for (int t = 0; t < T; t++) kc_quantize_q8(x + t * IN, xq + t * (IN / 32), IN);
+    float *y1 = calloc((size_t)T * OUT, sizeof(float)), *y2 = calloc((size_t)T * OUT, sizeof(float));
+    kc_mm_q4_0(W, xq, IN / 32, y1, OUT, T, IN, 0, OUT, NULL, 0);
+    int ok = 1;
+    for (int nt = 2; nt <= 3; nt++) {
+        tp_pool *p = tp_create(nt);
+        mm_par_ctx c = {W, xq, y2, T};
+        for (int g = 1; g <= 8; g *= 2) {
+            memset(y2, 0, sizeof(float) * T * OUT);
+            tp_parallel_for(p, OUT, g, mm_par_fn, &c);
+            ok &= memcmp(y1, y2, sizeof(float) * T * OUT) == 0;
+        }
+        tp_free(p);
+    }
+    check(ok, "row-split kc_mm_q4_0 across pools is bit-identical to one call");
+    free(W), free(x), free(xq), free(y1), free(y2);
+}
+
+int main(void) {
+    test_half();
+    test_quantize();
+    test_embed();
+    test_matmul();
+    test_threadpool();
+    test_parallel_matmul();
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
