@@ -10,9 +10,10 @@
 -- Every entry is validated (generator/describe.lua): unknown or missing keys
 -- and shapes that do not divide are reported as models.lua:LINE: error: ...
 --
--- Config values are read from HF config.json (`hf`) or from GGUF metadata
--- (`gguf`, where %s is the GGUF architecture name); `default` may be a number,
--- a boolean or an expression over other config values.
+-- Config values are read from HF config.json (`hf`: a key, a dotted path, or
+-- a list of those tried in order) or from GGUF metadata (`gguf`, where %s is
+-- the GGUF architecture name); `default` may be a number, a boolean or an
+-- expression over other config values.
 
 local M = {}
 
@@ -27,7 +28,7 @@ M.llama = {
     head_dim   = {hf = "head_dim",                gguf = "%s.attention.key_length",    default = "dim / heads"},
     ffn        = {hf = "intermediate_size",       gguf = "%s.feed_forward_length"},
     eps        = {hf = "rms_norm_eps",            gguf = "%s.attention.layer_norm_rms_epsilon"},
-    rope_theta = {hf = "rope_theta",              gguf = "%s.rope.freq_base",          default = 10000},
+    rope_theta = {hf = {"rope_theta", "rope_parameters.rope_theta"}, gguf = "%s.rope.freq_base",          default = 10000},
     vocab      = {hf = "vocab_size",              gguf = "%s.vocab_size",              default = "tensor_rows:embed"},
     ctx        = {hf = "max_position_embeddings", gguf = "%s.context_length",          default = 2048},
     window     = {hf = "sliding_window",          gguf = "%s.attention.sliding_window", default = 0},

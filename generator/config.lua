@@ -43,13 +43,14 @@ function config.resolve(d, e, src)
     if src.format == "gguf" then
       if spec.gguf then raw = src.meta[string.format(spec.gguf, arch)] end
     elseif spec.hf then
-      raw = src.hf[spec.hf]
+      raw = config.hf_value(src.hf, spec.hf)
     end
     if util.is_null(raw) then raw = nil end
     if raw == nil then
       if spec.default == nil then
         describe.fail(d, e.name, key, string.format("config '%s' has no value in the model (%s) and no default",
-          key, src.format == "gguf" and string.format(spec.gguf or "?", arch) or (spec.hf or "?")))
+          key, src.format == "gguf" and string.format(spec.gguf or "?", arch) or
+          (type(spec.hf) == "table" and table.concat(spec.hf, " or ") or spec.hf or "?")))
       end
       raw = spec.default
     end
@@ -84,6 +85,22 @@ function config.resolve(d, e, src)
   end
   local pairs_kind = (e.rope_pairs or {})[src.format == "gguf" and "gguf" or "hf"] or "halves"
   return {values = values, rope_pairs = pairs_kind, format = src.format}
+end
+
+-- A value from config.json: spec is a key, a dotted path into nested
+-- objects ("rope_parameters.rope_theta"), or a list of those tried in order
+-- (config.json layouts change between transformers versions).
+function config.hf_value(hf, spec)
+  local paths = type(spec) == "table" and spec or {spec}
+  for _, path in ipairs(paths) do
+    local v = hf
+    for part in path:gmatch("[^.]+") do
+      if type(v) ~= "table" then v = nil; break end
+      v = v[part]
+    end
+    if not util.is_null(v) then return v end
+  end
+  return nil
 end
 
 -- The stored tensor name of a weight for layer i (nil for model-level weights).

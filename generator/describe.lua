@@ -11,7 +11,7 @@ local describe = {}
 local ENTRY_KEYS = {hf = "table", gguf = "string", config = "table", rope_pairs = "table",
                     weights = "table", embed = "function", layer = "function", head = "function"}
 local REQUIRED = {"hf", "config", "weights", "embed", "layer", "head"}
-local CONFIG_KEYS = {hf = "string", gguf = "string", default = "any"}
+local CONFIG_KEYS = {hf = "any", gguf = "string", default = "any"}
 local WEIGHT_KEYS = {hf = "string", gguf = "string", shape = "table", tied = "string", optional = "boolean"}
 
 -- Line of `key =` inside entry `name`, for error messages.
