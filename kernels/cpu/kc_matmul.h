@@ -222,8 +222,8 @@ static inline void kc_mm_bf16(const uint16_t *W, const float *X, int ldx, float 
 #define KC_QTC 64 /* token chunk: 64 kc_q8 rows (<= 120 KB at IN = 1536) stay in L2 */
 #if defined(__AVX2__)
 #if defined(__AVX512F__)
-#define KC_QRB 4 /* 32 vector registers: 16 accumulators + operands */
-#define KC_QTB 4
+#define KC_QRB 4 /* 32 vector registers: 12 accumulators + operands */
+#define KC_QTB 3
 #else
 #define KC_QRB 4
 #define KC_QTB 2
@@ -376,6 +376,104 @@ KC_INLINE void kc__mmq_tile(const void *W, int wt, const kc_q8 *X, int ldx, floa
     }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+/* 512-bit variant: two consecutive 32-blocks per register (lanes 0-7 hold
+ * block b, lanes 8-15 block b+1), which halves the dot/convert/scale/FMA
+ * work per block; scale vectors are [d_b x8 | d_b+1 x8]. Used when the row
+ * has an even number of blocks (576 and 1536 do); same algebra as above. */
+#define KC_Q512 1
+KC_INLINE __m512 kc__scale2h(uint16_t a, uint16_t b) { /* two fp16 scales */
+    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)a)), _mm_set1_epi16((short)b), 1);
+    return _mm512_cvtph_ps(h);
+}
+KC_INLINE __m512 kc__scale2f(float a, float b) {
+    return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b));
+}
+KC_INLINE __m512i kc__join2(const void *a, const void *b) { /* 32 bytes at a, then 32 at b */
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+/* Codes of blocks b and b+1. Q4: each 16 nibble bytes are broadcast to a
+ * 256-bit half, whose upper 128 bits are shifted right by 4 before masking. */
+KC_INLINE __m512i kc__wcodes2(const void *W, int wt, size_t b) {
+    if (wt == KC_WQ8_0) return kc__join2(((const block_q8_0 *)W)[b].qs, ((const block_q8_0 *)W)[b + 1].qs);
+    const uint8_t *q0 = wt == KC_WQ4_0 ? ((const block_q4_0 *)W)[b].qs : ((const block_q4_1 *)W)[b].qs;
+    const uint8_t *q1 = wt == KC_WQ4_0 ? ((const block_q4_0 *)W)[b + 1].qs : ((const block_q4_1 *)W)[b + 1].qs;
+    __m512i v = _mm512_mask_blend_epi64(0xf0, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)q0)),
+                                        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)q1)));
+    v = _mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+}
+KC_INLINE uint16_t kc__wdbits(const void *W, int wt, size_t b) {
+    return wt == KC_WQ8_0 ? ((const block_q8_0 *)W)[b].d
+           : wt == KC_WQ4_0 ? ((const block_q4_0 *)W)[b].d : ((const block_q4_1 *)W)[b].d;
+}
+
+KC_INLINE void kc__mmq_tile512(const void *W, int wt, const kc_q8 *X, int ldx, float *Y, int ldy, int IN, int r,
+                               int t, int NR, int NT, const float *bias, int accumulate) {
+    const int NB = IN / 32;
+    const kc_q8 *x0 = X + (size_t)t * (size_t)ldx;
+    size_t w0 = (size_t)r * (size_t)NB;
+    const __m512i zero = _mm512_setzero_si512();
+    __m512 acc[KC_QRB][KC_QTB];
+    float macc[KC_QRB][KC_QTB];
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) {
+        acc[i][j] = _mm512_setzero_ps();
+        macc[i][j] = 0.0f;
+    }
+    for (int b = 0; b < NB; b += 2) {
+        __m512i xq[KC_QTB], xa[KC_QTB];
+        __m512 xd[KC_QTB];
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            const kc_q8 *xb = &x0[(size_t)j * (size_t)ldx + (size_t)b];
+            xq[j] = kc__join2(xb[0].qs, xb[1].qs);
+            xd[j] = kc__scale2f(xb[0].d, xb[1].d);
+            if (wt == KC_WQ4_0)
+                xa[j] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), xq[j]));
+            else if (wt == KC_WQ8_0)
+                xa[j] = _mm512_xor_si512(xq[j], _mm512_set1_epi8((char)0x80));
+            else
+                xa[j] = zero;
+        }
+        KC_UNROLL for (int i = 0; i < NR; i++) {
+            size_t wb = w0 + (size_t)i * (size_t)NB + (size_t)b;
+            __m512i wq = kc__wcodes2(W, wt, wb);
+            __m512 wd = kc__scale2h(kc__wdbits(W, wt, wb), kc__wdbits(W, wt, wb + 1));
+            __m512i wa = wt == KC_WQ8_0 ? _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)0x80), wq))
+                                        : zero;
+            KC_UNROLL for (int j = 0; j < NT; j++) {
+                __m512i p = wt == KC_WQ8_0   ? _mm512_dpbusd_epi32(wa, xa[j], wq)
+                            : wt == KC_WQ4_0 ? _mm512_dpbusd_epi32(xa[j], wq, xq[j])
+                                             : _mm512_dpbusd_epi32(zero, wq, xq[j]);
+                acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(p), xd[j]), wd, acc[i][j]);
+            }
+        }
+    }
+    if (wt == KC_WQ4_1) { /* min term, as in the 256-bit tile */
+        for (int b = 0; b < NB; b++) {
+            float xs[KC_QTB];
+            KC_UNROLL for (int j = 0; j < NT; j++) xs[j] = x0[(size_t)j * (size_t)ldx + (size_t)b].s;
+            KC_UNROLL for (int i = 0; i < NR; i++) {
+                float wm = kc_fp16_to_f32(((const block_q4_1 *)W)[w0 + (size_t)i * (size_t)NB + (size_t)b].m);
+                KC_UNROLL for (int j = 0; j < NT; j++) macc[i][j] += wm * xs[j];
+            }
+        }
+    }
+    KC_UNROLL for (int j = 0; j < NT; j++) {
+        float *y = Y + (size_t)(t + j) * (size_t)ldy + r;
+        KC_UNROLL for (int i = 0; i < NR; i++) {
+            float v = kc__vsum(acc[i][j]) + macc[i][j];
+            if (bias) v += bias[r + i];
+            if (accumulate) v += y[i];
+            y[i] = v;
+        }
+    }
+}
+#define KC_QTILE(...) (IN % 64 == 0 ? kc__mmq_tile512(__VA_ARGS__) : kc__mmq_tile(__VA_ARGS__))
+#else
+#define KC_QTILE(...) kc__mmq_tile(__VA_ARGS__)
+#endif
+
 KC_INLINE void kc__mmq(const void *W, int wt, const kc_q8 *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
                        int r1, const float *bias, int accumulate) {
     for (int t0 = 0; t0 < T; t0 += KC_QTC) {
@@ -384,14 +482,14 @@ KC_INLINE void kc__mmq(const void *W, int wt, const kc_q8 *X, int ldx, float *Y,
         for (; r + KC_QRB <= r1; r += KC_QRB) {
             int t = t0;
             for (; t + KC_QTB <= t1; t += KC_QTB)
-                kc__mmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, KC_QRB, KC_QTB, bias, accumulate);
-            for (; t < t1; t++) kc__mmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, KC_QRB, 1, bias, accumulate);
+                KC_QTILE(W, wt, X, ldx, Y, ldy, IN, r, t, KC_QRB, KC_QTB, bias, accumulate);
+            for (; t < t1; t++) KC_QTILE(W, wt, X, ldx, Y, ldy, IN, r, t, KC_QRB, 1, bias, accumulate);
         }
         for (; r < r1; r++) {
             int t = t0;
             for (; t + KC_QTB <= t1; t += KC_QTB)
-                kc__mmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, 1, KC_QTB, bias, accumulate);
-            for (; t < t1; t++) kc__mmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, 1, 1, bias, accumulate);
+                KC_QTILE(W, wt, X, ldx, Y, ldy, IN, r, t, 1, KC_QTB, bias, accumulate);
+            for (; t < t1; t++) KC_QTILE(W, wt, X, ldx, Y, ldy, IN, r, t, 1, 1, bias, accumulate);
         }
     }
 }

@@ -1,0 +1,172 @@
+/* kernels_bench.c — micro-benchmark of the CPU matmul kernels (GB/s of weights, GFLOP/s) and of tp_parallel_for overhead.
+ *
+ * Not a test and not built by make. Build and run (from the repo root):
+ *   cc -std=c11 -D_GNU_SOURCE -O2 -march=native -pthread -Iruntime -Ikernels/cpu \
+ *      bench/kernels_bench.c runtime/threadpool.c -o /tmp/kernels_bench -lm && /tmp/kernels_bench
+ * Optional argument: seconds per measurement (default 0.3).
+ *
+ * Shapes are SmolLM2-135M's: hidden 576, MLP 1536, vocabulary 49152. IN is a
+ * literal in every kernel call (as in generated model code), through one
+ * wrapper per (dtype, IN). Rows are split across the pool like the generated
+ * code does: tp_parallel_for over [0, OUT) with a grain of 16 rows.
+ * Weights are re-read on every call, so whatever fits in the last-level
+ * cache is measured at cache bandwidth, not DRAM bandwidth. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kc_matmul.h"
+#include "kc_quant.h"
+#include "threadpool.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef void (*mm_fn)(const void *W, const void *X, float *Y, int ldy, int T, int r0, int r1);
+
+/* One wrapper per (dtype, IN) so that IN is a compile-time constant. */
+#define FLOAT_WRAP(NAME, KERNEL, WT, IN)                                                               \
+    static void NAME##_##IN(const void *W, const void *X, float *Y, int ldy, int T, int r0, int r1) { \
+        KERNEL((const WT *)W, (const float *)X, IN, Y, ldy, T, IN, r0, r1, NULL, 0);                 \
+    }
+#define QUANT_WRAP(NAME, KERNEL, WT, IN)                                                                \
+    static void NAME##_##IN(const void *W, const void *X, float *Y, int ldy, int T, int r0, int r1) {  \
+        KERNEL((const WT *)W, (const kc_q8 *)X, (IN) / 32, Y, ldy, T, IN, r0, r1, NULL, 0);            \
+    }
+#define WRAPS(IN)                                   \
+    FLOAT_WRAP(mm_f32, kc_mm_f32, float, IN)        \
+    FLOAT_WRAP(mm_f16, kc_mm_f16, uint16_t, IN)     \
+    FLOAT_WRAP(mm_bf16, kc_mm_bf16, uint16_t, IN)   \
+    QUANT_WRAP(mm_q8_0, kc_mm_q8_0, block_q8_0, IN) \
+    QUANT_WRAP(mm_q4_0, kc_mm_q4_0, block_q4_0, IN) \
+    QUANT_WRAP(mm_q4_1, kc_mm_q4_1, block_q4_1, IN)
+WRAPS(576)
+WRAPS(1536)
+
+static const char *names[6] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"};
+static const double bytes_per_elem[6] = {4, 2, 2, 34.0 / 32, 18.0 / 32, 20.0 / 32};
+static mm_fn fns576[6] = {mm_f32_576, mm_f16_576, mm_bf16_576, mm_q8_0_576, mm_q4_0_576, mm_q4_1_576};
+static mm_fn fns1536[6] = {mm_f32_1536, mm_f16_1536, mm_bf16_1536, mm_q8_0_1536, mm_q4_0_1536, mm_q4_1_1536};
+
+typedef struct {
+    mm_fn fn;
+    const void *W, *X;
+    float *Y;
+    int ldy, T;
+} job;
+
+static void job_fn(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    job *j = ctx;
+    j->fn(j->W, j->X, j->Y, j->ldy, j->T, (int)b, (int)e);
+}
+
+static void noop_fn(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)ctx, (void)b, (void)e, (void)tid;
+}
+
+/* Fills a buffer with small random values valid for any dtype: float types
+ * get finite numbers, block scales get finite fp16 values. */
+static void fill(void *buf, size_t bytes, int dt) {
+    uint8_t *p = buf;
+    uint32_t s = 12345;
+    for (size_t i = 0; i < bytes; i++) {
+        s = s * 1664525u + 1013904223u;
+        p[i] = (uint8_t)(s >> 24);
+    }
+    size_t n;
+    switch (dt) {
+    case 0:
+        n = bytes / 4;
+        for (size_t i = 0; i < n; i++) ((float *)buf)[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+        break;
+    case 1:
+        for (size_t i = 0; i < bytes / 2; i++) ((uint16_t *)buf)[i] = (uint16_t)(0x3000 | (((uint16_t *)buf)[i] & 0x83ff));
+        break;
+    case 2:
+        for (size_t i = 0; i < bytes / 2; i++) ((uint16_t *)buf)[i] = (uint16_t)(0x3c00 | (((uint16_t *)buf)[i] & 0x807f));
+        break;
+    case 3:
+        for (size_t i = 0; i < bytes / sizeof(block_q8_0); i++) ((block_q8_0 *)buf)[i].d = 0x2000;
+        break;
+    case 4:
+        for (size_t i = 0; i < bytes / sizeof(block_q4_0); i++) ((block_q4_0 *)buf)[i].d = 0x2000;
+        break;
+    default:
+        for (size_t i = 0; i < bytes / sizeof(block_q4_1); i++) ((block_q4_1 *)buf)[i].d = ((block_q4_1 *)buf)[i].m = 0x2000;
+        break;
+    }
+}
+
+int main(int argc, char **argv) {
+    double secs = argc > 1 ? atof(argv[1]) : 0.3;
+    const struct { int IN, OUT, T; const char *what; } shapes[] = {
+        {576, 1536, 1, "decode  576->1536 "},  {1536, 576, 1, "decode 1536->576  "},
+        {576, 49152, 1, "decode  576->49152"}, {576, 1536, 128, "prefill 576->1536 "},
+        {1536, 576, 128, "prefill 1536->576 "}, {576, 49152, 128, "prefill 576->49152"},
+    };
+    tp_pool *pools[3] = {NULL, tp_create(1), tp_create(2)};
+
+    for (int nt = 1; nt <= 2; nt++) {
+        const int calls = 200000;
+        double t0 = now_s();
+        for (int i = 0; i < calls; i++) tp_parallel_for(pools[nt], 1536, 16, noop_fn, NULL);
+        printf("tp_parallel_for overhead, %d thread(s): %.2f us/call\n", nt, (now_s() - t0) / calls * 1e6);
+    }
+    {
+        float *x = malloc(sizeof(float) * 1536 * 128);
+        kc_q8 *q = malloc(sizeof(kc_q8) * 48 * 128);
+        fill(x, sizeof(float) * 1536 * 128, 0);
+        int reps = 0;
+        double t0 = now_s(), dt;
+        do {
+            kc_quantize_q8(x, q, 1536 * 128);
+            reps++;
+        } while ((dt = now_s() - t0) < secs);
+        printf("kc_quantize_q8: %.2f GB/s of f32 input (%.1f ns per 576-row)\n", 1536.0 * 128 * 4 * reps / dt / 1e9,
+               dt / reps / (1536.0 * 128 / 576) * 1e9);
+        free(x), free(q);
+    }
+
+    printf("\n%-20s %-5s %8s %8s %8s %8s %10s\n", "shape (IN->OUT)", "type", "GB/s@1", "GF/s@1", "GB/s@2", "GF/s@2",
+           "us/call@2");
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int IN = shapes[si].IN, OUT = shapes[si].OUT, T = shapes[si].T;
+        float *xf = malloc(sizeof(float) * (size_t)T * IN);
+        fill(xf, sizeof(float) * (size_t)T * IN, 0);
+        kc_q8 *xq = malloc(sizeof(kc_q8) * (size_t)T * (IN / 32));
+        kc_quantize_q8(xf, xq, T * IN);
+        float *Y = malloc(sizeof(float) * (size_t)T * OUT);
+        for (int dt = 0; dt < 6; dt++) {
+            size_t wbytes = (size_t)((double)OUT * IN * bytes_per_elem[dt]);
+            void *W = malloc(wbytes);
+            fill(W, wbytes, dt);
+            job j = {IN == 576 ? fns576[dt] : fns1536[dt], W, dt < 3 ? (const void *)xf : (const void *)xq, Y, OUT, T};
+            printf("%-20s %-5s", shapes[si].what, names[dt]);
+            double per_call = 0;
+            for (int nt = 1; nt <= 2; nt++) {
+                tp_parallel_for(pools[nt], OUT, 16, job_fn, &j); /* warm-up */
+                int reps = 0;
+                double t0 = now_s(), el;
+                do {
+                    tp_parallel_for(pools[nt], OUT, 16, job_fn, &j);
+                    reps++;
+                } while ((el = now_s() - t0) < secs);
+                per_call = el / reps;
+                printf(" %8.1f %8.1f", wbytes / per_call / 1e9, 2.0 * T * IN * OUT / per_call / 1e9);
+            }
+            printf(" %10.1f\n", per_call * 1e6);
+            fflush(stdout);
+            free(W);
+        }
+        free(xf), free(xq), free(Y);
+    }
+    tp_free(pools[1]);
+    tp_free(pools[2]);
+    return 0;
+}
