@@ -138,19 +138,20 @@ local function phase_attention(ctx, s, name, n)
   local q = s.buf(n.inputs[1].node)
   local out = s.buf(n)
   local W = n.width
+  local G = a.heads // a.kv_heads
   local lines = {
     string.format("static void %s(void *vp, int64_t i0, int64_t i1, int tid) {", name),
     "    const kargs *a = vp; const ingot_batch *b = a->b;",
     "@DECLS@",
-    "    float *scores = a->m->scratch + (size_t)tid * MAX_CTX;",
-    "    for (int64_t i = i0; i < i1; i++) {",
-    string.format("        const int t = (int)(i / %d), h = (int)(i %% %d), pos = b->pos[t];", a.heads, a.heads),
+    "    float *scores = a->m->scratch + (size_t)tid * SCRATCH_PER_THREAD;",
+    "    for (int64_t i = i0; i < i1; i++) { /* one (token, KV head) pair: its group of query heads */",
+    string.format("        const int t = (int)(i / %d), kvh = (int)(i %% %d), pos = b->pos[t];", a.kv_heads, a.kv_heads),
     string.format("        const int first = %s;", a.window > 0 and string.format("pos >= %d ? pos - %d : 0", a.window - 1, a.window - 1) or "0"),
     "        " .. src(ctx, n),
-    string.format("        kc_attend(a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, b->block_tables[b->seq[t]], h / %d, first, pos,",
-      a.kv_heads, a.head_dim, a.heads // a.kv_heads),
-    string.format("                  %s + h * %d, %s, %s, scores, %s + h * %d);", row(q, "t", W), a.head_dim,
-      util.cfloat(a.scale), util.cfloat(a.softcap), row(out, "t", W), a.head_dim),
+    string.format("        kc_attend(a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, b->block_tables[b->seq[t]], kvh, %d, first, pos,",
+      a.kv_heads, a.head_dim, G),
+    string.format("                  %s + kvh * %d, %s, %s, scores, %s + kvh * %d);", row(q, "t", W), G * a.head_dim,
+      util.cfloat(a.scale), util.cfloat(a.softcap), row(out, "t", W), G * a.head_dim),
     "    }",
     "}",
   }
@@ -217,7 +218,7 @@ function emit.kernels(ctx, groups, final_node)
     elseif grp.kind == "attention" then
       local n = grp.ops[1]
       phases[#phases + 1] = phase_attention(ctx, s, "@NAME@_attn", n)
-      runs[#runs + 1] = string.format("tp_parallel_for(a->pool, (int64_t)a->rows * %d, 1, @NAME@_attn, (void *)a);", n.attrs.heads)
+      runs[#runs + 1] = string.format("tp_parallel_for(a->pool, (int64_t)a->rows * %d, 1, @NAME@_attn, (void *)a);", n.attrs.kv_heads)
     else
       phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_rows", grp.ops)
       runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_rows, (void *)a);"

@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "  --info                          print the model descriptor\n"
             "  generate -p TEXT [-n 64] [--temp 0] [--top-k 0] [--top-p 1] [--min-p 0] [--seed S]\n"
             "  logits --tokens 1,2,3 [--chunk N | --decode] [--out FILE]\n"
-            "  perplexity -f FILE [--ctx 512] [--argmax-out FILE]\n"
+            "  perplexity (-f TEXT_FILE | --ids IDS_FILE) [--ctx 512] [--argmax-out FILE] [--tokens-out FILE]\n"
             "  tokenize -p TEXT\n",
             ingot_model_desc.name);
 }
@@ -263,26 +263,42 @@ static char *read_whole_file(const char *path, size_t *len) {
 /* Perplexity over non-overlapping windows of --ctx tokens, each evaluated from
  * an empty cache; the partial tail window is dropped. */
 static int cmd_perplexity(const cli_common *c, int argc, char **argv) {
-    const char *file = NULL, *argmax_out = NULL, *tokens_out = NULL;
+    const char *file = NULL, *argmax_out = NULL, *tokens_out = NULL, *ids_file = NULL;
     int ctx = 512;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-f") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) ctx = (int)parse_long(argv[++i], "--ctx", 2, 1 << 20);
         else if (!strcmp(argv[i], "--argmax-out") && i + 1 < argc) argmax_out = argv[++i];
         else if (!strcmp(argv[i], "--tokens-out") && i + 1 < argc) tokens_out = argv[++i];
+        else if (!strcmp(argv[i], "--ids") && i + 1 < argc) ids_file = argv[++i];
         else die("perplexity: unknown option (see --help)");
     }
-    if (!file) die("perplexity needs -f FILE");
+    if (!file == !ids_file) die("perplexity needs -f TEXT_FILE or --ids IDS_FILE");
     if (ctx > ingot_model_desc.max_ctx) die("--ctx exceeds the model's context");
     size_t len;
-    char *text = read_whole_file(file, &len);
-    if (!text) die("cannot read the -f file");
+    char *text = read_whole_file(file ? file : ids_file, &len);
+    if (!text) die("cannot read the input file");
     ingot_model *m = load_model(c);
-    tok_tokenizer *tok = load_tokenizer(c, m);
+    tok_tokenizer *tok = NULL;
     int32_t *ids;
     size_t n;
     char err[512];
-    if (tok_encode(tok, text, len, 0, 0, &ids, &n, err, sizeof err) != 0) die(err);
+    if (ids_file) {
+        /* token ids given directly (any separators: a JSON array works) */
+        int count;
+        for (char *p = text; *p; p++)
+            if (*p != '-' && (*p < '0' || *p > '9')) *p = ',';
+        char *start = text;
+        while (*start == ',') start++;
+        for (char *p = start + strlen(start); p > start && p[-1] == ','; p--) p[-1] = 0;
+        for (char *p = start; *p; p++) /* collapse separator runs */
+            if (*p == ',' && p[1] == ',') { memmove(p, p + 1, strlen(p)); p--; }
+        ids = parse_token_list(start, &count);
+        n = (size_t)count;
+    } else {
+        tok = load_tokenizer(c, m);
+        if (tok_encode(tok, text, len, 0, 0, &ids, &n, err, sizeof err) != 0) die(err);
+    }
     if (tokens_out) {
         FILE *f = fopen(tokens_out, "wb");
         if (!f) die("cannot open --tokens-out");
@@ -324,7 +340,7 @@ static int cmd_perplexity(const cli_common *c, int argc, char **argv) {
            count, nll / count, exp(nll / count));
     fprintf(stderr, "%.1f tokens/s\n", windows * (double)ctx / dt);
     tp_free(pool);
-    tok_free(tok);
+    if (tok) tok_free(tok);
     ingot_model_free(m);
     free(ids);
     free(text);

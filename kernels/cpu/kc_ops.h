@@ -12,6 +12,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* out = x / rms(x) * (w + weight_offset). Sum of squares in double: the
  * references (transformers f32) are more accurate than a naive f32 sum over
@@ -90,41 +93,94 @@ static inline void kc_kv_store(float *kv, int n_layers, int layer, int n_blocks,
     }
 }
 
-/* Causal attention of one query head at position pos over positions
- * [first, pos] of its sequence (first > 0 only for a sliding window).
- * scores: scratch of at least pos+1 floats. softcap > 0 applies
- * tanh soft-capping to the scaled scores. Two passes (scores, then the
- * weighted sum of V) with a max-subtracted softmax in f32. */
+/* Dot product and y += a*x over n floats, vectorized where n allows it.
+ * head_dim is a literal at every call site, so the branches fold away. */
+static inline float kc_dot(const float *a, const float *b, int n) {
+    int i = 0;
+    float s = 0.0f;
+#if defined(__AVX512F__)
+    if (n % 16 == 0) {
+        __m512 acc = _mm512_setzero_ps();
+        for (; i < n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+        return _mm512_reduce_add_ps(acc);
+    }
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    if (n % 8 == 0) {
+        __m256 acc = _mm256_setzero_ps();
+        for (; i < n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        return _mm_cvtss_f32(h);
+    }
+#endif
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static inline void kc_axpy(float a, const float *x, float *y, int n) {
+    int i = 0;
+#if defined(__AVX512F__)
+    if (n % 16 == 0) {
+        const __m512 va = _mm512_set1_ps(a);
+        for (; i < n; i += 16)
+            _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+        return;
+    }
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    if (n % 8 == 0) {
+        const __m256 va = _mm256_set1_ps(a);
+        for (; i < n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        return;
+    }
+#endif
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* Causal attention of the `group` query heads that share one KV head, for
+ * one token at position pos, over positions [first, pos] of its sequence
+ * (first > 0 only for a sliding window). Each K and V row is loaded once for
+ * the whole group (GQA). q: the group's heads, contiguous [group][head_dim];
+ * out likewise. scores: scratch of group * (pos - first + 1) floats.
+ * softcap > 0 applies tanh soft-capping to the scaled scores. Softmax is
+ * max-subtracted, in f32. */
 static inline void kc_attend(const float *kv, int n_layers, int layer, int n_blocks, int kv_heads,
-                             int block_size, int head_dim, const int32_t *block_table,
-                             int kv_head, int first, int pos, const float *q, float scale,
+                             int block_size, int head_dim, const int32_t *block_table, int kv_head,
+                             int group, int first, int pos, const float *q, float scale,
                              float softcap, float *scores, float *out) {
     const size_t v_base = (size_t)n_layers * n_blocks * kv_heads * block_size * head_dim;
-    float maxv = -INFINITY;
+    const int n = pos - first + 1;
     for (int p = first; p <= pos; p++) {
         const float *k = kv + kc_kv_offset(layer, n_blocks, kv_heads, block_size, head_dim,
                                            block_table[p / block_size], kv_head, p % block_size);
-        float s = 0.0f;
-        for (int i = 0; i < head_dim; i++) s += q[i] * k[i];
-        s *= scale;
-        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-        scores[p - first] = s;
-        if (s > maxv) maxv = s;
+        for (int g = 0; g < group; g++) {
+            float s = kc_dot(q + (size_t)g * head_dim, k, head_dim) * scale;
+            if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+            scores[(size_t)g * n + (p - first)] = s;
+        }
     }
-    float sum = 0.0f;
-    for (int p = first; p <= pos; p++) {
-        const float e = expf(scores[p - first] - maxv);
-        scores[p - first] = e;
-        sum += e;
+    for (int g = 0; g < group; g++) {
+        float *sc = scores + (size_t)g * n;
+        float maxv = -INFINITY;
+        for (int i = 0; i < n; i++) maxv = sc[i] > maxv ? sc[i] : maxv;
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) {
+            sc[i] = expf(sc[i] - maxv);
+            sum += sc[i];
+        }
+        const float inv = 1.0f / sum;
+        for (int i = 0; i < n; i++) sc[i] *= inv;
+        memset(out + (size_t)g * head_dim, 0, sizeof(float) * head_dim);
     }
-    const float inv = 1.0f / sum;
-    for (int i = 0; i < head_dim; i++) out[i] = 0.0f;
     for (int p = first; p <= pos; p++) {
         const float *v = kv + v_base +
                          kc_kv_offset(layer, n_blocks, kv_heads, block_size, head_dim,
                                       block_table[p / block_size], kv_head, p % block_size);
-        const float a = scores[p - first] * inv;
-        for (int i = 0; i < head_dim; i++) out[i] += a * v[i];
+        for (int g = 0; g < group; g++)
+            kc_axpy(scores[(size_t)g * n + (p - first)], v, out + (size_t)g * head_dim, head_dim);
     }
 }
 

@@ -79,7 +79,7 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
     }
     m->arena = model_aligned_alloc((size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS);
     m->rope = model_aligned_alloc(sizeof(float) * (size_t)MAX_CTX * ROPE_DIM);
-    m->scratch = model_aligned_alloc(sizeof(float) * (size_t)MAX_THREADS * MAX_CTX);
+    m->scratch = model_aligned_alloc(sizeof(float) * MAX_THREADS * SCRATCH_PER_THREAD);
     if (!m->arena || !m->rope || !m->scratch) {
         snprintf(err, errlen, "out of memory allocating scratch");
         ingot_model_free(m);
