@@ -376,11 +376,15 @@ KC_INLINE void kc__mmq_tile(const void *W, int wt, const kc_q8 *X, int ldx, floa
     }
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 /* 512-bit variant: two consecutive 32-blocks per register (lanes 0-7 hold
  * block b, lanes 8-15 block b+1), which halves the dot/convert/scale/FMA
  * work per block; scale vectors are [d_b x8 | d_b+1 x8]. Used when the row
- * has an even number of blocks (576 and 1536 do); same algebra as above. */
+ * has an even number of blocks (576 and 1536 do); same algebra as above.
+ * For Q4 the first 32 bytes of the block pair hold both fp16 scales (and
+ * Q4_1's mins), so one load + one word permute + one convert gives each
+ * scale vector. Q4_1's min term becomes a vector FMA m * (s/8) per lane
+ * (8 lanes per block sum back to m * s) instead of a scalar pass. */
 #define KC_Q512 1
 KC_INLINE __m512 kc__scale2h(uint16_t a, uint16_t b) { /* two fp16 scales */
     __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)a)), _mm_set1_epi16((short)b), 1);
@@ -416,18 +420,15 @@ KC_INLINE void kc__mmq_tile512(const void *W, int wt, const kc_q8 *X, int ldx, f
     size_t w0 = (size_t)r * (size_t)NB;
     const __m512i zero = _mm512_setzero_si512();
     __m512 acc[KC_QRB][KC_QTB];
-    float macc[KC_QRB][KC_QTB];
-    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) {
-        acc[i][j] = _mm512_setzero_ps();
-        macc[i][j] = 0.0f;
-    }
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
     for (int b = 0; b < NB; b += 2) {
         __m512i xq[KC_QTB], xa[KC_QTB];
-        __m512 xd[KC_QTB];
+        __m512 xd[KC_QTB], xs[KC_QTB];
         KC_UNROLL for (int j = 0; j < NT; j++) {
             const kc_q8 *xb = &x0[(size_t)j * (size_t)ldx + (size_t)b];
             xq[j] = kc__join2(xb[0].qs, xb[1].qs);
             xd[j] = kc__scale2f(xb[0].d, xb[1].d);
+            xs[j] = wt == KC_WQ4_1 ? kc__scale2f(xb[0].s * 0.125f, xb[1].s * 0.125f) : _mm512_setzero_ps();
             if (wt == KC_WQ4_0)
                 xa[j] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), xq[j]));
             else if (wt == KC_WQ8_0)
@@ -438,7 +439,23 @@ KC_INLINE void kc__mmq_tile512(const void *W, int wt, const kc_q8 *X, int ldx, f
         KC_UNROLL for (int i = 0; i < NR; i++) {
             size_t wb = w0 + (size_t)i * (size_t)NB + (size_t)b;
             __m512i wq = kc__wcodes2(W, wt, wb);
-            __m512 wd = kc__scale2h(kc__wdbits(W, wt, wb), kc__wdbits(W, wt, wb + 1));
+            __m512 wd, wm = _mm512_setzero_ps();
+            if (wt == KC_WQ8_0) {
+                wd = kc__scale2h(kc__wdbits(W, wt, wb), kc__wdbits(W, wt, wb + 1));
+            } else {
+                const size_t bs = wt == KC_WQ4_0 ? sizeof(block_q4_0) : sizeof(block_q4_1);
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)((const char *)W + wb * bs));
+                /* fp16 word index of d (and m) in blocks b and b+1 */
+                const int d1 = (int)(bs / 2);
+                wd = _mm512_cvtph_ps(_mm256_permutexvar_epi16(
+                    _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, (short)d1, (short)d1, (short)d1, (short)d1, (short)d1,
+                                      (short)d1, (short)d1, (short)d1), raw));
+                if (wt == KC_WQ4_1)
+                    wm = _mm512_cvtph_ps(_mm256_permutexvar_epi16(
+                        _mm256_setr_epi16(1, 1, 1, 1, 1, 1, 1, 1, (short)(d1 + 1), (short)(d1 + 1), (short)(d1 + 1),
+                                          (short)(d1 + 1), (short)(d1 + 1), (short)(d1 + 1), (short)(d1 + 1),
+                                          (short)(d1 + 1)), raw));
+            }
             __m512i wa = wt == KC_WQ8_0 ? _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)0x80), wq))
                                         : zero;
             KC_UNROLL for (int j = 0; j < NT; j++) {
@@ -446,23 +463,14 @@ KC_INLINE void kc__mmq_tile512(const void *W, int wt, const kc_q8 *X, int ldx, f
                             : wt == KC_WQ4_0 ? _mm512_dpbusd_epi32(xa[j], wq, xq[j])
                                              : _mm512_dpbusd_epi32(zero, wq, xq[j]);
                 acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(p), xd[j]), wd, acc[i][j]);
-            }
-        }
-    }
-    if (wt == KC_WQ4_1) { /* min term, as in the 256-bit tile */
-        for (int b = 0; b < NB; b++) {
-            float xs[KC_QTB];
-            KC_UNROLL for (int j = 0; j < NT; j++) xs[j] = x0[(size_t)j * (size_t)ldx + (size_t)b].s;
-            KC_UNROLL for (int i = 0; i < NR; i++) {
-                float wm = kc_fp16_to_f32(((const block_q4_1 *)W)[w0 + (size_t)i * (size_t)NB + (size_t)b].m);
-                KC_UNROLL for (int j = 0; j < NT; j++) macc[i][j] += wm * xs[j];
+                if (wt == KC_WQ4_1) acc[i][j] = _mm512_fmadd_ps(wm, xs[j], acc[i][j]);
             }
         }
     }
     KC_UNROLL for (int j = 0; j < NT; j++) {
         float *y = Y + (size_t)(t + j) * (size_t)ldy + r;
         KC_UNROLL for (int i = 0; i < NR; i++) {
-            float v = kc__vsum(acc[i][j]) + macc[i][j];
+            float v = kc__vsum(acc[i][j]);
             if (bias) v += bias[r + i];
             if (accumulate) v += y[i];
             y[i] = v;
