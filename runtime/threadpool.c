@@ -44,7 +44,7 @@
  * index as thread_id: unique within a call and < tp_size, so it can index
  * per-thread scratch, even when the caller ran a worker's chunk. */
 
-#define TP_SPIN_ITERS 20000 /* pause iterations (~tens of microseconds) before sleeping */
+#define TP_SPIN_ITERS 20000 /* pause iterations before sleeping (~0.1-1 ms, CPU dependent) */
 #define TP_WAIT_SPINS 4096  /* caller spins before it starts yielding */
 
 typedef struct {
