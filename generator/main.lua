@@ -56,12 +56,16 @@ end
 
 -- The dtype each weight's kernels are compiled for: vectors (norms, biases)
 -- are f32; matrices keep their stored dtype unless --dtype asks otherwise.
+-- A matrix whose rows are not a whole number of 32-element blocks cannot be
+-- block-quantized: it keeps its stored dtype (as llama.cpp's quantizer does),
+-- and the build says so.
 local function compiled_dtype(opts, w, stored)
   if #w.shape == 1 then return "f32" end
   if opts.dtype == "native" then return stored end
   if plan.quantized(opts.dtype) and w.shape[2] % 32 ~= 0 then
-    util.die(string.format("--dtype %s needs rows that are a multiple of 32; %s has %d columns",
-      opts.dtype, w.logical, w.shape[2]))
+    io.stderr:write(string.format("ingot: note: %s (%s) has rows of %d, not a multiple of 32: kept as %s\n",
+      w.logical, w.layer and ("layer " .. w.layer) or "model", w.shape[2], stored))
+    return stored
   end
   return opts.dtype
 end

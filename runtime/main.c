@@ -45,6 +45,7 @@ static void usage(FILE *f) {
             "usage: %s [--weights PATH] [--tokenizer PATH] [--threads N] COMMAND [options]\n"
             "  --info                          print the model descriptor\n"
             "  generate -p TEXT [-n 64] [--temp 0] [--top-k 0] [--top-p 1] [--min-p 0] [--seed S]\n"
+            "           [--repeat-penalty 1] [--ignore-eos] [--ids-out FILE]\n"
             "  logits --tokens 1,2,3 [--chunk N | --decode] [--out FILE]\n"
             "  perplexity (-f TEXT_FILE | --ids IDS_FILE) [--ctx 512] [--argmax-out FILE] [--tokens-out FILE]\n"
             "  tokenize -p TEXT\n",
@@ -369,8 +370,8 @@ static int cmd_tokenize(const cli_common *c, int argc, char **argv) {
 }
 
 static int cmd_generate(const cli_common *c, int argc, char **argv) {
-    const char *prompt = NULL;
-    int n_predict = 64;
+    const char *prompt = NULL, *ids_out = NULL;
+    int n_predict = 64, ignore_eos = 0;
     samp_params sp = samp_default_params();
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -383,6 +384,8 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
         else if (!strcmp(a, "--min-p") && v) sp.min_p = parse_float(argv[++i], "--min-p");
         else if (!strcmp(a, "--repeat-penalty") && v) sp.repetition_penalty = parse_float(argv[++i], "--repeat-penalty");
         else if (!strcmp(a, "--seed") && v) sp.seed = (uint64_t)parse_long(argv[++i], "--seed", 0, INT64_MAX);
+        else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
+        else if (!strcmp(a, "--ids-out") && v) ids_out = argv[++i];
         else die("generate: unknown option (see --help)");
     }
     if (!prompt) die("generate needs -p TEXT");
@@ -417,10 +420,22 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
     tok_stream_init(&ts);
     char out[256];
     int generated = 0;
+    /* --ids-out: one JSON line per generated token with the two best raw
+     * logits, for comparisons with other engines (near-ties). */
+    FILE *ids_file = ids_out ? fopen(ids_out, "w") : NULL;
+    if (ids_out && !ids_file) die("cannot open --ids-out file");
     for (; generated < n_predict; generated++) {
+        if (ids_file) {
+            const int V = ingot_model_desc.vocab;
+            int a = samp_argmax(s.logits, V), b2 = a == 0 ? 1 : 0;
+            for (int j = 0; j < V; j++)
+                if (j != a && s.logits[j] > s.logits[b2]) b2 = j;
+            fprintf(ids_file, "{\"top2_ids\": [%d, %d], \"top2_logits\": [%.6f, %.6f]", a, b2, s.logits[a], s.logits[b2]);
+        }
         int next = samp_sample(&smp, s.logits, history, (size_t)n_hist);
         history[n_hist++] = next;
-        if (next == tok_eos(tok)) {
+        if (ids_file) fprintf(ids_file, ", \"id\": %d}\n", next);
+        if (next == tok_eos(tok) && !ignore_eos) {
             generated++;
             break;
         }
@@ -432,6 +447,7 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
     size_t w = tok_stream_flush(&ts, out, sizeof out);
     fwrite(out, 1, w, stdout);
     printf("\n");
+    if (ids_file) fclose(ids_file);
     const double t2 = now_seconds();
     fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tokens/s)\n", n_prompt, t1 - t0, n_prompt / (t1 - t0));
     fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tokens/s)\n", generated, t2 - t1,

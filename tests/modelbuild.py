@@ -1,0 +1,42 @@
+"""Builds model binaries with ./ingot for the tests, once per (model, options) per session."""
+import functools
+import json
+import pathlib
+import subprocess
+
+import numpy as np
+
+from conftest import ROOT, SAN
+
+FIXTURES = ROOT / "tests" / "fixtures"
+TINY = FIXTURES / "tiny"
+
+
+@functools.lru_cache(maxsize=None)
+def build(model, name, *options):
+    """./ingot build MODEL --name NAME OPTIONS...; returns the binary's path."""
+    cmd = [str(ROOT / "ingot"), "build", str(model), "--name", name, *options]
+    if SAN:
+        cmd.append("--san")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, f"build failed: {' '.join(cmd)}\n{r.stderr}"
+    return pathlib.Path(r.stdout.strip().splitlines()[-1])
+
+
+def reference(model_dir):
+    """The transformers fixture of a tiny model: (tokens, logits[n, vocab])."""
+    ref = json.loads((model_dir / "reference.json").read_text())
+    logits = np.fromfile(model_dir / ref["logits_file"], dtype="<f4").reshape(ref["shape"])
+    return ref["tokens"], logits
+
+
+def logits(binary, tokens, *mode, weights=None, tmp_path):
+    """Teacher-forced logits from a model binary: [len(tokens), vocab]."""
+    out = tmp_path / f"logits-{abs(hash((str(binary), mode)))}.f32"
+    cmd = [str(binary)]
+    if weights:
+        cmd += ["--weights", str(weights)]
+    cmd += ["logits", "--tokens", ",".join(map(str, tokens)), "--out", str(out), *mode]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return np.fromfile(out, dtype="<f4").reshape(len(tokens), -1)
