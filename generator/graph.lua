@@ -196,6 +196,8 @@ function G:trace()
   c.layer = nil
   self.final_residual = x
   x = self:node("select_rows", {x}, x.width, "logits")
+  -- the framework inserts this op: attribute it to the head function's line
+  x.node.line = debug.getinfo(e.head, "S").linedefined
   local logits = call(e.head, x, self:weight_table(), cview)
   if getmetatable(logits) ~= Tensor or logits.width ~= c.vocab then
     util.die(string.format("%s: error: head must return a tensor of width vocab (%d)", self.desc.path, c.vocab))
