@@ -29,16 +29,21 @@ function graph.new(desc, cfg)
 end
 
 -- The description line that called the op being traced: the first stack
--- frame that belongs to models.lua.
+-- frame that belongs to models.lua. An op in tail position
+-- (`return linear(...)`) leaves no frame of its caller; it is attributed to
+-- the line of the previous op of the same function, or the line after the
+-- function's header.
+local tracing = {fn_line = 0, last_line = 0}
 local function caller_line(desc_path)
   for level = 3, 12 do
     local info = debug.getinfo(level, "Sl")
     if not info then break end
-    if info.short_src:find(desc_path, 1, true) or info.source == "@" .. desc_path then
+    if info.source == "@" .. desc_path then
+      tracing.last_line = info.currentline
       return info.currentline
     end
   end
-  return 0
+  return tracing.last_line > 0 and tracing.last_line or tracing.fn_line + 1
 end
 
 function G:fail(line, msg)
@@ -178,7 +183,11 @@ function G:trace()
   local env = self:env()
   -- models.lua runs in an environment whose globals resolve to desc.ops.
   for k, v in pairs(env) do self.desc.ops[k] = v end
-  local function call(fn, ...) return fn(...) end
+  local function call(fn, ...)
+    tracing.fn_line = debug.getinfo(fn, "S").linedefined
+    tracing.last_line = 0
+    return fn(...)
+  end
   local cview = setmetatable({}, {__index = function(_, k)
     local v = c[k]
     if v == nil then self:fail(caller_line(self.desc.path), "unknown config value c." .. tostring(k)) end
