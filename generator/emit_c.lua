@@ -117,15 +117,16 @@ local function phase_matmul(ctx, s, name, grp)
     local bias = l.inputs[3]
     local IN, OUT = l.inputs[1].width, l.width
     local lo, hi = off, off + OUT
-    local x, ldx
-    if plan_mod.quantized(w.dtype) then
-      x, ldx = "(const kc_q8 *)a->q8", string.format("%d", IN // 32)
+    local x, ldx, fn
+    if plan_mod.int8_activations(w.dtype, ctx.act_quant) then
+      x, ldx, fn = "(const kc_q8 *)a->q8", string.format("%d", IN // 32), "kc_mm_" .. w.dtype
     else
       x, ldx = s.buf(l.inputs[1].node), string.format("%d", IN)
+      fn = (plan_mod.quantized(w.dtype) and "kc_mmx_" or "kc_mm_") .. w.dtype
     end
     lines[#lines + 1] = "    " .. src(ctx, l)
-    lines[#lines + 1] = string.format("    if (r0 < %d && r1 > %d) kc_mm_%s((%s *)%s, %s, %s, %s, %d, a->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 < %d ? r1 - %d : %d), %s, 0);",
-      hi, lo, w.dtype, DT_CTYPE[w.dtype], s.weight(w), x, ldx, s.buf(l), OUT, IN, lo, lo, hi, lo, OUT,
+    lines[#lines + 1] = string.format("    if (r0 < %d && r1 > %d) %s((%s *)%s, %s, %s, %s, %d, a->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 < %d ? r1 - %d : %d), %s, 0);",
+      hi, lo, fn, DT_CTYPE[w.dtype], s.weight(w), x, ldx, s.buf(l), OUT, IN, lo, lo, hi, lo, OUT,
       bias and ("(const float *)" .. s.weight(bias)) or "NULL")
     off = hi
   end
@@ -187,6 +188,7 @@ local function kernel_name(grp)
   for _, l in ipairs(grp.linears) do dt = dt or l.inputs[2].dtype end
   local name = table.concat(parts, "_")
   if dt then name = name .. "_" .. dt end
+  if grp.q8 then name = name .. "_a8" end
   return name
 end
 

@@ -18,12 +18,20 @@ local ALIGN = 16
 
 local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end
 
--- Whether a linear of this weight dtype takes quantized activations.
+-- Whether a weight dtype is block-quantized.
 function plan.quantized(dtype)
   return dtype == "q8_0" or dtype == "q4_0" or dtype == "q4_1"
 end
 
-function plan.run(g, groups, final_node)
+-- Whether a linear of this weight dtype takes int8-quantized activations:
+-- only in --act-quant q8 builds (llama.cpp's numerics, integer dot
+-- products). By default activations stay f32 and quantized weights are
+-- dequantized in registers, which computes exactly what the checkpoint means.
+function plan.int8_activations(dtype, act_quant)
+  return act_quant == "q8" and plan.quantized(dtype)
+end
+
+function plan.run(g, groups, final_node, act_quant)
   local buffers = {}
   local function new_buffer(b)
     b.id = #buffers + 1
@@ -60,7 +68,7 @@ function plan.run(g, groups, final_node)
     if grp.kind == "matmul" then
       local needs_q8 = false
       for _, l in ipairs(grp.linears) do
-        if plan.quantized(l.inputs[2].dtype) then needs_q8 = true end
+        if plan.int8_activations(l.inputs[2].dtype, act_quant) then needs_q8 = true end
       end
       if needs_q8 then
         local w = grp.linears[1].inputs[1].width

@@ -1,0 +1,120 @@
+"""A model binary given the wrong, broken or truncated checkpoint, or a bad request.
+
+Each case must end in one clear error line on stderr and exit status 1 —
+never a crash (the suite also runs under ASan+UBSan with INGOT_SAN=1).
+The loaders' own byte-level corruption tests are in test_loaders.py; these
+go through the generated load path: tensors checked against the description.
+"""
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from modelbuild import TINY, build
+
+
+@pytest.fixture(scope="module")
+def tiny(built):
+    return build(TINY / "mha_tied_hd24", "t-mha_tied_hd24")
+
+
+def run(binary, *args):
+    r = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True, timeout=120)
+    assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr
+    return r
+
+
+def fails_with(binary, args, *words):
+    r = run(binary, *args)
+    assert r.returncode == 1, f"exit {r.returncode}\n{r.stderr}"
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    for w in words:
+        assert w in err, f"{w!r} not in: {err}"
+    return err
+
+
+def logits_args(weights, tokens="1,2,3"):
+    return ["--weights", weights, "logits", "--tokens", tokens, "--out", "/dev/null"]
+
+
+def copy_model(tmp_path, name="m"):
+    dst = tmp_path / name
+    shutil.copytree(TINY / "mha_tied_hd24", dst)
+    return dst
+
+
+def test_other_models_weights_are_refused_naming_tensor_and_shapes(tiny):
+    err = fails_with(tiny, logits_args(TINY / "gqa_tied_hd40"), "expected shape", "found", "models.lua:")
+    assert "model.embed_tokens.weight" in err or "model.layers.0" in err
+
+
+def test_missing_tensor(tiny, tmp_path):
+    d = copy_model(tmp_path)
+    tensors = load_file(d / "model.safetensors")
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, d / "model.safetensors")
+    fails_with(tiny, logits_args(d), "model.layers.1.mlp.up_proj.weight", "models.lua:")
+
+
+def test_transposed_tensor(tiny, tmp_path):
+    d = copy_model(tmp_path)
+    tensors = load_file(d / "model.safetensors")
+    name = "model.layers.0.mlp.down_proj.weight"
+    tensors[name] = np.ascontiguousarray(tensors[name].T)
+    save_file(tensors, d / "model.safetensors")
+    fails_with(tiny, logits_args(d), name, "[96, 176]", "[176, 96]")
+
+
+def test_unsupported_dtype(tiny, tmp_path):
+    d = copy_model(tmp_path)
+    tensors = load_file(d / "model.safetensors")
+    tensors["model.norm.weight"] = tensors["model.norm.weight"].astype(np.int32)
+    save_file(tensors, d / "model.safetensors")
+    fails_with(tiny, logits_args(d), "model.norm.weight", "I32")
+
+
+@pytest.mark.parametrize("keep", [0, 7, 100, 5000, -1000, -1])
+def test_truncated_checkpoint(tiny, tmp_path, keep):
+    d = copy_model(tmp_path)
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[:keep] if keep >= 0 else data[:len(data) + keep])
+    fails_with(tiny, logits_args(d), "model.safetensors")
+
+
+def test_missing_path(tiny, tmp_path):
+    fails_with(tiny, logits_args(tmp_path / "nope"), "nope")
+
+
+def test_truncated_gguf(tmp_path, built):
+    from modelbuild import ROOT
+    gguf = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True).stdout.strip()
+    binary = build(gguf, "smollm2")
+    cut = tmp_path / "cut.gguf"
+    with open(gguf, "rb") as f:
+        cut.write_bytes(f.read(50 << 20))
+    fails_with(binary, ["--weights", cut, "--info"], "cut.gguf", "past end of file")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["logits", "--tokens", "1,2,5000"], ["token id 5000", "vocabulary"]),
+    (["logits", "--tokens", "1,x"], ["--tokens"]),
+    (["logits"], ["--tokens"]),
+    (["generate", "-p", "hi", "-n", "-3"], ["-n"]),
+    (["generate", "-p", "hi", "--temp", "nan"], ["--temp"]),
+    (["frobnicate"], []),
+])
+def test_bad_command_lines(tiny, args, words):
+    r = run(tiny, *args)
+    assert r.returncode in (1, 2), r.stderr
+    for w in words:
+        assert w in r.stderr
+
+
+def test_sequence_longer_than_context(tiny):
+    info = json.loads((TINY / "mha_tied_hd24" / "config.json").read_text())
+    n = info["max_position_embeddings"] + 1
+    fails_with(tiny, ["logits", "--tokens", ",".join(["1"] * n), "--out", "/dev/null"], "context")
