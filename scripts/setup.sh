@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what ingot needs to build models and run its tests, from Debian's
+# packages and PyPI only. Safe to run again: it installs only what is missing.
+#   scripts/setup.sh           build + test dependencies
+#   scripts/setup.sh --oracles also the heavy reference libraries (torch,
+#                              transformers, llama-cpp-python) needed only to
+#                              regenerate tests/fixtures and to run bench/
+set -euo pipefail
+
+APT_PACKAGES="gcc make lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev"
+PIP_PACKAGES="numpy pytest safetensors gguf tokenizers jinja2"
+ORACLE_PACKAGES="torch transformers accelerate sentencepiece llama-cpp-python"
+
+missing=""
+for p in $APT_PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: apt-get install$missing" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+pip_missing=""
+for p in $PIP_PACKAGES; do
+  python3 -m pip show -q "$p" >/dev/null 2>&1 || pip_missing="$pip_missing $p"
+done
+if [ "${1:-}" = "--oracles" ]; then
+  for p in $ORACLE_PACKAGES; do
+    python3 -m pip show -q "$p" >/dev/null 2>&1 || pip_missing="$pip_missing $p"
+  done
+fi
+if [ -n "$pip_missing" ]; then
+  echo "setup: pip install$pip_missing" >&2
+  # llama-cpp-python builds from source: give its build both cores
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install -q $pip_missing
+fi
