@@ -1,0 +1,677 @@
+/* scheduler.c — continuous batching over the paged KV cache, one forward per step.
+ *
+ * Sequence life: submitted → waiting → (admitted) running → finished.
+ * A running sequence holds tokens[0..n_tokens) (prompt, then every sampled
+ * token) of which the first n_computed are in the KV cache; it always has
+ * at least one pending token (the last sampled one, or the rest of the
+ * prompt). A step feeds one token of every sequence with exactly one pending
+ * (decode) and then prefill chunks of the others, within the token budget;
+ * a sequence whose pending tokens all went in gets a logits row and samples.
+ * Preemption frees all of a sequence's blocks and requeues it at the front:
+ * it recomputes tokens[0..n_tokens) (prefix-cache hits included) and its
+ * sampler simply continues, so its output does not change.
+ */
+#include "scheduler.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kv_pool.h"
+#include "threadpool.h"
+
+typedef struct sched_seq {
+    uint64_t id;
+    int32_t *tokens;     /* [capacity]: prompt then generated */
+    int capacity;        /* n_prompt + max_tokens, capped at the context */
+    int n_prompt, n_tokens, n_computed;
+    int max_tokens, generated;
+    int32_t *blocks;     /* block table, [ceil(capacity / BLOCK)] */
+    int n_blocks;
+    int n_published;     /* leading blocks already published to the prefix cache */
+    uint64_t last_hash;  /* chained hash of block n_published - 1 */
+    int matched;         /* prefix lookup done for this admission */
+    int cached_tokens;   /* prompt tokens served from the prefix cache (first admission) */
+    int admissions;
+    uint64_t admit_order;
+    samp_sampler sampler;
+    int top_logprobs, ignore_eos;
+    int cancelled;
+    struct sched_seq *next; /* waiting list / submission list */
+} sched_seq;
+
+struct sched {
+    ingot_model *model;
+    sched_config cfg;
+    tp_pool *pool;
+    ingot_kv kv;
+    kv_pool *blocks;
+    int max_ctx, vocab, block;
+
+    pthread_t thread;
+    pthread_mutex_t mu;      /* guards: incoming, cancels, events, stats, stop */
+    pthread_cond_t wake;
+    int stop;
+    sched_seq *incoming_head, *incoming_tail;
+    int n_incoming;
+    uint64_t *cancels;
+    int n_cancels, cap_cancels;
+    sched_event *events;
+    size_t n_events, cap_events;
+    sched_stats stats;
+    uint64_t next_id;
+
+    /* scheduler-thread state */
+    sched_seq *waiting_head, *waiting_tail;
+    int n_waiting;
+    sched_seq **running;
+    int n_running;
+    uint64_t admit_counter;
+
+    /* step buffers */
+    int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_seq_len;
+    const int32_t **b_tables;
+    sched_seq **b_seqs;       /* per sequence slot in the batch */
+    int *b_first, *b_count;   /* per slot: first token index, token count */
+    float *logits;            /* [max_running][vocab] */
+    float *raw_logits;        /* [vocab]: a row before sampling modifies it, for logprobs */
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- events ------------------------------------------------------------ */
+
+static void push_event(sched *s, const sched_event *ev) {
+    pthread_mutex_lock(&s->mu);
+    if (s->n_events == s->cap_events) {
+        size_t cap = s->cap_events ? s->cap_events * 2 : 256;
+        sched_event *e = realloc(s->events, cap * sizeof *e);
+        if (!e) { /* out of memory: drop; the consumer sees the DONE of a later retry */
+            pthread_mutex_unlock(&s->mu);
+            return;
+        }
+        s->events = e;
+        s->cap_events = cap;
+    }
+    s->events[s->n_events++] = *ev;
+    pthread_mutex_unlock(&s->mu);
+}
+
+size_t sched_poll(sched *s, sched_event *out, size_t cap) {
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->n_events < cap ? s->n_events : cap;
+    memcpy(out, s->events, n * sizeof *out);
+    memmove(s->events, s->events + n, (s->n_events - n) * sizeof *out);
+    s->n_events -= n;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* ---- sequences --------------------------------------------------------- */
+
+static void seq_free(sched_seq *q) {
+    if (!q) return;
+    free(q->tokens);
+    free(q->blocks);
+    samp_free(&q->sampler);
+    free(q);
+}
+
+static void release_blocks(sched *s, sched_seq *q) {
+    for (int i = 0; i < q->n_blocks; i++) kv_unref(s->blocks, q->blocks[i]);
+    q->n_blocks = 0;
+    q->n_computed = 0;
+    q->n_published = 0;
+    q->last_hash = 0;
+    q->matched = 0;
+}
+
+static void finish(sched *s, sched_seq *q, sched_finish why, const char *error) {
+    sched_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.id = q->id;
+    ev.kind = SCHED_EV_DONE;
+    ev.finish = why;
+    ev.prompt_tokens = q->n_prompt;
+    ev.completion_tokens = q->generated;
+    ev.cached_tokens = q->cached_tokens;
+    if (error) snprintf(ev.error, sizeof ev.error, "%s", error);
+    push_event(s, &ev);
+    release_blocks(s, q);
+    seq_free(q);
+}
+
+static void waiting_push_back(sched *s, sched_seq *q) {
+    q->next = NULL;
+    if (s->waiting_tail) s->waiting_tail->next = q;
+    else s->waiting_head = q;
+    s->waiting_tail = q;
+    s->n_waiting++;
+}
+
+static void waiting_push_front(sched *s, sched_seq *q) {
+    q->next = s->waiting_head;
+    s->waiting_head = q;
+    if (!s->waiting_tail) s->waiting_tail = q;
+    s->n_waiting++;
+}
+
+static sched_seq *waiting_pop(sched *s) {
+    sched_seq *q = s->waiting_head;
+    if (!q) return NULL;
+    s->waiting_head = q->next;
+    if (!s->waiting_head) s->waiting_tail = NULL;
+    s->n_waiting--;
+    q->next = NULL;
+    return q;
+}
+
+static void running_remove(sched *s, int i) {
+    s->running[i] = s->running[--s->n_running];
+}
+
+/* ---- submission -------------------------------------------------------- */
+
+static int blocks_for(const sched *s, int tokens) { return (tokens + s->block - 1) / s->block; }
+
+int sched_submit(sched *s, const sched_request *r, uint64_t *id, char *err, size_t errlen) {
+    if (r->n_prompt == 0) {
+        snprintf(err, errlen, "the prompt is empty");
+        return -1;
+    }
+    if (r->max_tokens < 1) {
+        snprintf(err, errlen, "max_tokens must be at least 1");
+        return -1;
+    }
+    if (r->n_prompt >= (size_t)s->max_ctx) {
+        snprintf(err, errlen, "context_length_exceeded: the prompt has %zu tokens; this model's context is %d",
+                 r->n_prompt, s->max_ctx);
+        return -1;
+    }
+    for (size_t i = 0; i < r->n_prompt; i++) {
+        if (r->prompt[i] < 0 || r->prompt[i] >= s->vocab) {
+            snprintf(err, errlen, "token id %d is out of the vocabulary (%d)", r->prompt[i], s->vocab);
+            return -1;
+        }
+    }
+    long capacity = (long)r->n_prompt + r->max_tokens;
+    if (capacity > s->max_ctx) capacity = s->max_ctx;
+    if (blocks_for(s, (int)capacity) > kv_total(s->blocks)) {
+        snprintf(err, errlen, "the request needs %d KV blocks; the pool has %d", blocks_for(s, (int)capacity),
+                 kv_total(s->blocks));
+        return -1;
+    }
+    sched_seq *q = calloc(1, sizeof *q);
+    if (!q) goto oom;
+    q->capacity = (int)capacity;
+    q->tokens = malloc(sizeof(int32_t) * (size_t)capacity);
+    q->blocks = malloc(sizeof(int32_t) * (size_t)blocks_for(s, (int)capacity));
+    if (!q->tokens || !q->blocks || samp_init(&q->sampler, s->vocab, &r->sampling) != 0) goto oom;
+    memcpy(q->tokens, r->prompt, sizeof(int32_t) * r->n_prompt);
+    q->n_prompt = q->n_tokens = (int)r->n_prompt;
+    q->max_tokens = r->max_tokens;
+    q->top_logprobs = r->top_logprobs > SCHED_MAX_TOP_LOGPROBS ? SCHED_MAX_TOP_LOGPROBS : r->top_logprobs;
+    q->ignore_eos = r->ignore_eos;
+
+    pthread_mutex_lock(&s->mu);
+    if (s->n_incoming + s->stats.waiting >= s->cfg.max_waiting) {
+        pthread_mutex_unlock(&s->mu);
+        seq_free(q);
+        snprintf(err, errlen, "the waiting queue is full (%d requests)", s->cfg.max_waiting);
+        return -1;
+    }
+    q->id = ++s->next_id;
+    if (s->incoming_tail) s->incoming_tail->next = q;
+    else s->incoming_head = q;
+    s->incoming_tail = q;
+    s->n_incoming++;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    *id = q->id;
+    return 0;
+oom:
+    seq_free(q);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+void sched_cancel(sched *s, uint64_t id) {
+    pthread_mutex_lock(&s->mu);
+    if (s->n_cancels == s->cap_cancels) {
+        int cap = s->cap_cancels ? s->cap_cancels * 2 : 64;
+        uint64_t *c = realloc(s->cancels, sizeof *c * (size_t)cap);
+        if (!c) {
+            pthread_mutex_unlock(&s->mu);
+            return;
+        }
+        s->cancels = c;
+        s->cap_cancels = cap;
+    }
+    s->cancels[s->n_cancels++] = id;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_get_stats(sched *s, sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- one step ---------------------------------------------------------- */
+
+/* Takes submissions and cancellations from the other threads. */
+static void intake(sched *s) {
+    pthread_mutex_lock(&s->mu);
+    sched_seq *in = s->incoming_head;
+    s->incoming_head = s->incoming_tail = NULL;
+    s->n_incoming = 0;
+    int n_cancels = s->n_cancels;
+    uint64_t cancels[256];
+    if (n_cancels > 256) n_cancels = 256;
+    memcpy(cancels, s->cancels, sizeof(uint64_t) * (size_t)n_cancels);
+    memmove(s->cancels, s->cancels + n_cancels, sizeof(uint64_t) * (size_t)(s->n_cancels - n_cancels));
+    s->n_cancels -= n_cancels;
+    pthread_mutex_unlock(&s->mu);
+
+    while (in) {
+        sched_seq *next = in->next;
+        waiting_push_back(s, in);
+        in = next;
+    }
+    for (int c = 0; c < n_cancels; c++) {
+        for (int i = 0; i < s->n_running; i++)
+            if (s->running[i]->id == cancels[c]) s->running[i]->cancelled = 1;
+        for (sched_seq *q = s->waiting_head; q; q = q->next)
+            if (q->id == cancels[c]) q->cancelled = 1;
+    }
+    for (int i = s->n_running - 1; i >= 0; i--) {
+        if (s->running[i]->cancelled) {
+            sched_seq *q = s->running[i];
+            running_remove(s, i);
+            finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+        }
+    }
+    sched_seq *keep_head = NULL, *keep_tail = NULL;
+    int kept = 0;
+    while (s->waiting_head) {
+        sched_seq *q = waiting_pop(s);
+        if (q->cancelled) {
+            finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+            continue;
+        }
+        if (keep_tail) keep_tail->next = q;
+        else keep_head = q;
+        keep_tail = q;
+        kept++;
+    }
+    s->waiting_head = keep_head;
+    s->waiting_tail = keep_tail;
+    s->n_waiting = kept;
+}
+
+/* Reuses cached blocks for the sequence's leading full blocks. The last
+ * token is never matched: its logits are needed to sample. */
+static void match_prefix(sched *s, sched_seq *q) {
+    if (q->matched || !s->cfg.prefix_cache) return;
+    q->matched = 1;
+    const int full = (q->n_tokens - 1) / s->block;
+    uint64_t h = 0;
+    for (int i = 0; i < full; i++) {
+        const int32_t *toks = q->tokens + (size_t)i * s->block;
+        const uint64_t hi = kv_hash_block(h, toks, s->block);
+        const int b = kv_lookup(s->blocks, hi, toks);
+        if (b < 0) break;
+        q->blocks[q->n_blocks++] = b;
+        q->n_computed += s->block;
+        q->n_published = q->n_blocks;
+        q->last_hash = h = hi;
+    }
+    if (q->admissions == 0) q->cached_tokens = q->n_computed;
+    pthread_mutex_lock(&s->mu);
+    s->stats.prefix_hit_tokens += (uint64_t)q->n_computed;
+    s->stats.prefix_lookup_tokens += (uint64_t)(q->n_tokens - 1);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Admits waiting sequences (FIFO) while the pool holds all their pending
+ * tokens' blocks and the running set has room. */
+static void admit(sched *s) {
+    while (s->waiting_head && s->n_running < s->cfg.max_running) {
+        sched_seq *q = s->waiting_head;
+        match_prefix(s, q);
+        const int need = blocks_for(s, q->n_tokens) - q->n_blocks;
+        if (need > kv_available(s->blocks)) {
+            /* keep its matched blocks referenced: they stay valid while it waits */
+            break;
+        }
+        for (int i = 0; i < need; i++) q->blocks[q->n_blocks++] = kv_alloc(s->blocks);
+        waiting_pop(s);
+        q->admit_order = ++s->admit_counter;
+        q->admissions++;
+        s->running[s->n_running++] = q;
+    }
+}
+
+/* Frees the most recently admitted running sequence and requeues it. */
+static void preempt_newest(sched *s) {
+    int victim = 0;
+    for (int i = 1; i < s->n_running; i++)
+        if (s->running[i]->admit_order > s->running[victim]->admit_order) victim = i;
+    sched_seq *q = s->running[victim];
+    running_remove(s, victim);
+    release_blocks(s, q);
+    waiting_push_front(s, q);
+    pthread_mutex_lock(&s->mu);
+    s->stats.preemptions++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Publishes the sequence's newly full, computed blocks to the prefix cache. */
+static void publish_blocks(sched *s, sched_seq *q) {
+    if (!s->cfg.prefix_cache) return;
+    const int full = q->n_computed / s->block;
+    while (q->n_published < full) {
+        const int i = q->n_published;
+        const int32_t *toks = q->tokens + (size_t)i * s->block;
+        const uint64_t h = kv_hash_block(q->last_hash, toks, s->block);
+        kv_publish(s->blocks, q->blocks[i], h, toks);
+        q->last_hash = h;
+        q->n_published++;
+    }
+}
+
+static void emit_token(sched *s, sched_seq *q, const float *logits, int token) {
+    sched_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.id = q->id;
+    ev.kind = SCHED_EV_TOKEN;
+    ev.token = token;
+    if (q->top_logprobs >= 0) {
+        /* log-softmax of the raw logits (before penalties and temperature) */
+        double maxv = logits[0], sum = 0.0;
+        for (int i = 1; i < s->vocab; i++) maxv = logits[i] > maxv ? logits[i] : maxv;
+        for (int i = 0; i < s->vocab; i++) sum += exp((double)logits[i] - maxv);
+        const double lse = maxv + log(sum);
+        ev.logprob = (float)(logits[token] - lse);
+        ev.n_top = q->top_logprobs;
+        for (int k = 0; k < ev.n_top; k++) ev.top_ids[k] = -1;
+        for (int i = 0; i < s->vocab; i++) { /* insertion into a tiny sorted list */
+            int k = ev.n_top;
+            while (k > 0 && (ev.top_ids[k - 1] < 0 || logits[i] > logits[ev.top_ids[k - 1]])) k--;
+            if (k >= ev.n_top) continue;
+            memmove(&ev.top_ids[k + 1], &ev.top_ids[k], sizeof(int32_t) * (size_t)(ev.n_top - k - 1));
+            ev.top_ids[k] = i;
+        }
+        for (int k = 0; k < ev.n_top; k++) ev.top_logprobs[k] = (float)(logits[ev.top_ids[k]] - lse);
+    }
+    push_event(s, &ev);
+}
+
+static int step(sched *s) {
+    const double t0 = now_s();
+    intake(s);
+    admit(s);
+    if (s->n_running == 0) return 0;
+
+    /* Decode tokens first (one per sequence), each may need a fresh block;
+     * when none is left, preempt the newest sequence and retry. */
+    int n_tokens = 0, n_slots = 0, n_logits = 0;
+    const int budget = s->cfg.max_batch_tokens;
+    for (int i = 0; i < s->n_running; i++) {
+        sched_seq *q = s->running[i];
+        if (q->n_tokens - q->n_computed != 1) continue;
+        if (blocks_for(s, q->n_computed + 1) > q->n_blocks) {
+            int b = kv_alloc(s->blocks);
+            while (b < 0 && s->n_running > 0) {
+                preempt_newest(s);
+                if (i >= s->n_running || s->running[i] != q) break; /* q itself went */
+                b = kv_alloc(s->blocks);
+            }
+            if (b < 0) { /* q was preempted: restart the pass over the reshuffled set */
+                n_tokens = n_slots = n_logits = 0;
+                i = -1;
+                continue;
+            }
+            q->blocks[q->n_blocks++] = b;
+        }
+    }
+    for (int i = 0; i < s->n_running && n_tokens < budget; i++) {
+        sched_seq *q = s->running[i];
+        if (q->n_tokens - q->n_computed != 1) continue;
+        s->b_seqs[n_slots] = q;
+        s->b_first[n_slots] = n_tokens;
+        s->b_count[n_slots] = 1;
+        n_slots++;
+        n_tokens++;
+    }
+    /* Prefill chunks, in running order, within what is left of the budget. */
+    for (int i = 0; i < s->n_running && n_tokens < budget; i++) {
+        sched_seq *q = s->running[i];
+        const int pending = q->n_tokens - q->n_computed;
+        if (pending <= 1) continue;
+        const int k = pending < budget - n_tokens ? pending : budget - n_tokens;
+        s->b_seqs[n_slots] = q;
+        s->b_first[n_slots] = n_tokens;
+        s->b_count[n_slots] = k;
+        n_slots++;
+        n_tokens += k;
+    }
+    if (n_tokens == 0) return 0;
+
+    for (int j = 0; j < n_slots; j++) {
+        sched_seq *q = s->b_seqs[j];
+        for (int t = 0; t < s->b_count[j]; t++) {
+            const int idx = s->b_first[j] + t;
+            s->b_tokens[idx] = q->tokens[q->n_computed + t];
+            s->b_pos[idx] = q->n_computed + t;
+            s->b_seq[idx] = j;
+        }
+        s->b_tables[j] = q->blocks;
+        s->b_seq_len[j] = q->n_computed + s->b_count[j];
+        if (q->n_computed + s->b_count[j] == q->n_tokens)
+            s->b_rows[n_logits++] = s->b_first[j] + s->b_count[j] - 1;
+    }
+    ingot_batch b = {.n_tokens = n_tokens, .tokens = s->b_tokens, .pos = s->b_pos, .seq = s->b_seq,
+                     .n_seqs = n_slots, .block_tables = s->b_tables, .seq_len = s->b_seq_len,
+                     .n_logits = n_logits, .logit_rows = s->b_rows, .logits = s->logits};
+    char err[256];
+    const double tf = now_s();
+    const int rc = ingot_forward(s->model, &s->kv, &b, s->pool, err, sizeof err);
+    const double tf1 = now_s();
+
+    int row = 0;
+    for (int j = 0; j < n_slots; j++) {
+        sched_seq *q = s->b_seqs[j];
+        if (rc != 0) { /* a broken batch is a bug in this file: end its sequences, keep serving */
+            for (int i = 0; i < s->n_running; i++)
+                if (s->running[i] == q) {
+                    running_remove(s, i);
+                    break;
+                }
+            finish(s, q, SCHED_FINISH_ERROR, err);
+            continue;
+        }
+        q->n_computed += s->b_count[j];
+        publish_blocks(s, q);
+        if (q->n_computed != q->n_tokens) continue;
+        float *lg = s->logits + (size_t)row++ * s->vocab;
+        int i_run = 0;
+        while (s->running[i_run] != q) i_run++;
+        if (q->generated >= q->max_tokens || q->n_tokens >= q->capacity) {
+            /* recomputed after a preemption that came right after its last token */
+            running_remove(s, i_run);
+            finish(s, q, SCHED_FINISH_LENGTH, NULL);
+            continue;
+        }
+        if (q->top_logprobs >= 0) memcpy(s->raw_logits, lg, sizeof(float) * (size_t)s->vocab);
+        const int tok = samp_sample(&q->sampler, lg, q->tokens, (size_t)q->n_tokens);
+        if (tok == s->cfg.eos_token && !q->ignore_eos) {
+            running_remove(s, i_run);
+            finish(s, q, SCHED_FINISH_EOS, NULL);
+            continue;
+        }
+        emit_token(s, q, s->raw_logits, tok);
+        q->tokens[q->n_tokens++] = tok;
+        q->generated++;
+        pthread_mutex_lock(&s->mu);
+        s->stats.generated_tokens++;
+        pthread_mutex_unlock(&s->mu);
+        if (q->generated >= q->max_tokens || q->n_tokens >= q->capacity) {
+            running_remove(s, i_run);
+            finish(s, q, SCHED_FINISH_LENGTH, NULL);
+        }
+    }
+    const double t1 = now_s();
+    pthread_mutex_lock(&s->mu);
+    s->stats.steps++;
+    s->stats.last_batch_tokens = n_tokens;
+    s->stats.last_batch_seqs = n_slots;
+    s->stats.last_step_seconds = t1 - t0;
+    s->stats.last_forward_seconds = tf1 - tf;
+    pthread_mutex_unlock(&s->mu);
+    return 1;
+}
+
+/* ---- thread and lifecycle ---------------------------------------------- */
+
+static void publish_queue_stats(sched *s) {
+    pthread_mutex_lock(&s->mu);
+    s->stats.running = s->n_running;
+    s->stats.waiting = s->n_waiting + s->n_incoming;
+    s->stats.kv_blocks_used = kv_in_use(s->blocks);
+    s->stats.kv_blocks_cached = kv_cached(s->blocks);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *sched_main(void *arg) {
+    sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        const int stop = s->stop;
+        pthread_mutex_unlock(&s->mu);
+        if (stop) break;
+        const int worked = step(s);
+        publish_queue_stats(s);
+        int pending;
+        pthread_mutex_lock(&s->mu);
+        pending = s->n_events > 0;
+        pthread_mutex_unlock(&s->mu);
+        if (pending && s->cfg.notify) s->cfg.notify(s->cfg.notify_user);
+        if (!worked) {
+            pthread_mutex_lock(&s->mu);
+            while (!s->stop && !s->incoming_head && s->n_cancels == 0 && s->n_running == 0)
+                pthread_cond_wait(&s->wake, &s->mu);
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    /* shutting down: end everything still here */
+    intake(s);
+    while (s->n_running > 0) {
+        sched_seq *q = s->running[0];
+        running_remove(s, 0);
+        finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+    }
+    while (s->waiting_head) finish(s, waiting_pop(s), SCHED_FINISH_CANCELLED, NULL);
+    publish_queue_stats(s);
+    if (s->cfg.notify) s->cfg.notify(s->cfg.notify_user);
+    return NULL;
+}
+
+sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t errlen) {
+    sched *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->model = m;
+    s->cfg = *cfg;
+    s->max_ctx = ingot_model_desc.max_ctx;
+    s->vocab = ingot_model_desc.vocab;
+    s->block = INGOT_KV_BLOCK;
+    if (s->cfg.n_threads < 1) s->cfg.n_threads = 1;
+    if (s->cfg.max_running < 1) s->cfg.max_running = 64;
+    if (s->cfg.max_waiting < 1) s->cfg.max_waiting = 1024;
+    const int max_tokens = ingot_model_max_tokens(m);
+    if (s->cfg.max_batch_tokens < 1 || s->cfg.max_batch_tokens > max_tokens) s->cfg.max_batch_tokens = max_tokens;
+    if (s->cfg.max_batch_tokens < s->cfg.max_running) s->cfg.max_running = s->cfg.max_batch_tokens;
+    if (s->cfg.kv_blocks < 1) {
+        snprintf(err, errlen, "the KV pool needs at least one block");
+        free(s);
+        return NULL;
+    }
+    const size_t block_bytes = ingot_model_desc.kv_bytes_per_token * INGOT_KV_BLOCK;
+    s->kv.n_blocks = s->cfg.kv_blocks;
+    s->kv.data = calloc((size_t)s->cfg.kv_blocks, block_bytes);
+    s->blocks = kv_create(s->cfg.kv_blocks, INGOT_KV_BLOCK);
+    s->pool = tp_create(s->cfg.n_threads);
+    const int B = s->cfg.max_batch_tokens, R = s->cfg.max_running;
+    s->running = calloc((size_t)R, sizeof *s->running);
+    s->b_tokens = malloc(sizeof(int32_t) * (size_t)B);
+    s->b_pos = malloc(sizeof(int32_t) * (size_t)B);
+    s->b_seq = malloc(sizeof(int32_t) * (size_t)B);
+    s->b_rows = malloc(sizeof(int32_t) * (size_t)R);
+    s->b_seq_len = malloc(sizeof(int32_t) * (size_t)R);
+    s->b_tables = malloc(sizeof(*s->b_tables) * (size_t)R);
+    s->b_seqs = malloc(sizeof(*s->b_seqs) * (size_t)R);
+    s->b_first = malloc(sizeof(int) * (size_t)R);
+    s->b_count = malloc(sizeof(int) * (size_t)R);
+    s->logits = malloc(sizeof(float) * (size_t)R * s->vocab);
+    s->raw_logits = malloc(sizeof(float) * (size_t)s->vocab);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    s->stats.kv_blocks_total = s->cfg.kv_blocks;
+    if (!s->kv.data || !s->blocks || !s->pool || !s->running || !s->b_tokens || !s->b_pos || !s->b_seq ||
+        !s->b_rows || !s->b_seq_len || !s->b_tables || !s->b_seqs || !s->b_first || !s->b_count || !s->logits ||
+        !s->raw_logits || pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+        snprintf(err, errlen, "out of memory for a KV pool of %d blocks (%zu bytes each)", s->cfg.kv_blocks,
+                 block_bytes);
+        s->thread = 0;
+        sched_destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sched_destroy(sched *s) {
+    if (!s) return;
+    if (s->thread) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        pthread_cond_signal(&s->wake);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    while (s->incoming_head) {
+        sched_seq *q = s->incoming_head;
+        s->incoming_head = q->next;
+        seq_free(q);
+    }
+    tp_free(s->pool);
+    kv_destroy(s->blocks);
+    free(s->kv.data);
+    free(s->running);
+    free(s->b_tokens);
+    free(s->b_pos);
+    free(s->b_seq);
+    free(s->b_rows);
+    free(s->b_seq_len);
+    free(s->b_tables);
+    free(s->b_seqs);
+    free(s->b_first);
+    free(s->b_count);
+    free(s->logits);
+    free(s->raw_logits);
+    free(s->cancels);
+    free(s->events);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->wake);
+    free(s);
+}

@@ -1,0 +1,102 @@
+/* scheduler.h — the continuous-batching scheduler (sched_ prefix).
+ *
+ * The scheduler owns the model, the paged KV pool and its own thread. Each
+ * step it admits waiting requests while KV blocks and the token budget allow
+ * (prefix-cache lookup first), forms one batch of prefill chunks plus one
+ * decode token per running sequence, calls the generated forward once,
+ * samples, and queues events. Other threads talk to it only through
+ * sched_submit / sched_cancel (a locked queue) and sched_poll (events out);
+ * after queuing events the scheduler calls cfg.notify so the consumer's event
+ * loop wakes up. When KV blocks run out it preempts the most recently
+ * admitted sequence: its blocks are freed and it is requeued to recompute
+ * its prompt and the tokens generated so far, then continues where it was.
+ */
+#ifndef INGOT_SCHEDULER_H
+#define INGOT_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model_api.h"
+#include "sampler.h"
+
+#define SCHED_MAX_TOP_LOGPROBS 20
+
+typedef struct {
+    int n_threads;          /* forward threads (default 2) */
+    int kv_blocks;          /* blocks of INGOT_KV_BLOCK tokens in the pool */
+    int max_batch_tokens;   /* token budget of one step (<= the model's max tokens) */
+    int max_running;        /* sequences decoding at once */
+    int prefix_cache;       /* 1: share full prompt blocks by content hash */
+    int max_waiting;        /* submissions beyond this are refused (queue full) */
+    int eos_token;          /* ends a sequence (SCHED_FINISH_EOS) unless ignore_eos; -1: none */
+    void (*notify)(void *user); /* called on the scheduler thread after events are queued */
+    void *notify_user;
+} sched_config;
+
+typedef struct {
+    const int32_t *prompt;  /* copied by sched_submit */
+    size_t n_prompt;
+    samp_params sampling;
+    int max_tokens;         /* new tokens at most (>= 1) */
+    int top_logprobs;       /* -1: no logprobs; 0..SCHED_MAX_TOP_LOGPROBS: chosen token's logprob + that many alternatives */
+    int ignore_eos;
+} sched_request;
+
+typedef enum {
+    SCHED_EV_TOKEN,         /* one generated token */
+    SCHED_EV_DONE,          /* the request ended; no more events for this id */
+} sched_event_kind;
+
+typedef enum {
+    SCHED_FINISH_LENGTH,    /* max_tokens or the context reached */
+    SCHED_FINISH_EOS,       /* the model's end-of-sequence token (not emitted as a TOKEN) */
+    SCHED_FINISH_CANCELLED, /* sched_cancel */
+    SCHED_FINISH_ERROR,     /* see error */
+} sched_finish;
+
+typedef struct {
+    uint64_t id;
+    sched_event_kind kind;
+    /* SCHED_EV_TOKEN */
+    int32_t token;
+    float logprob;          /* of the chosen token under the model's raw distribution (if requested) */
+    int n_top;
+    int32_t top_ids[SCHED_MAX_TOP_LOGPROBS];
+    float top_logprobs[SCHED_MAX_TOP_LOGPROBS];
+    /* SCHED_EV_DONE */
+    sched_finish finish;
+    int prompt_tokens, completion_tokens, cached_tokens;
+    char error[160];
+} sched_event;
+
+typedef struct {
+    int kv_blocks_total, kv_blocks_used, kv_blocks_cached; /* cached: unreferenced, kept for prefix reuse */
+    int running, waiting;
+    uint64_t steps, prefix_hit_tokens, prefix_lookup_tokens, preemptions;
+    uint64_t prompt_tokens, generated_tokens;
+    int last_batch_tokens, last_batch_seqs;
+    double last_step_seconds, last_forward_seconds; /* the whole step, and the forward call inside it */
+} sched_stats;
+
+typedef struct sched sched;
+
+/* Starts the scheduler thread; NULL and err filled on failure. */
+sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t errlen);
+/* Stops the thread (in-flight requests end with SCHED_FINISH_CANCELLED) and frees everything. */
+void sched_destroy(sched *s);
+
+/* Queues a request; 0 and *id on success. -1 with err filled if it can never
+ * run: empty prompt, prompt + max_tokens beyond the context
+ * ("context_length_exceeded"), more KV blocks than the whole pool, or the
+ * waiting queue is full. Thread-safe. */
+int sched_submit(sched *s, const sched_request *r, uint64_t *id, char *err, size_t errlen);
+/* Ends a request early (client gone, stop string matched); its blocks are
+ * freed at the next step and a DONE event with SCHED_FINISH_CANCELLED
+ * follows. Unknown or finished ids are ignored. Thread-safe. */
+void sched_cancel(sched *s, uint64_t id);
+/* Moves up to cap queued events to out; returns how many. Thread-safe. */
+size_t sched_poll(sched *s, sched_event *out, size_t cap);
+void sched_get_stats(sched *s, sched_stats *out);
+
+#endif
