@@ -2,6 +2,7 @@
 #ifndef INGOT_KC_MATMUL_H
 #define INGOT_KC_MATMUL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -513,6 +514,349 @@ static inline void kc_mm_q4_0(const block_q4_0 *W, const kc_q8 *X, int ldx_block
 static inline void kc_mm_q4_1(const block_q4_1 *W, const kc_q8 *X, int ldx_blocks, float *Y, int ldy, int T,
                               int IN, int r0, int r1, const float *bias, int accumulate) {
     kc__mmq(W, KC_WQ4_1, X, ldx_blocks, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+
+/* ------------------------------------------------------------------------
+ * Quantized weights with f32 activations (kc_mmx_*): exact dequantization.
+ *
+ * Every weight is dequantized in registers exactly as GGUF defines it, in
+ * f32: w = d*q (Q8_0), d*(q-8) (Q4_0), d*q + m (Q4_1), d and m fp16 -> f32.
+ * d*q is exact in f32 (11-bit d times an 8-bit q), so the only rounding of
+ * the weight is Q4_1's "+ m" (one rounding whether or not it is an FMA, as
+ * in GGUF's f32 dequantization), and Q4_0's d*(q-8) is computed as the exact
+ * fma(q, d, -8d). The products with X are then accumulated in f32 FMAs, so
+ * the result is the f32 matmul with the dequantized weight matrix (the
+ * transformers reference on the dequantized GGUF), not the int8 x int8
+ * approximation of kc_mm_q*.
+ *
+ * Two shapes:
+ *  - Few tokens (T < KC_XTMIN; decode): a stream over W. A tile of KC_XRB
+ *    rows x up to KC_XTB tokens walks the row's blocks; each 32-block is
+ *    dequantized into 32/KC_VW vectors and FMA'd into per-(row, token)
+ *    accumulators (two sets alternating on AVX-512 to hide FMA latency),
+ *    horizontally summed once at the end. The activation vectors of a block
+ *    are loaded once for all KC_XRB rows.
+ *  - More tokens (prefill): per token chunk of KC_XTC tokens, per tile of
+ *    KC_XMR = 2 vectors of rows, per K chunk of KC_XKB blocks, the weights
+ *    are dequantized ONCE into a stack buffer buf[k][KC_XMR] (k-major: one
+ *    aligned vector load gives KC_VW rows at one k; 16 KB on AVX-512) and
+ *    then an outer-product microkernel runs over all tokens of the chunk,
+ *    KC_XNT at a time: per k, 2 weight-vector loads + KC_XNT broadcasts of
+ *    x[t][k] feed 2*KC_XNT FMAs (24 accumulators on AVX-512), and the
+ *    accumulators are already Y's layout (KC_VW consecutive rows of one
+ *    token) so they are stored without horizontal sums. Partial sums of the
+ *    K chunks are accumulated in Y (the tile is L1-resident). The
+ *    dequantization cost is spread over KC_XTC tokens; on AVX-512 the
+ *    k-major layout is produced directly by 16-row gathers of the block
+ *    headers and code dwords, so no transpose is needed. */
+#if defined(__AVX512F__)
+#define KC_XRB 4  /* direct path: rows per tile */
+#define KC_XTB 2  /* direct path: tokens per tile */
+#define KC_XACC 2 /* direct path: accumulator sets */
+#define KC_XNT 12 /* packed path: tokens per microkernel tile */
+#elif defined(__AVX2__) && defined(__FMA__)
+#define KC_XRB 4
+#define KC_XTB 2
+#define KC_XACC 1
+#define KC_XNT 6 /* 12 accumulators + 2 weights + 1 broadcast of 16 registers */
+#else
+#define KC_XRB 4
+#define KC_XTB 2
+#define KC_XACC 1
+#define KC_XNT 4
+#endif
+#define KC_XMR (2 * KC_VW) /* packed path: rows per tile */
+#define KC_XKB 4           /* packed path: 32-blocks per K chunk (128 k) */
+#define KC_XTC 128         /* packed path: token chunk (128 x 1536 f32 = 768 KB of X in L2) */
+#define KC_XTMIN 3         /* T below this: direct path */
+
+/* Lanes s*KC_VW .. s*KC_VW+KC_VW-1 of block b's codes as floats: q for Q8_0
+ * (signed), the unsigned nibble q for Q4 (elements 0-15 are the low nibbles
+ * of qs[0..15], 16-31 the high nibbles). */
+KC_INLINE kc_vf kc__xcodes(const void *W, int wt, size_t b, int s) {
+    const int8_t *q8 = ((const block_q8_0 *)W)[b].qs;
+    const uint8_t *q4 = wt == KC_WQ4_0 ? ((const block_q4_0 *)W)[b].qs : ((const block_q4_1 *)W)[b].qs;
+#if defined(__AVX512F__)
+    if (wt == KC_WQ8_0)
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q8 + 16 * s))));
+    /* one widening of the 16 bytes serves both halves: low nibble = & 15,
+     * high nibble = >> 4 (the dword holds one byte) */
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)q4));
+    v = s == 0 ? _mm512_and_si512(v, _mm512_set1_epi32(15)) : _mm512_srli_epi32(v, 4);
+    return _mm512_cvtepi32_ps(v);
+#elif defined(__AVX2__) && defined(__FMA__)
+    if (wt == KC_WQ8_0)
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(q8 + 8 * s))));
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(q4 + 8 * (s & 1))));
+    v = s < 2 ? _mm256_and_si256(v, _mm256_set1_epi32(15)) : _mm256_srli_epi32(v, 4);
+    return _mm256_cvtepi32_ps(v);
+#else
+    if (wt == KC_WQ8_0) return (float)q8[s];
+    return (float)(s < 16 ? (q4[s] & 15) : (q4[s - 16] >> 4));
+#endif
+}
+
+#if defined(__AVX512F__)
+KC_INLINE kc_vf kc__vset1(float a) { return _mm512_set1_ps(a); }
+KC_INLINE kc_vf kc__vmul(kc_vf a, kc_vf b) { return _mm512_mul_ps(a, b); }
+#elif defined(__AVX2__) && defined(__FMA__)
+KC_INLINE kc_vf kc__vset1(float a) { return _mm256_set1_ps(a); }
+KC_INLINE kc_vf kc__vmul(kc_vf a, kc_vf b) { return _mm256_mul_ps(a, b); }
+#else
+KC_INLINE kc_vf kc__vset1(float a) { return a; }
+KC_INLINE kc_vf kc__vmul(kc_vf a, kc_vf b) { return a * b; }
+#endif
+
+/* w = d*q, fma(q, d, -8d) = d*(q-8) exactly, or fma(q, d, m) = d*q + m. */
+KC_INLINE kc_vf kc__xdeq(int wt, kc_vf q, kc_vf d, kc_vf c) {
+    return wt == KC_WQ8_0 ? kc__vmul(q, d) : kc__vfma(q, d, c);
+}
+/* The per-block constants d and c (-8d for Q4_0, m for Q4_1). */
+KC_INLINE void kc__xscale(const void *W, int wt, size_t b, float *d, float *c) {
+    *d = kc__wd(W, wt, b);
+    *c = wt == KC_WQ4_0 ? -8.0f * *d : wt == KC_WQ4_1 ? kc_fp16_to_f32(((const block_q4_1 *)W)[b].m) : 0.0f;
+}
+
+/* Direct path: NR x NT outputs (NR <= KC_XRB, NT <= KC_XTB). */
+KC_INLINE void kc__mmx_tile(const void *W, int wt, const float *X, int ldx, float *Y, int ldy, int IN, int r, int t,
+                            int NR, int NT, const float *bias, int accumulate) {
+    const int NB = IN / 32, NS = 32 / KC_VW;
+    const float *x0 = X + (size_t)t * (size_t)ldx;
+    const size_t w0 = (size_t)r * (size_t)NB;
+    kc_vf acc[KC_XRB][KC_XTB][KC_XACC];
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) KC_UNROLL for (int a = 0;
+                                                                                              a < KC_XACC; a++)
+        acc[i][j][a] = kc__vzero();
+    for (int b = 0; b < NB; b++) {
+        float ds[KC_XRB], cs[KC_XRB];
+        KC_UNROLL for (int i = 0; i < NR; i++) kc__xscale(W, wt, w0 + (size_t)i * (size_t)NB + (size_t)b, &ds[i], &cs[i]);
+        KC_UNROLL for (int s = 0; s < NS; s++) {
+            kc_vf xv[KC_XTB];
+            KC_UNROLL for (int j = 0; j < NT; j++) xv[j] = kc__ldx(x0 + (size_t)j * (size_t)ldx + 32 * (size_t)b + s * KC_VW);
+            KC_UNROLL for (int i = 0; i < NR; i++) {
+                kc_vf w = kc__xdeq(wt, kc__xcodes(W, wt, w0 + (size_t)i * (size_t)NB + (size_t)b, s), kc__vset1(ds[i]),
+                                   kc__vset1(cs[i]));
+                KC_UNROLL for (int j = 0; j < NT; j++) acc[i][j][s % KC_XACC] = kc__vfma(w, xv[j], acc[i][j][s % KC_XACC]);
+            }
+        }
+    }
+    float out[KC_FRB > 4 ? KC_FRB : 4][KC_FTB > 4 ? KC_FTB : 4];
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) {
+        kc_vf v = acc[i][j][0];
+        KC_UNROLL for (int a = 1; a < KC_XACC; a++) v = kc__vfma(acc[i][j][a], kc__vset1(1.0f), v);
+        out[i][j] = kc__vsum(v);
+    }
+    kc__store(Y, ldy, r, t, NR, NT, out, bias, accumulate);
+}
+
+/* Packed path, step 1: dequantizes blocks [b0, b0+nb) of rows [r, r+nr)
+ * (nr <= KC_XMR) into buf[k][KC_XMR] (k = 0 .. 32*nb-1 relative to 32*b0);
+ * rows nr.. of the tile are zero. */
+KC_INLINE void kc__mmx_pack(const void *W, int wt, int NB, int r, int nr, int b0, int nb, float *buf) {
+#if defined(__AVX512F__)
+    const int bs = wt == KC_WQ8_0 ? (int)sizeof(block_q8_0) : wt == KC_WQ4_0 ? (int)sizeof(block_q4_0)
+                                                                              : (int)sizeof(block_q4_1);
+    const int hdr = wt == KC_WQ4_1 ? 4 : 2; /* byte offset of qs */
+    /* byte offsets of 16 consecutive rows' blocks from the first one */
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(NB * bs));
+    const __m512i zero = _mm512_setzero_si512(), m4 = _mm512_set1_epi32(15);
+    for (int h = 0; h < 2; h++) {
+        const int left = nr - 16 * h;
+        const __mmask16 mask = left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
+        for (int bb = 0; bb < nb; bb++) {
+            float *o = buf + (size_t)(32 * bb) * KC_XMR + 16 * h;
+            if (!mask) { /* whole half beyond the last row */
+                for (int k = 0; k < 32; k++) _mm512_store_ps(o + (size_t)k * KC_XMR, _mm512_setzero_ps());
+                continue;
+            }
+            const char *base = (const char *)W + ((size_t)(r + 16 * h) * (size_t)NB + (size_t)(b0 + bb)) * (size_t)bs;
+            /* header dword: d in the low half (Q4_1: m in the high half) */
+            __m512i hd = _mm512_mask_i32gather_epi32(zero, mask, idx, base, 1);
+            __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd));
+            __m512 c = wt == KC_WQ4_1   ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd, 16)))
+                       : wt == KC_WQ4_0 ? _mm512_mul_ps(d, _mm512_set1_ps(-8.0f))
+                                        : _mm512_setzero_ps();
+            if (wt == KC_WQ8_0) {
+                /* code dword g holds elements 4g..4g+3, one signed byte each */
+                KC_UNROLL for (int g = 0; g < 8; g++) {
+                    __m512i v = _mm512_mask_i32gather_epi32(zero, mask, idx, base + hdr + 4 * g, 1);
+                    KC_UNROLL for (int j = 0; j < 4; j++) {
+                        __m512i q = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * j), 24);
+                        _mm512_store_ps(o + (size_t)(4 * g + j) * KC_XMR, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
+                    }
+                }
+            } else {
+                /* code dword g holds bytes 4g..4g+3: low nibbles are elements
+                 * 4g..4g+3, high nibbles elements 4g+16..4g+19 */
+                KC_UNROLL for (int g = 0; g < 4; g++) {
+                    __m512i v = _mm512_mask_i32gather_epi32(zero, mask, idx, base + hdr + 4 * g, 1);
+                    KC_UNROLL for (int j = 0; j < 4; j++) {
+                        __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j), m4));
+                        __m512 hi = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j + 4), m4));
+                        _mm512_store_ps(o + (size_t)(4 * g + j) * KC_XMR, _mm512_fmadd_ps(lo, d, c));
+                        _mm512_store_ps(o + (size_t)(4 * g + j + 16) * KC_XMR, _mm512_fmadd_ps(hi, d, c));
+                    }
+                }
+            }
+        }
+    }
+#else
+    /* Portable: dequantize row by row (contiguous reads) and scatter into
+     * the k-major buffer; the cost is spread over the token chunk. */
+    for (int i = 0; i < KC_XMR; i++) {
+        for (int bb = 0; bb < nb; bb++) {
+            float *o = buf + (size_t)(32 * bb) * KC_XMR + i;
+            if (i >= nr) {
+                for (int k = 0; k < 32; k++) o[(size_t)k * KC_XMR] = 0.0f;
+                continue;
+            }
+            const size_t blk = (size_t)(r + i) * (size_t)NB + (size_t)(b0 + bb);
+            float d, c;
+            kc__xscale(W, wt, blk, &d, &c);
+            for (int k = 0; k < 32; k++) {
+                float q;
+                if (wt == KC_WQ8_0) q = (float)((const block_q8_0 *)W)[blk].qs[k];
+                else {
+                    const uint8_t *qs = wt == KC_WQ4_0 ? ((const block_q4_0 *)W)[blk].qs : ((const block_q4_1 *)W)[blk].qs;
+                    q = (float)(k < 16 ? (qs[k] & 15) : (qs[k - 16] >> 4));
+                }
+                o[(size_t)k * KC_XMR] = wt == KC_WQ8_0 ? q * d : fmaf(q, d, c);
+            }
+        }
+    }
+#endif
+}
+
+/* Packed path, step 2: Y[t][0..nr) (+)= buf^T x X[t] over kk = 32*nb
+ * values of k, for NT tokens. Y, X already point at (token, row) and
+ * (token, k) of the tile. init: Y starts from 0 instead of its value
+ * (first K chunk without accumulate); bias: added (last K chunk). */
+KC_INLINE void kc__mmx_kern(const float *buf, int kk, const float *X, int ldx, float *Y, int ldy, int nr, int NT,
+                            int init, const float *bias) {
+    kc_vf acc[KC_XNT][2];
+    KC_UNROLL for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = kc__vzero();
+    for (int k = 0; k < kk; k++) {
+        const kc_vf w0 = kc__ldx(buf + (size_t)k * KC_XMR), w1 = kc__ldx(buf + (size_t)k * KC_XMR + KC_VW);
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            const kc_vf xb = kc__vset1(X[(size_t)j * (size_t)ldx + (size_t)k]);
+            acc[j][0] = kc__vfma(w0, xb, acc[j][0]);
+            acc[j][1] = kc__vfma(w1, xb, acc[j][1]);
+        }
+    }
+    if (nr == KC_XMR) {
+        const kc_vf b0 = bias ? kc__ldx(bias) : kc__vzero(), b1 = bias ? kc__ldx(bias + KC_VW) : kc__vzero();
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            float *y = Y + (size_t)j * (size_t)ldy;
+            kc_vf v0 = acc[j][0], v1 = acc[j][1];
+            if (!init) v0 = kc__vfma(kc__ldx(y), kc__vset1(1.0f), v0), v1 = kc__vfma(kc__ldx(y + KC_VW), kc__vset1(1.0f), v1);
+            if (bias) v0 = kc__vfma(b0, kc__vset1(1.0f), v0), v1 = kc__vfma(b1, kc__vset1(1.0f), v1);
+#if defined(__AVX512F__)
+            _mm512_storeu_ps(y, v0), _mm512_storeu_ps(y + KC_VW, v1);
+#elif defined(__AVX2__) && defined(__FMA__)
+            _mm256_storeu_ps(y, v0), _mm256_storeu_ps(y + KC_VW, v1);
+#else
+            y[0] = v0, y[1] = v1;
+#endif
+        }
+        return;
+    }
+    for (int j = 0; j < NT; j++) { /* partial row tile: through memory */
+        float tmp[KC_XMR];
+#if defined(__AVX512F__)
+        _mm512_storeu_ps(tmp, acc[j][0]), _mm512_storeu_ps(tmp + KC_VW, acc[j][1]);
+#elif defined(__AVX2__) && defined(__FMA__)
+        _mm256_storeu_ps(tmp, acc[j][0]), _mm256_storeu_ps(tmp + KC_VW, acc[j][1]);
+#else
+        tmp[0] = acc[j][0], tmp[1] = acc[j][1];
+#endif
+        float *y = Y + (size_t)j * (size_t)ldy;
+        for (int i = 0; i < nr; i++) {
+            float v = tmp[i];
+            if (!init) v = y[i] + v;
+            if (bias) v += bias[i];
+            y[i] = v;
+        }
+    }
+}
+/* The microkernel does not depend on the weight type or IN: three
+ * out-of-line specializations (full tile, 4 tokens, 1 token) are shared by
+ * every call site. */
+static void kc__mmx_kern_n(const float *buf, int kk, const float *X, int ldx, float *Y, int ldy, int nr, int init,
+                           const float *bias) {
+    kc__mmx_kern(buf, kk, X, ldx, Y, ldy, nr, KC_XNT, init, bias);
+}
+static void kc__mmx_kern_4(const float *buf, int kk, const float *X, int ldx, float *Y, int ldy, int nr, int init,
+                           const float *bias) {
+    kc__mmx_kern(buf, kk, X, ldx, Y, ldy, nr, 4, init, bias);
+}
+static void kc__mmx_kern_1(const float *buf, int kk, const float *X, int ldx, float *Y, int ldy, int nr, int init,
+                           const float *bias) {
+    kc__mmx_kern(buf, kk, X, ldx, Y, ldy, nr, 1, init, bias);
+}
+
+KC_INLINE void kc__mmx(const void *W, int wt, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                       int r1, const float *bias, int accumulate) {
+    if (T < KC_XTMIN) { /* stream the weights */
+        int r = r0;
+        for (; r + KC_XRB <= r1; r += KC_XRB) {
+            int t = 0;
+            for (; t + KC_XTB <= T; t += KC_XTB)
+                kc__mmx_tile(W, wt, X, ldx, Y, ldy, IN, r, t, KC_XRB, KC_XTB, bias, accumulate);
+            for (; t < T; t++) kc__mmx_tile(W, wt, X, ldx, Y, ldy, IN, r, t, KC_XRB, 1, bias, accumulate);
+        }
+        for (; r < r1; r++) {
+            int t = 0;
+            for (; t + KC_XTB <= T; t += KC_XTB)
+                kc__mmx_tile(W, wt, X, ldx, Y, ldy, IN, r, t, 1, KC_XTB, bias, accumulate);
+            for (; t < T; t++) kc__mmx_tile(W, wt, X, ldx, Y, ldy, IN, r, t, 1, 1, bias, accumulate);
+        }
+        return;
+    }
+    const int NB = IN / 32;
+#if defined(__GNUC__) || defined(__clang__)
+    float buf[KC_XKB * 32 * KC_XMR] __attribute__((aligned(64)));
+#else
+    float buf[KC_XKB * 32 * KC_XMR];
+#endif
+    for (int t0 = 0; t0 < T; t0 += KC_XTC) {
+        const int t1 = T - t0 > KC_XTC ? t0 + KC_XTC : T;
+        for (int r = r0; r < r1; r += KC_XMR) {
+            const int nr = r1 - r < KC_XMR ? r1 - r : KC_XMR;
+            for (int b0 = 0; b0 < NB; b0 += KC_XKB) {
+                const int nb = NB - b0 < KC_XKB ? NB - b0 : KC_XKB;
+                kc__mmx_pack(W, wt, NB, r, nr, b0, nb, buf);
+                const int init = b0 == 0 && !accumulate;
+                const float *bi = b0 + nb == NB && bias ? bias + r : NULL;
+                const float *xk = X + 32 * (size_t)b0;
+                int t = t0;
+                for (; t + KC_XNT <= t1; t += KC_XNT)
+                    kc__mmx_kern_n(buf, 32 * nb, xk + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r,
+                                   ldy, nr, init, bi);
+                for (; t + 4 <= t1; t += 4)
+                    kc__mmx_kern_4(buf, 32 * nb, xk + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r,
+                                   ldy, nr, init, bi);
+                for (; t < t1; t++)
+                    kc__mmx_kern_1(buf, 32 * nb, xk + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r,
+                                   ldy, nr, init, bi);
+            }
+        }
+    }
+}
+
+/* Y[t*ldy + r] = (accumulate ? Y : 0) + dot(dequantized W row r, X row t)
+ * + bias[r] for r0 <= r < r1, 0 <= t < T; X rows are f32 at X + t*ldx. */
+static inline void kc_mmx_q8_0(const block_q8_0 *W, const float *X, int ldx, float *Y, int ldy, int T, int IN,
+                               int r0, int r1, const float *bias, int accumulate) {
+    kc__mmx(W, KC_WQ8_0, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+static inline void kc_mmx_q4_0(const block_q4_0 *W, const float *X, int ldx, float *Y, int ldy, int T, int IN,
+                               int r0, int r1, const float *bias, int accumulate) {
+    kc__mmx(W, KC_WQ4_0, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+static inline void kc_mmx_q4_1(const block_q4_1 *W, const float *X, int ldx, float *Y, int ldy, int T, int IN,
+                               int r0, int r1, const float *bias, int accumulate) {
+    kc__mmx(W, KC_WQ4_1, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
 }
 
 /* ------------------------------------------------------------------------

@@ -16,6 +16,8 @@
 /* Tolerances, relative to sum_k |w_k * x_k| of the output concerned:
  *   float weights (f32, f16, bf16; f32 accumulation):             1e-5
  *   quantized weights (reference on the same kc_q8 activations):  1e-4
+ *   quantized weights with f32 activations (kc_mmx_*, exact dequantization,
+ *   reference on the dequantized weights and the f32 activations): 1e-5
  * plus a few f32 ulps of |bias| + |previous Y| + |result| for the final adds. */
 #define TOL_FLOAT 1e-5
 #define TOL_QUANT 1e-4
@@ -242,9 +244,21 @@ static void call_mm(ingot_dtype t, const void *W, const void *X, int ldx, float 
 
 static int is_quant(ingot_dtype t) { return t >= INGOT_Q8_0; }
 
-/* Runs one kernel case against the double reference; returns 1 if it passes. */
-static int mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int use_bias, int acc, int verbose) {
-    const int q = is_quant(t);
+/* The f32-activation kernels for quantized weights. */
+static void call_mmx(ingot_dtype t, const void *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                     int r1, const float *bias, int acc) {
+    switch (t) {
+    case INGOT_Q8_0: kc_mmx_q8_0(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q4_0: kc_mmx_q4_0(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    default: kc_mmx_q4_1(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    }
+}
+
+/* Runs one kernel case against the double reference; returns 1 if it passes.
+ * mmx: a quantized type through kc_mmx_* (f32 activations) instead of kc_mm_*. */
+static int mm_case_x(ingot_dtype t, int mmx, int IN, int T, int OUT, int r0, int r1, int use_bias, int acc,
+                     int verbose) {
+    const int q = is_quant(t) && !mmx;
     const int ldx = q ? IN / 32 + 1 : IN + 5; /* padded rows: the padding is poisoned */
     const int ldy = OUT + 3;
     void *W = rnd_weights(t, OUT, IN);
@@ -270,7 +284,11 @@ static int mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int us
     float *Y = malloc(sizeof(float) * (size_t)T * ldy), *Y0 = malloc(sizeof(float) * (size_t)T * ldy);
     for (size_t i = 0; i < (size_t)T * ldy; i++) Y[i] = Y0[i] = rndf() * 3.0f;
 
-    call_mm(t, W, q ? (const void *)xq : (const void *)xf, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
+    if (mmx)
+        call_mmx(t, W, xf, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
+    else
+        call_mm(t, W, q ? (const void *)xq : (const void *)xf, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL,
+                acc);
 
     double *wd = malloc(sizeof(double) * IN);
     double worst = 0;
@@ -307,9 +325,12 @@ static int mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int us
         for (int r = OUT; r < ldy; r++)
             if (memcmp(&Y[(size_t)tt * ldy + r], &Y0[(size_t)tt * ldy + r], sizeof(float)) != 0) bad++;
     free(W), free(bias), free(xf), free(xq), free(xd), free(Y), free(Y0), free(wd);
-    check(bad == 0, "kc_mm_%s IN=%d T=%d rows [%d,%d) of %d bias=%d acc=%d: %d bad (worst rel err %.2g)", tname(t),
-          IN, T, r0, r1, OUT, use_bias, acc, bad, worst);
+    check(bad == 0, "kc_mm%s_%s IN=%d T=%d rows [%d,%d) of %d bias=%d acc=%d: %d bad (worst rel err %.2g)",
+          mmx ? "x" : "", tname(t), IN, T, r0, r1, OUT, use_bias, acc, bad, worst);
     return bad == 0;
+}
+static int mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int use_bias, int acc, int verbose) {
+    return mm_case_x(t, 0, IN, T, OUT, r0, r1, use_bias, acc, verbose);
 }
 
 static void test_matmul(void) {
@@ -324,6 +345,24 @@ static void test_matmul(void) {
                 mm_case(types[ti], IN, T, 13, 3, 4, 1, 0, 1);   /* a single row */
                 mm_case(types[ti], IN, T, 40, 8, 40, 0, 1, 1);  /* aligned tail range, accumulate */
             }
+    /* kc_mmx_*: quantized weights, f32 activations, float tolerance. Token
+     * counts cover the direct (T < 3) and packed paths, full and partial
+     * microkernel tiles (12 / 4 / 1 tokens) and more than one token chunk
+     * (128); IN 1056 = 33 blocks leaves a partial K chunk; row ranges cover
+     * partial 32-row tiles (and halves beyond the last row). */
+    {
+        const int xins[] = {32, 64, 576, 1056, 1536}, xts[] = {1, 2, 3, 17, 64, 133};
+        for (int ti = 3; ti < 6; ti++)
+            for (int ii = 0; ii < 5; ii++)
+                for (int tj = 0; tj < 6; tj++) {
+                    int IN = xins[ii], T = xts[tj];
+                    mm_case_x(types[ti], 1, IN, T, 37, 0, 37, 0, 0, 1);
+                    mm_case_x(types[ti], 1, IN, T, 37, 5, 30, 1, 1, 1);
+                    mm_case_x(types[ti], 1, IN, T, 13, 3, 4, 1, 0, 1);
+                    mm_case_x(types[ti], 1, IN, T, 72, 8, 72, 1, 1, 1);
+                    mm_case_x(types[ti], 1, IN, T, 96, 0, 96, 0, 0, 1);
+                }
+    }
     /* Float kernels also take IN that is not a multiple of the vector width. */
     for (int ti = 0; ti < 3; ti++) {
         mm_case(types[ti], 7, 5, 9, 0, 9, 1, 0, 1);
