@@ -18,8 +18,11 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "model_api.h"
 #include "sampler.h"
+#include "scheduler.h"
 #include "threadpool.h"
 #include "tokenizer.h"
 
@@ -48,7 +51,8 @@ static void usage(FILE *f) {
             "           [--repeat-penalty 1] [--ignore-eos] [--ids-out FILE]\n"
             "  logits --tokens 1,2,3 [--chunk N | --decode] [--out FILE]\n"
             "  perplexity (-f TEXT_FILE | --ids IDS_FILE) [--ctx 512] [--argmax-out FILE] [--tokens-out FILE]\n"
-            "  tokenize -p TEXT\n",
+            "  tokenize -p TEXT\n"
+            "  batch -f REQUESTS.jsonl [--kv-blocks N] [--max-batch-tokens N] [--max-running N] [--no-prefix-cache]\n",
             ingot_model_desc.name);
 }
 
@@ -462,6 +466,143 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
     return 0;
 }
 
+
+/* Runs many requests through the continuous-batching scheduler at once.
+ * Each input line: {"prompt": [ids] | "text", "max_tokens": N, "temperature": T,
+ * "seed": S, "top_k": K, "top_p": P, "ignore_eos": bool}. Prints one JSON line
+ * per request, in input order: {"index", "tokens": [...], "finish", "cached_tokens"},
+ * then a stats line. For tests and benchmarks of the scheduler without HTTP. */
+static int cmd_batch(const cli_common *c, int argc, char **argv) {
+    const char *file = NULL;
+    sched_config cfg = {.n_threads = c->threads, .kv_blocks = 0, .max_batch_tokens = 0, .max_running = 64,
+                        .prefix_cache = 1, .max_waiting = 4096, .eos_token = -1};
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-f") && i + 1 < argc) file = argv[++i];
+        else if (!strcmp(argv[i], "--kv-blocks") && i + 1 < argc) cfg.kv_blocks = (int)parse_long(argv[++i], "--kv-blocks", 1, 1 << 24);
+        else if (!strcmp(argv[i], "--max-batch-tokens") && i + 1 < argc) cfg.max_batch_tokens = (int)parse_long(argv[++i], "--max-batch-tokens", 1, 1 << 20);
+        else if (!strcmp(argv[i], "--max-running") && i + 1 < argc) cfg.max_running = (int)parse_long(argv[++i], "--max-running", 1, 4096);
+        else if (!strcmp(argv[i], "--no-prefix-cache")) cfg.prefix_cache = 0;
+        else die("batch: unknown option (see --help)");
+    }
+    if (!file) die("batch needs -f REQUESTS.jsonl");
+    size_t len;
+    char *text = read_whole_file(file, &len);
+    if (!text) die("cannot read the -f file");
+    ingot_model *m = load_model(c);
+    tok_tokenizer *tok = NULL;
+    int n_req = 0, cap = 16;
+    sched_request *reqs = calloc((size_t)cap, sizeof *reqs);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        if (!j) die("batch: a line is not JSON");
+        if (n_req == cap) reqs = realloc(reqs, sizeof *reqs * (size_t)(cap *= 2));
+        sched_request *r = &reqs[n_req++];
+        memset(r, 0, sizeof *r);
+        r->sampling = samp_default_params();
+        r->max_tokens = 16;
+        r->top_logprobs = -1;
+        const cJSON *p = cJSON_GetObjectItem(j, "prompt");
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (cJSON_IsArray(p)) {
+            n = (size_t)cJSON_GetArraySize(p);
+            ids = malloc(sizeof(int32_t) * (n ? n : 1));
+            for (size_t k = 0; k < n; k++) ids[k] = (int32_t)cJSON_GetArrayItem(p, (int)k)->valuedouble;
+        } else if (cJSON_IsString(p)) {
+            if (!tok) tok = load_tokenizer(c, m);
+            char err[256];
+            if (tok_encode(tok, p->valuestring, strlen(p->valuestring), 1, 1, &ids, &n, err, sizeof err) != 0) die(err);
+        } else {
+            die("batch: each line needs a prompt (ids or text)");
+        }
+        r->prompt = ids;
+        r->n_prompt = n;
+        const cJSON *v;
+        if ((v = cJSON_GetObjectItem(j, "max_tokens")) && cJSON_IsNumber(v)) r->max_tokens = v->valueint;
+        if ((v = cJSON_GetObjectItem(j, "temperature")) && cJSON_IsNumber(v)) r->sampling.temperature = (float)v->valuedouble;
+        if ((v = cJSON_GetObjectItem(j, "top_k")) && cJSON_IsNumber(v)) r->sampling.top_k = v->valueint;
+        if ((v = cJSON_GetObjectItem(j, "top_p")) && cJSON_IsNumber(v)) r->sampling.top_p = (float)v->valuedouble;
+        if ((v = cJSON_GetObjectItem(j, "seed")) && cJSON_IsNumber(v)) r->sampling.seed = (uint64_t)v->valuedouble;
+        if ((v = cJSON_GetObjectItem(j, "ignore_eos")) && cJSON_IsBool(v)) r->ignore_eos = cJSON_IsTrue(v);
+        cJSON_Delete(j);
+    }
+    if (!tok) tok = load_tokenizer(c, m);
+    cfg.eos_token = tok_eos(tok);
+    if (cfg.kv_blocks == 0) { /* enough for every request at once */
+        for (int i = 0; i < n_req; i++) cfg.kv_blocks += (int)((reqs[i].n_prompt + reqs[i].max_tokens) / INGOT_KV_BLOCK + 1);
+    }
+    char err[512];
+    sched *s = sched_create(m, &cfg, err, sizeof err);
+    if (!s) die(err);
+    uint64_t *ids = malloc(sizeof(uint64_t) * (size_t)n_req);
+    int32_t **out = calloc((size_t)n_req, sizeof *out);
+    int *n_out = calloc((size_t)n_req, sizeof(int));
+    sched_event *done = calloc((size_t)n_req, sizeof *done);
+    int *finished = calloc((size_t)n_req, sizeof(int));
+    for (int i = 0; i < n_req; i++) {
+        out[i] = malloc(sizeof(int32_t) * (size_t)(reqs[i].max_tokens + 1));
+        if (sched_submit(s, &reqs[i], &ids[i], err, sizeof err) != 0) {
+            finished[i] = 1;
+            done[i].finish = SCHED_FINISH_ERROR;
+            snprintf(done[i].error, sizeof done[i].error, "%.150s", err);
+        }
+    }
+    const double t0 = now_seconds();
+    int remaining = 0;
+    for (int i = 0; i < n_req; i++) remaining += !finished[i];
+    sched_event evs[256];
+    while (remaining > 0) {
+        size_t n = sched_poll(s, evs, 256);
+        if (n == 0) {
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        for (size_t k = 0; k < n; k++) {
+            const int i = (int)(evs[k].id - ids[0]); /* ids are consecutive in submission order */
+            if (i < 0 || i >= n_req || ids[i] != evs[k].id) continue;
+            if (evs[k].kind == SCHED_EV_TOKEN) out[i][n_out[i]++] = evs[k].token;
+            else {
+                done[i] = evs[k];
+                finished[i] = 1;
+                remaining--;
+            }
+        }
+    }
+    const double dt = now_seconds() - t0;
+    static const char *const why[] = {"length", "eos", "cancelled", "error"};
+    long total = 0;
+    for (int i = 0; i < n_req; i++) {
+        printf("{\"index\": %d, \"tokens\": [", i);
+        for (int k = 0; k < n_out[i]; k++) printf("%s%d", k ? ", " : "", out[i][k]);
+        printf("], \"finish\": \"%s\", \"cached_tokens\": %d", why[done[i].finish], done[i].cached_tokens);
+        if (done[i].error[0]) printf(", \"error\": \"%s\"", done[i].error);
+        printf("}\n");
+        total += n_out[i];
+    }
+    sched_stats st;
+    sched_get_stats(s, &st);
+    printf("{\"stats\": {\"steps\": %llu, \"preemptions\": %llu, \"prefix_hit_tokens\": %llu, "
+           "\"kv_blocks\": %d, \"generated\": %ld, \"seconds\": %.3f}}\n",
+           (unsigned long long)st.steps, (unsigned long long)st.preemptions,
+           (unsigned long long)st.prefix_hit_tokens, st.kv_blocks_total, total, dt);
+    sched_destroy(s);
+    for (int i = 0; i < n_req; i++) {
+        free(out[i]);
+        free((void *)reqs[i].prompt);
+    }
+    free(out);
+    free(n_out);
+    free(done);
+    free(finished);
+    free(ids);
+    free(reqs);
+    free(text);
+    tok_free(tok);
+    ingot_model_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     cli_common c = {NULL, NULL, 2};
     const char *env_threads = getenv("INGOT_THREADS");
@@ -487,6 +628,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "logits")) return cmd_logits(&c, argc - i, argv + i);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(&c, argc - i, argv + i);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&c, argc - i, argv + i);
+    if (!strcmp(cmd, "batch")) return cmd_batch(&c, argc - i, argv + i);
     usage(stderr);
     return 2;
 }
