@@ -142,13 +142,13 @@ static ingot_model *load_model(const cli_common *c) {
     return m;
 }
 
-static tok_tokenizer *load_tokenizer(const cli_common *c, ingot_model *m) {
-    char err[1024];
+/* The model's tokenizer; NULL with err filled when it has none. */
+static tok_tokenizer *try_load_tokenizer(const cli_common *c, ingot_model *m, char *err, size_t errlen) {
     tok_tokenizer *t = NULL;
     if (c->tokenizer) {
-        t = tok_from_json_file(c->tokenizer, err, sizeof err);
+        t = tok_from_json_file(c->tokenizer, err, errlen);
     } else if (wt_gguf(ingot_model_weights(m))) {
-        t = tok_from_gguf(wt_gguf(ingot_model_weights(m)), err, sizeof err);
+        t = tok_from_gguf(wt_gguf(ingot_model_weights(m)), err, errlen);
     } else {
         /* a safetensors folder: its tokenizer.json */
         const char *src = wt_path(ingot_model_weights(m));
@@ -162,8 +162,14 @@ static tok_tokenizer *load_tokenizer(const cli_common *c, ingot_model *m) {
             if (slash) snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "tokenizer.json");
             else snprintf(path, sizeof path, "tokenizer.json");
         }
-        t = tok_from_json_file(path, err, sizeof err);
+        t = tok_from_json_file(path, err, errlen);
     }
+    return t;
+}
+
+static tok_tokenizer *load_tokenizer(const cli_common *c, ingot_model *m) {
+    char err[1024];
+    tok_tokenizer *t = try_load_tokenizer(c, m, err, sizeof err);
     if (!t) die(err);
     return t;
 }
@@ -526,8 +532,9 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
         if ((v = cJSON_GetObjectItem(j, "ignore_eos")) && cJSON_IsBool(v)) r->ignore_eos = cJSON_IsTrue(v);
         cJSON_Delete(j);
     }
-    if (!tok) tok = load_tokenizer(c, m);
-    cfg.eos_token = tok_eos(tok);
+    char err[512];
+    if (!tok) tok = try_load_tokenizer(c, m, err, sizeof err); /* only for EOS: id prompts need none */
+    cfg.eos_token = tok ? tok_eos(tok) : -1;
     if (cfg.kv_blocks == 0) { /* enough for every request at once */
         for (int i = 0; i < n_req; i++) cfg.kv_blocks += (int)((reqs[i].n_prompt + reqs[i].max_tokens) / INGOT_KV_BLOCK + 1);
     }
@@ -598,7 +605,7 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
     free(ids);
     free(reqs);
     free(text);
-    tok_free(tok);
+    if (tok) tok_free(tok);
     ingot_model_free(m);
     return 0;
 }
