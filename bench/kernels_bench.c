@@ -3,7 +3,7 @@
  * Not a test and not built by make. Build and run (from the repo root):
  *   cc -std=c11 -D_GNU_SOURCE -O2 -march=native -pthread -Iruntime -Ikernels/cpu \
  *      bench/kernels_bench.c runtime/threadpool.c -o /tmp/kernels_bench -lm && /tmp/kernels_bench
- * Optional argument: seconds per measurement (default 0.3).
+ * Optional arguments: seconds per measurement (default 0.3), a type-name filter.
  *
  * Shapes are SmolLM2-135M's: hidden 576, MLP 1536, vocabulary 49152. IN is a
  * literal in every kernel call (as in generated model code), through one
@@ -39,6 +39,9 @@ typedef void (*mm_fn)(const void *W, const void *X, float *Y, int ldy, int T, in
         KERNEL((const WT *)W, (const kc_q8 *)X, (IN) / 32, Y, ldy, T, IN, r0, r1, NULL, 0);            \
     }
 #define WRAPS(IN)                                   \
+    FLOAT_WRAP(mmx_q8_0, kc_mmx_q8_0, block_q8_0, IN) \
+    FLOAT_WRAP(mmx_q4_0, kc_mmx_q4_0, block_q4_0, IN) \
+    FLOAT_WRAP(mmx_q4_1, kc_mmx_q4_1, block_q4_1, IN) \
     FLOAT_WRAP(mm_f32, kc_mm_f32, float, IN)        \
     FLOAT_WRAP(mm_f16, kc_mm_f16, uint16_t, IN)     \
     FLOAT_WRAP(mm_bf16, kc_mm_bf16, uint16_t, IN)   \
@@ -48,10 +51,15 @@ typedef void (*mm_fn)(const void *W, const void *X, float *Y, int ldy, int T, in
 WRAPS(576)
 WRAPS(1536)
 
-static const char *names[6] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"};
-static const double bytes_per_elem[6] = {4, 2, 2, 34.0 / 32, 18.0 / 32, 20.0 / 32};
-static mm_fn fns576[6] = {mm_f32_576, mm_f16_576, mm_bf16_576, mm_q8_0_576, mm_q4_0_576, mm_q4_1_576};
-static mm_fn fns1536[6] = {mm_f32_1536, mm_f16_1536, mm_bf16_1536, mm_q8_0_1536, mm_q4_0_1536, mm_q4_1_1536};
+/* Types 6-8 are the quantized weights through kc_mmx_* (f32 activations,
+ * exact dequantization); their storage is that of types 3-5. */
+#define NTYPES 9
+static const char *names[NTYPES] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "x8_0", "x4_0", "x4_1"};
+static const double bytes_per_elem[NTYPES] = {4, 2, 2, 34.0 / 32, 18.0 / 32, 20.0 / 32, 34.0 / 32, 18.0 / 32, 20.0 / 32};
+static mm_fn fns576[NTYPES] = {mm_f32_576,  mm_f16_576,   mm_bf16_576,  mm_q8_0_576, mm_q4_0_576,
+                               mm_q4_1_576, mmx_q8_0_576, mmx_q4_0_576, mmx_q4_1_576};
+static mm_fn fns1536[NTYPES] = {mm_f32_1536,  mm_f16_1536,   mm_bf16_1536,  mm_q8_0_1536, mm_q4_0_1536,
+                                mm_q4_1_1536, mmx_q8_0_1536, mmx_q4_0_1536, mmx_q4_1_1536};
 
 typedef struct {
     mm_fn fn;
@@ -109,7 +117,11 @@ int main(int argc, char **argv) {
         {576, 1536, 1, "decode  576->1536 "},  {1536, 576, 1, "decode 1536->576  "},
         {576, 49152, 1, "decode  576->49152"}, {576, 1536, 128, "prefill 576->1536 "},
         {1536, 576, 128, "prefill 1536->576 "}, {576, 49152, 128, "prefill 576->49152"},
+        {576, 1536, 512, "prefill 576->1536 "}, {1536, 576, 512, "prefill 1536->576 "},
     };
+    /* Optional second argument: only the types whose name contains it
+     * (e.g. "x4" for the kc_mmx Q4 kernels). */
+    const char *only = argc > 2 ? argv[2] : NULL;
     tp_pool *pools[3] = {NULL, tp_create(1), tp_create(2)};
 
     for (int nt = 1; nt <= 2; nt++) {
@@ -142,11 +154,13 @@ int main(int argc, char **argv) {
         kc_q8 *xq = malloc(sizeof(kc_q8) * (size_t)T * (IN / 32));
         kc_quantize_q8(xf, xq, T * IN);
         float *Y = malloc(sizeof(float) * (size_t)T * OUT);
-        for (int dt = 0; dt < 6; dt++) {
+        for (int dt = 0; dt < NTYPES; dt++) {
+            if (only && !strstr(names[dt], only)) continue;
             size_t wbytes = (size_t)((double)OUT * IN * bytes_per_elem[dt]);
             void *W = malloc(wbytes);
-            fill(W, wbytes, dt);
-            job j = {IN == 576 ? fns576[dt] : fns1536[dt], W, dt < 3 ? (const void *)xf : (const void *)xq, Y, OUT, T};
+            fill(W, wbytes, dt < 6 ? dt : dt - 3);
+            job j = {IN == 576 ? fns576[dt] : fns1536[dt], W, dt < 3 || dt >= 6 ? (const void *)xf : (const void *)xq,
+                     Y, OUT, T};
             printf("%-20s %-5s", shapes[si].what, names[dt]);
             double per_call = 0;
             for (int nt = 1; nt <= 2; nt++) {

@@ -629,13 +629,55 @@ KC_INLINE void kc__mmx_tile(const void *W, int wt, const float *X, int ldx, floa
         acc[i][j][a] = kc__vzero();
     for (int b = 0; b < NB; b++) {
         float ds[KC_XRB], cs[KC_XRB];
+#if defined(__AVX512F__)
+        /* The NR header dwords (d, and Q4_1's m, as fp16) converted by one
+         * vcvtph2ps into dm = [d0 m0 d1 m1 ...]; the per-row broadcasts
+         * below then come from memory (load ports, not shuffles). */
+        float dm[8] __attribute__((aligned(32)));
+        {
+            uint32_t hv[4] = {0, 0, 0, 0};
+            const size_t bsz = wt == KC_WQ8_0 ? sizeof(block_q8_0) : wt == KC_WQ4_0 ? sizeof(block_q4_0) : sizeof(block_q4_1);
+            KC_UNROLL for (int i = 0; i < NR; i++)
+                memcpy(&hv[i], (const char *)W + (w0 + (size_t)i * (size_t)NB + (size_t)b) * bsz, 4);
+            _mm256_store_ps(dm, _mm256_cvtph_ps(_mm_setr_epi32((int)hv[0], (int)hv[1], (int)hv[2], (int)hv[3])));
+            /* keeps dm in memory: otherwise the compiler extracts each
+             * scale with shuffles, which compete with vpermps for port 5 */
+            __asm__ __volatile__("" : : "m"(dm) : "memory");
+        }
+        KC_UNROLL for (int i = 0; i < NR; i++) ds[i] = dm[2 * i], cs[i] = wt == KC_WQ4_1 ? dm[2 * i + 1] : 0.0f;
+#else
         KC_UNROLL for (int i = 0; i < NR; i++) kc__xscale(W, wt, w0 + (size_t)i * (size_t)NB + (size_t)b, &ds[i], &cs[i]);
+#endif
         KC_UNROLL for (int s = 0; s < NS; s++) {
             kc_vf xv[KC_XTB];
             KC_UNROLL for (int j = 0; j < NT; j++) xv[j] = kc__ldx(x0 + (size_t)j * (size_t)ldx + 32 * (size_t)b + s * KC_VW);
             KC_UNROLL for (int i = 0; i < NR; i++) {
+#if defined(__AVX512F__)
+                /* Q4: the 16 possible weights of the block, table[q] =
+                 * fma(q, d, c), are computed once (one FMA) and looked up
+                 * by the nibbles with vpermps (only the low 4 bits of each
+                 * index are used, so the low half needs no mask) — the same
+                 * values as dequantizing each weight. */
+                kc_vf w;
+                if (wt != KC_WQ8_0) {
+                    const uint8_t *q4 = wt == KC_WQ4_0 ? ((const block_q4_0 *)W)[w0 + (size_t)i * (size_t)NB + (size_t)b].qs
+                                                       : ((const block_q4_1 *)W)[w0 + (size_t)i * (size_t)NB + (size_t)b].qs;
+                    /* Q4_0: (q-8)*d, exact; Q4_1: fma(q, d, m) */
+                    const __m512 table =
+                        wt == KC_WQ4_0
+                            ? _mm512_mul_ps(_mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm512_set1_ps(ds[i]))
+                            : _mm512_fmadd_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_ps(ds[i]), _mm512_set1_ps(cs[i]));
+                    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)q4));
+                    w = _mm512_permutexvar_ps(s == 0 ? v : _mm512_srli_epi32(v, 4), table);
+                } else
+                    w = kc__xdeq(wt, kc__xcodes(W, wt, w0 + (size_t)i * (size_t)NB + (size_t)b, s), kc__vset1(ds[i]),
+                                 kc__vset1(cs[i]));
+#else
                 kc_vf w = kc__xdeq(wt, kc__xcodes(W, wt, w0 + (size_t)i * (size_t)NB + (size_t)b, s), kc__vset1(ds[i]),
                                    kc__vset1(cs[i]));
+#endif
                 KC_UNROLL for (int j = 0; j < NT; j++) acc[i][j][s % KC_XACC] = kc__vfma(w, xv[j], acc[i][j][s % KC_XACC]);
             }
         }
