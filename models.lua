@@ -1,71 +1,270 @@
 -- models.lua — architecture descriptions, one entry per family.
 --
--- How to add one: copy an entry, name the Hugging Face architectures and the
--- GGUF architecture it covers, map its config keys, list its weights (HF
--- name, GGUF name, shape in config terms) and write `layer` (and `embed`,
--- `head` if they differ) with the ops of generator/ops.lua:
---   embedding(tokens, W)  rmsnorm(x, W, eps [, {offset = 1}])  linear(x, W [, bias])
---   rope(x, {heads, head_dim, theta})  attention(q, k, v, {heads, kv_heads, head_dim})
---   silu(x)  gelu_tanh(x)  x + y  x * y  x * number
+-- How to add one (docs/adding-an-architecture.md walks through an example):
+-- name the Hugging Face architectures and the GGUF architecture it covers,
+-- map its config keys, list its weights (HF name, GGUF name, shape in config
+-- terms) and write `layer` (and `embed`, `head`) with the ops of
+-- generator/graph.lua:
+--   embedding(tokens, W)  rmsnorm(x, W, eps [, {offset = 1, heads = n}])  linear(x, W [, bias])
+--   rope(x, {heads, head_dim, theta, scaling})  attention(q, k, v, {heads, kv_heads, head_dim,
+--   window, softcap, scale})  moe(x, router, {gate, up, down}, {experts, top_k})
+--   silu(x)  gelu_tanh(x)  softcap(x, cap)  x + y  x * y  x * number
 -- Every entry is validated (generator/describe.lua): unknown or missing keys
 -- and shapes that do not divide are reported as models.lua:LINE: error: ...
 --
 -- Config values are read from HF config.json (`hf`: a key, a dotted path, or
 -- a list of those tried in order) or from GGUF metadata (`gguf`, where %s is
 -- the GGUF architecture name); `default` may be a number, a boolean or an
--- expression over other config values.
+-- expression over other config values; `by_format` gives a constant that
+-- depends on the checkpoint's format ({hf = ..., gguf = ...}).
+-- A weight may be a row slice of a stored tensor (`slice = {first, of}`:
+-- rows [first, first + shape[1]) of a tensor of `of` rows), or one tensor
+-- per expert (`experts = "count"`, the name's second %d is the expert).
 
 local M = {}
 
+-- Shared pieces: tables copied into the entries that use them.
+local function merge(...)
+  local out = {}
+  for _, t in ipairs({...}) do
+    for k, v in pairs(t) do out[k] = v end
+  end
+  return out
+end
+
+local TRANSFORMER_CONFIG = {
+  dim        = {hf = "hidden_size",             gguf = "%s.embedding_length"},
+  layers     = {hf = "num_hidden_layers",       gguf = "%s.block_count"},
+  heads      = {hf = "num_attention_heads",     gguf = "%s.attention.head_count"},
+  kv_heads   = {hf = "num_key_value_heads",     gguf = "%s.attention.head_count_kv", default = "heads"},
+  head_dim   = {hf = "head_dim",                gguf = "%s.attention.key_length",    default = "dim / heads"},
+  ffn        = {hf = "intermediate_size",       gguf = "%s.feed_forward_length"},
+  eps        = {hf = "rms_norm_eps",            gguf = "%s.attention.layer_norm_rms_epsilon"},
+  vocab      = {hf = "vocab_size",              gguf = "%s.vocab_size",              default = "tensor_rows:embed"},
+  ctx        = {hf = "max_position_embeddings", gguf = "%s.context_length",          default = 2048},
+  window     = {hf = "sliding_window",          gguf = "%s.attention.sliding_window", default = 0},
+}
+
+-- RoPE and its context-extension schemes (transformers 4 writes rope_scaling,
+-- transformers 5 rope_parameters).
+local ROPE_CONFIG = {
+  rope_theta      = {hf = {"rope_theta", "rope_parameters.rope_theta"}, gguf = "%s.rope.freq_base", default = 10000},
+  rope_type       = {hf = {"rope_scaling.rope_type", "rope_scaling.type", "rope_parameters.rope_type"},
+                     gguf = "%s.rope.scaling.type", default = "default"},
+  rope_factor     = {hf = {"rope_scaling.factor", "rope_parameters.factor"}, gguf = "%s.rope.scaling.factor", default = 1},
+  rope_low_freq   = {hf = {"rope_scaling.low_freq_factor", "rope_parameters.low_freq_factor"}, default = 1},
+  rope_high_freq  = {hf = {"rope_scaling.high_freq_factor", "rope_parameters.high_freq_factor"}, default = 4},
+  rope_orig_ctx   = {hf = {"rope_scaling.original_max_position_embeddings", "rope_parameters.original_max_position_embeddings"},
+                     gguf = "%s.rope.scaling.original_context_length", default = "ctx"},
+  rope_beta_fast  = {hf = {"rope_scaling.beta_fast", "rope_parameters.beta_fast"}, default = 32},
+  rope_beta_slow  = {hf = {"rope_scaling.beta_slow", "rope_parameters.beta_slow"}, default = 1},
+  rope_attn_factor = {hf = {"rope_scaling.attention_factor", "rope_parameters.attention_factor"}, default = 0},
+}
+
+local function rope_opts(c, heads)
+  return {heads = heads, head_dim = c.head_dim, theta = c.rope_theta,
+          scaling = {type = c.rope_type, factor = c.rope_factor, low_freq = c.rope_low_freq,
+                     high_freq = c.rope_high_freq, orig_ctx = c.rope_orig_ctx, beta_fast = c.rope_beta_fast,
+                     beta_slow = c.rope_beta_slow, attn_factor = c.rope_attn_factor}}
+end
+
+local LLAMA_WEIGHTS = {
+  embed      = {hf = "model.embed_tokens.weight",                gguf = "token_embd.weight",       shape = {"vocab", "dim"}},
+  final_norm = {hf = "model.norm.weight",                        gguf = "output_norm.weight",      shape = {"dim"}},
+  lm_head    = {hf = "lm_head.weight",                           gguf = "output.weight",           shape = {"vocab", "dim"}, tied = "embed"},
+  attn_norm  = {hf = "model.layers.%d.input_layernorm.weight",   gguf = "blk.%d.attn_norm.weight", shape = {"dim"}},
+  q          = {hf = "model.layers.%d.self_attn.q_proj.weight",  gguf = "blk.%d.attn_q.weight",    shape = {"heads * head_dim", "dim"}},
+  k          = {hf = "model.layers.%d.self_attn.k_proj.weight",  gguf = "blk.%d.attn_k.weight",    shape = {"kv_heads * head_dim", "dim"}},
+  v          = {hf = "model.layers.%d.self_attn.v_proj.weight",  gguf = "blk.%d.attn_v.weight",    shape = {"kv_heads * head_dim", "dim"}},
+  o          = {hf = "model.layers.%d.self_attn.o_proj.weight",  gguf = "blk.%d.attn_output.weight", shape = {"dim", "heads * head_dim"}},
+  ffn_norm   = {hf = "model.layers.%d.post_attention_layernorm.weight", gguf = "blk.%d.ffn_norm.weight", shape = {"dim"}},
+  gate       = {hf = "model.layers.%d.mlp.gate_proj.weight",     gguf = "blk.%d.ffn_gate.weight",  shape = {"ffn", "dim"}},
+  up         = {hf = "model.layers.%d.mlp.up_proj.weight",       gguf = "blk.%d.ffn_up.weight",    shape = {"ffn", "dim"}},
+  down       = {hf = "model.layers.%d.mlp.down_proj.weight",     gguf = "blk.%d.ffn_down.weight",  shape = {"dim", "ffn"}},
+}
+
+local function embed_tokens(tokens, w, c)
+  return embedding(tokens, w.embed)
+end
+
+local function lm_head(x, w, c)
+  return linear(rmsnorm(x, w.final_norm, c.eps), w.lm_head)
+end
+
+-- Llama 2/3, SmolLM2, Mistral (with or without sliding window).
 M.llama = {
   hf = {"LlamaForCausalLM", "MistralForCausalLM"},
   gguf = "llama",
-  config = {
-    dim        = {hf = "hidden_size",             gguf = "%s.embedding_length"},
-    layers     = {hf = "num_hidden_layers",       gguf = "%s.block_count"},
-    heads      = {hf = "num_attention_heads",     gguf = "%s.attention.head_count"},
-    kv_heads   = {hf = "num_key_value_heads",     gguf = "%s.attention.head_count_kv", default = "heads"},
-    head_dim   = {hf = "head_dim",                gguf = "%s.attention.key_length",    default = "dim / heads"},
-    ffn        = {hf = "intermediate_size",       gguf = "%s.feed_forward_length"},
-    eps        = {hf = "rms_norm_eps",            gguf = "%s.attention.layer_norm_rms_epsilon"},
-    rope_theta = {hf = {"rope_theta", "rope_parameters.rope_theta"}, gguf = "%s.rope.freq_base",          default = 10000},
-    vocab      = {hf = "vocab_size",              gguf = "%s.vocab_size",              default = "tensor_rows:embed"},
-    ctx        = {hf = "max_position_embeddings", gguf = "%s.context_length",          default = 2048},
-    window     = {hf = "sliding_window",          gguf = "%s.attention.sliding_window", default = 0},
-  },
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG),
   -- HF checkpoints rotate (i, i + d/2); the GGUF converter permutes Q/K rows
   -- so that llama.cpp rotates adjacent pairs (2i, 2i+1).
   rope_pairs = {hf = "halves", gguf = "adjacent"},
-  weights = {
-    embed      = {hf = "model.embed_tokens.weight",                gguf = "token_embd.weight",       shape = {"vocab", "dim"}},
-    final_norm = {hf = "model.norm.weight",                        gguf = "output_norm.weight",      shape = {"dim"}},
-    lm_head    = {hf = "lm_head.weight",                           gguf = "output.weight",           shape = {"vocab", "dim"}, tied = "embed"},
-    attn_norm  = {hf = "model.layers.%d.input_layernorm.weight",   gguf = "blk.%d.attn_norm.weight", shape = {"dim"}},
-    q          = {hf = "model.layers.%d.self_attn.q_proj.weight",  gguf = "blk.%d.attn_q.weight",    shape = {"heads * head_dim", "dim"}},
-    k          = {hf = "model.layers.%d.self_attn.k_proj.weight",  gguf = "blk.%d.attn_k.weight",    shape = {"kv_heads * head_dim", "dim"}},
-    v          = {hf = "model.layers.%d.self_attn.v_proj.weight",  gguf = "blk.%d.attn_v.weight",    shape = {"kv_heads * head_dim", "dim"}},
-    o          = {hf = "model.layers.%d.self_attn.o_proj.weight",  gguf = "blk.%d.attn_output.weight", shape = {"dim", "heads * head_dim"}},
-    ffn_norm   = {hf = "model.layers.%d.post_attention_layernorm.weight", gguf = "blk.%d.ffn_norm.weight", shape = {"dim"}},
-    gate       = {hf = "model.layers.%d.mlp.gate_proj.weight",     gguf = "blk.%d.ffn_gate.weight",  shape = {"ffn", "dim"}},
-    up         = {hf = "model.layers.%d.mlp.up_proj.weight",       gguf = "blk.%d.ffn_up.weight",    shape = {"ffn", "dim"}},
-    down       = {hf = "model.layers.%d.mlp.down_proj.weight",     gguf = "blk.%d.ffn_down.weight",  shape = {"dim", "ffn"}},
-  },
-  embed = function(tokens, w, c)
-    return embedding(tokens, w.embed)
-  end,
+  weights = LLAMA_WEIGHTS,
+  embed = embed_tokens,
   layer = function(x, w, c)
     local h = rmsnorm(x, w.attn_norm, c.eps)
     local q, k, v = linear(h, w.q), linear(h, w.k), linear(h, w.v)
-    q = rope(q, {heads = c.heads, head_dim = c.head_dim, theta = c.rope_theta})
-    k = rope(k, {heads = c.kv_heads, head_dim = c.head_dim, theta = c.rope_theta})
+    q = rope(q, rope_opts(c, c.heads))
+    k = rope(k, rope_opts(c, c.kv_heads))
     local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim, window = c.window})
     x = x + linear(a, w.o)
     h = rmsnorm(x, w.ffn_norm, c.eps)
     return x + linear(silu(linear(h, w.gate)) * linear(h, w.up), w.down)
   end,
-  head = function(x, w, c)
-    return linear(rmsnorm(x, w.final_norm, c.eps), w.lm_head)
+  head = lm_head,
+}
+
+-- Qwen2: Llama with biases on the Q/K/V projections.
+M.qwen2 = {
+  hf = {"Qwen2ForCausalLM"},
+  gguf = "qwen2",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {window = {hf = "sliding_window", default = 0},
+    use_window = {hf = "use_sliding_window", default = false}}),
+  rope_pairs = {hf = "halves", gguf = "halves"},
+  weights = merge(LLAMA_WEIGHTS, {
+    q_bias = {hf = "model.layers.%d.self_attn.q_proj.bias", gguf = "blk.%d.attn_q.bias", shape = {"heads * head_dim"}},
+    k_bias = {hf = "model.layers.%d.self_attn.k_proj.bias", gguf = "blk.%d.attn_k.bias", shape = {"kv_heads * head_dim"}},
+    v_bias = {hf = "model.layers.%d.self_attn.v_proj.bias", gguf = "blk.%d.attn_v.bias", shape = {"kv_heads * head_dim"}},
+  }),
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local h = rmsnorm(x, w.attn_norm, c.eps)
+    local q, k, v = linear(h, w.q, w.q_bias), linear(h, w.k, w.k_bias), linear(h, w.v, w.v_bias)
+    q = rope(q, rope_opts(c, c.heads))
+    k = rope(k, rope_opts(c, c.kv_heads))
+    local window = c.use_window and c.window or 0
+    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim, window = window})
+    x = x + linear(a, w.o)
+    h = rmsnorm(x, w.ffn_norm, c.eps)
+    return x + linear(silu(linear(h, w.gate)) * linear(h, w.up), w.down)
   end,
+  head = lm_head,
+}
+
+-- Qwen3: no biases; RMSNorm of every query and key head before RoPE.
+M.qwen3 = {
+  hf = {"Qwen3ForCausalLM"},
+  gguf = "qwen3",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG),
+  rope_pairs = {hf = "halves", gguf = "halves"},
+  weights = merge(LLAMA_WEIGHTS, {
+    q_norm = {hf = "model.layers.%d.self_attn.q_norm.weight", gguf = "blk.%d.attn_q_norm.weight", shape = {"head_dim"}},
+    k_norm = {hf = "model.layers.%d.self_attn.k_norm.weight", gguf = "blk.%d.attn_k_norm.weight", shape = {"head_dim"}},
+  }),
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local h = rmsnorm(x, w.attn_norm, c.eps)
+    local q, k, v = linear(h, w.q), linear(h, w.k), linear(h, w.v)
+    q = rope(rmsnorm(q, w.q_norm, c.eps, {heads = c.heads}), rope_opts(c, c.heads))
+    k = rope(rmsnorm(k, w.k_norm, c.eps, {heads = c.kv_heads}), rope_opts(c, c.kv_heads))
+    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim})
+    x = x + linear(a, w.o)
+    h = rmsnorm(x, w.ffn_norm, c.eps)
+    return x + linear(silu(linear(h, w.gate)) * linear(h, w.up), w.down)
+  end,
+  head = lm_head,
+}
+
+-- Gemma 2: scaled embedding, (1 + w) norms before and after attention and
+-- MLP, GeGLU, soft-capped attention scores and logits, sliding-window
+-- attention on alternate layers, query scale from query_pre_attn_scalar.
+M.gemma2 = {
+  hf = {"Gemma2ForCausalLM"},
+  gguf = "gemma2",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {
+    window        = {hf = "sliding_window", gguf = "%s.attention.sliding_window", default = 4096},
+    layer_types   = {hf = "layer_types", default = false},
+    query_scalar  = {hf = "query_pre_attn_scalar", default = "head_dim"},
+    attn_softcap  = {hf = "attn_logit_softcapping", gguf = "%s.attn_logit_softcapping", default = 0},
+    final_softcap = {hf = "final_logit_softcapping", gguf = "%s.final_logit_softcapping", default = 0},
+    -- HF stores w and computes (1 + w); the GGUF converter stores 1 + w.
+    norm_offset   = {by_format = {hf = 1, gguf = 0}},
+  }),
+  rope_pairs = {hf = "halves", gguf = "halves"},
+  weights = merge(LLAMA_WEIGHTS, {
+    post_attn_norm = {hf = "model.layers.%d.post_attention_layernorm.weight", gguf = "blk.%d.post_attention_norm.weight", shape = {"dim"}},
+    ffn_norm       = {hf = "model.layers.%d.pre_feedforward_layernorm.weight", gguf = "blk.%d.ffn_norm.weight", shape = {"dim"}},
+    post_ffn_norm  = {hf = "model.layers.%d.post_feedforward_layernorm.weight", gguf = "blk.%d.post_ffw_norm.weight", shape = {"dim"}},
+  }),
+  embed = function(tokens, w, c)
+    return embedding(tokens, w.embed) * math.sqrt(c.dim)
+  end,
+  layer = function(x, w, c)
+    local norm = {offset = c.norm_offset}
+    local sliding
+    if c.layer_types then sliding = c.layer_types[c.layer + 1] == "sliding_attention" else sliding = c.layer % 2 == 0 end
+    local h = rmsnorm(x, w.attn_norm, c.eps, norm)
+    local q, k, v = linear(h, w.q), linear(h, w.k), linear(h, w.v)
+    q = rope(q, rope_opts(c, c.heads))
+    k = rope(k, rope_opts(c, c.kv_heads))
+    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim,
+                                  window = sliding and c.window or 0, softcap = c.attn_softcap,
+                                  scale = c.query_scalar ^ -0.5})
+    x = x + rmsnorm(linear(a, w.o), w.post_attn_norm, c.eps, norm)
+    h = rmsnorm(x, w.ffn_norm, c.eps, norm)
+    local m = linear(gelu_tanh(linear(h, w.gate)) * linear(h, w.up), w.down)
+    return x + rmsnorm(m, w.post_ffn_norm, c.eps, norm)
+  end,
+  head = function(x, w, c)
+    local logits = linear(rmsnorm(x, w.final_norm, c.eps, {offset = c.norm_offset}), w.lm_head)
+    if c.final_softcap > 0 then logits = softcap(logits, c.final_softcap) end
+    return logits
+  end,
+}
+
+-- Phi-3: Q, K, V stored as one qkv_proj, gate and up as one gate_up_proj;
+-- each is a row slice of the stored tensor (zero copy).
+M.phi3 = {
+  hf = {"Phi3ForCausalLM"},
+  gguf = "phi3",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG),
+  rope_pairs = {hf = "halves", gguf = "halves"},
+  weights = merge(LLAMA_WEIGHTS, {
+    q    = {hf = "model.layers.%d.self_attn.qkv_proj.weight", gguf = "blk.%d.attn_qkv.weight", shape = {"heads * head_dim", "dim"},
+            slice = {0, "(heads + 2 * kv_heads) * head_dim"}},
+    k    = {hf = "model.layers.%d.self_attn.qkv_proj.weight", gguf = "blk.%d.attn_qkv.weight", shape = {"kv_heads * head_dim", "dim"},
+            slice = {"heads * head_dim", "(heads + 2 * kv_heads) * head_dim"}},
+    v    = {hf = "model.layers.%d.self_attn.qkv_proj.weight", gguf = "blk.%d.attn_qkv.weight", shape = {"kv_heads * head_dim", "dim"},
+            slice = {"(heads + kv_heads) * head_dim", "(heads + 2 * kv_heads) * head_dim"}},
+    gate = {hf = "model.layers.%d.mlp.gate_up_proj.weight", gguf = "blk.%d.ffn_up.weight", shape = {"ffn", "dim"}, slice = {0, "2 * ffn"}},
+    up   = {hf = "model.layers.%d.mlp.gate_up_proj.weight", gguf = "blk.%d.ffn_up.weight", shape = {"ffn", "dim"}, slice = {"ffn", "2 * ffn"}},
+  }),
+  embed = embed_tokens,
+  layer = M.llama.layer,
+  head = lm_head,
+}
+
+-- Mixtral: Llama attention; the MLP is a sparse mixture of experts (softmax
+-- router, top-k experts per token, their outputs weighted by the renormalized
+-- router probabilities).
+M.mixtral = {
+  hf = {"MixtralForCausalLM"},
+  gguf = "mixtral",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {
+    window  = {hf = "sliding_window", default = 0},
+    experts = {hf = "num_local_experts", gguf = "%s.expert_count"},
+    top_k   = {hf = "num_experts_per_tok", gguf = "%s.expert_used_count"},
+  }),
+  rope_pairs = {hf = "halves", gguf = "adjacent"},
+  weights = merge(LLAMA_WEIGHTS, {
+    router      = {hf = "model.layers.%d.block_sparse_moe.gate.weight", gguf = "blk.%d.ffn_gate_inp.weight", shape = {"experts", "dim"}},
+    expert_gate = {hf = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", shape = {"ffn", "dim"}, experts = "experts"},
+    expert_up   = {hf = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", shape = {"ffn", "dim"}, experts = "experts"},
+    expert_down = {hf = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", shape = {"dim", "ffn"}, experts = "experts"},
+  }),
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local h = rmsnorm(x, w.attn_norm, c.eps)
+    local q, k, v = linear(h, w.q), linear(h, w.k), linear(h, w.v)
+    q = rope(q, rope_opts(c, c.heads))
+    k = rope(k, rope_opts(c, c.kv_heads))
+    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim, window = c.window})
+    x = x + linear(a, w.o)
+    h = rmsnorm(x, w.ffn_norm, c.eps)
+    return x + moe(h, w.router, {gate = w.expert_gate, up = w.expert_up, down = w.expert_down},
+                   {experts = c.experts, top_k = c.top_k})
+  end,
+  head = lm_head,
 }
 
 return M

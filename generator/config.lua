@@ -40,7 +40,10 @@ function config.resolve(d, e, src)
   local arch = src.meta and src.meta["general.architecture"]
   for key, spec in pairs(e.config) do
     local raw
-    if src.format == "gguf" then
+    local from_default = false
+    if spec.by_format then
+      raw = spec.by_format[src.format == "gguf" and "gguf" or "hf"]
+    elseif src.format == "gguf" then
       if spec.gguf then raw = src.meta[string.format(spec.gguf, arch)] end
     elseif spec.hf then
       raw = config.hf_value(src.hf, spec.hf)
@@ -53,8 +56,15 @@ function config.resolve(d, e, src)
           (type(spec.hf) == "table" and table.concat(spec.hf, " or ") or spec.hf or "?")))
       end
       raw = spec.default
+      from_default = true
     end
-    if type(raw) == "string" then pending[key] = raw else values[key] = raw end
+    -- A default string is an expression over other values, unless it is a
+    -- bare word that names no config value (a literal such as "default").
+    if from_default and type(raw) == "string" and not (raw:match("^[%a_][%w_]*$") and not e.config[raw]) then
+      pending[key] = raw
+    else
+      values[key] = raw
+    end
   end
   -- Expressions may refer to each other; resolve until nothing changes.
   local progress = true
@@ -103,11 +113,13 @@ function config.hf_value(hf, spec)
   return nil
 end
 
--- The stored tensor name of a weight for layer i (nil for model-level weights).
-function config.tensor_name(e, logical, layer, format)
+-- The stored tensor name of a weight for layer i (nil for model-level
+-- weights) and expert j (for per-expert weights).
+function config.tensor_name(e, logical, layer, format, expert)
   local spec = e.weights[logical]
   local pattern = format == "gguf" and spec.gguf or spec.hf
   if not pattern then return nil end
+  if expert then return string.format(pattern, layer, expert) end
   if layer then return string.format(pattern, layer) end
   return pattern
 end
@@ -123,6 +135,21 @@ function config.weight_dims(d, e, values)
           wname, i, tostring(expr), tostring(v)))
       end
       spec.dims[i] = v
+    end
+    if spec.slice then
+      local first = type(spec.slice[1]) == "number" and spec.slice[1] or eval_expr(d, e, wname, spec.slice[1], values)
+      local of = type(spec.slice[2]) == "number" and spec.slice[2] or eval_expr(d, e, wname, spec.slice[2], values)
+      if first < 0 or first + spec.dims[1] > of then
+        describe.fail(d, e.name, wname, string.format("weight '%s': rows [%d, %d) do not fit in %d", wname, first,
+          first + spec.dims[1], of))
+      end
+      spec.first_row, spec.stored_rows = first, of
+    end
+    if spec.experts then
+      spec.n_experts = values[spec.experts]
+      if type(spec.n_experts) ~= "number" then
+        describe.fail(d, e.name, wname, "weight '" .. wname .. "': experts must name a config value")
+      end
     end
   end
 end

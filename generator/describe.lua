@@ -11,8 +11,9 @@ local describe = {}
 local ENTRY_KEYS = {hf = "table", gguf = "string", config = "table", rope_pairs = "table",
                     weights = "table", embed = "function", layer = "function", head = "function"}
 local REQUIRED = {"hf", "config", "weights", "embed", "layer", "head"}
-local CONFIG_KEYS = {hf = "any", gguf = "string", default = "any"}
-local WEIGHT_KEYS = {hf = "string", gguf = "string", shape = "table", tied = "string", optional = "boolean"}
+local CONFIG_KEYS = {hf = "any", gguf = "string", default = "any", by_format = "table"}
+local WEIGHT_KEYS = {hf = "string", gguf = "string", shape = "table", tied = "string", optional = "boolean",
+                     slice = "table", experts = "string"}
 
 -- Line of `key =` inside entry `name`, for error messages.
 local function line_of(text, entry, key)
@@ -69,10 +70,15 @@ function describe.validate(d, name, e)
   for key, spec in pairs(e.config) do
     if type(spec) ~= "table" then describe.fail(d, name, key, "config '" .. key .. "' must be a table") end
     check_keys(d, name, spec, CONFIG_KEYS, "config '" .. key .. "'")
-    if not spec.hf and not spec.gguf then
-      describe.fail(d, name, key, "config '" .. key .. "' needs an hf or gguf key")
+    if not spec.hf and not spec.gguf and not spec.by_format then
+      describe.fail(d, name, key, "config '" .. key .. "' needs an hf, gguf or by_format key")
     end
   end
+  -- entries may share weight tables (models.lua builds them with merge):
+  -- annotate private copies
+  local weights = {}
+  for wname, spec in pairs(e.weights) do weights[wname] = util.shallow_copy(spec) end
+  e.weights = weights
   for wname, spec in pairs(e.weights) do
     check_keys(d, name, spec, WEIGHT_KEYS, "weight '" .. wname .. "'")
     if not spec.shape then describe.fail(d, name, wname, "weight '" .. wname .. "' is missing 'shape'") end
@@ -80,6 +86,12 @@ function describe.validate(d, name, e)
       describe.fail(d, name, wname, "weight '" .. wname .. "' is tied to undeclared '" .. spec.tied .. "'")
     end
     spec.per_layer = (spec.hf or spec.gguf or ""):find("%%d") ~= nil
+    if spec.slice and #spec.slice ~= 2 then
+      describe.fail(d, name, wname, "weight '" .. wname .. "': slice is {first_row, rows_of_the_stored_tensor}")
+    end
+    if spec.experts and select(2, (spec.hf or spec.gguf or ""):gsub("%%d", "")) ~= 2 then
+      describe.fail(d, name, wname, "weight '" .. wname .. "': an expert weight's name needs two %d (layer, expert)")
+    end
     spec.line = line_of(d.text, name, wname)
   end
   e.name = name

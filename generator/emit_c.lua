@@ -60,8 +60,17 @@ local function row_op(ctx, s, n)
     local w = n.inputs[2]
     return string.format("kc_embed_row(%s, %s, b->tokens[t], %d, %s);", DT_ENUM[w.dtype], s.weight(w), W, row(out, "t", W))
   elseif op == "rmsnorm" then
-    return string.format("kc_rmsnorm(%s, (const float *)%s, %s, %d, %s, %s);", row(inp(1), "t", W),
-      s.weight(n.inputs[2]), row(out, "t", W), W, util.cfloat(n.attrs.eps), util.cfloat(n.attrs.offset))
+    local G = n.attrs.group or W
+    if G == W then
+      return string.format("kc_rmsnorm(%s, (const float *)%s, %s, %d, %s, %s);", row(inp(1), "t", W),
+        s.weight(n.inputs[2]), row(out, "t", W), W, util.cfloat(n.attrs.eps), util.cfloat(n.attrs.offset))
+    end
+    return string.format("for (int g = 0; g < %d; g++) kc_rmsnorm(%s + g * %d, (const float *)%s, %s + g * %d, %d, %s, %s); /* each head */",
+      W // G, row(inp(1), "t", W), G, s.weight(n.inputs[2]), row(out, "t", W), G, G, util.cfloat(n.attrs.eps),
+      util.cfloat(n.attrs.offset))
+  elseif op == "softcap" then
+    return string.format("{ const float *x = %s; float *y = %s; for (int i = 0; i < %d; i++) y[i] = %s * tanhf(x[i] / %s); }",
+      row(inp(1), "t", W), row(out, "t", W), W, util.cfloat(n.attrs.cap), util.cfloat(n.attrs.cap))
   elseif op == "select_rows" then
     return string.format("memcpy(%s, %s, sizeof(float) * %d);", row(out, "t", W), row(inp(1), "b->logit_rows[t]", W), W)
   elseif op == "rope" then
@@ -159,6 +168,145 @@ local function phase_attention(ctx, s, name, n)
   return lines
 end
 
+-- The mixture-of-experts kernel: route every token (router matmul, softmax,
+-- top-k, renormalize), gather the rows of each expert's tokens together, run
+-- each expert's gate/up, activation and down matmuls once over all its rows
+-- (its weights are read once per step), then combine per token in expert
+-- order (as the reference accumulates).
+local function moe_kernel(ctx, s, n, grp)
+  local a = n.attrs
+  local E, K, F, D = a.experts, a.top_k, a.ffn, n.inputs[1].width
+  local router = n.inputs[2]
+  local x, out = s.buf(n.inputs[1].node), s.buf(n)
+  local slot = {}
+  for _, name in ipairs({"route", "xg", "gate", "up", "down"}) do
+    local key = "moe" .. grp.moe[name].id
+    s.bufs[#s.bufs + 1] = {key = key, node = {buffer = grp.moe[name], width = grp.moe[name].width}}
+    s.buf_index[key] = #s.bufs - 1
+    slot[name] = "b" .. (#s.bufs - 1)
+  end
+  local rw = s.weight(router)
+  local gate0 = s.weight(n.inputs[3])
+  for i = 4, #n.inputs do s.weight(n.inputs[i]) end
+  local function dt_of(list_first)
+    local dt = n.inputs[list_first].dtype
+    for e = 0, E - 1 do
+      if n.inputs[list_first + e].dtype ~= dt then
+        util.die(string.format("models.lua:%d: error: moe: every expert's weights must share one dtype", n.line))
+      end
+    end
+    return dt
+  end
+  local function mm(dt) return (plan_mod.quantized(dt) and "kc_mmx_" or "kc_mm_") .. dt end
+  local gdt, udt, ddt = dt_of(3), dt_of(3 + E), dt_of(3 + 2 * E)
+  local gw = tonumber(gate0:sub(2))
+  local C = {}
+  local function L(fmt, ...) C[#C + 1] = string.format(fmt, ...) end
+  L("static void @NAME@_route(void *vp, int64_t t0, int64_t t1, int tid) {")
+  L("    const kargs *a = vp; (void)tid;")
+  L("@DECLS@")
+  L("    for (int64_t t = t0; t < t1; t++) {")
+  L("        %s", src(ctx, n))
+  L("        float logit[%d], best[%d];", E, K)
+  L("        int32_t *ids = (int32_t *)(%s + (size_t)t * %d);", slot.route, 3 * K)
+  L("        float *weights = %s + (size_t)t * %d + %d;", slot.route, 3 * K, K)
+  L("        %s((%s *)%s, %s + (size_t)t * %d, %d, logit, %d, 1, %d, 0, %d, NULL, 0);", mm(router.dtype),
+    DT_CTYPE[router.dtype], rw, x, D, D, E, D, E)
+  L("        float maxv = logit[0], sum = 0.0f;")
+  L("        for (int e = 1; e < %d; e++) maxv = logit[e] > maxv ? logit[e] : maxv;", E)
+  L("        for (int e = 0; e < %d; e++) { logit[e] = expf(logit[e] - maxv); sum += logit[e]; }", E)
+  L("        for (int e = 0; e < %d; e++) logit[e] /= sum;", E)
+  L("        float chosen = 0.0f;")
+  L("        for (int k = 0; k < %d; k++) { /* top-k by probability, lowest id first on ties */", K)
+  L("            int arg = -1;")
+  L("            for (int e = 0; e < %d; e++) {", E)
+  L("                int taken = 0;")
+  L("                for (int j = 0; j < k; j++) taken |= ids[j] == e;")
+  L("                if (!taken && (arg < 0 || logit[e] > logit[arg])) arg = e;")
+  L("            }")
+  L("            ids[k] = arg; best[k] = logit[arg]; chosen += logit[arg];")
+  L("        }")
+  L("        for (int k = 0; k < %d; k++) weights[k] = best[k] / chosen;", K)
+  L("    }")
+  L("}")
+  L("")
+  L("static void @NAME@_gateup(void *vp, int64_t r0, int64_t r1, int tid) {")
+  L("    const kargs *a = vp; const moe_state *st = a->moe; (void)tid;")
+  L("@DECLS@")
+  L("    const int e = st->expert;")
+  L("    const float *xs = %s + (size_t)st->row0 * %d;", slot.xg, D)
+  L("    if (r0 < %d) %s((%s *)a->w[%d + e], xs, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)r0, (int)(r1 < %d ? r1 : %d), NULL, 0);",
+    F, mm(gdt), DT_CTYPE[gdt], gw, D, slot.gate, F, F, D, F, F)
+  L("    if (r1 > %d) %s((%s *)a->w[%d + e], xs, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 - %d), NULL, 0);",
+    F, mm(udt), DT_CTYPE[udt], gw + E, D, slot.up, F, F, D, F, F, F)
+  L("}")
+  L("")
+  L("static void @NAME@_act(void *vp, int64_t i0, int64_t i1, int tid) {")
+  L("    const kargs *a = vp; const moe_state *st = a->moe; (void)tid;")
+  L("@DECLS@")
+  L("    for (int64_t i = st->row0 + i0; i < st->row0 + i1; i++) {")
+  L("        float *g = %s + (size_t)i * %d; const float *u = %s + (size_t)i * %d;", slot.gate, F, slot.up, F)
+  L("        for (int j = 0; j < %d; j++) g[j] = kc_%s(g[j]) * u[j];", F, a.act)
+  L("    }")
+  L("}")
+  L("")
+  L("static void @NAME@_down(void *vp, int64_t r0, int64_t r1, int tid) {")
+  L("    const kargs *a = vp; const moe_state *st = a->moe; (void)tid;")
+  L("@DECLS@")
+  L("    %s((%s *)a->w[%d + st->expert], %s + (size_t)st->row0 * %d, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)r0, (int)r1, NULL, 0);",
+    mm(ddt), DT_CTYPE[ddt], gw + 2 * E, slot.gate, F, F, slot.down, D, D, F)
+  L("}")
+  L("")
+  L("static void @NAME@_combine(void *vp, int64_t t0, int64_t t1, int tid) {")
+  L("    const kargs *a = vp; (void)tid;")
+  L("@DECLS@")
+  L("    for (int64_t t = t0; t < t1; t++) {")
+  L("        const int32_t *ids = (const int32_t *)(%s + (size_t)t * %d);", slot.route, 3 * K)
+  L("        const float *weights = %s + (size_t)t * %d + %d;", slot.route, 3 * K, K)
+  L("        const int32_t *rows = (const int32_t *)(%s + (size_t)t * %d + %d);", slot.route, 3 * K, 2 * K)
+  L("        float *o = %s + (size_t)t * %d;", out, D)
+  L("        memset(o, 0, sizeof(float) * %d);", D)
+  L("        for (int e = 0; e < %d; e++)", E)
+  L("            for (int k = 0; k < %d; k++)", K)
+  L("                if (ids[k] == e) kc_axpy(weights[k], %s + (size_t)rows[k] * %d, o, %d);", slot.down, D, D)
+  L("    }")
+  L("}")
+  -- one phase per function (each gets its own declarations)
+  local fn_phases, cur = {}, {}
+  for _, line in ipairs(C) do
+    if line == "" then fn_phases[#fn_phases + 1] = cur; cur = {} else cur[#cur + 1] = line end
+  end
+  fn_phases[#fn_phases + 1] = cur
+  local runs = {
+    "kargs b = *a;",
+    "moe_state st = {0, 0, 0};",
+    "b.moe = &st;",
+    "tp_parallel_for(a->pool, a->rows, 1, @NAME@_route, &b);",
+    string.format("int count[%d] = {0}, offset[%d], fill[%d] = {0};", E, E, E),
+    "for (int t = 0; t < a->rows; t++)",
+    string.format("    for (int k = 0; k < %d; k++) count[((const int32_t *)(a->buf[%d] + (size_t)t * %d))[k]]++;", K, s.buf_index["moe" .. grp.moe.route.id], 3 * K),
+    string.format("for (int e = 0, o = 0; e < %d; e++) { offset[e] = o; o += count[e]; }", E),
+    "for (int t = 0; t < a->rows; t++) /* gather each expert's rows, token order */",
+    string.format("    for (int k = 0; k < %d; k++) {", K),
+    string.format("        int32_t *route = (int32_t *)(a->buf[%d] + (size_t)t * %d);", s.buf_index["moe" .. grp.moe.route.id], 3 * K),
+    "        const int e = route[k];",
+    "        const int row = offset[e] + fill[e]++;",
+    string.format("        route[%d + k] = row; /* where token t's k-th expert output lands */", 2 * K),
+    string.format("        memcpy(a->buf[%d] + (size_t)row * %d, a->buf[%d] + (size_t)t * %d, sizeof(float) * %d);",
+      s.buf_index["moe" .. grp.moe.xg.id], D, s.buf_index[n.inputs[1].node.buffer.id], D, D),
+    "    }",
+    string.format("for (int e = 0; e < %d; e++) {", E),
+    "    if (!count[e]) continue;",
+    "    st.expert = e; st.rows = count[e]; st.row0 = offset[e];",
+    string.format("    tp_parallel_for(a->pool, %d, 16, @NAME@_gateup, &b);", 2 * F),
+    "    tp_parallel_for(a->pool, count[e], 1, @NAME@_act, &b);",
+    string.format("    tp_parallel_for(a->pool, %d, 16, @NAME@_down, &b);", D),
+    "}",
+    "tp_parallel_for(a->pool, a->rows, 1, @NAME@_combine, &b);",
+  }
+  return fn_phases, runs
+end
+
 -- Declarations of the slot pointers a body uses, with what each one holds.
 local function decls(s, body_text)
   local d = {}
@@ -217,6 +365,10 @@ function emit.kernels(ctx, groups, final_node)
         phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_post", grp.epilogue)
         runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_post, (void *)a);"
       end
+    elseif grp.kind == "moe" then
+      local moe_phases, moe_runs = moe_kernel(ctx, s, grp.ops[1], grp)
+      for _, p in ipairs(moe_phases) do phases[#phases + 1] = p end
+      for _, r in ipairs(moe_runs) do runs[#runs + 1] = r end
     elseif grp.kind == "attention" then
       local n = grp.ops[1]
       phases[#phases + 1] = phase_attention(ctx, s, "@NAME@_attn", n)

@@ -20,6 +20,7 @@ local fuse = {}
 local function kind_of(n)
   if n.op == "linear" then return "matmul" end
   if n.op == "attention" then return "attention" end
+  if n.op == "moe" then return "moe" end
   return "rows"
 end
 
@@ -82,16 +83,21 @@ function fuse.run(g, fused)
         mg.input = x
         add(mg, n, "linears")
       end
-    elseif kind == "attention" then
-      add(new_group(groups, "attention", n.rows), n, "ops")
+    elseif kind == "attention" or kind == "moe" then
+      add(new_group(groups, kind, n.rows), n, "ops")
     else
       local joins = false
       if last and last.rows == n.rows and n.op ~= "embedding" then
         for _, t in ipairs(n.inputs) do
           if produced_in(last, t) then joins = true end
         end
-        -- a row op after row ops of the same rows (select_rows -> rmsnorm)
-        if graph.ROW_OPS[n.op] and last.kind == "matmul" then joins = false end
+        -- A norm that feeds only linears waits to become the prologue of
+        -- their kernel; any other norm of a matmul output (Gemma's
+        -- post-norms, Qwen3's per-head q/k norms) joins the epilogue: it
+        -- runs after every linear of the kernel, on whole rows.
+        if graph.ROW_OPS[n.op] and last.kind == "matmul" and (n.op ~= "rmsnorm" or only_linears_consume(n.out)) then
+          joins = false
+        end
         if n.op == "select_rows" then joins = false end
         -- A norm starts its own kernel unless it follows row ops only: it may
         -- become the prologue of the matmul kernel that reads it.
@@ -101,7 +107,7 @@ function fuse.run(g, fused)
           end
         end
       end
-      if joins and last.kind == "matmul" and graph.ELEMENTWISE[n.op] then
+      if joins and last.kind == "matmul" and (graph.ELEMENTWISE[n.op] or n.op == "rmsnorm") then
         add(last, n, "epilogue")
       elseif joins and last.kind == "rows" then
         add(last, n, "ops")

@@ -17,7 +17,7 @@ Tensor.__index = Tensor
 -- The ops every backend implements. Elementwise ops work per row and can be
 -- fused into the epilogue of the kernel that produces their input.
 graph.ELEMENTWISE = {add = true, mul = true, scale = true, silu = true, gelu_tanh = true,
-                     rope = true, kv_store = true}
+                     rope = true, kv_store = true, softcap = true}
 graph.ROW_OPS = {rmsnorm = true, select_rows = true}
 
 local G = {}
@@ -88,15 +88,24 @@ function G:weight_table()
       g:fail(caller_line(g.desc.path), "weight '" .. tostring(name) .. "' is not declared in weights")
     end
     local per_layer = decl.per_layer
-    local key = per_layer and string.format("%s.%d", name, g.layer) or name
-    local w = g.weights[key]
-    if not w then
-      w = {kind = "weight", logical = name, key = key, layer = per_layer and g.layer or nil,
-           decl = decl, shape = decl.dims}
-      g.weights[key] = w
-      g.weight_list[#g.weight_list + 1] = w
+    local function handle(expert)
+      local key = per_layer and string.format("%s.%d", name, g.layer) or name
+      if expert then key = key .. "." .. expert end
+      local w = g.weights[key]
+      if not w then
+        w = {kind = "weight", logical = name, key = key, layer = per_layer and g.layer or nil,
+             expert = expert, decl = decl, shape = decl.dims}
+        g.weights[key] = w
+        g.weight_list[#g.weight_list + 1] = w
+      end
+      return w
     end
-    return w
+    if decl.experts then -- one weight per expert
+      local list = {kind = "experts", logical = name}
+      for j = 0, decl.n_experts - 1 do list[j + 1] = handle(j) end
+      return list
+    end
+    return handle(nil)
   end})
 end
 
@@ -108,13 +117,26 @@ function G:env()
     check_weight(g, w, "embedding")
     return g:node("embedding", {tokens, w}, w.shape[2], "tokens")
   end
+  -- opts.offset: scale by (offset + w) (Gemma: 1). opts.heads: normalize each
+  -- of that many equal groups of the row separately, with one weight of the
+  -- group's size shared by all (Qwen3's per-head q/k norm).
   function env.rmsnorm(x, w, eps, opts)
     check_tensor(g, x, "rmsnorm"); check_weight(g, w, "rmsnorm")
-    if w.shape[1] ~= x.width or #w.shape ~= 1 then
-      g:fail(caller_line(g.desc.path), string.format("rmsnorm: weight %s has shape [%s], input has width %d",
-        w.logical, table.concat(w.shape, ", "), x.width))
+    opts = opts or {}
+    local groups = opts.heads or 1
+    if x.width % groups ~= 0 or #w.shape ~= 1 or w.shape[1] ~= x.width // groups then
+      g:fail(caller_line(g.desc.path), string.format("rmsnorm: weight %s has shape [%s], input has width %d in %d group(s)",
+        w.logical, table.concat(w.shape, ", "), x.width, groups))
     end
-    return g:node("rmsnorm", {x, w}, x.width, x.rows, {eps = eps, offset = (opts and opts.offset) or 0})
+    if type(eps) ~= "number" then g:fail(caller_line(g.desc.path), "rmsnorm: eps must be a number") end
+    return g:node("rmsnorm", {x, w}, x.width, x.rows, {eps = eps, offset = opts.offset or 0,
+      group = x.width // groups})
+  end
+  -- cap * tanh(x / cap): Gemma 2's final-logit soft-capping.
+  function env.softcap(x, cap)
+    check_tensor(g, x, "softcap")
+    if type(cap) ~= "number" or cap <= 0 then g:fail(caller_line(g.desc.path), "softcap: cap must be a positive number") end
+    return g:node("softcap", {x}, x.width, x.rows, {cap = cap})
   end
   function env.linear(x, w, bias)
     check_tensor(g, x, "linear"); check_weight(g, w, "linear")
@@ -131,7 +153,7 @@ function G:env()
       g:fail(caller_line(g.desc.path), string.format("rope: %d heads x %d != width %d", o.heads, o.head_dim, x.width))
     end
     return g:node("rope", {x}, x.width, x.rows, {heads = o.heads, head_dim = o.head_dim,
-      rot_dim = o.rot_dim or o.head_dim, theta = o.theta, pairs = g.cfg.rope_pairs})
+      rot_dim = o.rot_dim or o.head_dim, theta = o.theta, pairs = g.cfg.rope_pairs, scaling = o.scaling})
   end
   function env.attention(q, k, v, o)
     check_tensor(g, q, "attention"); check_tensor(g, k, "attention"); check_tensor(g, v, "attention")
@@ -148,6 +170,29 @@ function G:env()
                    scale = o.scale or 1 / math.sqrt(o.head_dim)}
     local store = g:node("kv_store", {k, v}, nil, k.rows, attrs)
     return g:node("attention", {q, store}, q.width, q.rows, attrs)
+  end
+  -- Sparse mixture of experts: router logits -> softmax -> top_k experts per
+  -- token, their SwiGLU MLP outputs weighted by the top-k probabilities
+  -- renormalized to sum to 1 (Mixtral).
+  function env.moe(x, router, experts, o)
+    check_tensor(g, x, "moe"); check_weight(g, router, "moe router")
+    local line = caller_line(g.desc.path)
+    local gate, up, down = experts.gate, experts.up, experts.down
+    for _, list in ipairs({gate, up, down}) do
+      if type(list) ~= "table" or list.kind ~= "experts" or #list ~= o.experts then
+        g:fail(line, "moe: gate, up and down must be expert weights (experts = ...) with " .. tostring(o.experts) .. " experts")
+      end
+    end
+    if router.shape[1] ~= o.experts or router.shape[2] ~= x.width then
+      g:fail(line, string.format("moe: router has shape [%s], expected [%d, %d]", table.concat(router.shape, ", "), o.experts, x.width))
+    end
+    if o.top_k < 1 or o.top_k > o.experts then g:fail(line, "moe: top_k must be in [1, experts]") end
+    local inputs = {x, router}
+    for _, list in ipairs({gate, up, down}) do
+      for _, w in ipairs(list) do inputs[#inputs + 1] = w end
+    end
+    return g:node("moe", inputs, down[1].shape[1], x.rows, {experts = o.experts, top_k = o.top_k,
+      ffn = gate[1].shape[1], act = o.activation or "silu"})
   end
   local function unary(op)
     return function(x) check_tensor(g, x, op); return g:node(op, {x}, x.width, x.rows) end

@@ -73,6 +73,36 @@ local function compiled_dtype(opts, w, stored)
   return opts.dtype
 end
 
+-- The RoPE table parameters of the model (every rope op must agree: the
+-- runtime builds one table at load).
+local ROPE_TYPES = {default = "KC_ROPE_DEFAULT", none = "KC_ROPE_DEFAULT", linear = "KC_ROPE_LINEAR",
+                    llama3 = "KC_ROPE_LLAMA3", yarn = "KC_ROPE_YARN"}
+local function rope_params(g, d)
+  local found
+  for _, n in ipairs(g.nodes) do
+    if n.op == "rope" then
+      local sc = n.attrs.scaling or {}
+      local kind = ROPE_TYPES[sc.type or "default"]
+      if not kind then
+        util.die(string.format("%s:%d: error: rope scaling type '%s' is not supported (default, linear, llama3, yarn)",
+          d.path, n.line, tostring(sc.type)))
+      end
+      local p = {type = kind, theta = n.attrs.theta, factor = sc.factor or 1, low_freq = sc.low_freq or 1,
+                 high_freq = sc.high_freq or 4, orig_ctx = sc.orig_ctx or 0, beta_fast = sc.beta_fast or 32,
+                 beta_slow = sc.beta_slow or 1, attn_factor = sc.attn_factor or 0, rot_dim = n.attrs.rot_dim}
+      local key = table.concat({p.type, p.theta, p.factor, p.low_freq, p.high_freq, p.orig_ctx, p.beta_fast,
+                                p.beta_slow, p.attn_factor, p.rot_dim}, ",")
+      if found and found.key ~= key then
+        util.die(string.format("%s:%d: error: every rope op of a model must use the same parameters", d.path, n.line))
+      end
+      p.key = key
+      found = found or p
+    end
+  end
+  return found or {type = "KC_ROPE_DEFAULT", theta = 10000, factor = 1, low_freq = 1, high_freq = 4, orig_ctx = 0,
+                   beta_fast = 32, beta_slow = 1, attn_factor = 0, rot_dim = 2}
+end
+
 local function main(argv)
   local opts = parse_args(argv)
   local inspect_text = util.read_file(opts.inspect) or util.die("cannot read " .. opts.inspect)
@@ -103,7 +133,7 @@ local function main(argv)
   -- Bind each traced weight to its stored tensor and compiled dtype.
   local weights, by_tensor, counts = {}, {}, {}
   for i, w in ipairs(g.weight_list) do
-    w.tensor = config.tensor_name(entry, w.logical, w.layer, cfg.format)
+    w.tensor = config.tensor_name(entry, w.logical, w.layer, cfg.format, w.expert)
     local stored = w.tensor and tensors[w.tensor]
     w.tied_c = "NULL"
     if not stored and w.decl.tied then
@@ -115,10 +145,16 @@ local function main(argv)
       util.die(string.format("%s:%d: error: weight '%s' (tensor '%s') is not in %s", d.path, w.decl.line,
         w.logical, tostring(w.tensor), opts.source))
     end
+    -- a row slice is checked against the whole stored tensor
+    w.first_row = w.decl.first_row or 0
+    w.stored_shape = w.shape
+    if w.decl.slice then
+      w.stored_shape = {w.decl.stored_rows, w.shape[2]}
+    end
     w.dtype = compiled_dtype(opts, w, stored.dtype)
     w.dtype_enum = "INGOT_" .. w.dtype:upper()
     w.slot = i - 1
-    local key = (stored.name or w.tensor) .. "/" .. w.dtype
+    local key = (stored.name or w.tensor) .. "/" .. w.dtype .. "/" .. w.first_row
     w.same_as = by_tensor[key] or -1
     by_tensor[key] = by_tensor[key] or w.slot
     counts[w.dtype] = (counts[w.dtype] or 0) + 1
@@ -161,8 +197,8 @@ local function main(argv)
   local tmpl = util.read_file(tmpl_path) or util.die("cannot read " .. tmpl_path)
   local kv_layers = g.n_attn
   local env = {
-    _escape = "@", banner = banner, model_name = opts.name, c = c, arch = entry.name,
-    max_tokens = opts.max_tokens, n_kv_layers = kv_layers, rope_dim = c.head_dim, plan = p,
+    _escape = "@", banner = banner, model_name = opts.name, c = c, arch = entry.name, rope = rope_params(g, d),
+    max_tokens = opts.max_tokens, n_kv_layers = kv_layers, plan = p,
     weights = weights, kernels = kernels, calls = calls, source_path = opts.source:gsub("\\", "\\\\"):gsub('"', '\\"'),
     format = cfg.format, fused = opts.fused and 1 or 0, dtype_summary = table.concat(summary, ", "),
     generator_id = VERSION .. " " .. input_hash, forward_lines = forward_lines,

@@ -65,6 +65,18 @@ function plan.run(g, groups, final_node, act_quant)
         end
       end
     end
+    if grp.kind == "moe" then
+      -- scratch of the expert pass: routing (ids and weights), the token rows
+      -- gathered per expert, their gate/up/down outputs; top_k rows per token
+      local a = grp.ops[1].attrs
+      local dim = grp.ops[1].inputs[1].width
+      grp.moe = {}
+      for _, spec in ipairs({{"route", 2 * a.top_k}, {"xg", a.top_k * dim}, {"gate", a.top_k * a.ffn},
+                             {"up", a.top_k * a.ffn}, {"down", a.top_k * grp.ops[1].width}}) do
+        grp.moe[spec[1]] = new_buffer({bytes = align(spec[2] * 4), first = grp.index, last = grp.index,
+                                       nodes = {}, kind = "moe", width = spec[2]})
+      end
+    end
     if grp.kind == "matmul" then
       local needs_q8 = false
       for _, l in ipairs(grp.linears) do

@@ -538,7 +538,6 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
     if (cfg.kv_blocks == 0) { /* enough for every request at once */
         for (int i = 0; i < n_req; i++) cfg.kv_blocks += (int)((reqs[i].n_prompt + reqs[i].max_tokens) / INGOT_KV_BLOCK + 1);
     }
-    char err[512];
     sched *s = sched_create(m, &cfg, err, sizeof err);
     if (!s) die(err);
     uint64_t *ids = malloc(sizeof(uint64_t) * (size_t)n_req);

@@ -11,17 +11,17 @@ static void *model_aligned_alloc(size_t bytes) {
     return aligned_alloc(64, rounded ? rounded : 64);
 }
 
-/* Converts a whole tensor to dtype `to`; NULL on allocation failure. */
-static void *model_convert(const wt_tensor *t, ingot_dtype to, size_t *out_bytes) {
+/* Converts rows [first, first + rows) of a tensor to dtype `to`; NULL on
+ * allocation failure or rows that cannot be converted. */
+static void *model_convert(const wt_tensor *t, int64_t first, int64_t rows, ingot_dtype to, size_t *out_bytes) {
     const int64_t cols = t->shape[t->n_dims - 1];
-    const int64_t rows = t->nbytes == 0 ? 0 : (int64_t)(t->n_dims == 1 ? 1 : t->shape[0]);
     size_t in_row, out_row;
     if (dtype_row_bytes(t->dtype, cols, &in_row) != 0 || dtype_row_bytes(to, cols, &out_row) != 0) return NULL;
     unsigned char *dst = model_aligned_alloc(out_row * (size_t)rows);
     float *tmp = malloc(sizeof(float) * (size_t)cols);
     if (!dst || !tmp) { free(dst); free(tmp); return NULL; }
     for (int64_t r = 0; r < rows; r++) {
-        dtype_dequantize_row(t->dtype, (const unsigned char *)t->data + (size_t)r * in_row, tmp, cols);
+        dtype_dequantize_row(t->dtype, (const unsigned char *)t->data + (size_t)(first + r) * in_row, tmp, cols);
         dtype_quantize_row(to, tmp, dst + (size_t)r * out_row, cols);
     }
     free(tmp);
@@ -53,19 +53,23 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
         if (s->same_as >= 0) { m->w[i] = m->w[s->same_as]; continue; }
         const char *name = s->name;
         if (!wt_find(m->file, name) && s->tied_to) name = s->tied_to;
-        const wt_tensor *t = wt_expect(m->file, name, s->n_dims, s->shape, ~0u, err, errlen);
+        int64_t shape[2] = {s->stored_rows ? s->stored_rows : s->shape[0], s->shape[1]};
+        const wt_tensor *t = wt_expect(m->file, name, s->n_dims, shape, ~0u, err, errlen);
         if (!t) {
             size_t used = strlen(err);
             snprintf(err + used, errlen - used, " (declared at models.lua:%d)", s->line);
             ingot_model_free(m);
             return NULL;
         }
+        const int64_t rows = s->n_dims == 1 ? 1 : s->shape[0];
         if (t->dtype == s->dtype) {
-            m->w[i] = t->data;
-            m->weight_bytes += t->nbytes;
+            size_t row_bytes = 0;
+            dtype_row_bytes(t->dtype, t->shape[t->n_dims - 1], &row_bytes);
+            m->w[i] = (const unsigned char *)t->data + (size_t)s->first_row * row_bytes;
+            m->weight_bytes += row_bytes * (size_t)rows;
         } else {
             size_t bytes = 0;
-            void *conv = model_convert(t, s->dtype, &bytes);
+            void *conv = model_convert(t, s->first_row, rows, s->dtype, &bytes);
             if (!conv) {
                 snprintf(err, errlen, "%s: cannot convert tensor '%s' from %s to %s", wt_path(m->file), name,
                          dtype_name(t->dtype), dtype_name(s->dtype));
@@ -85,7 +89,8 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
         ingot_model_free(m);
         return NULL;
     }
-    kc_rope_table(m->rope, MAX_CTX, ROPE_DIM, ingot_model_desc.rope_theta);
+    const kc_rope_params rope = ROPE_PARAMS;
+    kc_rope_table_ex(m->rope, MAX_CTX, ROPE_DIM, &rope);
     return m;
 }
 
