@@ -1063,7 +1063,12 @@ static jv apply_filter(R *r, frame *f, int id, jv v, jargs *A, int line) {
         if (v.t == JV_BOOL) return jv_int(v.u.b);
         if (v.t == JV_FLOAT) return jv_float(fabs(v.u.f));
         jj_fail(r->e, line, "bad operand type for abs(): '%s'", jv_type_name(v));
-    case F_ATTR: return getattr_(r, v, str_arg(r, arg(A, 0, "name", UNDEF)), line);
+    case F_ATTR: {
+        /* attr() looks up Python attributes only: a dict's keys are not attributes */
+        js name = str_arg(r, arg(A, 0, "name", UNDEF));
+        if (v.t == JV_DICT && (v.u.d->ns || method_id(name, M_ITEMS, M_CYCLE) < 0)) return v.u.d->ns ? getattr_(r, v, name, line) : UNDEF;
+        return getattr_(r, v, name, line);
+    }
     case F_CAPITALIZE: return jv_str(jj_case(r->a, r->max_out, str_of(r, v), CASE_CAPITALIZE));
     case F_TITLE: return jv_str(jj_case(r->a, r->max_out, str_of(r, v), CASE_JTITLE));
     case F_LOWER: return jv_str(jj_case(r->a, r->max_out, str_of(r, v), CASE_LOWER));
@@ -1194,7 +1199,8 @@ static jv apply_filter(R *r, frame *f, int id, jv v, jargs *A, int line) {
         return jv_list(l);
     }
     case F_MAP: {
-        jlist *src = iter_items(r, v, line), *l = jl_new(r->a, src->n);
+        /* jinja2's map/select family yields nothing for a falsy value (None included) */
+        jlist *src = jv_truthy(v) ? iter_items(r, v, line) : jl_new(r->a, 0), *l = jl_new(r->a, src->n);
         if (has_arg(A, (size_t)-1, "attribute")) {
             js at = str_of(r, arg(A, (size_t)-1, "attribute", UNDEF));
             jv dflt = arg(A, (size_t)-1, "default", UNDEF);
@@ -1227,7 +1233,7 @@ static jv apply_filter(R *r, frame *f, int id, jv v, jargs *A, int line) {
         return l->v[best];
     }
     case F_SELECT: case F_REJECT: case F_SELECTATTR: case F_REJECTATTR: {
-        jlist *src = iter_items(r, v, line), *l = jl_new(r->a, src->n);
+        jlist *src = jv_truthy(v) ? iter_items(r, v, line) : jl_new(r->a, 0), *l = jl_new(r->a, src->n);
         int attr = id == F_SELECTATTR || id == F_REJECTATTR, want = id == F_SELECT || id == F_SELECTATTR;
         if (attr && !A->npos) jj_fail(r->e, line, "Missing parameter for attribute name");
         js at = attr ? str_of(r, A->pos[0]) : (js){0};

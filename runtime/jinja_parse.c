@@ -466,7 +466,8 @@ jtok *jj_lex(jarena *a, jerr *e, const char *src, size_t len, unsigned flags, si
         } else if (rawend) {
             count_lines(&L, j, rawend);
             L.i = rawend;
-            line_starting = after_tag(&L, rs2 == '-', rs2 != '+' && (L.flags & JINJA_TRIM_BLOCKS));
+            /* jinja2 applies trim_blocks to endraw but not to raw itself */
+            line_starting = after_tag(&L, rs2 == '-', 0);
             size_t k = L.i, end = 0;
             char es1 = 0, es2 = 0;
             for (; k + 1 < L.n; k++)

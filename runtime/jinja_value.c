@@ -513,26 +513,34 @@ js jj_case(jarena *a, size_t max, js s, int mode) {
     while (i < s.n) {
         uint32_t c = jj_u8dec(s.p + i, s.n - i, &l), o = c;
         int invalid = l == 1 && c >= 0x80;
-        if (!invalid) {
-            switch (mode) {
-            case CASE_UPPER: o = conv(c, CASE_UPPER); break;
-            case CASE_LOWER: o = conv(c, CASE_LOWER); break;
-            case CASE_CAPITALIZE: o = conv(c, first ? CASE_TITLE : CASE_LOWER); break;
-            case CASE_TITLE:
-                o = cased(c) ? conv(c, prev_cased ? CASE_LOWER : CASE_TITLE) : c;
-                prev_cased = cased(c);
-                break;
-            case CASE_JTITLE:
-                if (word_sep(c)) {
-                    at_word = 1;
-                } else {
-                    o = conv(c, at_word ? CASE_UPPER : CASE_LOWER);
-                    at_word = 0;
-                }
-                break;
+        int how = CASE_LOWER; /* what happens to this code point: CASE_UPPER/TITLE/LOWER, or -1 kept */
+        switch (mode) {
+        case CASE_UPPER: how = CASE_UPPER; break;
+        case CASE_LOWER: how = CASE_LOWER; break;
+        case CASE_CAPITALIZE: how = first ? CASE_TITLE : CASE_LOWER; break;
+        case CASE_TITLE:
+            how = cased(c) ? (prev_cased ? CASE_LOWER : CASE_TITLE) : -1;
+            prev_cased = cased(c);
+            break;
+        case CASE_JTITLE:
+            if (word_sep(c)) {
+                at_word = 1;
+                how = -1;
+            } else {
+                how = at_word ? CASE_UPPER : CASE_LOWER;
+                at_word = 0;
             }
+            break;
         }
-        if (invalid || o == c) {
+        if (!invalid && how >= 0) o = conv(c, how);
+        /* Python's full case mappings where one code point becomes two (utf8proc maps only 1:1) */
+        if (!invalid && c == 0xdf && how == CASE_UPPER) {
+            jb_puts(&b, "SS");
+        } else if (!invalid && c == 0xdf && how == CASE_TITLE) {
+            jb_puts(&b, "Ss");
+        } else if (!invalid && c == 0x130 && how == CASE_LOWER) {
+            jb_puts(&b, "i\xcc\x87");
+        } else if (invalid || o == c) {
             jb_put(&b, s.p + i, l);
         } else {
             char e[4];
