@@ -286,6 +286,9 @@ local function moe_kernel(ctx, s, n, grp)
     "for (int t = 0; t < a->rows; t++)",
     string.format("    for (int k = 0; k < %d; k++) count[((const int32_t *)(a->buf[%d] + (size_t)t * %d))[k]]++;", K, s.buf_index["moe" .. grp.moe.route.id], 3 * K),
     string.format("for (int e = 0, o = 0; e < %d; e++) { offset[e] = o; o += count[e]; }", E),
+    "if (ingot_moe_observer) /* a debugging tap: the routing decisions of this layer */",
+    string.format("    for (int t = 0; t < a->rows; t++) ingot_moe_observer(a->kv_layer, a->b->pos[t], %d, (const int32_t *)(a->buf[%d] + (size_t)t * %d));",
+      K, s.buf_index["moe" .. grp.moe.route.id], 3 * K),
     "for (int t = 0; t < a->rows; t++) /* gather each expert's rows, token order */",
     string.format("    for (int k = 0; k < %d; k++) {", K),
     string.format("        int32_t *route = (int32_t *)(a->buf[%d] + (size_t)t * %d);", s.buf_index["moe" .. grp.moe.route.id], 3 * K),
@@ -412,7 +415,7 @@ function emit.call(ctx, c)
   local ws = {}
   for _, w in ipairs(s.weights) do ws[#ws + 1] = string.format("m->w[%d]", w.slot) end
   local kv_layer = 0
-  for _, n in ipairs(grp.nodes) do if n.attrs.kv_layer then kv_layer = n.attrs.kv_layer end end
+  for _, n in ipairs(grp.nodes) do kv_layer = n.attrs.kv_layer or n.attrs.moe_layer or kv_layer end
   return string.format("    RUN(%s, %s, %d, ((float *[]){%s}), ((const void *[]){%s}), %s);",
     c.kernel.name, grp.rows == "logits" and "L" or "T", kv_layer,
     #bufs > 0 and table.concat(bufs, ", ") or "NULL", #ws > 0 and table.concat(ws, ", ") or "NULL",

@@ -191,8 +191,9 @@ function G:env()
     for _, list in ipairs({gate, up, down}) do
       for _, w in ipairs(list) do inputs[#inputs + 1] = w end
     end
+    g.n_moe = (g.n_moe or 0) + 1
     return g:node("moe", inputs, down[1].shape[1], x.rows, {experts = o.experts, top_k = o.top_k,
-      ffn = gate[1].shape[1], act = o.activation or "silu"})
+      ffn = gate[1].shape[1], act = o.activation or "silu", moe_layer = g.n_moe - 1})
   end
   local function unary(op)
     return function(x) check_tensor(g, x, op); return g:node(op, {x}, x.width, x.rows) end

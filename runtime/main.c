@@ -49,10 +49,10 @@ static void usage(FILE *f) {
             "  --info                          print the model descriptor\n"
             "  generate -p TEXT [-n 64] [--temp 0] [--top-k 0] [--top-p 1] [--min-p 0] [--seed S]\n"
             "           [--repeat-penalty 1] [--ignore-eos] [--ids-out FILE]\n"
-            "  logits --tokens 1,2,3 [--chunk N | --decode] [--out FILE]\n"
+            "  logits --tokens 1,2,3 [--chunk N | --decode] [--out FILE] [--routing-out FILE]\n"
             "  perplexity (-f TEXT_FILE | --ids IDS_FILE) [--ctx 512] [--argmax-out FILE] [--tokens-out FILE]\n"
             "  tokenize -p TEXT\n"
-            "  batch -f REQUESTS.jsonl [--kv-blocks N] [--max-batch-tokens N] [--max-running N] [--no-prefix-cache]\n",
+            "  batch -f REQUESTS.jsonl [--kv-blocks N] [--max-batch-tokens N] [--max-running N] [--no-prefix-cache]\n" SRV_USAGE,
             ingot_model_desc.name);
 }
 
@@ -220,7 +220,15 @@ static int32_t *parse_token_list(const char *s, int *n) {
     return ids;
 }
 
-/* Teacher-forced logits for every position, written as raw f32 [n][vocab]. */
+static FILE *routing_out;
+static void write_routing(int layer, int pos, int top_k, const int32_t *experts) {
+    fprintf(routing_out, "{\"layer\": %d, \"pos\": %d, \"experts\": [", layer, pos);
+    for (int k = 0; k < top_k; k++) fprintf(routing_out, "%s%d", k ? ", " : "", experts[k]);
+    fprintf(routing_out, "]}\n");
+}
+
+/* Teacher-forced logits for every position, written as raw f32 [n][vocab];
+ * --routing-out writes a mixture-of-experts model's routing decisions. */
 static int cmd_logits(const cli_common *c, int argc, char **argv) {
     const char *tokens_arg = NULL, *out_path = NULL;
     int chunk = 0;
@@ -248,6 +256,7 @@ static int cmd_logits(const cli_common *c, int argc, char **argv) {
         fwrite(s.logits, sizeof(float), (size_t)k * ingot_model_desc.vocab, out);
     }
     if (out != stdout) fclose(out);
+    if (routing_out) fclose(routing_out);
     seq_free(&s);
     tp_free(pool);
     ingot_model_free(m);

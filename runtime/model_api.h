@@ -80,4 +80,8 @@ int ingot_model_max_tokens(const ingot_model *m);
 int ingot_forward(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *pool, char *err,
                   size_t errlen);
 
+/* Debugging tap of mixture-of-experts models: when set, called for every
+ * token of every MoE layer with the experts chosen, best first. */
+extern void (*ingot_moe_observer)(int moe_layer, int pos, int top_k, const int32_t *experts);
+
 #endif
