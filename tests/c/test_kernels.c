@@ -10,6 +10,7 @@
 #include "dtype.h"
 #include "kc_half.h"
 #include "kc_matmul.h"
+#include "kc_ops.h"
 #include "kc_quant.h"
 #include "threadpool.h"
 
@@ -370,6 +371,85 @@ static void test_matmul(void) {
     }
 }
 
+/* ---- paged attention (kc_attend) ---- */
+
+/* One case: a pool of n_blocks blocks, the sequence's positions mapped
+ * through a shuffled block table; attention of token `pos` over [first, pos]
+ * for the `group` heads of KV head kvh, against a double-precision softmax.
+ * Tolerance per output element: 1e-5 * sum_p prob_p * |V_p[d]| (+ tiny). */
+static int attend_case(int head_dim, int group, int kv_heads, int n_layers, int layer, int pos, int first,
+                       float softcap) {
+    const int BS = 16, n_blocks = (pos + BS) / BS + 3;
+    const size_t half = (size_t)n_layers * n_blocks * kv_heads * BS * head_dim;
+    float *kv = malloc(sizeof(float) * 2 * half);
+    for (size_t i = 0; i < 2 * half; i++) kv[i] = rndf();
+    /* block table: a random permutation of the pool's blocks */
+    int32_t *bt = malloc(sizeof(int32_t) * n_blocks);
+    for (int i = 0; i < n_blocks; i++) bt[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = rndi(0, i);
+        int32_t tmp = bt[i];
+        bt[i] = bt[j], bt[j] = tmp;
+    }
+    const int kvh = rndi(0, kv_heads - 1), n = pos - first + 1;
+    float *q = malloc(sizeof(float) * group * head_dim), *out = malloc(sizeof(float) * group * head_dim);
+    float *scores = malloc(sizeof(float) * group * n);
+    for (int i = 0; i < group * head_dim; i++) q[i] = rndf() * 2.0f;
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    kc_attend(kv, n_layers, layer, n_blocks, kv_heads, BS, head_dim, bt, kvh, group, first, pos, q, scale, softcap,
+              scores, out);
+    double *pr = malloc(sizeof(double) * n);
+    int bad = 0;
+    double worst = 0;
+    for (int g = 0; g < group; g++) {
+        double mx = -INFINITY, sum = 0;
+        for (int p = first; p <= pos; p++) {
+            const float *k = kv + kc_kv_offset(layer, n_blocks, kv_heads, BS, head_dim, bt[p / BS], kvh, p % BS);
+            double s = 0;
+            for (int d = 0; d < head_dim; d++) s += (double)q[g * head_dim + d] * k[d];
+            s *= scale;
+            if (softcap > 0) s = softcap * tanh(s / softcap);
+            pr[p - first] = s;
+            if (s > mx) mx = s;
+        }
+        for (int i = 0; i < n; i++) sum += (pr[i] = exp(pr[i] - mx));
+        for (int d = 0; d < head_dim; d++) {
+            double ref = 0, mag = 0;
+            for (int p = first; p <= pos; p++) {
+                const float *v =
+                    kv + half + kc_kv_offset(layer, n_blocks, kv_heads, BS, head_dim, bt[p / BS], kvh, p % BS);
+                ref += pr[p - first] / sum * v[d];
+                mag += pr[p - first] / sum * fabs(v[d]);
+            }
+            double err = fabs(out[g * head_dim + d] - ref);
+            if (!(err <= 1e-5 * mag + 1e-30)) {
+                if (bad++ < 3)
+                    printf("  attend hd=%d group=%d pos=%d first=%d g=%d d=%d: got %.9g want %.9g\n", head_dim, group,
+                           pos, first, g, d, out[g * head_dim + d], ref);
+            }
+            if (mag > 0 && err / mag > worst) worst = err / mag;
+        }
+    }
+    check(bad == 0, "kc_attend hd=%d group=%d kv_heads=%d layer %d/%d pos=%d first=%d softcap=%g: %d bad (worst %.2g)",
+          head_dim, group, kv_heads, layer, n_layers, pos, first, softcap, bad, worst);
+    free(kv), free(bt), free(q), free(out), free(scores), free(pr);
+    return bad == 0;
+}
+
+static void test_attend(void) {
+    const int hds[] = {64, 16, 24, 128, 80}, groups[] = {1, 3, 4, 5};
+    const int poss[] = {0, 5, 15, 16, 47, 200};
+    for (int hi = 0; hi < 5; hi++)
+        for (int gi = 0; gi < 4; gi++)
+            for (int pi = 0; pi < 6; pi++) {
+                int pos = poss[pi];
+                attend_case(hds[hi], groups[gi], 3, 2, 1, pos, 0, 0.0f);
+                if (pos > 3) attend_case(hds[hi], groups[gi], 2, 1, 0, pos, pos / 3 + 1, 0.0f); /* sliding window */
+            }
+    attend_case(64, 4, 2, 2, 0, 100, 0, 30.0f);  /* soft-capping */
+    attend_case(64, 3, 3, 2, 1, 100, 37, 50.0f); /* soft-capping + window */
+}
+
 /* ---- thread pool ---- */
 typedef struct {
     int64_t n, grain;
@@ -511,6 +591,7 @@ int main(void) {
     test_quantize();
     test_embed();
     test_matmul();
+    test_attend();
     test_threadpool();
     test_parallel_matmul();
     printf("%d passed, %d failed\n", n_pass, n_fail);
