@@ -69,7 +69,7 @@ void jj_arena_free(jarena *a) {
 }
 
 void jb_put(jbuf *b, const char *s, size_t n) {
-    if (n == 0) return;
+    if (n == 0 && b->p) return; /* an empty put still allocates, so b->p is never NULL afterwards */
     if (n > b->max || b->n > b->max - n) jj_fail(b->a->e, 0, "template output exceeds %zu bytes", b->max);
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 64;
@@ -79,7 +79,7 @@ void jb_put(jbuf *b, const char *s, size_t n) {
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
 }

@@ -67,12 +67,17 @@ def tool(built):
     return built / "tools" / "ingot-jinja"
 
 
+def no_sanitizer_report(err):
+    assert "runtime error:" not in err and "Sanitizer" not in err and "LeakSanitizer" not in err, err
+
+
 def render_c(built, tmp_path, template_path, ctx, hf=True, extra=()):
     cpath = tmp_path / "ctx.json"
     cpath.write_text(json.dumps(ctx, ensure_ascii=False), "utf-8")
     flags = ["--trim-blocks", "--lstrip-blocks"] if hf else []
     r = run([tool(built), *flags, *extra, template_path, cpath], text=False)
     err = r.stderr.decode("utf-8", "replace")
+    no_sanitizer_report(err)
     if r.returncode == 0:
         assert not err, err
         return "ok", r.stdout.decode("utf-8")
@@ -180,6 +185,7 @@ INLINE = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize("idx", range(len(INLINE)))
 @pytest.mark.parametrize("hf", [True, False], ids=["hf", "plain"])
 def test_inline_expressions(built, tmp_path, idx, hf):
@@ -266,6 +272,7 @@ def test_hostile_templates_are_bounded(built, tmp_path, src, pattern):
     cpath.write_text('{"messages": []}', "utf-8")
     r = run([tool(built), tpath, cpath], text=False, timeout=120)
     err = r.stderr.decode("utf-8", "replace")
+    no_sanitizer_report(err)
     assert r.returncode in (0, 1), err
     if pattern:
         assert r.returncode == 1 and re.search(pattern, err), err
@@ -297,6 +304,7 @@ def test_fuzzed_templates_never_crash(built, tmp_path):
             tpath.write_text(s, "utf-8")
             r = run([tool(built), "--trim-blocks", "--lstrip-blocks", tpath, cpath], text=False)
             err = r.stderr.decode("utf-8", "replace")
+            no_sanitizer_report(err)
             assert r.returncode in (0, 1), f"{template.stem}: exit {r.returncode}: {err}\n--- template:\n{s}"
             if r.returncode == 1:
                 assert err.count("\n") == 1, err
@@ -311,4 +319,5 @@ def test_binary_garbage_never_crashes(built, tmp_path):
         data = bytes(rng.choice(b"{}%#-+'\"|()[].,:~ \n\t\\abcxyz019\x00\xff\xc3\xa9") for _ in range(rng.randint(1, 300)))
         tpath.write_bytes(data)
         r = run([tool(built), tpath, cpath], text=False)
+        no_sanitizer_report(r.stderr.decode("utf-8", "replace"))
         assert r.returncode in (0, 1), r.stderr
