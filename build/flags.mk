@@ -6,7 +6,7 @@ ROOT    ?= .
 ARCH    ?= -march=native
 WARN    := -Wall -Wextra -Werror -Wno-unused-function
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -pthread -I$(ROOT)/runtime -I$(ROOT)/kernels/cpu
-LDLIBS  := -lcjson -lutf8proc -lm -pthread
+LDLIBS  := -lcjson -lutf8proc -levent -levent_pthreads -lm -pthread
 ifeq ($(SAN),1)
 OBJDIR  := $(ROOT)/build/_obj-san
 CFLAGS  += -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer

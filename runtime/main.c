@@ -23,6 +23,7 @@
 #include "model_api.h"
 #include "sampler.h"
 #include "scheduler.h"
+#include "server.h"
 #include "threadpool.h"
 #include "tokenizer.h"
 
@@ -643,6 +644,14 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "logits")) return cmd_logits(&c, argc - i, argv + i);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(&c, argc - i, argv + i);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&c, argc - i, argv + i);
+    if (!strcmp(cmd, "serve")) {
+        ingot_model *m = load_model(&c);
+        tok_tokenizer *tok = load_tokenizer(&c, m);
+        const int rc = server_main(m, tok, c.threads, argc - i, argv + i);
+        tok_free(tok);
+        ingot_model_free(m);
+        return rc;
+    }
     if (!strcmp(cmd, "batch")) return cmd_batch(&c, argc - i, argv + i);
     usage(stderr);
     return 2;

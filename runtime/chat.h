@@ -1,0 +1,34 @@
+/* chat.h — the model's chat template (chat_ prefix).
+ *
+ * Found where the checkpoint keeps it: GGUF metadata tokenizer.chat_template,
+ * or "chat_template" in the tokenizer_config.json beside a safetensors
+ * checkpoint (a string, or a list of {name, template} of which "default" is
+ * taken). Rendered by the jinja interpreter with Hugging Face's lexer options
+ * (trim_blocks, lstrip_blocks) and HF's context: messages,
+ * add_generation_prompt, bos_token, eos_token. A model without a template
+ * gets ChatML, which Hugging Face used as its default.
+ */
+#ifndef INGOT_CHAT_H
+#define INGOT_CHAT_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#include "tokenizer.h"
+#include "weights.h"
+
+typedef struct chat_template chat_template;
+
+/* NULL and err filled if a template exists but does not parse. */
+chat_template *chat_load(const wt_file *w, const tok_tokenizer *tok, char *err, size_t errlen);
+void chat_free(chat_template *c);
+/* Where the template came from: "gguf", "tokenizer_config.json" or "builtin ChatML". */
+const char *chat_source(const chat_template *c);
+
+/* Renders messages (an array of {role, content} objects with string content)
+ * followed by the assistant's generation prompt. Returns a malloc'd string,
+ * or NULL with err filled; *user_error = 1 when the template itself rejected
+ * the conversation (raise_exception: the client's fault, a 400). */
+char *chat_render(const chat_template *c, const cJSON *messages, int *user_error, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,585 @@
+/* openai.c — OpenAI request parsing/validation and response JSON; see openai.h.
+ *
+ * Validation follows the OpenAI API reference: a field that is absent or
+ * null takes its default; a present field of the wrong type or out of range
+ * is a 400 naming the field in "param". Unknown fields are ignored (clients
+ * send vendor extensions freely).
+ */
+#include "openai.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void oai_error_set(oai_error *e, int status, const char *type, const char *param, const char *code,
+                   const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+}
+
+char *oai_error_json(const oai_error *e) {
+    cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
+    char *msg = oai_utf8_clean(e->message, strlen(e->message));
+    cJSON_AddStringToObject(err, "message", msg ? msg : "");
+    free(msg);
+    cJSON_AddStringToObject(err, "type", e->type ? e->type : "invalid_request_error");
+    if (e->param[0]) cJSON_AddStringToObject(err, "param", e->param);
+    else cJSON_AddNullToObject(err, "param");
+    if (e->code) cJSON_AddStringToObject(err, "code", e->code);
+    else cJSON_AddNullToObject(err, "code");
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* ---- buffers ------------------------------------------------------------- */
+
+int oai_buf_add(oai_buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return 0;
+}
+
+void oai_buf_free(oai_buf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- UTF-8 --------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid
+ * (overlongs, surrogates and code points past U+10FFFF are invalid). */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    if (s[0] < 0x80) return 1;
+    size_t len;
+    unsigned cp;
+    if ((s[0] & 0xe0) == 0xc0) len = 2, cp = s[0] & 0x1f;
+    else if ((s[0] & 0xf0) == 0xe0) len = 3, cp = s[0] & 0x0f;
+    else if ((s[0] & 0xf8) == 0xf0) len = 4, cp = s[0] & 0x07;
+    else return 0;
+    if (len > n) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    static const unsigned min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
+char *oai_utf8_clean(const char *s, size_t n) {
+    char *o = malloc(n * 3 + 1), *w = o;
+    if (!o) return NULL;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t l = u[i] ? utf8_seq(u + i, n - i) : 0;
+        if (l == 0) {
+            memcpy(w, "\xef\xbf\xbd", 3);
+            w += 3;
+            i++;
+        } else {
+            memcpy(w, s + i, l);
+            w += l;
+            i += l;
+        }
+    }
+    *w = 0;
+    return o;
+}
+
+/* ---- request parsing ----------------------------------------------------- */
+
+static int bad(oai_error *e, const char *param, const char *fmt, const char *what) {
+    oai_error_set(e, 400, "invalid_request_error", param, NULL, fmt, param, what);
+    return -1;
+}
+
+/* The field, or NULL when absent or JSON null (both mean "use the default"). */
+static const cJSON *field(const cJSON *o, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static int get_number(const cJSON *o, const char *name, double lo, double hi, int lo_open, double *out,
+                      oai_error *e) {
+    const cJSON *v = field(o, name);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v)) return bad(e, name, "'%s' must be a number%s", "");
+    const double x = v->valuedouble;
+    if (!isfinite(x) || x < lo || x > hi || (lo_open && x <= lo)) {
+        char range[96];
+        snprintf(range, sizeof range, " in %s%g, %g]", lo_open ? "(" : "[", lo, hi);
+        return bad(e, name, "'%s' must be a number%s", range);
+    }
+    *out = x;
+    return 1;
+}
+
+static int get_int(const cJSON *o, const char *name, double lo, double hi, long long *out, oai_error *e) {
+    const cJSON *v = field(o, name);
+    if (!v) return 0;
+    const double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!isfinite(x) || x != floor(x) || x < lo || x > hi) {
+        char range[96];
+        snprintf(range, sizeof range, " in [%.0f, %.0f]", lo, hi);
+        return bad(e, name, "'%s' must be an integer%s", range);
+    }
+    *out = (long long)x;
+    return 1;
+}
+
+static int get_bool(const cJSON *o, const char *name, int *out, oai_error *e) {
+    const cJSON *v = field(o, name);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) return bad(e, name, "'%s' must be a boolean%s", "");
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+/* Content as one string: a string, or an array of {"type": "text", "text": ...}
+ * parts joined without separator (what chat templates of text models do). */
+static char *content_text(const cJSON *c, int i, oai_error *e) {
+    char param[48];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    if (cJSON_IsString(c)) return strdup(c->valuestring);
+    if (!cJSON_IsArray(c)) {
+        bad(e, param, "'%s' must be a string or an array of text parts%s", "");
+        return NULL;
+    }
+    oai_buf b = {0};
+    oai_buf_add(&b, "", 0);
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") ||
+            !cJSON_IsString(text)) {
+            oai_buf_free(&b);
+            bad(e, param, "'%s': only {\"type\": \"text\", \"text\": ...} parts are supported%s", "");
+            return NULL;
+        }
+        if (oai_buf_add(&b, text->valuestring, strlen(text->valuestring)) != 0) {
+            oai_buf_free(&b);
+            oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+            return NULL;
+        }
+    }
+    return b.p;
+}
+
+static int parse_messages(const cJSON *root, oai_request *r, oai_error *e) {
+    const cJSON *msgs = field(root, "messages");
+    if (!msgs) return bad(e, "messages", "'%s' is required%s", "");
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
+        return bad(e, "messages", "'%s' must be a non-empty array%s", "");
+    r->messages = cJSON_CreateArray();
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        char param[48];
+        snprintf(param, sizeof param, "messages[%d]", i);
+        if (!cJSON_IsObject(m)) return bad(e, param, "'%s' must be an object%s", "");
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        snprintf(param, sizeof param, "messages[%d].role", i);
+        if (!cJSON_IsString(role)) return bad(e, param, "'%s' must be a string%s", "");
+        const char *rs = role->valuestring;
+        /* "developer" is the newer name of "system" (o1 and later). */
+        if (!strcmp(rs, "developer")) rs = "system";
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+            return bad(e, param, "'%s' must be 'system', 'user' or 'assistant'%s", "");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        char *text;
+        if ((!content || cJSON_IsNull(content)) && !strcmp(rs, "assistant")) text = strdup("");
+        else if (!content || cJSON_IsNull(content)) {
+            snprintf(param, sizeof param, "messages[%d].content", i);
+            return bad(e, param, "'%s' is required%s", "");
+        } else if (!(text = content_text(content, i, e))) return -1;
+        cJSON *nm = cJSON_CreateObject();
+        cJSON_AddStringToObject(nm, "role", rs);
+        cJSON_AddStringToObject(nm, "content", text ? text : "");
+        free(text);
+        cJSON_AddItemToArray(r->messages, nm);
+        i++;
+    }
+    return 0;
+}
+
+static int parse_prompt(const cJSON *root, int vocab, oai_request *r, oai_error *e) {
+    const cJSON *p = field(root, "prompt");
+    if (!p) return bad(e, "prompt", "'%s' is required%s", "");
+    /* a one-element array of a string or of a token array: the batch form with one prompt */
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
+        (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
+        p = p->child;
+    if (cJSON_IsString(p)) {
+        if (!p->valuestring[0]) return bad(e, "prompt", "'%s' must not be empty%s", "");
+        r->prompt_text = strdup(p->valuestring);
+        return r->prompt_text ? 0 : -1;
+    }
+    const int n = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0;
+    if (n == 0) return bad(e, "prompt", "'%s' must be a non-empty string or array of token ids%s", "");
+    r->prompt_ids = malloc(sizeof(int32_t) * (size_t)n);
+    if (!r->prompt_ids) return -1;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, p) {
+        const double x = cJSON_IsNumber(t) ? t->valuedouble : NAN;
+        if (!isfinite(x) || x != floor(x) || x < 0 || x >= vocab) {
+            if (cJSON_IsString(t))
+                return bad(e, "prompt", "'%s': batches of several prompts are not supported%s", "");
+            char what[64];
+            snprintf(what, sizeof what, " (the vocabulary has %d tokens)", vocab);
+            return bad(e, "prompt", "'%s' token ids must be integers in range%s", what);
+        }
+        r->prompt_ids[r->n_prompt_ids++] = (int32_t)x;
+    }
+    return 0;
+}
+
+static int parse_stop(const cJSON *root, oai_request *r, oai_error *e) {
+    const cJSON *s = field(root, "stop");
+    if (!s) return 0;
+    const cJSON *one = s;
+    if (cJSON_IsArray(s)) {
+        if (cJSON_GetArraySize(s) > OAI_MAX_STOP)
+            return bad(e, "stop", "'%s' takes at most 16 strings%s", "");
+        one = s->child;
+    } else if (!cJSON_IsString(s)) {
+        return bad(e, "stop", "'%s' must be a string or an array of strings%s", "");
+    }
+    for (; one; one = cJSON_IsArray(s) ? one->next : NULL) {
+        if (!cJSON_IsString(one)) return bad(e, "stop", "'%s' must be a string or an array of strings%s", "");
+        const size_t l = strlen(one->valuestring);
+        if (l == 0 || l > OAI_MAX_STOP_BYTES)
+            return bad(e, "stop", "'%s' strings must be 1 to 256 bytes%s", "");
+        r->stop[r->n_stop++] = strdup(one->valuestring);
+    }
+    return 0;
+}
+
+int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_request *r, oai_error *e) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->max_tokens = -1;
+    r->n = 1;
+    r->sampling = samp_default_params();
+    /* OpenAI's default temperature is 1 (sampling); greedy needs temperature 0. */
+    r->sampling.temperature = 1.0f;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!root) {
+        oai_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                      "the body is not valid JSON (near byte %zu)", end && end >= body ? (size_t)(end - body) : 0);
+        return -1;
+    }
+    int rc = -1;
+    /* trailing bytes after the value (whitespace aside) make the body invalid */
+    if (end) {
+        while ((size_t)(end - body) < len && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')) end++;
+        if ((size_t)(end - body) < len) {
+            oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "the body has bytes after the JSON value");
+            goto out;
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
+        goto out;
+    }
+    const cJSON *model = field(root, "model");
+    if (!model) {
+        bad(e, "model", "'%s' is required%s", "");
+        goto out;
+    }
+    if (!cJSON_IsString(model)) {
+        bad(e, "model", "'%s' must be a string%s", "");
+        goto out;
+    }
+    r->model = strdup(model->valuestring);
+    if ((kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, vocab, r, e)) != 0) goto out;
+
+    long long ll;
+    double d;
+    int b;
+    int got;
+    /* max_completion_tokens is the newer name; it wins when both are given. */
+    if ((got = get_int(root, "max_tokens", 1, 1 << 30, &ll, e)) < 0) goto out;
+    if (got) r->max_tokens = (int)ll;
+    if (kind == OAI_CHAT) {
+        if ((got = get_int(root, "max_completion_tokens", 1, 1 << 30, &ll, e)) < 0) goto out;
+        if (got) r->max_tokens = (int)ll;
+    }
+    if ((got = get_number(root, "temperature", 0, 2, 0, &d, e)) < 0) goto out;
+    if (got) r->sampling.temperature = (float)d;
+    if ((got = get_number(root, "top_p", 0, 1, 1, &d, e)) < 0) goto out;
+    if (got) r->sampling.top_p = (float)d;
+    if ((got = get_number(root, "presence_penalty", -2, 2, 0, &d, e)) < 0) goto out;
+    if (got) r->sampling.presence_penalty = (float)d;
+    if ((got = get_number(root, "frequency_penalty", -2, 2, 0, &d, e)) < 0) goto out;
+    if (got) r->sampling.frequency_penalty = (float)d;
+    if ((got = get_int(root, "top_k", -1, 1 << 30, &ll, e)) < 0) goto out;
+    if (got) r->sampling.top_k = ll < 0 ? 0 : (int)ll; /* -1 means off, as in vLLM */
+    if ((got = get_number(root, "min_p", 0, 1, 0, &d, e)) < 0) goto out;
+    if (got) r->sampling.min_p = (float)d;
+    if ((got = get_number(root, "repetition_penalty", 0, 10, 1, &d, e)) < 0) goto out;
+    if (got) r->sampling.repetition_penalty = (float)d;
+    /* seeds beyond 2^53 lose precision as JSON numbers; any integer is accepted */
+    if ((got = get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &ll, e)) < 0) goto out;
+    if (got) {
+        r->sampling.seed = (uint64_t)ll;
+        r->has_seed = 1;
+    }
+    if ((got = get_int(root, "n", 1, OAI_MAX_N, &ll, e)) < 0) goto out;
+    if (got) r->n = (int)ll;
+    if (get_bool(root, "stream", &r->stream, e) < 0) goto out;
+    if (get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) goto out;
+    const cJSON *so = field(root, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so)) {
+            bad(e, "stream_options", "'%s' must be an object%s", "");
+            goto out;
+        }
+        if (!r->stream) {
+            bad(e, "stream_options", "'%s' is only allowed when 'stream' is true%s", "");
+            goto out;
+        }
+        if (get_bool(so, "include_usage", &r->include_usage, e) < 0) goto out;
+    }
+    if (parse_stop(root, r, e) != 0) goto out;
+    if (kind == OAI_CHAT) {
+        b = 0;
+        if (get_bool(root, "logprobs", &b, e) < 0) goto out;
+        if ((got = get_int(root, "top_logprobs", 0, OAI_MAX_TOP_LOGPROBS, &ll, e)) < 0) goto out;
+        if (got && !b) {
+            bad(e, "top_logprobs", "'%s' requires 'logprobs' to be true%s", "");
+            goto out;
+        }
+        r->logprobs = b;
+        r->top_logprobs = got ? (int)ll : 0;
+    } else {
+        /* completions: logprobs is the number of alternatives (0 = chosen token only) */
+        if ((got = get_int(root, "logprobs", 0, OAI_MAX_TOP_LOGPROBS, &ll, e)) < 0) goto out;
+        r->logprobs = got;
+        r->top_logprobs = got ? (int)ll : 0;
+        b = 0;
+        if (get_bool(root, "echo", &b, e) < 0) goto out;
+        if (b) {
+            bad(e, "echo", "'%s' is not supported%s", "");
+            goto out;
+        }
+        const cJSON *bo = field(root, "best_of");
+        if (bo && !(cJSON_IsNumber(bo) && bo->valuedouble == r->n)) {
+            bad(e, "best_of", "'%s' other than n is not supported%s", "");
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    if (rc != 0) {
+        if (e->status == 0) oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        oai_request_free(r);
+    }
+    return rc;
+}
+
+void oai_request_free(oai_request *r) {
+    free(r->model);
+    cJSON_Delete(r->messages);
+    free(r->prompt_text);
+    free(r->prompt_ids);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- stop strings -------------------------------------------------------- */
+
+int oai_stop_feed(char *const *stop, int n_stop, oai_buf *held, const char *text, size_t n, oai_buf *out) {
+    if (n_stop == 0) {
+        oai_buf_add(out, text, n);
+        return 0;
+    }
+    oai_buf_add(held, text, n);
+    if (!held->p) return 0;
+    /* earliest full match: emit what precedes it, drop the rest */
+    size_t best = SIZE_MAX;
+    for (int i = 0; i < n_stop; i++) {
+        const char *m = memmem(held->p, held->len, stop[i], strlen(stop[i]));
+        if (m && (size_t)(m - held->p) < best) best = (size_t)(m - held->p);
+    }
+    if (best != SIZE_MAX) {
+        oai_buf_add(out, held->p, best);
+        held->len = 0;
+        held->p[0] = 0;
+        return 1;
+    }
+    /* longest suffix of held that is a proper prefix of a stop string stays held */
+    size_t keep = 0;
+    for (int i = 0; i < n_stop; i++) {
+        const size_t sl = strlen(stop[i]);
+        size_t k = sl - 1 < held->len ? sl - 1 : held->len;
+        for (; k > keep; k--)
+            if (!memcmp(held->p + held->len - k, stop[i], k)) break;
+        if (k > keep) keep = k;
+    }
+    const size_t emit = held->len - keep;
+    oai_buf_add(out, held->p, emit);
+    memmove(held->p, held->p + emit, keep);
+    held->len = keep;
+    held->p[keep] = 0;
+    return 0;
+}
+
+/* ---- responses ----------------------------------------------------------- */
+
+static void add_text(cJSON *o, const char *key, const char *s, size_t n) {
+    char *c = oai_utf8_clean(s ? s : "", s ? n : 0);
+    cJSON_AddStringToObject(o, key, c ? c : "");
+    free(c);
+}
+
+static cJSON *bytes_array(const char *s, size_t n) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)s[i]));
+    return a;
+}
+
+cJSON *oai_logprobs_new(oai_kind kind) {
+    cJSON *lp = cJSON_CreateObject();
+    if (kind == OAI_CHAT) {
+        cJSON_AddArrayToObject(lp, "content");
+    } else {
+        cJSON_AddArrayToObject(lp, "tokens");
+        cJSON_AddArrayToObject(lp, "token_logprobs");
+        cJSON_AddArrayToObject(lp, "top_logprobs");
+        cJSON_AddArrayToObject(lp, "text_offset");
+    }
+    return lp;
+}
+
+void oai_logprobs_add(oai_kind kind, cJSON *lp, const oai_token_lp *t, size_t text_offset) {
+    if (kind == OAI_CHAT) {
+        cJSON *e = cJSON_CreateObject();
+        add_text(e, "token", t->piece, t->piece_len);
+        cJSON_AddNumberToObject(e, "logprob", t->logprob);
+        cJSON_AddItemToObject(e, "bytes", bytes_array(t->piece, t->piece_len));
+        cJSON *tops = cJSON_AddArrayToObject(e, "top_logprobs");
+        for (int i = 0; i < t->n_top; i++) {
+            cJSON *a = cJSON_CreateObject();
+            add_text(a, "token", t->top_piece[i], t->top_len[i]);
+            cJSON_AddNumberToObject(a, "logprob", t->top_logprob[i]);
+            cJSON_AddItemToObject(a, "bytes", bytes_array(t->top_piece[i], t->top_len[i]));
+            cJSON_AddItemToArray(tops, a);
+        }
+        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "content"), e);
+        return;
+    }
+    char *piece = oai_utf8_clean(t->piece ? t->piece : "", t->piece ? t->piece_len : 0);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_CreateString(piece ? piece : ""));
+    free(piece);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(t->logprob));
+    cJSON *tops = cJSON_CreateObject();
+    for (int i = 0; i < t->n_top; i++) {
+        char *k = oai_utf8_clean(t->top_piece[i] ? t->top_piece[i] : "", t->top_piece[i] ? t->top_len[i] : 0);
+        /* two alternatives that clean to the same key: keep the first (the more likely) */
+        if (k && !cJSON_GetObjectItemCaseSensitive(tops, k)) cJSON_AddNumberToObject(tops, k, t->top_logprob[i]);
+        free(k);
+    }
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), tops);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber((double)text_offset));
+}
+
+static cJSON *envelope(const oai_meta *m, int chunk) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", m->id);
+    cJSON_AddStringToObject(o, "object", m->kind == OAI_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                              : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)m->created);
+    cJSON_AddStringToObject(o, "model", m->model);
+    cJSON_AddStringToObject(o, "system_fingerprint", "ingot");
+    cJSON_AddArrayToObject(o, "choices");
+    return o;
+}
+
+cJSON *oai_response_new(const oai_meta *m) { return envelope(m, 0); }
+
+void oai_response_add_choice(cJSON *resp, oai_kind kind, int index, const char *text, size_t len,
+                             cJSON *logprobs, const char *finish_reason) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", index);
+    if (kind == OAI_CHAT) {
+        cJSON *msg = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        add_text(msg, "content", text, len);
+    } else {
+        add_text(c, "text", text, len);
+    }
+    if (logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs);
+    else cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddStringToObject(c, "finish_reason", finish_reason ? finish_reason : "stop");
+    cJSON_AddItemToArray(cJSON_GetObjectItem(resp, "choices"), c);
+}
+
+void oai_set_usage(cJSON *obj, int prompt_tokens, int completion_tokens) {
+    cJSON_DeleteItemFromObject(obj, "usage");
+    cJSON *u = cJSON_AddObjectToObject(obj, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", prompt_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", completion_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", prompt_tokens + completion_tokens);
+}
+
+static char *sse(cJSON *o) {
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!json) return NULL;
+    const size_t n = strlen(json);
+    char *s = malloc(n + 9);
+    if (s) {
+        memcpy(s, "data: ", 6);
+        memcpy(s + 6, json, n);
+        memcpy(s + 6 + n, "\n\n", 3);
+    }
+    free(json);
+    return s;
+}
+
+char *oai_chunk(const oai_meta *m, int index, int first, const char *text, size_t len, cJSON *logprobs,
+                const char *finish_reason, int with_usage_null) {
+    cJSON *o = envelope(m, 1), *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", index);
+    if (m->kind == OAI_CHAT) {
+        cJSON *delta = cJSON_AddObjectToObject(c, "delta");
+        if (first) cJSON_AddStringToObject(delta, "role", "assistant");
+        if (len || first) add_text(delta, "content", text, len);
+    } else {
+        add_text(c, "text", text, len);
+    }
+    if (logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs);
+    else cJSON_AddNullToObject(c, "logprobs");
+    if (finish_reason) cJSON_AddStringToObject(c, "finish_reason", finish_reason);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(cJSON_GetObjectItem(o, "choices"), c);
+    if (with_usage_null) cJSON_AddNullToObject(o, "usage");
+    return sse(o);
+}
+
+char *oai_usage_chunk(const oai_meta *m, int prompt_tokens, int completion_tokens) {
+    cJSON *o = envelope(m, 1);
+    oai_set_usage(o, prompt_tokens, completion_tokens);
+    return sse(o);
+}

@@ -1,0 +1,126 @@
+/* openai.h — the OpenAI wire format (oai_ prefix): request parsing and
+ * validation into a struct, stop-string matching over streamed text, and the
+ * JSON of responses, stream chunks and errors.
+ *
+ * Nothing here touches sockets, the model or the scheduler: a request body
+ * goes in, an oai_request (or an oai_error with its HTTP status) comes out;
+ * text and numbers go in, JSON strings come out.
+ */
+#ifndef INGOT_OPENAI_H
+#define INGOT_OPENAI_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sampler.h"
+
+#define OAI_MAX_STOP 16       /* OpenAI allows up to 4; engines commonly accept more */
+#define OAI_MAX_STOP_BYTES 256
+#define OAI_MAX_N 16
+#define OAI_MAX_TOP_LOGPROBS 20
+
+typedef enum { OAI_CHAT, OAI_COMPLETION } oai_kind;
+
+typedef struct {
+    int status;        /* HTTP status */
+    char message[320];
+    const char *type;  /* "invalid_request_error", "authentication_error", "server_error", ... */
+    char param[48];    /* "" is sent as null */
+    const char *code;  /* NULL is sent as null */
+} oai_error;
+
+typedef struct {
+    oai_kind kind;
+    char *model;
+    cJSON *messages;       /* chat: normalized copy, every content a string (owned) */
+    char *prompt_text;     /* completions: string prompt, or NULL */
+    int32_t *prompt_ids;   /* completions: token-array prompt, or NULL */
+    size_t n_prompt_ids;
+    int max_tokens;        /* -1: not given (the rest of the context) */
+    samp_params sampling;
+    int has_seed;
+    char *stop[OAI_MAX_STOP];
+    int n_stop;
+    int n;
+    int stream, include_usage;
+    int logprobs;          /* 1: return the chosen tokens' logprobs */
+    int top_logprobs;      /* alternatives per token (0..OAI_MAX_TOP_LOGPROBS) */
+    int ignore_eos;
+} oai_request;
+
+/* Fills e: status, type, message (printf-style), param (may be NULL), code (may be NULL). */
+void oai_error_set(oai_error *e, int status, const char *type, const char *param, const char *code,
+                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* {"error": {"message", "type", "param", "code"}} as a malloc'd string. */
+char *oai_error_json(const oai_error *e);
+
+/* Parses and validates a request body of len bytes (need not be
+ * NUL-terminated). vocab bounds token ids of a token-array prompt. 0 on
+ * success (free with oai_request_free), -1 with e filled (nothing to free). */
+int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_request *r, oai_error *e);
+void oai_request_free(oai_request *r);
+
+/* ---- growable byte buffer ---------------------------------------------- */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} oai_buf;
+int oai_buf_add(oai_buf *b, const char *s, size_t n); /* keeps p NUL-terminated; -1 on OOM */
+void oai_buf_free(oai_buf *b);
+
+/* ---- stop strings --------------------------------------------------------
+ * Text arrives in pieces that may split a stop string across tokens. Each
+ * piece is appended to held; everything that can no longer be part of a stop
+ * string moves to out; a tail that is a prefix of some stop string stays in
+ * held. On a full match the text before it moves to out, held is emptied and
+ * 1 is returned (the stop string itself is never emitted). */
+int oai_stop_feed(char *const *stop, int n_stop, oai_buf *held, const char *text, size_t n, oai_buf *out);
+
+/* ---- responses ----------------------------------------------------------- */
+typedef struct {
+    oai_kind kind;
+    const char *id;     /* "chatcmpl-..." / "cmpl-..." */
+    long long created;  /* unix seconds */
+    const char *model;
+} oai_meta;
+
+/* One generated token's log-probabilities; piece bytes need not be UTF-8. */
+typedef struct {
+    const char *piece;
+    size_t piece_len;
+    float logprob;
+    int n_top;
+    const char *top_piece[OAI_MAX_TOP_LOGPROBS];
+    size_t top_len[OAI_MAX_TOP_LOGPROBS];
+    float top_logprob[OAI_MAX_TOP_LOGPROBS];
+} oai_token_lp;
+
+/* A logprobs object for one choice ({"content": []} for chat, {"tokens": [],
+ * "token_logprobs": [], "top_logprobs": [], "text_offset": []} for
+ * completions), and appending one token to it. text_offset: bytes of text
+ * before this token in the choice. */
+cJSON *oai_logprobs_new(oai_kind kind);
+void oai_logprobs_add(oai_kind kind, cJSON *lp, const oai_token_lp *t, size_t text_offset);
+
+/* A whole non-streamed response: create, add each choice (logprobs is taken
+ * over, may be NULL), set usage, print. */
+cJSON *oai_response_new(const oai_meta *m);
+void oai_response_add_choice(cJSON *resp, oai_kind kind, int index, const char *text, size_t len,
+                             cJSON *logprobs, const char *finish_reason);
+void oai_set_usage(cJSON *obj, int prompt_tokens, int completion_tokens);
+
+/* One SSE event "data: {...}\n\n" (malloc'd) for a stream chunk of one
+ * choice: role only on a chat stream's first chunk, text (may be empty),
+ * logprobs (taken over, may be NULL), finish_reason (NULL while generating).
+ * with_usage_null: add "usage": null (stream_options.include_usage). */
+char *oai_chunk(const oai_meta *m, int index, int first, const char *text, size_t len, cJSON *logprobs,
+                const char *finish_reason, int with_usage_null);
+/* The closing usage chunk: "choices": [] and the usage object. */
+char *oai_usage_chunk(const oai_meta *m, int prompt_tokens, int completion_tokens);
+
+/* A malloc'd copy of s[0..n) that is valid UTF-8 without NULs (invalid bytes
+ * become U+FFFD), for JSON strings. */
+char *oai_utf8_clean(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,1134 @@
+/* server.c — lifecycle, routes and the request state machine of `NAME serve`.
+ *
+ * Request path:
+ * 1. HTTP thread (libevent evhttp): parse the body with cJSON and validate
+ *    it (openai.c), apply the chat template (chat.c), tokenize, and
+ *    sched_submit one sequence per choice. Nothing here waits on the model:
+ *    a request that cannot be answered at once is parked as an srv_req.
+ * 2. Scheduler thread (sched.c): batches, runs the forward, samples, queues
+ *    events, and calls notify.
+ * 3. notify (on the scheduler thread) only makes the `wake` event active; the
+ *    event loop then drains sched_poll on the HTTP thread, detokenizes
+ *    incrementally (tok_stream: only complete UTF-8 leaves), holds back text
+ *    that may be the start of a stop string (never emitting a stop string),
+ *    and writes SSE chunks or, at the end, one JSON reply. A client that
+ *    disconnects (the connection's close callback) has its sequences
+ *    cancelled with sched_cancel; the scheduler frees their blocks next step.
+ *
+ * Everything in this file runs on the event-loop thread except srv_notify, so
+ * the request list, the metrics and every srv_req need no lock.
+ *
+ * Shutdown: SIGTERM/SIGINT closes the listener, answers new requests on open
+ * connections with 503, lets in-flight requests finish for --grace seconds,
+ * then stops the scheduler (cancelling what is left) and exits 0.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <event2/util.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chat.h"
+#include "metrics.h"
+#include "openai.h"
+#include "scheduler.h"
+
+/* ---- configuration -------------------------------------------------------- */
+
+typedef struct {
+    char host[256];
+    int port;
+    const char *api_key;   /* NULL: no authentication */
+    int kv_blocks;         /* 0: from kv_memory_mib */
+    double kv_memory_mib;
+    int max_batch_tokens;
+    int max_running;
+    int max_waiting;
+    int prefix_cache;
+    long max_body;
+    double grace;
+} srv_config;
+
+/* ---- requests ------------------------------------------------------------- */
+
+/* The life of a generation request after it was submitted (requests that fail
+ * validation are answered at once and never get an srv_req). */
+typedef enum {
+    REQ_WAITING,    /* submitted; no token has arrived yet (time to first token still running) */
+    REQ_GENERATING, /* tokens are arriving: streamed as SSE chunks, or gathered for one JSON reply */
+    REQ_LINGERING,  /* the reply is complete and handed to libevent, but sequences cancelled
+                       for a stop string have not reported DONE yet; nothing more is written */
+    REQ_ABANDONED,  /* the client disconnected (or the reply failed): every sequence is cancelled
+                       and we wait for their DONE events before freeing; nothing is written */
+} req_state;
+
+typedef struct {
+    uint64_t seq_id;
+    int seq_done;            /* the scheduler reported DONE for this sequence */
+    int finished;            /* the client's view is final (finish_reason chosen) */
+    const char *finish_reason;
+    int n_tokens;            /* completion tokens received */
+    tok_stream ts;
+    oai_buf held;            /* text that might begin a stop string */
+    oai_buf text;            /* non-streaming: the reply text so far */
+    size_t emitted;          /* bytes of text released so far (completions text_offset) */
+    cJSON *logprobs;         /* non-streaming logprobs accumulator */
+    int sent_first;          /* streaming: the chunk carrying the role went out */
+} srv_choice;
+
+typedef struct server server;
+
+typedef struct srv_req {
+    struct srv_req *prev, *next;
+    server *srv;
+    req_state state;
+    struct evhttp_request *http;      /* NULL once the reply is done or the client is gone */
+    struct evhttp_connection *conn;   /* its close callback points at this request while http is set */
+    struct event *watch;              /* readable socket while we generate: the client hung up */
+    oai_request q;
+    char id[48];
+    oai_meta meta;
+    int n_prompt;
+    int n_choices;
+    srv_choice *choices;
+    double t_arrival, t_first_token;
+    int failed;                       /* a sequence ended with SCHED_FINISH_ERROR */
+    char error[160];
+} srv_req;
+
+struct server {
+    srv_config cfg;
+    ingot_model *model;
+    tok_tokenizer *tok;
+    chat_template *chat;
+    sched *sched;
+    int n_threads;
+    struct event_base *base;
+    struct evhttp *http;
+    struct evhttp_bound_socket *listener;
+    struct event *wake, *sig_term, *sig_int, *grace_timer;
+    srv_req *reqs;          /* in flight, most recent first */
+    int n_reqs;
+    int unflushed;          /* final replies libevent has not finished writing */
+    int draining;
+    double t_start;
+    long long created;
+    uint64_t rng, next_id;
+    /* metrics */
+    met_registry *met;
+    met_family *m_requests, *m_prompt_tokens, *m_gen_tokens, *m_ttft, *m_e2e, *m_tpot, *m_running,
+        *m_waiting, *m_kv_usage, *m_kv_used, *m_kv_total, *m_prefix_hit, *m_prefix_lookup, *m_preempt,
+        *m_batch_tokens, *m_batch_seqs, *m_steps, *m_inflight, *m_step_seconds, *m_cancelled;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* ---- replies -------------------------------------------------------------- */
+
+static const char *reason_phrase(int code) {
+    switch (code) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Unknown";
+    }
+}
+
+static void count_status(server *s, int code) {
+    char lv[16];
+    snprintf(lv, sizeof lv, "%d", code);
+    met_inc(s->m_requests, lv, 1);
+}
+
+/* Sends a complete reply with body (taken over, may be NULL) and counts it. */
+static void reply(server *s, struct evhttp_request *r, int code, const char *content_type, char *body,
+                  size_t len) {
+    struct evbuffer *buf = evbuffer_new();
+    if (buf && body) evbuffer_add(buf, body, len);
+    free(body);
+    evhttp_add_header(evhttp_request_get_output_headers(r), "Content-Type", content_type);
+    evhttp_send_reply(r, code, reason_phrase(code), buf);
+    if (buf) evbuffer_free(buf);
+    count_status(s, code);
+}
+
+static void reply_json(server *s, struct evhttp_request *r, int code, cJSON *j) {
+    char *body = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    reply(s, r, code, "application/json", body, body ? strlen(body) : 0);
+}
+
+static void reply_error(server *s, struct evhttp_request *r, const oai_error *e) {
+    char *body = oai_error_json(e);
+    reply(s, r, e->status, "application/json", body, body ? strlen(body) : 0);
+}
+
+static void reply_error_msg(server *s, struct evhttp_request *r, int status, const char *type,
+                            const char *code, const char *msg) {
+    oai_error e;
+    oai_error_set(&e, status, type, NULL, code, "%s", msg);
+    reply_error(s, r, &e);
+}
+
+/* ---- request bookkeeping --------------------------------------------------- */
+
+static void check_drained(server *s);
+
+static void unwatch(srv_req *q);
+
+static void req_free(server *s, srv_req *q) {
+    unwatch(q);
+    if (q->prev) q->prev->next = q->next;
+    else s->reqs = q->next;
+    if (q->next) q->next->prev = q->prev;
+    s->n_reqs--;
+    for (int i = 0; i < q->n_choices; i++) {
+        oai_buf_free(&q->choices[i].held);
+        oai_buf_free(&q->choices[i].text);
+        cJSON_Delete(q->choices[i].logprobs);
+    }
+    free(q->choices);
+    oai_request_free(&q->q);
+    free(q);
+    check_drained(s);
+}
+
+static int all_seqs_done(const srv_req *q) {
+    for (int i = 0; i < q->n_choices; i++)
+        if (!q->choices[i].seq_done) return 0;
+    return 1;
+}
+
+/* Forgets the evhttp request: its connection's close callback no longer
+ * points at us. */
+static void unwatch(srv_req *q) {
+    if (q->watch) event_free(q->watch);
+    q->watch = NULL;
+}
+
+static void detach_http(srv_req *q) {
+    unwatch(q);
+    if (q->conn) evhttp_connection_set_closecb(q->conn, NULL, NULL);
+    q->conn = NULL;
+    q->http = NULL;
+}
+
+static void on_reply_complete(struct evhttp_request *r, void *arg) {
+    (void)r;
+    server *s = arg;
+    s->unflushed--;
+    check_drained(s);
+}
+
+static void write_chunk(srv_req *q, char *sse) {
+    if (!sse || !q->http) {
+        free(sse);
+        return;
+    }
+    struct evbuffer *b = evbuffer_new();
+    if (b) {
+        evbuffer_add(b, sse, strlen(sse));
+        evhttp_send_reply_chunk(q->http, b);
+        evbuffer_free(b);
+    }
+    free(sse);
+}
+
+/* The client disconnected. libevent has already detached a request whose
+ * reply was unfinished from the dying connection (we own it and free it);
+ * any other request it frees itself right after this callback. */
+static void on_conn_close(struct evhttp_connection *conn, void *arg) {
+    (void)conn;
+    srv_req *q = arg;
+    server *s = q->srv;
+    struct evhttp_request *h = q->http;
+    unwatch(q);
+    q->conn = NULL;
+    q->http = NULL;
+    if (h && evhttp_request_get_connection(h) == NULL) evhttp_request_free(h);
+    if (!q->q.stream) count_status(s, 499); /* nginx's "client closed request" */
+    met_inc(s->m_cancelled, NULL, 1);
+    q->state = REQ_ABANDONED;
+    for (int i = 0; i < q->n_choices; i++)
+        if (!q->choices[i].seq_done) sched_cancel(s->sched, q->choices[i].seq_id);
+    if (all_seqs_done(q)) req_free(s, q);
+}
+
+/* libevent 2.1 does not read from a connection while its reply is pending,
+ * so it notices a client that hung up only when a write fails; a
+ * non-streamed reply writes nothing until the end. This event watches the
+ * socket meanwhile: readable with nothing to read is EOF (or a reset), and
+ * freeing the connection runs on_conn_close, which cancels the sequences. */
+static void on_peer_readable(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    srv_req *q = arg;
+    char c;
+    const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) { /* the client sent more (a pipelined request): stop watching, writes will tell */
+        unwatch(q);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    struct evhttp_connection *conn = q->conn;
+    unwatch(q);
+    if (conn) evhttp_connection_free(conn); /* q may be freed by now */
+}
+
+static int max_choice_tokens(const srv_req *q) {
+    int m = 0;
+    for (int i = 0; i < q->n_choices; i++)
+        if (q->choices[i].n_tokens > m) m = q->choices[i].n_tokens;
+    return m;
+}
+
+static int total_tokens(const srv_req *q) {
+    int t = 0;
+    for (int i = 0; i < q->n_choices; i++) t += q->choices[i].n_tokens;
+    return t;
+}
+
+/* Every choice is final: send the end of the stream or the whole reply. */
+static void finish_request(server *s, srv_req *q) {
+    const double t = now_s();
+    const int completion = total_tokens(q);
+    met_inc(s->m_prompt_tokens, NULL, q->n_prompt);
+    met_inc(s->m_gen_tokens, NULL, completion);
+    met_observe(s->m_e2e, t - q->t_arrival);
+    const int most = max_choice_tokens(q);
+    if (most > 1 && q->t_first_token > 0) met_observe(s->m_tpot, (t - q->t_first_token) / (most - 1));
+    struct evhttp_request *h = q->http;
+    if (h) {
+        detach_http(q);
+        evhttp_request_set_on_complete_cb(h, on_reply_complete, s);
+        s->unflushed++;
+        if (q->q.stream) {
+            if (q->failed) {
+                oai_error e;
+                oai_error_set(&e, 500, "server_error", NULL, NULL, "%s", q->error);
+                char *j = oai_error_json(&e);
+                if (j) {
+                    struct evbuffer *b = evbuffer_new();
+                    evbuffer_add_printf(b, "data: %s\n\n", j);
+                    evhttp_send_reply_chunk(h, b);
+                    evbuffer_free(b);
+                }
+                free(j);
+            } else if (q->q.include_usage) {
+                char *u = oai_usage_chunk(&q->meta, q->n_prompt, completion);
+                if (u) {
+                    struct evbuffer *b = evbuffer_new();
+                    evbuffer_add(b, u, strlen(u));
+                    evhttp_send_reply_chunk(h, b);
+                    evbuffer_free(b);
+                }
+                free(u);
+            }
+            struct evbuffer *b = evbuffer_new();
+            evbuffer_add(b, "data: [DONE]\n\n", 14);
+            evhttp_send_reply_chunk(h, b);
+            evbuffer_free(b);
+            evhttp_send_reply_end(h);
+        } else if (q->failed) {
+            reply_error_msg(s, h, 500, "server_error", NULL, q->error);
+        } else {
+            cJSON *resp = oai_response_new(&q->meta);
+            for (int i = 0; i < q->n_choices; i++) {
+                srv_choice *c = &q->choices[i];
+                oai_response_add_choice(resp, q->q.kind, i, c->text.p, c->text.len, c->logprobs, c->finish_reason);
+                c->logprobs = NULL; /* taken over */
+            }
+            oai_set_usage(resp, q->n_prompt, completion);
+            reply_json(s, h, 200, resp);
+        }
+    }
+    if (all_seqs_done(q)) req_free(s, q);
+    else q->state = REQ_LINGERING;
+}
+
+static int all_finished(const srv_req *q) {
+    for (int i = 0; i < q->n_choices; i++)
+        if (!q->choices[i].finished) return 0;
+    return 1;
+}
+
+/* Releases text of choice i: to the stream as a chunk, or to the reply. */
+static void emit_text(srv_req *q, int i, const char *text, size_t n, cJSON *lp, const char *finish) {
+    srv_choice *c = &q->choices[i];
+    c->emitted += n;
+    if (q->q.stream) {
+        if (!n && !lp && !finish && c->sent_first) return;
+        write_chunk(q, oai_chunk(&q->meta, i, !c->sent_first, text, n, lp, finish, q->q.include_usage));
+        c->sent_first = 1;
+    } else {
+        oai_buf_add(&c->text, text, n);
+        if (lp) cJSON_Delete(lp);
+    }
+}
+
+/* Passes new text through the stop-string matcher; returns 1 on a stop. */
+static int feed_text(srv_req *q, int i, const char *text, size_t n, cJSON *lp) {
+    srv_choice *c = &q->choices[i];
+    oai_buf out = {0};
+    oai_buf_add(&out, "", 0);
+    const int stopped = oai_stop_feed(q->q.stop, q->q.n_stop, &c->held, text, n, &out);
+    emit_text(q, i, out.p ? out.p : "", out.len, lp, NULL);
+    oai_buf_free(&out);
+    return stopped;
+}
+
+static void choice_finish(srv_req *q, int i, const char *reason) {
+    srv_choice *c = &q->choices[i];
+    c->finished = 1;
+    c->finish_reason = reason;
+    if (q->q.stream && q->http) emit_text(q, i, "", 0, NULL, reason);
+}
+
+static void on_token(server *s, srv_req *q, int i, const sched_event *ev) {
+    srv_choice *c = &q->choices[i];
+    if (q->state == REQ_ABANDONED || q->state == REQ_LINGERING || c->finished) return;
+    if (q->state == REQ_WAITING) {
+        q->state = REQ_GENERATING;
+        q->t_first_token = now_s();
+        met_observe(s->m_ttft, q->t_first_token - q->t_arrival);
+    }
+    c->n_tokens++;
+    size_t plen = 0;
+    const char *piece = tok_piece(s->tok, ev->token, &plen);
+    /* worst case every byte (and the pending ones) becomes a 3-byte U+FFFD */
+    const size_t cap = 3 * (plen + sizeof c->ts.pending) + 1;
+    char small[512];
+    char *buf = cap <= sizeof small ? small : malloc(cap);
+    size_t n = buf ? tok_stream_push(&c->ts, s->tok, ev->token, 1, buf, cap) : 0;
+    cJSON *lp = NULL;
+    if (q->q.logprobs) {
+        oai_token_lp t = {.piece = piece, .piece_len = piece ? plen : 0, .logprob = ev->logprob};
+        t.n_top = ev->n_top < q->q.top_logprobs ? ev->n_top : q->q.top_logprobs;
+        for (int k = 0; k < t.n_top; k++) {
+            t.top_piece[k] = tok_piece(s->tok, ev->top_ids[k], &t.top_len[k]);
+            if (!t.top_piece[k]) t.top_len[k] = 0;
+            t.top_logprob[k] = ev->top_logprobs[k];
+        }
+        if (q->q.stream) {
+            lp = oai_logprobs_new(q->q.kind);
+            oai_logprobs_add(q->q.kind, lp, &t, c->emitted + c->held.len);
+        } else {
+            if (!c->logprobs) c->logprobs = oai_logprobs_new(q->q.kind);
+            oai_logprobs_add(q->q.kind, c->logprobs, &t, c->emitted + c->held.len);
+        }
+    }
+    const int stopped = feed_text(q, i, buf ? buf : "", n, lp);
+    if (buf != small) free(buf);
+    if (stopped) {
+        choice_finish(q, i, "stop");
+        sched_cancel(s->sched, c->seq_id);
+        if (all_finished(q)) finish_request(s, q);
+    }
+}
+
+static void on_done(server *s, srv_req *q, int i, const sched_event *ev) {
+    srv_choice *c = &q->choices[i];
+    c->seq_done = 1;
+    if (q->state == REQ_ABANDONED || q->state == REQ_LINGERING) {
+        if (all_seqs_done(q)) req_free(s, q);
+        return;
+    }
+    if (!c->finished) {
+        /* the sequence ended on its own: release the incomplete UTF-8 tail and
+         * the held-back text (no stop string can complete any more) */
+        char tail[16];
+        const size_t n = tok_stream_flush(&c->ts, tail, sizeof tail);
+        const int stopped = feed_text(q, i, tail, n, NULL);
+        if (!stopped && c->held.len) {
+            emit_text(q, i, c->held.p, c->held.len, NULL, NULL);
+            c->held.len = 0;
+        }
+        const char *reason = "length";
+        switch (ev->finish) {
+        case SCHED_FINISH_EOS: reason = "stop"; break;
+        case SCHED_FINISH_LENGTH: reason = "length"; break;
+        /* cancelled by shutdown: the text was cut short, which is what "length" tells a client */
+        case SCHED_FINISH_CANCELLED: reason = "length"; break;
+        case SCHED_FINISH_ERROR:
+            q->failed = 1;
+            snprintf(q->error, sizeof q->error, "generation failed: %s", ev->error);
+            break;
+        }
+        if (stopped) reason = "stop";
+        if (q->failed) {
+            c->finished = 1;
+            c->finish_reason = reason;
+            /* the other choices cannot make the reply whole any more */
+            for (int k = 0; k < q->n_choices; k++)
+                if (!q->choices[k].seq_done) sched_cancel(s->sched, q->choices[k].seq_id);
+            for (int k = 0; k < q->n_choices; k++) q->choices[k].finished = 1;
+        } else {
+            choice_finish(q, i, reason);
+        }
+    }
+    if (all_finished(q)) finish_request(s, q);
+}
+
+/* Scheduler thread: only wake the loop (event_active is thread-safe once
+ * evthread_use_pthreads() ran before the base was created). */
+static void srv_notify(void *user) {
+    server *s = user;
+    event_active(s->wake, EV_READ, 0);
+}
+
+static srv_req *find_seq(server *s, uint64_t id, int *choice) {
+    for (srv_req *q = s->reqs; q; q = q->next)
+        for (int i = 0; i < q->n_choices; i++)
+            if (q->choices[i].seq_id == id && !q->choices[i].seq_done) {
+                *choice = i;
+                return q;
+            }
+    return NULL;
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    server *s = arg;
+    static sched_event evs[64];
+    size_t n;
+    while ((n = sched_poll(s->sched, evs, 64)) > 0) {
+        for (size_t k = 0; k < n; k++) {
+            int i;
+            srv_req *q = find_seq(s, evs[k].id, &i);
+            if (!q) continue; /* a request already freed (e.g. its reply failed to start) */
+            if (evs[k].kind == SCHED_EV_TOKEN) on_token(s, q, i, &evs[k]);
+            else on_done(s, q, i, &evs[k]);
+        }
+    }
+}
+
+/* ---- generation endpoints -------------------------------------------------- */
+
+/* Maps a sched_submit refusal to a status: a full queue is temporary (503),
+ * anything else is about this request (400). */
+static void submit_error(oai_error *e, const char *msg) {
+    if (strstr(msg, "context_length") || strstr(msg, "context length"))
+        oai_error_set(e, 400, "invalid_request_error", "messages", "context_length_exceeded", "%s", msg);
+    else if (strstr(msg, "queue") || strstr(msg, "full"))
+        oai_error_set(e, 503, "server_error", NULL, "server_busy", "%s", msg);
+    else
+        oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "%s", msg);
+}
+
+static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) {
+    const double t0 = now_s();
+    oai_error e = {0};
+    if (s->draining) {
+        reply_error_msg(s, r, 503, "server_error", "shutting_down", "the server is shutting down");
+        return;
+    }
+    struct evbuffer *in = evhttp_request_get_input_buffer(r);
+    const size_t len = evbuffer_get_length(in);
+    /* libevent already refused bodies over --max-body; this is belt and braces */
+    if (len > (size_t)s->cfg.max_body) {
+        reply_error_msg(s, r, 413, "invalid_request_error", NULL, "request body too large");
+        return;
+    }
+    const char *body = len ? (const char *)evbuffer_pullup(in, (ev_ssize_t)len) : "";
+    srv_req *q = calloc(1, sizeof *q);
+    if (!q) {
+        reply_error_msg(s, r, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    if (oai_parse(kind, body ? body : "", len, tok_vocab_size(s->tok), &q->q, &e) != 0) {
+        free(q);
+        reply_error(s, r, &e);
+        return;
+    }
+    const ingot_desc *d = &ingot_model_desc;
+    if (strcmp(q->q.model, d->name) != 0) {
+        oai_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
+                      "The model '%.100s' does not exist; this server serves '%s'", q->q.model, d->name);
+        goto fail;
+    }
+    /* the prompt's tokens */
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    char err[512];
+    if (kind == OAI_CHAT) {
+        int user_error = 0;
+        char *text = chat_render(s->chat, q->q.messages, &user_error, err, sizeof err);
+        if (!text) {
+            oai_error_set(&e, user_error ? 400 : 500, user_error ? "invalid_request_error" : "server_error",
+                          user_error ? "messages" : NULL, NULL, "chat template: %s", err);
+            goto fail;
+        }
+        /* the template writes BOS itself where the model wants one (as HF's
+         * apply_chat_template, which tokenizes without adding special tokens) */
+        int rc = tok_encode(s->tok, text, strlen(text), 0, 1, &ids, &n_ids, err, sizeof err);
+        free(text);
+        if (rc != 0) {
+            oai_error_set(&e, 400, "invalid_request_error", "messages", NULL, "tokenizer: %s", err);
+            goto fail;
+        }
+    } else if (q->q.prompt_text) {
+        if (tok_encode(s->tok, q->q.prompt_text, strlen(q->q.prompt_text), 1, 1, &ids, &n_ids, err, sizeof err) != 0) {
+            oai_error_set(&e, 400, "invalid_request_error", "prompt", NULL, "tokenizer: %s", err);
+            goto fail;
+        }
+    } else {
+        ids = q->q.prompt_ids;
+        n_ids = q->q.n_prompt_ids;
+        q->q.prompt_ids = NULL;
+        q->q.n_prompt_ids = 0;
+    }
+    const char *pparam = kind == OAI_CHAT ? "messages" : "prompt";
+    if (n_ids == 0) {
+        free(ids);
+        oai_error_set(&e, 400, "invalid_request_error", pparam, NULL, "the prompt encodes to no tokens");
+        goto fail;
+    }
+    const long ctx = d->max_ctx;
+    if ((long)n_ids >= ctx || (q->q.max_tokens > 0 && (long)n_ids + q->q.max_tokens > ctx)) {
+        free(ids);
+        if (q->q.max_tokens > 0)
+            oai_error_set(&e, 400, "invalid_request_error", pparam, "context_length_exceeded",
+                          "This model's maximum context length is %ld tokens. However, you requested %ld tokens "
+                          "(%zu in the prompt, %d for the completion). Please reduce the prompt or max_tokens.",
+                          ctx, (long)n_ids + q->q.max_tokens, n_ids, q->q.max_tokens);
+        else
+            oai_error_set(&e, 400, "invalid_request_error", pparam, "context_length_exceeded",
+                          "This model's maximum context length is %ld tokens. However, the prompt is %zu tokens.",
+                          ctx, n_ids);
+        goto fail;
+    }
+    q->n_prompt = (int)n_ids;
+    const int max_tokens = q->q.max_tokens > 0 ? q->q.max_tokens : (int)(ctx - (long)n_ids);
+
+    q->srv = s;
+    q->http = r;
+    q->t_arrival = t0;
+    q->n_choices = q->q.n;
+    q->choices = calloc((size_t)q->n_choices, sizeof *q->choices);
+    if (!q->choices) {
+        free(ids);
+        oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    snprintf(q->id, sizeof q->id, "%s%016llx%08llx", kind == OAI_CHAT ? "chatcmpl-" : "cmpl-",
+             (unsigned long long)splitmix(&s->rng), (unsigned long long)++s->next_id);
+    q->meta = (oai_meta){.kind = kind, .id = q->id, .created = (long long)time(NULL), .model = d->name};
+    /* link first: a submit failure below cancels what was submitted, and the
+     * DONE events of those sequences must find this request */
+    q->next = s->reqs;
+    if (s->reqs) s->reqs->prev = q;
+    s->reqs = q;
+    s->n_reqs++;
+    for (int i = 0; i < q->n_choices; i++) {
+        srv_choice *c = &q->choices[i];
+        tok_stream_init(&c->ts);
+        sched_request sr = {.prompt = ids, .n_prompt = n_ids, .sampling = q->q.sampling, .max_tokens = max_tokens,
+                            .top_logprobs = q->q.logprobs ? q->q.top_logprobs : -1, .ignore_eos = q->q.ignore_eos};
+        /* n choices from one seed must differ, yet the same request must repeat */
+        sr.sampling.seed = q->q.has_seed ? q->q.sampling.seed + (uint64_t)i * 0x9e3779b97f4a7c15ULL : splitmix(&s->rng);
+        if (sched_submit(s->sched, &sr, &c->seq_id, err, sizeof err) != 0) {
+            submit_error(&e, err);
+            for (int k = i; k < q->n_choices; k++) q->choices[k].seq_done = 1; /* never submitted */
+            for (int k = 0; k < i; k++) sched_cancel(s->sched, q->choices[k].seq_id);
+            q->http = NULL;
+            q->state = REQ_ABANDONED;
+            free(ids);
+            reply_error(s, r, &e);
+            if (all_seqs_done(q)) req_free(s, q);
+            return;
+        }
+    }
+    free(ids);
+    q->state = REQ_WAITING;
+    q->conn = evhttp_request_get_connection(r);
+    if (q->conn) {
+        evhttp_connection_set_closecb(q->conn, on_conn_close, q);
+        const evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(q->conn));
+        if (fd >= 0 && (q->watch = event_new(s->base, fd, EV_READ | EV_PERSIST, on_peer_readable, q)))
+            event_add(q->watch, NULL);
+    }
+    if (q->q.stream) {
+        struct evkeyvalq *h = evhttp_request_get_output_headers(r);
+        evhttp_add_header(h, "Content-Type", "text/event-stream");
+        evhttp_add_header(h, "Cache-Control", "no-cache");
+        evhttp_send_reply_start(r, 200, "OK");
+        count_status(s, 200);
+    }
+    return;
+fail:
+    oai_request_free(&q->q);
+    free(q);
+    reply_error(s, r, &e);
+}
+
+/* ---- other endpoints ------------------------------------------------------- */
+
+static void handle_models(server *s, struct evhttp_request *r) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", ingot_model_desc.name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->created);
+    cJSON_AddStringToObject(m, "owned_by", "ingot");
+    cJSON_AddNumberToObject(m, "max_model_len", ingot_model_desc.max_ctx);
+    cJSON_AddItemToArray(data, m);
+    reply_json(s, r, 200, root);
+}
+
+static void handle_health(server *s, struct evhttp_request *r) {
+    sched_stats st;
+    sched_get_stats(s->sched, &st);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "status", s->draining ? "draining" : "ok");
+    cJSON_AddStringToObject(j, "model", ingot_model_desc.name);
+    cJSON_AddStringToObject(j, "state", s->draining ? "draining" : "ready");
+    cJSON_AddNumberToObject(j, "kv_blocks_used", st.kv_blocks_used);
+    cJSON_AddNumberToObject(j, "kv_blocks_total", st.kv_blocks_total);
+    cJSON_AddNumberToObject(j, "kv_blocks_cached", st.kv_blocks_cached);
+    cJSON_AddNumberToObject(j, "running", st.running);
+    cJSON_AddNumberToObject(j, "waiting", st.waiting);
+    cJSON_AddNumberToObject(j, "requests_in_flight", s->n_reqs);
+    cJSON_AddNumberToObject(j, "uptime_seconds", now_s() - s->t_start);
+    reply_json(s, r, 200, j);
+}
+
+static void handle_ready(server *s, struct evhttp_request *r) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddBoolToObject(j, "ready", !s->draining);
+    cJSON_AddStringToObject(j, "model", ingot_model_desc.name);
+    reply_json(s, r, s->draining ? 503 : 200, j);
+}
+
+static void handle_alive(server *s, struct evhttp_request *r) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddBoolToObject(j, "alive", 1);
+    reply_json(s, r, 200, j);
+}
+
+static void handle_metrics(server *s, struct evhttp_request *r) {
+    sched_stats st;
+    sched_get_stats(s->sched, &st);
+    met_set(s->m_running, NULL, st.running);
+    met_set(s->m_waiting, NULL, st.waiting);
+    met_set(s->m_kv_used, NULL, st.kv_blocks_used);
+    met_set(s->m_kv_total, NULL, st.kv_blocks_total);
+    met_set(s->m_kv_usage, NULL, st.kv_blocks_total ? (double)st.kv_blocks_used / st.kv_blocks_total : 0);
+    met_set(s->m_prefix_hit, NULL, (double)st.prefix_hit_tokens);
+    met_set(s->m_prefix_lookup, NULL, (double)st.prefix_lookup_tokens);
+    met_set(s->m_preempt, NULL, (double)st.preemptions);
+    met_set(s->m_steps, NULL, (double)st.steps);
+    met_set(s->m_batch_tokens, NULL, st.last_batch_tokens);
+    met_set(s->m_batch_seqs, NULL, st.last_batch_seqs);
+    met_set(s->m_step_seconds, NULL, st.last_step_seconds);
+    met_set(s->m_inflight, NULL, s->n_reqs);
+    /* this scrape is counted before rendering, so it sees itself */
+    count_status(s, 200);
+    size_t len = 0;
+    char *text = met_render(s->met, &len);
+    struct evbuffer *buf = evbuffer_new();
+    if (buf && text) evbuffer_add(buf, text, len);
+    free(text);
+    evhttp_add_header(evhttp_request_get_output_headers(r), "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    evhttp_send_reply(r, 200, "OK", buf);
+    if (buf) evbuffer_free(buf);
+}
+
+/* ---- routing --------------------------------------------------------------- */
+
+typedef struct {
+    const char *path;
+    enum evhttp_cmd_type method;
+    int auth; /* 1: needs the API key when one is configured */
+    int kind; /* -1: not a generation endpoint, else an oai_kind */
+    void (*fn)(server *, struct evhttp_request *);
+} srv_route;
+
+static const srv_route ROUTES[] = {
+    {"/v1/chat/completions", EVHTTP_REQ_POST, 1, OAI_CHAT, NULL},
+    {"/v1/completions", EVHTTP_REQ_POST, 1, OAI_COMPLETION, NULL},
+    {"/v1/models", EVHTTP_REQ_GET, 1, -1, handle_models},
+    {"/health", EVHTTP_REQ_GET, 0, -1, handle_health},
+    {"/ready", EVHTTP_REQ_GET, 0, -1, handle_ready},
+    {"/alive", EVHTTP_REQ_GET, 0, -1, handle_alive},
+    {"/metrics", EVHTTP_REQ_GET, 0, -1, handle_metrics},
+};
+
+/* Compares in time independent of where the strings first differ, so the
+ * key cannot be guessed byte by byte from response times. */
+static int key_matches(const char *given, const char *key) {
+    const size_t gl = strlen(given), kl = strlen(key);
+    unsigned char diff = (unsigned char)(gl != kl);
+    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(key[i] ^ (i < gl ? given[i] : 0));
+    return diff == 0;
+}
+
+static int authorized(server *s, struct evhttp_request *r) {
+    if (!s->cfg.api_key) return 1;
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(r), "Authorization");
+    if (!h) {
+        reply_error_msg(s, r, 401, "invalid_request_error", "missing_api_key",
+                        "You didn't provide an API key (Authorization: Bearer KEY)");
+        return 0;
+    }
+    if (strncasecmp(h, "Bearer ", 7) != 0 || !key_matches(h + 7, s->cfg.api_key)) {
+        reply_error_msg(s, r, 401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided");
+        return 0;
+    }
+    return 1;
+}
+
+static void on_request(struct evhttp_request *r, void *arg) {
+    server *s = arg;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(r);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    if (!path || !*path) path = "/";
+    /* a trailing slash names the same resource */
+    char norm[128];
+    size_t pl = strlen(path);
+    if (pl >= sizeof norm) {
+        reply_error_msg(s, r, 404, "invalid_request_error", "not_found", "no such route");
+        return;
+    }
+    memcpy(norm, path, pl + 1);
+    if (pl > 1 && norm[pl - 1] == '/') norm[pl - 1] = 0;
+    const enum evhttp_cmd_type method = evhttp_request_get_command(r);
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
+        const srv_route *rt = &ROUTES[i];
+        if (strcmp(rt->path, norm) != 0) continue;
+        if (method != rt->method) {
+            evhttp_add_header(evhttp_request_get_output_headers(r), "Allow",
+                              rt->method == EVHTTP_REQ_GET ? "GET" : "POST");
+            char msg[96];
+            snprintf(msg, sizeof msg, "%s only accepts %s", rt->path, rt->method == EVHTTP_REQ_GET ? "GET" : "POST");
+            reply_error_msg(s, r, 405, "invalid_request_error", "method_not_allowed", msg);
+            return;
+        }
+        if (rt->auth && !authorized(s, r)) return;
+        if (rt->kind >= 0) handle_generate(s, r, (oai_kind)rt->kind);
+        else rt->fn(s, r);
+        return;
+    }
+    char msg[200];
+    snprintf(msg, sizeof msg, "no route %.120s", norm);
+    reply_error_msg(s, r, 404, "invalid_request_error", "not_found", msg);
+}
+
+/* ---- lifecycle ------------------------------------------------------------- */
+
+static void check_drained(server *s) {
+    if (s->draining && s->n_reqs == 0 && s->unflushed <= 0) event_base_loopexit(s->base, NULL);
+}
+
+static void on_grace_over(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    server *s = arg;
+    fprintf(stderr, "%s: grace period over with %d request(s) in flight; cancelling them\n",
+            ingot_model_desc.name, s->n_reqs);
+    event_base_loopexit(s->base, NULL);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg) {
+    (void)what;
+    server *s = arg;
+    if (s->draining) {
+        fprintf(stderr, "%s: second signal; exiting now\n", ingot_model_desc.name);
+        event_base_loopexit(s->base, NULL);
+        return;
+    }
+    s->draining = 1;
+    fprintf(stderr, "%s: %s received; no new connections, %d request(s) in flight, grace %.0f s\n",
+            ingot_model_desc.name, sig == SIGTERM ? "SIGTERM" : "SIGINT", s->n_reqs, s->cfg.grace);
+    if (s->listener) {
+        evhttp_del_accept_socket(s->http, s->listener);
+        s->listener = NULL;
+    }
+    struct timeval tv = {(time_t)s->cfg.grace, (suseconds_t)((s->cfg.grace - floor(s->cfg.grace)) * 1e6)};
+    s->grace_timer = evtimer_new(s->base, on_grace_over, s);
+    if (s->grace_timer) evtimer_add(s->grace_timer, &tv);
+    check_drained(s);
+}
+
+static int parse_num(const char *s, const char *what, double lo, double hi, int integer, double *out) {
+    char *end;
+    errno = 0;
+    const double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi || (integer && v != floor(v))) {
+        fprintf(stderr, "%s: error: %s must be %s in [%g, %g], got '%s'\n", ingot_model_desc.name, what,
+                integer ? "an integer" : "a number", lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* One option: its flag, its environment variable, and where it goes. */
+typedef struct {
+    const char *flag, *env;
+    double lo, hi;
+    int integer;
+    double *dst;
+} srv_numopt;
+
+static int parse_config(srv_config *c, int argc, char **argv) {
+    double port = 8080, kv_blocks = 0, kv_mem = 0, mbt = 0, running = 32, waiting = 1024, body = 4 << 20,
+           grace = 30;
+    const srv_numopt opts[] = {
+        {"--port", "INGOT_PORT", 0, 65535, 1, &port},
+        {"--kv-blocks", "INGOT_KV_BLOCKS", 1, 1 << 24, 1, &kv_blocks},
+        {"--kv-memory", "INGOT_KV_MEMORY", 1, 1 << 24, 0, &kv_mem},
+        {"--max-batch-tokens", "INGOT_MAX_BATCH_TOKENS", 1, 1 << 20, 1, &mbt},
+        {"--max-running", "INGOT_MAX_RUNNING", 1, 4096, 1, &running},
+        {"--max-waiting", "INGOT_MAX_WAITING", 1, 1 << 20, 1, &waiting},
+        {"--max-body", "INGOT_MAX_BODY", 1024, 1 << 30, 1, &body},
+        {"--grace", "INGOT_GRACE", 0, 86400, 0, &grace},
+    };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
+    snprintf(c->host, sizeof c->host, "127.0.0.1");
+    c->api_key = NULL;
+    c->prefix_cache = 1;
+    const char *v;
+    if ((v = getenv("INGOT_HOST")) && *v) snprintf(c->host, sizeof c->host, "%s", v);
+    if ((v = getenv("INGOT_API_KEY")) && *v) c->api_key = v;
+    if ((v = getenv("INGOT_PREFIX_CACHE")) && !strcmp(v, "0")) c->prefix_cache = 0;
+    for (int k = 0; k < n_opts; k++)
+        if ((v = getenv(opts[k].env)) && *v &&
+            parse_num(v, opts[k].env, opts[k].lo, opts[k].hi, opts[k].integer, opts[k].dst) != 0)
+            return -1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--no-prefix-cache")) {
+            c->prefix_cache = 0;
+            continue;
+        }
+        if (!strcmp(a, "--host") && val) {
+            snprintf(c->host, sizeof c->host, "%s", val);
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--api-key") && val) {
+            c->api_key = *val ? val : NULL;
+            i++;
+            continue;
+        }
+        int k = 0;
+        for (; k < n_opts; k++)
+            if (!strcmp(a, opts[k].flag)) break;
+        if (k == n_opts || !val) {
+            fprintf(stderr, "%s: error: serve: unknown option or missing value '%s'\n%s", ingot_model_desc.name, a,
+                    SRV_USAGE);
+            return -1;
+        }
+        if (!strcmp(a, "--kv-blocks")) kv_mem = 0; /* the last of the two wins */
+        if (!strcmp(a, "--kv-memory")) kv_blocks = 0;
+        if (parse_num(val, a, opts[k].lo, opts[k].hi, opts[k].integer, opts[k].dst) != 0) return -1;
+        i++;
+    }
+    c->port = (int)port;
+    c->kv_blocks = (int)kv_blocks;
+    c->kv_memory_mib = kv_mem;
+    c->max_batch_tokens = (int)mbt;
+    c->max_running = (int)running;
+    c->max_waiting = (int)waiting;
+    c->max_body = (long)body;
+    c->grace = grace;
+    return 0;
+}
+
+static void add_metrics(server *s) {
+    static const double latency[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+    static const double per_token[] = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.075, 0.1, 0.15,
+                                       0.25, 0.5, 1, 2.5};
+    met_registry *r = s->met;
+    const int nl = (int)(sizeof latency / sizeof latency[0]), nt = (int)(sizeof per_token / sizeof per_token[0]);
+    s->m_requests = met_add(r, MET_COUNTER, "ingot_http_requests_total", "HTTP requests answered, by status code (499: client went away first).", "code");
+    s->m_prompt_tokens = met_add(r, MET_COUNTER, "ingot_prompt_tokens_total", "Prompt tokens of finished generation requests.", NULL);
+    s->m_gen_tokens = met_add(r, MET_COUNTER, "ingot_generation_tokens_total", "Tokens generated for finished requests.", NULL);
+    s->m_cancelled = met_add(r, MET_COUNTER, "ingot_client_disconnects_total", "Generation requests whose client disconnected before the end.", NULL);
+    s->m_ttft = met_add_histogram(r, "ingot_time_to_first_token_seconds", "Time from request arrival to its first generated token.", latency, nl);
+    s->m_e2e = met_add_histogram(r, "ingot_e2e_request_latency_seconds", "Time from request arrival to its last token.", latency, nl);
+    s->m_tpot = met_add_histogram(r, "ingot_time_per_output_token_seconds", "Mean time between generated tokens, per request.", per_token, nt);
+    s->m_inflight = met_add(r, MET_GAUGE, "ingot_requests_in_flight", "Generation requests the server is handling.", NULL);
+    s->m_running = met_add(r, MET_GAUGE, "ingot_num_requests_running", "Sequences in the running batch.", NULL);
+    s->m_waiting = met_add(r, MET_GAUGE, "ingot_num_requests_waiting", "Sequences queued for admission (queue depth).", NULL);
+    s->m_kv_usage = met_add(r, MET_GAUGE, "ingot_kv_cache_usage_ratio", "Fraction of KV blocks in use.", NULL);
+    s->m_kv_used = met_add(r, MET_GAUGE, "ingot_kv_blocks_used", "KV blocks in use.", NULL);
+    s->m_kv_total = met_add(r, MET_GAUGE, "ingot_kv_blocks_capacity", "KV blocks in the pool.", NULL);
+    s->m_prefix_hit = met_add(r, MET_COUNTER, "ingot_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.", NULL);
+    s->m_prefix_lookup = met_add(r, MET_COUNTER, "ingot_prefix_cache_queried_tokens_total", "Prompt tokens looked up in the prefix cache.", NULL);
+    s->m_preempt = met_add(r, MET_COUNTER, "ingot_preemptions_total", "Sequences preempted for lack of KV blocks.", NULL);
+    s->m_steps = met_add(r, MET_COUNTER, "ingot_scheduler_steps_total", "Forward steps run by the scheduler.", NULL);
+    s->m_batch_tokens = met_add(r, MET_GAUGE, "ingot_batch_tokens", "Tokens in the last forward step.", NULL);
+    s->m_batch_seqs = met_add(r, MET_GAUGE, "ingot_batch_size", "Sequences in the last forward step.", NULL);
+    s->m_step_seconds = met_add(r, MET_GAUGE, "ingot_last_step_seconds", "Duration of the last scheduler step.", NULL);
+}
+
+int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, char **argv) {
+    const ingot_desc *d = &ingot_model_desc;
+    server *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    int rc = 1;
+    if (parse_config(&s->cfg, argc, argv) != 0) {
+        free(s);
+        return 2;
+    }
+    s->model = m;
+    s->tok = tok;
+    s->n_threads = n_threads;
+    s->t_start = now_s();
+    s->created = (long long)time(NULL);
+    s->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(now_s() * 1e9);
+    /* a client that vanishes mid-write must not kill the process */
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[1024];
+    s->chat = chat_load(ingot_model_weights(m), tok, err, sizeof err);
+    if (!s->chat) {
+        fprintf(stderr, "%s: error: %s\n", d->name, err);
+        goto out;
+    }
+    const size_t block_bytes = d->kv_bytes_per_token * INGOT_KV_BLOCK;
+    const int ctx_blocks = (d->max_ctx + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
+    int kv_blocks = s->cfg.kv_blocks;
+    if (!kv_blocks) {
+        /* default: 1 GiB, but always room for one full context */
+        const double mib = s->cfg.kv_memory_mib > 0 ? s->cfg.kv_memory_mib : 1024;
+        kv_blocks = (int)(mib * 1048576.0 / (double)block_bytes);
+        if (s->cfg.kv_memory_mib <= 0 && kv_blocks < ctx_blocks) kv_blocks = ctx_blocks;
+        if (kv_blocks < 1) kv_blocks = 1;
+    }
+    const int model_max = ingot_model_max_tokens(m);
+    int mbt = s->cfg.max_batch_tokens ? s->cfg.max_batch_tokens : model_max;
+    if (mbt > model_max) mbt = model_max;
+
+    if (evthread_use_pthreads() != 0) {
+        fprintf(stderr, "%s: error: libevent without pthreads support\n", d->name);
+        goto out;
+    }
+    s->base = event_base_new();
+    s->http = s->base ? evhttp_new(s->base) : NULL;
+    s->met = met_create();
+    if (!s->http || !s->met) {
+        fprintf(stderr, "%s: error: cannot create the event loop\n", d->name);
+        goto out;
+    }
+    add_metrics(s);
+    s->wake = event_new(s->base, -1, EV_PERSIST | EV_READ, on_wake, s);
+    s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s);
+    s->sig_int = evsignal_new(s->base, SIGINT, on_signal, s);
+    if (!s->wake || !s->sig_term || !s->sig_int) goto out;
+    event_add(s->sig_term, NULL);
+    event_add(s->sig_int, NULL);
+
+    evhttp_set_max_body_size(s->http, s->cfg.max_body);
+    evhttp_set_max_headers_size(s->http, 64 * 1024);
+    /* generations take long: the read/write timeout must not cut a slow reply */
+    evhttp_set_timeout(s->http, 3600);
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
+                                            EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(s->http, on_request, s);
+
+    s->listener = evhttp_bind_socket_with_handle(s->http, s->cfg.host, (ev_uint16_t)s->cfg.port);
+    if (!s->listener) {
+        fprintf(stderr, "%s: error: cannot listen on %s:%d: %s\n", d->name, s->cfg.host, s->cfg.port,
+                strerror(errno));
+        goto out;
+    }
+    int port = s->cfg.port;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(evhttp_bound_socket_get_fd(s->listener), (struct sockaddr *)&ss, &sl) == 0)
+        port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                              : ((struct sockaddr_in *)&ss)->sin_port);
+
+    sched_config sc = {.n_threads = n_threads, .kv_blocks = kv_blocks, .max_batch_tokens = mbt,
+                       .max_running = s->cfg.max_running, .prefix_cache = s->cfg.prefix_cache,
+                       .max_waiting = s->cfg.max_waiting, .eos_token = tok_eos(tok), .notify = srv_notify, .notify_user = s};
+    s->sched = sched_create(m, &sc, err, sizeof err);
+    if (!s->sched) {
+        fprintf(stderr, "%s: error: scheduler: %s\n", d->name, err);
+        goto out;
+    }
+    fprintf(stderr,
+            "%s serve:\n"
+            "  model             %s (%s, context %d, vocab %d)\n"
+            "  host, port        %s, %d\n"
+            "  api key           %s\n"
+            "  kv cache          %d blocks of %d tokens (%d tokens, %.1f MiB)\n"
+            "  max batch tokens  %d\n"
+            "  max running       %d\n"
+            "  max waiting       %d\n"
+            "  prefix cache      %s\n"
+            "  max body          %ld bytes\n"
+            "  grace             %g s\n"
+            "  threads           %d\n"
+            "  chat template     %s\n",
+            d->name, d->name, d->arch, d->max_ctx, d->vocab, s->cfg.host, port,
+            s->cfg.api_key ? "required" : "none", kv_blocks, INGOT_KV_BLOCK, kv_blocks * INGOT_KV_BLOCK,
+            (double)block_bytes * kv_blocks / 1048576.0, mbt, s->cfg.max_running, s->cfg.max_waiting,
+            s->cfg.prefix_cache ? "on" : "off", s->cfg.max_body, s->cfg.grace, n_threads, chat_source(s->chat));
+    fprintf(stderr, "%s: listening on http://%s:%d\n", d->name, s->cfg.host, port);
+    fflush(stderr);
+
+    event_base_dispatch(s->base);
+
+    fprintf(stderr, "%s: shutting down (%d request(s) unfinished)\n", d->name, s->n_reqs);
+    rc = 0;
+out:
+    /* the scheduler thread stops first, so notify can no longer touch the loop */
+    if (s->sched) sched_destroy(s->sched);
+    while (s->reqs) {
+        srv_req *q = s->reqs;
+        unwatch(q);
+        if (q->conn) evhttp_connection_set_closecb(q->conn, NULL, NULL);
+        for (int i = 0; i < q->n_choices; i++) q->choices[i].seq_done = 1;
+        q->http = NULL; /* evhttp_free below frees the requests of open connections */
+        req_free(s, q);
+    }
+    if (s->http) evhttp_free(s->http);
+    if (s->wake) event_free(s->wake);
+    if (s->sig_term) event_free(s->sig_term);
+    if (s->sig_int) event_free(s->sig_int);
+    if (s->grace_timer) event_free(s->grace_timer);
+    if (s->base) event_base_free(s->base);
+    met_free(s->met);
+    chat_free(s->chat);
+    free(s);
+    libevent_global_shutdown();
+    return rc;
+}

@@ -1,0 +1,29 @@
+/* server.h — the OpenAI-compatible HTTP server of a model binary (srv_ prefix).
+ *
+ *   NAME serve [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--kv-blocks N | --kv-memory MiB]
+ *              [--max-batch-tokens N] [--max-running N] [--max-waiting N] [--no-prefix-cache]
+ *              [--max-body BYTES] [--grace SECONDS]
+ *
+ * Each option also reads from the environment (INGOT_HOST, INGOT_PORT,
+ * INGOT_API_KEY, INGOT_KV_BLOCKS, INGOT_KV_MEMORY, INGOT_MAX_BATCH_TOKENS,
+ * INGOT_MAX_RUNNING, INGOT_MAX_WAITING, INGOT_PREFIX_CACHE=0,
+ * INGOT_MAX_BODY, INGOT_GRACE); the command line wins. --port 0 binds a free
+ * port; the "listening on" line names it.
+ */
+#ifndef INGOT_SERVER_H
+#define INGOT_SERVER_H
+
+#include "model_api.h"
+#include "tokenizer.h"
+
+#define SRV_USAGE                                                                                          \
+    "  serve [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--kv-blocks N | --kv-memory MiB]\n"        \
+    "        [--max-batch-tokens N] [--max-running N] [--max-waiting N] [--no-prefix-cache]\n"             \
+    "        [--max-body BYTES] [--grace SECONDS]   OpenAI-compatible HTTP server\n"
+
+/* Runs until SIGTERM/SIGINT and the grace period; returns the exit status
+ * (0 after a clean shutdown, 2 for bad options, 1 when it cannot start).
+ * argv: the options after "serve". The model and tokenizer stay the caller's. */
+int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, char **argv);
+
+#endif
