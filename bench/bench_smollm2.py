@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""Speed benchmark: ingot vs llama-cpp-python on SmolLM2-135M-Instruct (Q4_1 GGUF).
+
+Not a test: it never asserts on time, and nothing under tests/ uses it.
+
+In one run it measures prefill of a fixed P-token prompt (default 128) and
+greedy decode of G tokens (default 128), in tokens/s, at each thread count
+(default 1 and 2), for four engines on the same GGUF:
+
+  fused      ingot default build                  build/bench-smollm2/bench-smollm2
+  nofuse     ingot --no-fuse                      build/bench-smollm2-nofuse/...
+  a8         ingot --act-quant q8 (fused)         build/bench-smollm2-a8/...
+  llama.cpp  llama-cpp-python, n_threads = n_threads_batch = N
+
+ingot's figures are the binaries' own timings (`generate -p PROMPT -n G
+--ignore-eos --threads N` prints `prefill: ...` and `decode: ...` on stderr;
+model load is not included). ingot's decode rate is (G-1) forward steps over
+the time from the end of prefill to the last token (sampling and printing
+included), i.e. per forward step. llama.cpp is timed here with
+time.perf_counter: one eval() of the whole prompt (one batch), then G
+single-token evals, each followed by an argmax of the last logits (greedy);
+decode rate = G / time, also per forward step. llama.cpp computes logits only
+for the last prompt token, as ingot does.
+
+The prompt is built by repeating a text, tokenizing it with llama.cpp's
+tokenizer (no BOS: the GGUF's add_bos_token is false), cutting to P tokens and
+detokenizing; the script checks that both llama.cpp and ingot (`tokenize -p`)
+turn that text back into exactly P tokens (and reports whether the ids agree).
+
+Every (engine, threads) pair is warmed up once, then measured --reps times
+(default 3), reps interleaved across engines so that drifting load from other
+jobs hits all of them alike; the table shows the median. The machine (CPU,
+nproc, ISA flags) and the load average at start and end are printed: numbers
+are only comparable within one run.
+
+Run:  python3 bench/bench_smollm2.py [--threads 1,2] [--reps 3] [--quick]
+                                     [--no-build] [--model GGUF] [--json OUT]
+--quick: 1 rep, 32-token prompt, 32 decode tokens (a smoke run; the numbers
+are not the benchmark's).
+"""
+import argparse
+import ctypes
+import json
+import os
+import pathlib
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+INGOT_ENGINES = [
+    # (label, build name, extra ./ingot build flags)
+    ("ingot fused", "bench-smollm2", []),
+    ("ingot nofuse", "bench-smollm2-nofuse", ["--no-fuse"]),
+    ("ingot a8", "bench-smollm2-a8", ["--act-quant", "q8"]),
+]
+LLAMA = "llama.cpp"
+
+# Plain English prose, repeated and cut by tokens to the prompt length.
+BASE_TEXT = (
+    "The history of the lighthouse begins long before electric light. Early "
+    "keepers burned wood and coal in open fires on hilltops, and later in iron "
+    "baskets raised on towers, so that ships could find the harbour at night. "
+    "In the eighteenth century oil lamps with polished reflectors replaced the "
+    "fires, and in the nineteenth the Fresnel lens gathered the light of a "
+    "single flame into a beam that could be seen twenty miles out to sea. "
+)
+
+
+# --------------------------------------------------------------------------
+# llama-cpp-python
+# --------------------------------------------------------------------------
+
+def no_extra_buffer_types():
+    """Loads llama.cpp models with use_extra_bufts = False (plain CPU buffers).
+
+    Copied from tests/fixtures/make_smollm2_greedy.py (not imported, so that
+    this benchmark and the test fixtures stay independent). Why: the
+    llama-cpp-python 0.3.36 build here segfaults in ggml_backend_amx_mul_mat
+    on any batch of more than one token on an AMX-capable CPU (this one), so a
+    128-token prefill would crash. Llama() has no argument for this, so the
+    default model params are patched. The consequence for this benchmark:
+    llama.cpp runs its ordinary CPU kernels (AVX-512/VNNI), not its AMX or
+    repacked ones.
+    """
+    import llama_cpp.llama_cpp as C
+    orig = C.llama_model_default_params
+    if getattr(orig, "_ingot_patched", False):
+        return
+
+    def params():
+        p = orig()
+        p.use_extra_bufts = False
+        return p
+    params._ingot_patched = True
+    C.llama_model_default_params = params
+
+
+def load_llama(path, threads, n_ctx):
+    import llama_cpp
+    no_extra_buffer_types()
+    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512,
+                           n_threads=threads, n_threads_batch=threads,
+                           logits_all=False, seed=0, verbose=False)
+
+
+def llama_last_logits(llm):
+    """The logits of the last evaluated token (eval() keeps no copy when
+    logits_all is False), as a numpy view without copying."""
+    import llama_cpp
+    ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
+                                 shape=(llm.n_vocab(),))
+
+
+def run_llama(llm, prompt_ids, n_gen):
+    """(prefill tokens/s, decode tokens/s, generated ids) for one run."""
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(prompt_ids)
+    nxt = int(np.argmax(llama_last_logits(llm)))
+    t1 = time.perf_counter()
+    gen = [nxt]
+    for _ in range(n_gen):
+        llm.eval([nxt])
+        nxt = int(np.argmax(llama_last_logits(llm)))
+        gen.append(nxt)
+    t2 = time.perf_counter()
+    return len(prompt_ids) / (t1 - t0), n_gen / (t2 - t1), gen
+
+
+# --------------------------------------------------------------------------
+# ingot
+# --------------------------------------------------------------------------
+
+def ingot_bin(name):
+    return ROOT / "build" / name / name
+
+
+def build_ingot(gguf, name, flags):
+    """Builds build/NAME/NAME; returns None or the tail of the error output."""
+    cmd = [str(ROOT / "ingot"), "build", str(gguf), "--name", name, *flags]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0 or not ingot_bin(name).is_file():
+        tail = (r.stdout + r.stderr).strip().splitlines()[-6:]
+        return "\n".join(tail) or f"exit {r.returncode}"
+    return None
+
+
+RE_PREFILL = re.compile(r"^prefill:\s+(\d+) tokens in ([\d.]+) s \(([\d.]+) tokens/s\)", re.M)
+RE_DECODE = re.compile(r"^decode:\s+(\d+) tokens in ([\d.]+) s \(([\d.]+) tokens/s\)", re.M)
+
+
+def run_ingot(name, prompt, n_gen, threads):
+    """(prefill tokens/s, decode tokens/s, prompt token count) for one run,
+    as the binary prints them."""
+    cmd = [str(ingot_bin(name)), "--threads", str(threads), "generate", "-p", prompt,
+           "-n", str(n_gen), "--ignore-eos"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... failed ({r.returncode}): {r.stderr.strip()[-400:]}")
+    p = RE_PREFILL.search(r.stderr)
+    d = RE_DECODE.search(r.stderr)
+    if not p or not d:
+        raise RuntimeError(f"{name}: no prefill/decode timings in: {r.stderr.strip()[-400:]}")
+    if int(d.group(1)) != n_gen:
+        raise RuntimeError(f"{name}: generated {d.group(1)} tokens, expected {n_gen}")
+    return float(p.group(3)), float(d.group(3)), int(p.group(1))
+
+
+def ingot_tokenize(name, text):
+    r = subprocess.run([str(ingot_bin(name)), "tokenize", "-p", text],
+                       capture_output=True, text=True, check=True)
+    return [int(t) for t in r.stdout.split()]
+
+
+# --------------------------------------------------------------------------
+# prompt, machine
+# --------------------------------------------------------------------------
+
+def make_prompt(llm, n_tokens):
+    """A text that llama.cpp's tokenizer turns into exactly n_tokens tokens."""
+    text = BASE_TEXT * (n_tokens // 20 + 2)
+    ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+    assert len(ids) > n_tokens + 8
+    # Detokenize-then-retokenize can merge differently at the cut (e.g. a
+    # trailing space); try cuts near n_tokens until the round trip holds.
+    for k in [n_tokens] + [n_tokens + d for d in (1, -1, 2, -2, 3, -3, 4, -4)]:
+        cand = llm.detokenize(ids[:k]).decode("utf-8", "strict")
+        back = llm.tokenize(cand.encode(), add_bos=False, special=True)
+        if len(back) == n_tokens:
+            return cand, back
+    raise SystemExit(f"could not build a prompt of exactly {n_tokens} tokens")
+
+
+def machine_info():
+    cpu, flags = "?", set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and cpu == "?":
+                cpu = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni",
+                       "amx_tile", "amx_int8") if f in flags]
+    return {"cpu": cpu, "nproc": os.cpu_count(), "isa": isa,
+            "affinity": len(os.sched_getaffinity(0)), "kernel": platform.release()}
+
+
+def loadavg():
+    return "%.2f %.2f %.2f" % os.getloadavg()
+
+
+def git_rev():
+    try:
+        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                           capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return r.stdout.strip() + ("+dirty" if dirty else "")
+    except OSError:
+        return "?"
+
+
+def default_gguf():
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "fetch_smollm2.sh")],
+                         check=True, capture_output=True, text=True).stdout
+    return pathlib.Path(out.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------
+
+def fmt(x, w=9):
+    return f"{x:{w}.1f}" if x is not None else f"{'-':>{w}}"
+
+
+def ratio(a, b):
+    return f"{a / b:6.2f}x" if a and b else f"{'-':>7}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    ap.add_argument("--reps", type=int, default=3, help="measured runs per point (median; default 3)")
+    ap.add_argument("--quick", action="store_true", help="1 rep, 32-token prompt, 32 decode tokens")
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--model", type=pathlib.Path, help="the Q4_1 GGUF (default: scripts/fetch_smollm2.sh)")
+    ap.add_argument("--no-build", action="store_true", help="use the existing build/bench-smollm2* binaries")
+    ap.add_argument("--json", type=pathlib.Path, help="also write all raw figures here")
+    a = ap.parse_args()
+    if a.quick:
+        a.reps, a.prompt_tokens, a.gen_tokens = 1, 32, 32
+    threads = [int(t) for t in a.threads.split(",") if t.strip()]
+    P, G = a.prompt_tokens, a.gen_tokens
+
+    import llama_cpp
+    mi = machine_info()
+    la_start = loadavg()
+    print(f"machine:  {mi['cpu']}, nproc {mi['nproc']} (affinity {mi['affinity']}), "
+          f"{' '.join(mi['isa']) or 'no AVX2'}; kernel {mi['kernel']}")
+    print(f"load average at start: {la_start}   (other jobs share these cores: "
+          f"compare numbers only within one run)")
+    gguf = a.model or default_gguf()
+    print(f"model:    {gguf.name}   ingot {git_rev()}   llama-cpp-python {llama_cpp.__version__} "
+          f"(use_extra_bufts=False)")
+    print(f"work:     prefill {P} tokens, decode {G} tokens (greedy), threads {threads}, "
+          f"warm-up 1 + {a.reps} reps, median", flush=True)
+
+    # ---- builds
+    engines = []          # labels of ingot engines that built
+    failed = {}
+    for label, name, flags in INGOT_ENGINES:
+        if a.no_build:
+            err = None if ingot_bin(name).is_file() else f"{ingot_bin(name)} missing (--no-build)"
+        else:
+            t = time.perf_counter()
+            err = build_ingot(gguf, name, flags)
+            if not err:
+                print(f"built     build/{name}/{name} ({time.perf_counter() - t:.1f} s)", flush=True)
+        if err:
+            failed[label] = err
+            print(f"SKIPPED   {label}: build failed:\n    " + err.replace("\n", "\n    "), flush=True)
+        else:
+            engines.append((label, name))
+
+    # ---- llama.cpp contexts (one per thread count) and the prompt
+    llms = {t: load_llama(gguf, t, n_ctx=max(512, P + G + 8)) for t in threads}
+    prompt, prompt_ids = make_prompt(llms[threads[0]], P)
+    print(f"prompt:   {len(prompt)} chars -> {len(prompt_ids)} tokens (llama.cpp)", end="")
+    for label, name in engines[:1]:
+        ids = ingot_tokenize(name, prompt)
+        if len(ids) != P:
+            raise SystemExit(f"\ningot tokenizes the prompt to {len(ids)} tokens, not {P}")
+        print(f", {len(ids)} tokens (ingot), ids {'identical' if ids == prompt_ids else 'DIFFER'}",
+              end="")
+    print(flush=True)
+
+    # ---- measure
+    all_labels = [lab for lab, _ in engines] + [LLAMA]
+    raw = {(lab, t): {"prefill": [], "decode": []} for lab in all_labels for t in threads}
+
+    def one(label, name, t):
+        if label == LLAMA:
+            pf, dc, _ = run_llama(llms[t], prompt_ids, G)
+        else:
+            pf, dc, n = run_ingot(name, prompt, G, t)
+            if n != P:
+                raise RuntimeError(f"{label}: prefill saw {n} tokens, not {P}")
+        return pf, dc
+
+    points = [(lab, name, t) for t in threads for lab, name in engines + [(LLAMA, None)]]
+    t_start = time.perf_counter()
+    for lab, name, t in points:                       # warm-up
+        one(lab, name, t)
+    for rep in range(a.reps):
+        for lab, name, t in points:
+            pf, dc = one(lab, name, t)
+            raw[(lab, t)]["prefill"].append(pf)
+            raw[(lab, t)]["decode"].append(dc)
+        print(f"rep {rep + 1}/{a.reps} done ({time.perf_counter() - t_start:.0f} s, "
+              f"load {loadavg()})", flush=True)
+    la_end = loadavg()
+
+    med = {k: {m: statistics.median(v[m]) for m in v} for k, v in raw.items()}
+
+    # ---- report
+    print()
+    print(f"tokens/s, median of {a.reps} (min-max in brackets); prefill = {P}-token prompt, "
+          f"decode = {G} tokens")
+    print(f"{'engine':<14}{'thr':>4}  {'prefill':>9} {'':<15}  {'decode':>9} {'':<15}")
+    for t in threads:
+        for lab in [e[0] for e in INGOT_ENGINES] + [LLAMA]:
+            if lab in failed:
+                print(f"{lab:<14}{t:>4}  {'(build failed)':>9}")
+                continue
+            v = raw[(lab, t)]
+            m = med[(lab, t)]
+            rng = lambda xs: f"[{min(xs):.1f}-{max(xs):.1f}]"  # noqa: E731
+            print(f"{lab:<14}{t:>4}  {fmt(m['prefill'])} {rng(v['prefill']):<15}  "
+                  f"{fmt(m['decode'])} {rng(v['decode']):<15}")
+
+    def get(lab, t, m):
+        return med.get((lab, t), {}).get(m)
+
+    print()
+    print("ratios of medians (>1: the first is faster)")
+    print(f"{'':<28}{'thr':>4}  {'prefill':>8}  {'decode':>8}")
+    pairs = [("ingot fused", LLAMA), ("ingot nofuse", LLAMA), ("ingot a8", LLAMA),
+             ("ingot fused", "ingot nofuse"), ("ingot a8", "ingot fused")]
+    for t in threads:
+        for x, y in pairs:
+            name = f"{x.replace('ingot ', '')} / {y.replace('ingot ', '')}"
+            print(f"{name:<28}{t:>4}  {ratio(get(x, t, 'prefill'), get(y, t, 'prefill')):>8}  "
+                  f"{ratio(get(x, t, 'decode'), get(y, t, 'decode')):>8}")
+    if len(threads) > 1:
+        t0, t1 = threads[0], threads[-1]
+        print()
+        print(f"scaling {t1} threads / {t0} thread(s), by engine (prefill, decode):")
+        for lab in all_labels:
+            print(f"  {lab:<14}{ratio(get(lab, t1, 'prefill'), get(lab, t0, 'prefill')):>8}"
+                  f"{ratio(get(lab, t1, 'decode'), get(lab, t0, 'decode')):>8}")
+    print()
+    print(f"load average at start: {la_start}, at end: {la_end}; "
+          f"measuring took {time.perf_counter() - t_start:.0f} s")
+
+    if a.json:
+        a.json.write_text(json.dumps({
+            "machine": mi, "load_start": la_start, "load_end": la_end, "model": gguf.name,
+            "ingot_rev": git_rev(), "llama_cpp_python": llama_cpp.__version__,
+            "prompt_tokens": P, "gen_tokens": G, "reps": a.reps, "threads": threads,
+            "build_failed": failed,
+            "results": [{"engine": lab, "threads": t, **raw[(lab, t)],
+                         "median_prefill": med[(lab, t)]["prefill"],
+                         "median_decode": med[(lab, t)]["decode"]}
+                        for lab in all_labels for t in threads],
+        }, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
