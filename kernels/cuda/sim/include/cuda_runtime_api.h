@@ -1,0 +1,3 @@
+// cudasim shim: the CUDA header cuda_runtime_api.h maps to the simulator (see ../cudasim.h).
+#pragma once
+#include "../cudasim.h"
