@@ -140,6 +140,20 @@ static inline void kc_axpy(float a, const float *x, float *y, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* Full unrolling of the fixed-count register-tile loops below (so that the
+ * accumulator arrays live in registers), and kc_attend inlined into its one
+ * call site so that head_dim and group are constants there. */
+#if defined(__clang__)
+#define KC_OPS_UNROLL _Pragma("unroll")
+#define KC_OPS_INLINE static inline __attribute__((always_inline))
+#elif defined(__GNUC__)
+#define KC_OPS_UNROLL _Pragma("GCC unroll 16")
+#define KC_OPS_INLINE static inline __attribute__((always_inline))
+#else
+#define KC_OPS_UNROLL
+#define KC_OPS_INLINE static inline
+#endif
+
 #if defined(__AVX512F__)
 /* Horizontal sums of 16 vectors at once: lane j of the result is the sum of
  * v[j]'s 16 lanes. Four halving rounds, each pairing vectors with a shuffle
@@ -148,14 +162,14 @@ static inline void kc_axpy(float a, const float *x, float *y, int n) {
  *   unpack lo/hi: pairs (2i, 2i+1) -> per 128-bit lane [a b a b] partials,
  *   shuffle_ps 0x44/0xee: quads -> per 128-bit lane [v0 v1 v2 v3] partials,
  *   shuffle_f32x4 0x88/0xdd twice: the four 128-bit lanes summed into place. */
-static inline __m512 kc__hsum16x16(__m512 v[16]) {
+KC_OPS_INLINE __m512 kc__hsum16x16(__m512 v[16]) {
     __m512 a[8], b[4], c[2];
-    for (int i = 0; i < 8; i++)
+    KC_OPS_UNROLL for (int i = 0; i < 8; i++)
         a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-    for (int i = 0; i < 4; i++)
+    KC_OPS_UNROLL for (int i = 0; i < 4; i++)
         b[i] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0x44),
                              _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0xee));
-    for (int i = 0; i < 2; i++)
+    KC_OPS_UNROLL for (int i = 0; i < 2; i++)
         c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
                              _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xdd));
     return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xdd));
@@ -179,7 +193,7 @@ static inline __m512 kc__hsum16x16(__m512 v[16]) {
  *    the output is written once, then scaled by 1/sum (instead of an axpy
  *    per (position, head) that loads and stores the output every time).
  * Other shapes use the plain loops (kc_dot / kc_axpy). */
-static inline void kc_attend(const float *kv, int n_layers, int layer, int n_blocks, int kv_heads,
+KC_OPS_INLINE void kc_attend(const float *kv, int n_layers, int layer, int n_blocks, int kv_heads,
                              int block_size, int head_dim, const int32_t *block_table, int kv_head,
                              int group, int first, int pos, const float *q, float scale,
                              float softcap, float *scores, float *out) {
@@ -194,14 +208,14 @@ static inline void kc_attend(const float *kv, int n_layers, int layer, int n_blo
         int p = first;
         for (; p + 16 <= pos + 1; p += 16) {
             const float *kr[16];
-            for (int j = 0; j < 16; j++) kr[j] = KC_KROW(p + j);
+            KC_OPS_UNROLL for (int j = 0; j < 16; j++) kr[j] = KC_KROW(p + j);
             for (int g = 0; g < group; g++) {
                 const float *qg = q + (size_t)g * head_dim;
                 __m512 acc[16];
-                for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+                KC_OPS_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
                 for (int d = 0; d < HV; d++) {
                     const __m512 qv = _mm512_loadu_ps(qg + 16 * d);
-                    for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kr[j] + 16 * d), acc[j]);
+                    KC_OPS_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kr[j] + 16 * d), acc[j]);
                 }
                 _mm512_storeu_ps(scores + (size_t)g * n + (p - first),
                                  _mm512_mul_ps(kc__hsum16x16(acc), _mm512_set1_ps(scale)));
@@ -238,20 +252,22 @@ static inline void kc_attend(const float *kv, int n_layers, int layer, int n_blo
             for (int d0 = 0; d0 < HV; d0 += 4) {
                 const int DV = HV - d0 < 4 ? HV - d0 : 4;
                 __m512 acc[4][4];
-                for (int g = 0; g < 4; g++)
-                    for (int d = 0; d < 4; d++) acc[g][d] = _mm512_setzero_ps();
+                KC_OPS_UNROLL for (int g = 0; g < 4; g++) KC_OPS_UNROLL for (int d = 0; d < 4; d++) acc[g][d] =
+                    _mm512_setzero_ps();
                 for (int pp = first; pp <= pos; pp++) {
                     const float *v = v_base + KC_KROW(pp) + 16 * d0;
                     __m512 vv[4];
-                    for (int d = 0; d < DV; d++) vv[d] = _mm512_loadu_ps(v + 16 * d);
-                    for (int g = 0; g < G; g++) {
+                    KC_OPS_UNROLL for (int d = 0; d < 4; d++) vv[d] = d < DV ? _mm512_loadu_ps(v + 16 * d) : _mm512_setzero_ps();
+                    KC_OPS_UNROLL for (int g = 0; g < 4; g++) {
+                        if (g >= G) break;
                         const __m512 s = _mm512_set1_ps(scores[(size_t)(g0 + g) * n + (pp - first)]);
-                        for (int d = 0; d < DV; d++) acc[g][d] = _mm512_fmadd_ps(s, vv[d], acc[g][d]);
+                        KC_OPS_UNROLL for (int d = 0; d < 4; d++) if (d < DV) acc[g][d] = _mm512_fmadd_ps(s, vv[d], acc[g][d]);
                     }
                 }
-                for (int g = 0; g < G; g++) {
+                KC_OPS_UNROLL for (int g = 0; g < 4; g++) {
+                    if (g >= G) break;
                     const __m512 sc = _mm512_set1_ps(g0 + g < 64 ? inv[g0 + g] : 1.0f);
-                    for (int d = 0; d < DV; d++)
+                    KC_OPS_UNROLL for (int d = 0; d < 4; d++) if (d < DV)
                         _mm512_storeu_ps(out + (size_t)(g0 + g) * head_dim + 16 * (d0 + d), _mm512_mul_ps(acc[g][d], sc));
                 }
             }
