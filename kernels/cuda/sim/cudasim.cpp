@@ -411,7 +411,21 @@ void fiber_main() {
   abort();
 }
 
+void release_pool() {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (Fiber* f : g_pool) {
+    munmap(f->stack_lo - page, f->stack_size + page);
+    delete f;
+  }
+  g_pool.clear();
+}
+
 Fiber* new_fiber() {
+  static bool registered = false;
+  if (!registered) {
+    registered = true;
+    atexit(release_pool);
+  }
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t sz = (g_cfg.stack_bytes + page - 1) / page * page;
   void* m = mmap(nullptr, sz + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -942,11 +956,12 @@ int launch(const KernelCall& call, dim3 grid, dim3 block, size_t dyn_smem) {
     run_block((unsigned)(b % grid.x), (unsigned)((b / grid.x) % grid.y), (unsigned)(b / ((size_t)grid.x * grid.y)));
   }
   g_in_kernel = false;
-  g_call = nullptr;
   if (g_abort) g_stacks_dirty = true;
   check_guards();
+  std::string kname = kernel_name();
+  g_call = nullptr;
   if (g_launch_errors == 0) return cudaSuccess;
-  fprintf(stderr, "cudasim: kernel `%s`: %d error(s) detected\n", kernel_name().c_str(), g_launch_errors);
+  fprintf(stderr, "cudasim: kernel `%s`: %d error(s) detected\n", kname.c_str(), g_launch_errors);
   fflush(stderr);
   if (g_cfg.on_error == OnError::Abort) abort();
   if (g_cfg.on_error == OnError::Exit) { fflush(stdout); _exit(86); }

@@ -75,6 +75,9 @@
 #include <type_traits>
 #include <utility>
 
+// `#pragma unroll` is everywhere in CUDA code; g++ does not know it.
+#pragma GCC diagnostic ignored "-Wunknown-pragmas"  // GCC >= 13; older: -Wno-unknown-pragmas
+
 // ---------------------------------------------------------------- qualifiers
 #define __global__
 #define __device__
@@ -376,8 +379,19 @@ template <class T> static inline void __stwb(T* p, T v) { *p = v; }
 template <class T> static inline void __stwt(T* p, T v) { *p = v; }
 
 // -------------------------------------------------------------------- math
-// __expf, __logf, __sinf, __cosf, __powf, __sincosf, exp10f ... are glibc's own (GNU
-// extensions declared by <math.h>), with full-precision results.
+// CUDA's fast intrinsics, evaluated at full precision.  <math.h> (glibc)
+// already declares these names (noexcept) without exporting them, hence
+// `inline ... noexcept` definitions; sincosf and exp10f are glibc's own.
+inline float __expf(float x) noexcept { return std::exp(x); }
+inline float __exp10f(float x) noexcept { return std::pow(10.0f, x); }
+inline float __logf(float x) noexcept { return std::log(x); }
+inline float __log2f(float x) noexcept { return std::log2(x); }
+inline float __log10f(float x) noexcept { return std::log10(x); }
+inline float __sinf(float x) noexcept { return std::sin(x); }
+inline float __cosf(float x) noexcept { return std::cos(x); }
+inline float __tanf(float x) noexcept { return std::tan(x); }
+inline void __sincosf(float x, float* s, float* c) noexcept { *s = std::sin(x); *c = std::cos(x); }
+inline float __powf(float x, float y) noexcept { return std::pow(x, y); }
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 static inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 static inline float __fdividef(float x, float y) { return x / y; }

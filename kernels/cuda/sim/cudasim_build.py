@@ -36,7 +36,8 @@ HEADER = os.path.join(HERE, "cudasim.h")
 RUNTIME = os.path.join(HERE, "cudasim.cpp")
 SHIMS = os.path.join(HERE, "include")
 
-WARN = ["-Wall", "-Wextra", "-Werror"]
+# -Wno-unknown-pragmas: `#pragma unroll` (GCC < 13 ignores the diagnostic pragma in cudasim.h, PR53431).
+WARN = ["-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas"]
 BASE = ["-std=c++17", "-O1", "-g", "-DINGOT_CUDASIM=1", "-fno-omit-frame-pointer"]
 MODE_FLAGS = {
     "plain": ([], []),
