@@ -176,6 +176,29 @@ KC_OPS_INLINE __m512 kc__hsum16x16(__m512 v[16]) {
 }
 #endif
 
+#if defined(__AVX512F__)
+/* exp of 16 floats, within ~1 ulp of expf (the softmax needs 1e-5): x =
+ * n*ln2 + r with n = round(x/ln2) and a two-part ln2 (r exact to ~1 ulp),
+ * |r| <= ln2/2; e^r by its degree-7 Taylor polynomial (truncation error
+ * < 6e-9 relative); scalef applies 2^n (underflows cleanly to 0). */
+KC_OPS_INLINE __m512 kc__exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+#endif
+
 /* Causal attention of the `group` query heads that share one KV head, for
  * one token at position pos, over positions [first, pos] of its sequence
  * (first > 0 only for a sliding window). Each K and V row is loaded once for
@@ -236,8 +259,15 @@ KC_OPS_INLINE void kc_attend(const float *kv, int n_layers, int layer, int n_blo
             for (; i + 16 <= n; i += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(sc + i));
             float maxv = _mm512_reduce_max_ps(mv);
             for (; i < n; i++) maxv = sc[i] > maxv ? sc[i] : maxv;
-            float sum = 0.0f;
-            for (i = 0; i < n; i++) {
+            __m512 sv = _mm512_setzero_ps();
+            const __m512 mxv = _mm512_set1_ps(maxv);
+            for (i = 0; i + 16 <= n; i += 16) {
+                const __m512 e = kc__exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + i), mxv));
+                _mm512_storeu_ps(sc + i, e);
+                sv = _mm512_add_ps(sv, e);
+            }
+            float sum = _mm512_reduce_add_ps(sv);
+            for (; i < n; i++) {
                 sc[i] = expf(sc[i] - maxv);
                 sum += sc[i];
             }
