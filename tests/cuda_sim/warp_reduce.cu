@@ -56,6 +56,19 @@ __global__ void segment_sums(const int* in, int* out, int n) {
   if ((threadIdx.x & 7) == 0 && i < n) out[i / 8] = first;
 }
 
+// Warp-synchronous exchange through shared memory, ordered by __syncwarp().
+__global__ void rotate_lanes(const float* in, float* out) {
+  __shared__ float s[128];
+  const int t = threadIdx.x, lane = t & 31, i = blockIdx.x * blockDim.x + t;
+  s[t] = in[i];
+  __syncwarp();
+  const float v = s[(t & ~31) + ((lane + 1) & 31)];
+  __syncwarp();
+  s[t] = 2.0f * v;  // reuse after the second __syncwarp: no race either
+  __syncwarp();
+  out[i] = s[(t & ~31) + ((lane + 31) & 31)];
+}
+
 int main() {
   const int rows = 37, cols = 100;
   std::vector<float> h = random_floats((size_t)rows * cols, 7);
@@ -106,6 +119,19 @@ int main() {
   expect_eq_int("ballot popcount", pos.data(), wpos.data(), rows);
   expect_eq_int("any/all", flags.data(), wflags.data(), rows);
   expect_eq_int("width-8 segment sums", seg.data(), wseg.data(), n / 8);
+  {
+    std::vector<float> hr = random_floats(256, 21), gr(256), wr(256);
+    float *dri, *dro;
+    CHECK(cudaMalloc(&dri, 256 * sizeof(float)));
+    CHECK(cudaMalloc(&dro, 256 * sizeof(float)));
+    CHECK(cudaMemcpy(dri, hr.data(), 256 * sizeof(float), cudaMemcpyHostToDevice));
+    rotate_lanes<<<2, 128>>>(dri, dro);
+    CHECK(cudaMemcpy(gr.data(), dro, 256 * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 256; i++) wr[i] = 2.0f * hr[i];
+    expect_close("__syncwarp exchange", gr.data(), wr.data(), 256, 0.0f);
+    CHECK(cudaFree(dri));
+    CHECK(cudaFree(dro));
+  }
   std::printf("CHECKSUM %llx\n", checksum(sum.data(), rows * sizeof(float)));
   CHECK(cudaFree(d_x));
   CHECK(cudaFree(d_sum));

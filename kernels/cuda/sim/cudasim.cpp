@@ -269,6 +269,7 @@ std::string where(const void* pc) {
     char buf[1024];
     if (fgets(buf, sizeof buf, p)) {
       buf[strcspn(buf, "\n")] = 0;
+      if (char* d = strstr(buf, " (discriminator")) *d = 0;
       if (strncmp(buf, "??", 2) != 0) loc = buf;
     }
     pclose(p);
@@ -502,7 +503,8 @@ void race_report(const char* kind, const Acc& p, const Fiber* f, bool write, siz
          "    with no %s in between",
          kernel_name().c_str(), kind, what.c_str(), block_str().c_str(), tid_str(f->linear).c_str(),
          write ? "writes" : "reads", n, where(pc).c_str(), strstr(kind, "after-read") ? "read" : "write",
-         prev.c_str(), where(p.pc).c_str(), cross ? "grid-wide synchronisation (blocks are unordered)" : "__syncthreads()");
+         prev.c_str(), where(p.pc).c_str(), cross ? "grid-wide synchronisation (blocks are unordered)"
+               : "__syncthreads() (nor, within a warp, __syncwarp() or a warp intrinsic)");
 }
 
 void check_cells(Cell* cells, uintptr_t a, size_t n, bool write, const Fiber* f, const void* pc, bool shared) {

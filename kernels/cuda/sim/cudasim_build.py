@@ -135,7 +135,10 @@ def build(sources, out, mode="plain", extra=(), workdir=None):
     os.makedirs(workdir, exist_ok=True)
     rt_obj = os.path.join(workdir, "cudasim_rt_%s.o" % mode)
     rt_flags = BASE + WARN + (["-fsanitize=address"] if mode == "asan" else []) + ["-I", SHIMS]
-    _run(["g++"] + rt_flags + ["-c", RUNTIME, "-o", rt_obj])
+    newest = max(os.path.getmtime(p) for p in (RUNTIME, HEADER))
+    if not os.path.exists(rt_obj) or os.path.getmtime(rt_obj) < newest:
+        _run(["g++"] + rt_flags + ["-c", RUNTIME, "-o", rt_obj + ".tmp"])
+        os.replace(rt_obj + ".tmp", rt_obj)
     objs = []
     for src in sources:
         src = os.path.abspath(src)
