@@ -363,7 +363,7 @@ function emit.kernels(ctx, groups, final_node)
       end
       local mm, total = phase_matmul(ctx, s, "@NAME@_mm", grp)
       phases[#phases + 1] = mm
-      runs[#runs + 1] = string.format("tp_parallel_for(a->pool, %d, 16, @NAME@_mm, (void *)a);", total)
+      runs[#runs + 1] = string.format("tp_parallel_for(a->pool, %d, 32, @NAME@_mm, (void *)a);", total)
       if #grp.epilogue > 0 then
         phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_post", grp.epilogue)
         runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_post, (void *)a);"

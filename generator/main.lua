@@ -196,9 +196,17 @@ local function main(argv)
   local tmpl_path = script_dir .. "/../templates/cpu/model.c.in"
   local tmpl = util.read_file(tmpl_path) or util.die("cannot read " .. tmpl_path)
   local kv_layers = g.n_attn
+  -- KV older than the window is dead only if every layer has a window.
+  local kv_window
+  for _, n in ipairs(g.nodes) do
+    if n.op == "attention" then
+      local w = n.attrs.window or 0
+      if w <= 0 then kv_window = 0 elseif kv_window == nil or (kv_window > 0 and w > kv_window) then kv_window = w end
+    end
+  end
   local env = {
     _escape = "@", banner = banner, model_name = opts.name, c = c, arch = entry.name, rope = rope_params(g, d),
-    max_tokens = opts.max_tokens, n_kv_layers = kv_layers, plan = p,
+    max_tokens = opts.max_tokens, n_kv_layers = kv_layers, plan = p, kv_window = kv_window or 0,
     weights = weights, kernels = kernels, calls = calls, source_path = opts.source:gsub("\\", "\\\\"):gsub('"', '\\"'),
     format = cfg.format, fused = opts.fused and 1 or 0, dtype_summary = table.concat(summary, ", "),
     generator_id = VERSION .. " " .. input_hash, forward_lines = forward_lines,

@@ -238,6 +238,11 @@ static int cmd_logits(const cli_common *c, int argc, char **argv) {
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = (int)parse_long(argv[++i], "--chunk", 1, 1 << 20);
         else if (!strcmp(argv[i], "--decode")) chunk = 1;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+        else if (!strcmp(argv[i], "--routing-out") && i + 1 < argc) {
+            routing_out = fopen(argv[++i], "w");
+            if (!routing_out) die("cannot open --routing-out file");
+            ingot_moe_observer = write_routing;
+        }
         else die("logits: unknown option (see --help)");
     }
     if (!tokens_arg) die("logits needs --tokens");
@@ -550,7 +555,7 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
     }
     sched *s = sched_create(m, &cfg, err, sizeof err);
     if (!s) die(err);
-    uint64_t *ids = malloc(sizeof(uint64_t) * (size_t)n_req);
+    uint64_t *ids = calloc((size_t)n_req, sizeof(uint64_t));
     int32_t **out = calloc((size_t)n_req, sizeof *out);
     int *n_out = calloc((size_t)n_req, sizeof(int));
     sched_event *done = calloc((size_t)n_req, sizeof *done);
@@ -575,8 +580,9 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
             continue;
         }
         for (size_t k = 0; k < n; k++) {
-            const int i = (int)(evs[k].id - ids[0]); /* ids are consecutive in submission order */
-            if (i < 0 || i >= n_req || ids[i] != evs[k].id) continue;
+            int i = 0;
+            while (i < n_req && (finished[i] || ids[i] != evs[k].id)) i++;
+            if (i == n_req) continue;
             if (evs[k].kind == SCHED_EV_TOKEN) out[i][n_out[i]++] = evs[k].token;
             else {
                 done[i] = evs[k];

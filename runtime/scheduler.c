@@ -107,9 +107,11 @@ static void push_event(sched *s, const sched_event *ev) {
 size_t sched_poll(sched *s, sched_event *out, size_t cap) {
     pthread_mutex_lock(&s->mu);
     size_t n = s->n_events < cap ? s->n_events : cap;
-    memcpy(out, s->events, n * sizeof *out);
-    memmove(s->events, s->events + n, (s->n_events - n) * sizeof *out);
-    s->n_events -= n;
+    if (n > 0) {
+        memcpy(out, s->events, n * sizeof *out);
+        memmove(s->events, s->events + n, (s->n_events - n) * sizeof *out);
+        s->n_events -= n;
+    }
     pthread_mutex_unlock(&s->mu);
     return n;
 }
@@ -125,7 +127,8 @@ static void seq_free(sched_seq *q) {
 }
 
 static void release_blocks(sched *s, sched_seq *q) {
-    for (int i = 0; i < q->n_blocks; i++) kv_unref(s->blocks, q->blocks[i]);
+    for (int i = 0; i < q->n_blocks; i++)
+        if (q->blocks[i] >= 0) kv_unref(s->blocks, q->blocks[i]); /* -1: released out of the window */
     q->n_blocks = 0;
     q->n_computed = 0;
     q->n_published = 0;
@@ -203,9 +206,16 @@ int sched_submit(sched *s, const sched_request *r, uint64_t *id, char *err, size
     }
     long capacity = (long)r->n_prompt + r->max_tokens;
     if (capacity > s->max_ctx) capacity = s->max_ctx;
-    if (blocks_for(s, (int)capacity) > kv_total(s->blocks)) {
-        snprintf(err, errlen, "the request needs %d KV blocks; the pool has %d", blocks_for(s, (int)capacity),
-                 kv_total(s->blocks));
+    /* the most blocks it holds at once: all of them, or with a sliding
+     * window, its prompt (admitted whole) and then a window plus a step */
+    int need = blocks_for(s, (int)capacity);
+    if (ingot_model_desc.kv_window > 0) {
+        int windowed = blocks_for(s, ingot_model_desc.kv_window + s->cfg.max_batch_tokens) + 1;
+        if (windowed < blocks_for(s, (int)r->n_prompt)) windowed = blocks_for(s, (int)r->n_prompt);
+        if (windowed < need) need = windowed;
+    }
+    if (need > kv_total(s->blocks)) {
+        snprintf(err, errlen, "the request needs %d KV blocks; the pool has %d", need, kv_total(s->blocks));
         return -1;
     }
     sched_seq *q = calloc(1, sizeof *q);
@@ -276,9 +286,11 @@ static void intake(sched *s) {
     int n_cancels = s->n_cancels;
     uint64_t cancels[256];
     if (n_cancels > 256) n_cancels = 256;
-    memcpy(cancels, s->cancels, sizeof(uint64_t) * (size_t)n_cancels);
-    memmove(s->cancels, s->cancels + n_cancels, sizeof(uint64_t) * (size_t)(s->n_cancels - n_cancels));
-    s->n_cancels -= n_cancels;
+    if (n_cancels > 0) {
+        memcpy(cancels, s->cancels, sizeof(uint64_t) * (size_t)n_cancels);
+        memmove(s->cancels, s->cancels + n_cancels, sizeof(uint64_t) * (size_t)(s->n_cancels - n_cancels));
+        s->n_cancels -= n_cancels;
+    }
     pthread_mutex_unlock(&s->mu);
 
     while (in) {
@@ -372,6 +384,20 @@ static void preempt_newest(sched *s) {
     pthread_mutex_lock(&s->mu);
     s->stats.preemptions++;
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Sliding-window models: blocks that no future query can see (every
+ * position < n_computed - window + 1) go back to the pool, so a sequence's
+ * memory is bounded by the window, not its length. */
+static void release_out_of_window(sched *s, sched_seq *q) {
+    const int window = ingot_model_desc.kv_window;
+    if (window <= 0) return;
+    const int first_visible = q->n_computed - window + 1;
+    for (int i = 0; i < q->n_blocks && (i + 1) * s->block <= first_visible; i++) {
+        if (q->blocks[i] < 0) continue;
+        kv_unref(s->blocks, q->blocks[i]);
+        q->blocks[i] = -1;
+    }
 }
 
 /* Publishes the sequence's newly full, computed blocks to the prefix cache. */
@@ -501,6 +527,7 @@ static int step(sched *s) {
         }
         q->n_computed += s->b_count[j];
         publish_blocks(s, q);
+        release_out_of_window(s, q);
         if (q->n_computed != q->n_tokens) continue;
         float *lg = s->logits + (size_t)row++ * s->vocab;
         int i_run = 0;

@@ -114,3 +114,16 @@ def test_batch_invariance_smollm2(tmp_path, built):
     alone = solo(binary, reqs, tmp_path)
     for i, (t, a) in enumerate(zip(together, alone)):
         assert t["tokens"] == a, f"request {i} differs when batched"
+
+
+def test_sliding_window_bounds_kv_memory(tmp_path, built):
+    """Mistral with a 16-token window: a 220-token generation runs in a pool
+    of 5 blocks (80 tokens) because blocks that fall out of the window are
+    released, and it returns what a roomy pool returns."""
+    from modelbuild import FIXTURES
+    binary = build(FIXTURES / "families" / "mistral_4h2kv_sw16", "f-mistral_4h2kv_sw16")
+    reqs = [{"prompt": [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26], "max_tokens": 220, "ignore_eos": True}]
+    small, _ = run_batch(binary, reqs, "--kv-blocks", "5", "--max-batch-tokens", "16", tmp_path=tmp_path)
+    roomy, _ = run_batch(binary, reqs, "--kv-blocks", "64", tmp_path=tmp_path)
+    assert small[0]["finish"] == "length" and len(small[0]["tokens"]) == 220
+    assert small[0]["tokens"] == roomy[0]["tokens"]

@@ -118,12 +118,30 @@ static int model_check_batch(const ingot_kv *kv, const ingot_batch *b, const tp_
         snprintf(err, errlen, "no KV pool");
         return -1;
     }
+    if (b->n_seqs < 1 || b->n_seqs > b->n_tokens) {
+        snprintf(err, errlen, "batch of %d sequences for %d tokens", b->n_seqs, b->n_tokens);
+        return -1;
+    }
+    /* The first position of each sequence in the step (its tokens are
+     * contiguous and in order): with a sliding window, blocks wholly before
+     * that position's window may have been released. */
+    int first_pos[b->n_seqs];
+    for (int s = 0; s < b->n_seqs; s++) first_pos[s] = -1;
+    for (int i = 0; i < b->n_tokens; i++) {
+        if (b->seq[i] < 0 || b->seq[i] >= b->n_seqs) {
+            snprintf(err, errlen, "token %d: sequence %d out of range", i, b->seq[i]);
+            return -1;
+        }
+        if (first_pos[b->seq[i]] < 0) first_pos[b->seq[i]] = b->pos[i];
+    }
     for (int s = 0; s < b->n_seqs; s++) {
         if (b->seq_len[s] < 0 || b->seq_len[s] > MAX_CTX) {
             snprintf(err, errlen, "sequence %d: length %d beyond the context (%d)", s, b->seq_len[s], MAX_CTX);
             return -1;
         }
-        for (int i = 0; i < (b->seq_len[s] + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK; i++) {
+        int first_block = 0;
+        if (KV_WINDOW > 0 && first_pos[s] > KV_WINDOW - 1) first_block = (first_pos[s] - (KV_WINDOW - 1)) / INGOT_KV_BLOCK;
+        for (int i = first_block; i < (b->seq_len[s] + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK; i++) {
             if (b->block_tables[s][i] < 0 || b->block_tables[s][i] >= kv->n_blocks) {
                 snprintf(err, errlen, "sequence %d: block %d out of the pool", s, b->block_tables[s][i]);
                 return -1;
