@@ -1,0 +1,118 @@
+// common.cuh — shared device helpers of ingot's CUDA kernels: weight dtypes and GGUF block layouts, fp16/bf16 decode, vector loads, warp/block reductions, paged-KV addressing.
+//
+// Self-contained on purpose (no includes): every kernel header compiles with nvcc, with NVRTC
+// (no system headers there) and with cudasim (g++). Only CUDA built-ins are used.
+#pragma once
+
+// Weight element types; the values are runtime/dtype.h's ingot_dtype.
+enum { IG_F32 = 0, IG_F16 = 1, IG_BF16 = 2, IG_Q8_0 = 3, IG_Q4_0 = 4, IG_Q4_1 = 5 };
+
+// GGUF blocks of 32 elements (byte-identical to runtime/dtype.h):
+//   Q8_0 34 B: f16 d, int8 q[32]              x = d*q
+//   Q4_0 18 B: f16 d, 16 B nibbles            x = d*(q-8)
+//   Q4_1 20 B: f16 d, f16 m, 16 B nibbles     x = d*q + m
+// Nibbles: byte j holds element j (low nibble) and element j+16 (high nibble).
+// Blocks are only 2-byte (Q8_0, Q4_0) or 4-byte (Q4_1) aligned inside a row.
+#define IG_QBLOCK 32
+#define IG_KV_BLOCK 16 // tokens per paged-KV block (INGOT_KV_BLOCK)
+
+template <int DT> struct ig_dtype_info;
+template <> struct ig_dtype_info<IG_F32> { static constexpr int elems = 1, bytes = 4; };
+template <> struct ig_dtype_info<IG_F16> { static constexpr int elems = 1, bytes = 2; };
+template <> struct ig_dtype_info<IG_BF16> { static constexpr int elems = 1, bytes = 2; };
+template <> struct ig_dtype_info<IG_Q8_0> { static constexpr int elems = 32, bytes = 34; };
+template <> struct ig_dtype_info<IG_Q4_0> { static constexpr int elems = 32, bytes = 18; };
+template <> struct ig_dtype_info<IG_Q4_1> { static constexpr int elems = 32, bytes = 20; };
+
+// Bytes of a row of n elements of type DT (n a multiple of the block size).
+template <int DT> __host__ __device__ constexpr long long ig_row_bytes(long long n) {
+  return n / ig_dtype_info<DT>::elems * ig_dtype_info<DT>::bytes;
+}
+
+// 16-byte vectors for 128-bit loads (the simulator has no float4/uint4; these work everywhere).
+struct alignas(16) ig_f4 { float x, y, z, w; };
+struct alignas(8) ig_f2 { float x, y; };
+struct alignas(16) ig_u4 { unsigned x, y, z, w; };
+
+__device__ __forceinline__ float ig_neg_inf() { return __int_as_float(0xff800000); }
+
+// IEEE binary16 -> binary32 (exact): one cvt on the GPU; bit rebuild elsewhere.
+__device__ __forceinline__ float ig_f16_to_f32(unsigned short h) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+#else
+  const unsigned sign = (unsigned)(h & 0x8000u) << 16, ex = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (ex == 0) return __uint_as_float(__float_as_uint((float)man * 5.9604644775390625e-8f) | sign);
+  if (ex == 31) return __uint_as_float(sign | 0x7f800000u | (man << 13));
+  return __uint_as_float(sign | ((ex + 112u) << 23) | (man << 13));
+#endif
+}
+__device__ __forceinline__ float ig_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+// Unaligned-safe small loads from a byte pointer (p must be aligned to the type's size).
+__device__ __forceinline__ unsigned short ig_ld_u16(const unsigned char* p) {
+  return *reinterpret_cast<const unsigned short*>(p);
+}
+__device__ __forceinline__ unsigned ig_ld_u32(const unsigned char* p) { return *reinterpret_cast<const unsigned*>(p); }
+
+// E consecutive floats at p into r (p aligned to 16 B when E % 4 == 0, 8 B when E % 2 == 0).
+template <int E> __device__ __forceinline__ void ig_load_f(const float* p, float (&r)[E]) {
+  if constexpr (E % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < E; i += 4) {
+      const ig_f4 v = *reinterpret_cast<const ig_f4*>(p + i);
+      r[i] = v.x; r[i + 1] = v.y; r[i + 2] = v.z; r[i + 3] = v.w;
+    }
+  } else if constexpr (E % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < E; i += 2) {
+      const ig_f2 v = *reinterpret_cast<const ig_f2*>(p + i);
+      r[i] = v.x; r[i + 1] = v.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < E; i++) r[i] = p[i];
+  }
+}
+
+__device__ __forceinline__ float ig_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float ig_warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the NT threads of a block (NT a multiple of 32, <= 1024); every thread gets the
+// result. scratch: __shared__ float[32] of the caller. Contains two __syncthreads: all
+// threads of the block must call it.
+template <int NT> __device__ __forceinline__ float ig_block_sum(float v, float* scratch) {
+  static_assert(NT % 32 == 0 && NT <= 1024, "block size");
+  constexpr int NW = NT / 32;
+  v = ig_warp_sum(v);
+  if (NW == 1) return v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < NW ? scratch[lane] : 0.0f;
+  t = ig_warp_sum(t);
+  __syncthreads(); // scratch may be reused by the caller's next reduction
+  return t;
+}
+
+// Paged KV pool (f32), per layer [block][kv_head][slot][head_dim]; K for all layers, then V:
+//   K(layer, block, h, slot) = kv + ((layer*n_blocks + block)*KVH + h)*IG_KV_BLOCK*HD + slot*HD
+//   V(...)                   = K(...) + n_layers*n_blocks*KVH*IG_KV_BLOCK*HD
+// A sequence's position p lives in block block_tables[seq*bt_stride + p/IG_KV_BLOCK], slot p%IG_KV_BLOCK.
+template <int KVH, int HD>
+__device__ __forceinline__ long long ig_kv_row(int layer, int n_blocks, int block, int h, int slot) {
+  return ((((long long)layer * n_blocks + block) * KVH + h) * IG_KV_BLOCK + slot) * (long long)HD;
+}
+template <int KVH, int HD> __device__ __forceinline__ long long ig_kv_v_base(int n_layers, int n_blocks) {
+  return (long long)n_layers * n_blocks * KVH * IG_KV_BLOCK * HD;
+}

@@ -1,0 +1,121 @@
+// gemv_q.cuh — weight-only GEMV / small-batch GEMM: Y[t][r] (+)= sum_k dequant(W[r][k]) * X[t][k] (+ bias[r]) for T <= 8 tokens, W in f32/f16/bf16/Q8_0/Q4_0/Q4_1.
+//
+// gemv_q_kernel<DT, IN, TMAX = 1, WARPS = 4>
+//   grid  = ceil(OUT / WARPS), block = WARPS*32: one warp per output row r.
+//   W     row-major [OUT][IN] in DT's layout (GGUF blocks for Q types, IN % 32 == 0; IN % 8 == 0 for floats),
+//         16-byte aligned base for f32/f16/bf16.
+//   X     n_tok <= TMAX rows of IN floats at X + t*ldx; 16-byte aligned rows (ldx % 4 == 0).
+//   Y     Y[t*ldy + r] = (accumulate ? Y : 0) + dot + (bias ? bias[r] : 0).
+// Work split: a row is IN/8 "slices" of 8 weights; lane l takes slices l, l+32, ... A slice of a
+// quantized block is a quarter of it: Q8_0 bytes 8j..8j+7 (elements 8j..8j+7, four 2-byte loads:
+// the 34-byte blocks are only 2-byte aligned), Q4_0/Q4_1 nibble bytes 4j..4j+3 (elements 4j..4j+3
+// and 16+4j..16+4j+3; one 4-byte load for Q4_1, two 2-byte loads for Q4_0), plus the block's f16
+// scale (and min). Consecutive lanes read consecutive slices, so a warp's loads cover contiguous
+// bytes of the row (coalesced); f16/bf16 slices are one 16-byte load, f32 two. Weights are
+// dequantized in registers, never stored; each is used for all n_tok tokens (X comes from L1/L2),
+// and the per-token partial sums are reduced with warp shuffles at the end.
+#pragma once
+#include "common.cuh"
+
+// The 8 weights of slice s of a row (row = the row's first byte) and the X offsets of its two
+// groups of 4 consecutive elements (w[0..3] pair with X[x0..x0+3], w[4..7] with X[x1..x1+3]).
+template <int DT>
+__device__ __forceinline__ void ig_gemv_slice(const unsigned char* __restrict__ row, int s, float (&w)[8], int& x0,
+                                              int& x1) {
+  if constexpr (DT == IG_F32) {
+    const ig_f4 a = reinterpret_cast<const ig_f4*>(row)[2 * s], b = reinterpret_cast<const ig_f4*>(row)[2 * s + 1];
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w; w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+    x0 = 8 * s, x1 = 8 * s + 4;
+  } else if constexpr (DT == IG_F16 || DT == IG_BF16) {
+    const ig_u4 v = reinterpret_cast<const ig_u4*>(row)[s];
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      if constexpr (DT == IG_F16) {
+        w[2 * i] = ig_f16_to_f32((unsigned short)(u[i] & 0xffffu));
+        w[2 * i + 1] = ig_f16_to_f32((unsigned short)(u[i] >> 16));
+      } else {
+        w[2 * i] = __uint_as_float(u[i] << 16);
+        w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+      }
+    }
+    x0 = 8 * s, x1 = 8 * s + 4;
+  } else {
+    const int b = s >> 2, j = s & 3;
+    const unsigned char* blk = row + b * ig_dtype_info<DT>::bytes;
+    const float d = ig_f16_to_f32(ig_ld_u16(blk));
+    if constexpr (DT == IG_Q8_0) {
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const unsigned short q2 = ig_ld_u16(blk + 2 + 8 * j + 2 * i);
+        w[2 * i] = d * (float)(signed char)(q2 & 0xffu);
+        w[2 * i + 1] = d * (float)(signed char)(q2 >> 8);
+      }
+      x0 = 32 * b + 8 * j, x1 = x0 + 4;
+    } else {
+      unsigned q4; // 4 nibble bytes: elements 4j..4j+3 (low nibbles), 16+4j.. (high nibbles)
+      float c;     // w = d*q + c
+      if constexpr (DT == IG_Q4_0) {
+        q4 = (unsigned)ig_ld_u16(blk + 2 + 4 * j) | ((unsigned)ig_ld_u16(blk + 4 + 4 * j) << 16);
+        c = -8.0f * d;
+      } else {
+        q4 = ig_ld_u32(blk + 4 + 4 * j);
+        c = ig_f16_to_f32(ig_ld_u16(blk + 2));
+      }
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        w[i] = fmaf((float)((q4 >> (8 * i)) & 15u), d, c);
+        w[4 + i] = fmaf((float)((q4 >> (8 * i + 4)) & 15u), d, c);
+      }
+      x0 = 32 * b + 4 * j, x1 = x0 + 16;
+    }
+  }
+}
+
+template <int DT, int IN, int TMAX = 1, int WARPS = 4>
+__global__ void __launch_bounds__(WARPS * 32)
+gemv_q_kernel(const void* __restrict__ W, const float* __restrict__ X, int ldx, float* Y, int ldy, int OUT, int n_tok,
+              const float* __restrict__ bias, int accumulate) {
+  static_assert(TMAX >= 1 && TMAX <= 8, "small batch only (prefill uses a tiled GEMM)");
+  static_assert(IN % (ig_dtype_info<DT>::elems == 1 ? 8 : 32) == 0, "row length");
+  constexpr int NS = IN / 8; // slices per row
+  const int lane = threadIdx.x & 31;
+  const int r = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (r >= OUT) return; // whole warp: no block-level synchronization below
+  const unsigned char* row = static_cast<const unsigned char*>(W) + (long long)r * ig_row_bytes<DT>(IN);
+  float acc[TMAX];
+#pragma unroll
+  for (int t = 0; t < TMAX; t++) acc[t] = 0.0f;
+#pragma unroll 2
+  for (int s = lane; s < NS; s += 32) {
+    float w[8];
+    int x0, x1;
+    ig_gemv_slice<DT>(row, s, w, x0, x1);
+#pragma unroll
+    for (int t = 0; t < TMAX; t++) {
+      if (t < n_tok) {
+        float xa[4], xb[4];
+        ig_load_f<4>(X + (long long)t * ldx + x0, xa);
+        ig_load_f<4>(X + (long long)t * ldx + x1, xb);
+        float a = acc[t];
+#pragma unroll
+        for (int i = 0; i < 4; i++) a = fmaf(w[i], xa[i], a);
+#pragma unroll
+        for (int i = 0; i < 4; i++) a = fmaf(w[4 + i], xb[i], a);
+        acc[t] = a;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < TMAX; t++) acc[t] = ig_warp_sum(acc[t]);
+  if (lane == 0) {
+    const float b = bias ? bias[r] : 0.0f;
+#pragma unroll
+    for (int t = 0; t < TMAX; t++) {
+      if (t < n_tok) {
+        float* y = Y + (long long)t * ldy + r;
+        *y = (accumulate ? *y : 0.0f) + acc[t] + b;
+      }
+    }
+  }
+}

@@ -1,0 +1,160 @@
+// harness.h — host helpers of the CUDA kernel tests (tests/cuda_kernels/t_*.cu): inputs, GGUF-block
+// builders, device buffers, comparison with the CPU kernels of kernels/cpu/, checksums.
+// The programs are built by cudasim (kernels/cuda/sim/cudasim_build.py) with -I kernels/cpu -I runtime.
+#pragma once
+#include <cuda_runtime.h>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+extern "C++" {
+#include "kc_matmul.h"
+#include "kc_ops.h"
+}
+
+#define CHECK(x)                                                                                   \
+  do {                                                                                             \
+    cudaError_t err_ = (x);                                                                        \
+    if (err_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_));   \
+      std::exit(2);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+static int g_failures = 0, g_checks = 0;
+static unsigned long long g_hash = 1469598103934665603ull; // FNV-1a over every result checked
+
+static inline void hash_bytes(const void* p, size_t n) {
+  const unsigned char* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; i++) g_hash = (g_hash ^ b[i]) * 1099511628211ull;
+}
+
+static inline std::vector<float> rnd(size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
+  std::vector<float> v(n);
+  unsigned s = seed * 2654435761u + 12345u;
+  for (size_t i = 0; i < n; i++) {
+    s = s * 1664525u + 1013904223u;
+    v[i] = lo + (hi - lo) * (float)(s >> 8) / 16777216.0f;
+  }
+  return v;
+}
+static inline unsigned rnd_u32(unsigned& s) { s = s * 1664525u + 1013904223u; return s >> 8; }
+
+// f32 -> IEEE half, round to nearest even (normal range; the tests use moderate values).
+static inline uint16_t f2h(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const int e = (int)((x >> 23) & 255) - 127 + 15;
+  const uint32_t m = x & 0x7fffffu;
+  if ((x & 0x7fffffffu) == 0) return (uint16_t)sign;
+  if (e < 1 || e > 30) { std::fprintf(stderr, "f2h: %g out of the normal half range\n", f); std::exit(2); }
+  uint32_t h = ((uint32_t)e << 10) | (m >> 13);
+  const uint32_t rem = m & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return (uint16_t)(sign | h);
+}
+static inline uint16_t f2bf(float f) { // round to nearest even
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// A [rows][n] matrix of dtype dt (ingot_dtype values) with random contents, as raw bytes.
+static inline std::vector<unsigned char> rnd_matrix(int dt, int rows, int n, unsigned seed) {
+  size_t rb = 0;
+  switch (dt) {
+    case INGOT_F32: rb = 4u * n; break;
+    case INGOT_F16: case INGOT_BF16: rb = 2u * n; break;
+    case INGOT_Q8_0: rb = n / 32 * sizeof(block_q8_0); break;
+    case INGOT_Q4_0: rb = n / 32 * sizeof(block_q4_0); break;
+    case INGOT_Q4_1: rb = n / 32 * sizeof(block_q4_1); break;
+  }
+  std::vector<unsigned char> m(rb * rows);
+  unsigned s = seed * 747796405u + 1u;
+  const std::vector<float> f = rnd((size_t)rows * n, seed);
+  for (int r = 0; r < rows; r++) {
+    unsigned char* row = m.data() + rb * r;
+    if (dt == INGOT_F32) std::memcpy(row, f.data() + (size_t)r * n, rb);
+    else if (dt == INGOT_F16 || dt == INGOT_BF16)
+      for (int k = 0; k < n; k++) {
+        const uint16_t h = dt == INGOT_F16 ? f2h(f[(size_t)r * n + k]) : f2bf(f[(size_t)r * n + k]);
+        std::memcpy(row + 2 * k, &h, 2);
+      }
+    else
+      for (int b = 0; b < n / 32; b++) {
+        const uint16_t d = f2h((float)(1 + rnd_u32(s) % 64) / 1024.0f), mn = f2h(-(float)(rnd_u32(s) % 64) / 256.0f);
+        if (dt == INGOT_Q8_0) {
+          block_q8_0 q;
+          q.d = d;
+          for (int k = 0; k < 32; k++) q.qs[k] = (int8_t)((int)(rnd_u32(s) % 255) - 127);
+          std::memcpy(row + b * sizeof q, &q, sizeof q);
+        } else if (dt == INGOT_Q4_0) {
+          block_q4_0 q;
+          q.d = d;
+          for (int k = 0; k < 16; k++) q.qs[k] = (uint8_t)rnd_u32(s);
+          std::memcpy(row + b * sizeof q, &q, sizeof q);
+        } else {
+          block_q4_1 q;
+          q.d = d;
+          q.m = mn;
+          for (int k = 0; k < 16; k++) q.qs[k] = (uint8_t)rnd_u32(s);
+          std::memcpy(row + b * sizeof q, &q, sizeof q);
+        }
+      }
+  }
+  return m;
+}
+
+// Device copy of a host vector (freed at exit: the tests are short programs).
+template <class T> static inline T* to_dev(const std::vector<T>& h) {
+  T* d = nullptr;
+  CHECK(cudaMalloc(&d, h.size() * sizeof(T) + 1)); // +1: never a zero-sized allocation
+  if (!h.empty()) CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+template <class T> static inline std::vector<T> from_dev(const T* d, size_t n) {
+  std::vector<T> h(n);
+  CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// |got - want| <= tol * (1 + |want|) elementwise; reports the worst element.
+static inline void expect_close(const char* what, const float* got, const float* want, size_t n, float tol) {
+  g_checks++;
+  hash_bytes(got, n * sizeof(float));
+  double worst = 0.0;
+  size_t wi = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = std::fabs((double)got[i] - want[i]) / (1.0 + std::fabs(want[i]));
+    if (!(d <= worst)) worst = d, wi = i; // NaN counts as worst
+  }
+  if (!(worst <= tol)) {
+    std::printf("MISMATCH %s[%zu]: got %.9g want %.9g (rel err %.3g > %.1g)\n", what, wi, (double)got[wi],
+                (double)want[wi], worst, (double)tol);
+    g_failures++;
+  } else {
+    std::printf("ok %s (%zu values, max rel err %.2g)\n", what, n, worst);
+  }
+}
+static inline void expect_eq(const char* what, const int* got, const int* want, size_t n) {
+  g_checks++;
+  hash_bytes(got, n * sizeof(int));
+  for (size_t i = 0; i < n; i++)
+    if (got[i] != want[i]) {
+      std::printf("MISMATCH %s[%zu]: got %d want %d\n", what, i, got[i], want[i]);
+      g_failures++;
+      return;
+    }
+  std::printf("ok %s (%zu values)\n", what, n);
+}
+
+static inline int finish() {
+  CHECK(cudaDeviceSynchronize());
+  std::printf("CHECKSUM %016llx\n", g_hash);
+  std::printf("%s: %d checks, %d failures\n", g_failures ? "FAIL" : "PASS", g_checks, g_failures);
+  return g_failures ? 1 : 0;
+}
