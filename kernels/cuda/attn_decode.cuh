@@ -21,7 +21,7 @@
 #include "common.cuh"
 
 template <int HD, int GROUP, int KVH, int NW = 4>
-__global__ void __launch_bounds__(NW * 32)
+__global__ void __launch_bounds__(NW * 32, 1) // min 1 block/SM: lets ptxas keep the per-row state in registers (sm_90 otherwise caps at 64 and spills)
 attn_decode_kernel(const float* __restrict__ q, int ldq, const float* __restrict__ kv, int n_layers, int layer,
                    int n_blocks, const int* __restrict__ block_tables, int bt_stride, const int* __restrict__ pos,
                    int window, float scale, float softcap, int chunk, float* __restrict__ out, int ldo,

@@ -20,10 +20,10 @@
 #include "common.cuh"
 
 template <int HD, int GROUP, int BQ, int BK = 32>
-constexpr int attn_prefill_smem_bytes() { return (BQ * GROUP * HD + BK * (HD + 1) + BK * HD) * 4; }
+__host__ __device__ constexpr int attn_prefill_smem_bytes() { return (BQ * GROUP * HD + BK * (HD + 1) + BK * HD) * 4; }
 
 template <int HD, int GROUP, int KVH, int BQ, int BK = 32, int NW = 4>
-__global__ void __launch_bounds__(NW * 32)
+__global__ void __launch_bounds__(NW * 32, 1) // min 1 block/SM: lets ptxas keep the per-row state in registers (sm_90 otherwise caps at 64 and spills)
 attn_prefill_kernel(const float* __restrict__ q, int ldq, const float* __restrict__ kv, int n_layers, int layer,
                     int n_blocks, const int* __restrict__ block_tables, int bt_stride, const int* __restrict__ tok0,
                     const int* __restrict__ pos0, const int* __restrict__ ntok, int window, float scale, float softcap,
