@@ -7,7 +7,8 @@
   for compute_80 and compute_90 (tests/cuda_kernels/nvrtc_compile.cpp, linked with -lnvrtc).
 * cudasim: the test programs tests/cuda_kernels/t_*.cu run the kernels on the CPU (plain and race
   builds, default and shuffled schedules) and compare them with kernels/cpu; every run of one
-  program must also give bit-identical results (the kernels are deterministic).
+  program must also give bit-identical results (the kernels are deterministic). Under
+  INGOT_SAN=1 (make test's sanitizer pass) the programs are built in cudasim's asan mode instead.
 Missing tools fail the tests; nothing is skipped.
 """
 import concurrent.futures
@@ -62,6 +63,8 @@ PROGRAMS = {
     "t_attn": ["attn_decode.cuh", "attn_prefill.cuh"],
 }
 RUNS = [("plain", None), ("plain", 3), ("race", None), ("race", 7)]
+if os.environ.get("INGOT_SAN") == "1":  # make test's sanitizer pass: the same programs under ASan
+    RUNS = [("asan", None), ("asan", 5)]
 
 
 def test_every_header_is_covered():
