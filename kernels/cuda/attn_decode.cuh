@@ -6,7 +6,8 @@
 //   sequence s whose token sits at position pos[s] (its K/V already stored) with query row
 //   q + s*ldq ([HEADS*HD], HEADS = KVH*GROUP). Keys: [first, pos], first = max(0, pos-window+1) when
 //   window > 0, else 0; split z takes keys [first + z*chunk, first + (z+1)*chunk) of that range
-//   (chunk ignored when n_splits == 1; a split past the end writes an empty partial).
+//   (chunk ignored when n_splits == 1; a split past the end writes an empty partial). The caller
+//   guarantees n_splits*chunk >= the longest key range (chunk = ceil(max_len / n_splits)).
 //   Warp w walks keys first_z + w, + NW, ...: each K/V row is read once for the whole group (lane
 //   l holds dims [l*HD/32, (l+1)*HD/32): one vector load per lane), the group's scores come from
 //   warp-shuffle dot products, and each warp keeps its own running max / sum / output for the
