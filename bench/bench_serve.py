@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""Serving benchmark: `smollm2 serve` under 1, 4, 16 and 64 concurrent streaming clients.
+
+Not a test: it never asserts on time, and nothing under tests/ uses it.
+
+Each client runs a fixed list of prompts (--prompts-per-client, default 2)
+one after the other through /v1/completions with stream=true, temperature 0,
+max_tokens 64 and ignore_eos; all clients of a level start together. Per
+level it prints:
+
+  tok/s        aggregate output tokens / wall time of the level
+  TTFT         time from sending a request to its first token chunk (p50/p99)
+  TPOT         per request, (last chunk - first chunk) / (tokens - 1) (p50/p99)
+  step         the scheduler's step time, sampled from /metrics
+               (ingot_last_step_seconds, each new step counted once) (p50/p99)
+  sched        step minus forward (p50/p99): the scheduler's own time. Only
+               if the server exposes ingot_last_forward_seconds next to
+               ingot_last_step_seconds; otherwise "n/a" (see bench/README.md)
+
+and finally scaling = tok/s at 16 clients / tok/s at 1 client. Tokens are
+counted as SSE chunks carrying text (one per token for both servers on
+English text); for ingot the count is cross-checked against
+ingot_generation_tokens_total.
+
+With --llama (default on when llama_cpp.server imports), the same load runs
+against `python3 -m llama_cpp.server --model GGUF --n_threads 2`, started
+through a wrapper that loads the model with use_extra_bufts = False: the
+llama-cpp-python 0.3.36 build here segfaults in its AMX matmul on batches of
+more than one token otherwise, and the server has no option for it (the same
+patch as tests/fixtures/make_smollm2_greedy.py). llama_cpp.server runs one
+request at a time (no batching), so concurrency only queues.
+
+Run:  python3 bench/bench_serve.py [--levels 1,4,16,64] [--prompts-per-client 2]
+                                   [--max-tokens 64] [--threads 2] [--no-llama]
+                                   [--binary PATH] [--model GGUF] [--json OUT]
+"""
+import argparse
+import json
+import os
+import pathlib
+import platform
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import requests
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from serverproc import ServerProc  # noqa: E402
+
+PROMPTS = [
+    "The history of the lighthouse begins",
+    "Once upon a time, in a village by the sea,",
+    "A prime number is a natural number that",
+    "The best way to make coffee at home is",
+    "In winter, the northern research station",
+    "The violin is a string instrument that",
+    "Robots in factories have changed the way",
+    "My grandmother kept the key to the attic",
+]
+
+LLAMA_WRAPPER = r"""
+import sys
+import llama_cpp.llama_cpp as C
+orig = C.llama_model_default_params
+def params():
+    p = orig()
+    p.use_extra_bufts = False  # no AMX repack: it segfaults on batches > 1 token here
+    return p
+C.llama_model_default_params = params
+from llama_cpp.server.__main__ import main
+sys.argv = ["llama_cpp.server"] + sys.argv[1:]
+main()
+"""
+
+
+def pct(xs, p):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, int(round(p / 100 * len(xs) + 0.5)) - 1))
+    return xs[k]
+
+
+def load_avg():
+    try:
+        return os.getloadavg()
+    except OSError:
+        return (float("nan"),) * 3
+
+
+# ---- servers ------------------------------------------------------------------
+
+
+class LlamaServer:
+    def __init__(self, gguf, threads):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.cmd = [sys.executable, "-c", LLAMA_WRAPPER, "--model", str(gguf), "--n_threads", str(threads),
+                    "--n_threads_batch", str(threads), "--n_ctx", "2048", "--host", "127.0.0.1",
+                    "--port", str(self.port), "--model_alias", "smollm2",
+                    "--interrupt_requests", "False"]  # default True: a new request cuts the stream in progress
+        self.log = open(os.devnull, "w")
+        self.proc = None
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout=120):
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}")
+            try:
+                with urllib.request.urlopen(self.url + "/v1/models", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("llama_cpp.server did not come up")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---- load -----------------------------------------------------------------------
+
+
+def one_request(url, prompt, max_tokens, timeout):
+    body = {"model": "smollm2", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    t0 = time.perf_counter()
+    times = []
+    with requests.post(url + "/v1/completions", json=body, stream=True, timeout=(10, timeout)) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("choices") and ev["choices"][0].get("text"):
+                times.append(time.perf_counter())
+    n = len(times)
+    return {"tokens": n, "ttft": times[0] - t0 if n else float("nan"),
+            "tpot": (times[-1] - times[0]) / (n - 1) if n > 1 else float("nan")}
+
+
+class StepSampler:
+    """Polls ingot's /metrics; one sample per new scheduler step seen."""
+
+    def __init__(self, url, period=0.02):
+        self.url, self.period = url, period
+        self.steps, self.sched = [], []
+        self.exposes_forward = False
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        last = None
+        while not self._stop.is_set():
+            try:
+                text = requests.get(self.url + "/metrics", timeout=5).text
+                m = dict(re.findall(r"^(ingot_[a-z_]+) (\S+)$", text, re.M))
+                n = m.get("ingot_scheduler_steps_total")
+                if n is not None and n != last and last is not None and float(m.get("ingot_batch_size", 0)) > 0:
+                    step = float(m["ingot_last_step_seconds"])
+                    self.steps.append(step)
+                    if "ingot_last_forward_seconds" in m:
+                        self.exposes_forward = True
+                        self.sched.append(step - float(m["ingot_last_forward_seconds"]))
+                last = n
+            except (requests.RequestException, KeyError, ValueError):
+                pass
+            self._stop.wait(self.period)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join(10)
+
+
+def gen_tokens_total(url):
+    text = requests.get(url + "/metrics", timeout=10).text
+    m = re.search(r"^ingot_generation_tokens_total (\S+)$", text, re.M)
+    return float(m.group(1)) if m else float("nan")
+
+
+def run_level(url, clients, ppc, max_tokens, ingot):
+    results, errors = [], []
+    barrier = threading.Barrier(clients)
+    lock = threading.Lock()
+
+    def client(c):
+        try:
+            barrier.wait(60)
+            for k in range(ppc):
+                r = one_request(url, PROMPTS[(c + k) % len(PROMPTS)], max_tokens, 900)
+                with lock:
+                    results.append(r)
+        except Exception as e:
+            with lock:
+                errors.append(repr(e))
+
+    before = gen_tokens_total(url) if ingot else None
+    sampler = StepSampler(url) if ingot else None
+    threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
+    if sampler:
+        sampler.__enter__()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(1800)
+    wall = time.perf_counter() - t0
+    if sampler:
+        sampler.__exit__()
+    tokens = sum(r["tokens"] for r in results)
+    row = {"clients": clients, "requests": len(results), "errors": errors[:3], "tokens": tokens, "wall_s": wall,
+           "tok_s": tokens / wall,
+           "ttft_p50": pct([r["ttft"] for r in results], 50), "ttft_p99": pct([r["ttft"] for r in results], 99),
+           "tpot_p50": pct([r["tpot"] for r in results], 50), "tpot_p99": pct([r["tpot"] for r in results], 99)}
+    if ingot:
+        row["server_tokens"] = gen_tokens_total(url) - before
+        row["step_samples"] = len(sampler.steps)
+        row["step_p50"], row["step_p99"] = pct(sampler.steps, 50), pct(sampler.steps, 99)
+        row["sched_p50"] = pct(sampler.sched, 50) if sampler.exposes_forward else None
+        row["sched_p99"] = pct(sampler.sched, 99) if sampler.exposes_forward else None
+    return row
+
+
+def ms(x):
+    return "n/a" if x is None or x != x else f"{x * 1000:.1f}"
+
+
+def print_table(name, rows):
+    print(f"\n{name}")
+    print("| clients | requests | tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | step p50 / p99 ms | sched p50 / p99 ms |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        step = f"{ms(r.get('step_p50'))} / {ms(r.get('step_p99'))}" if "step_p50" in r else "-"
+        sch = f"{ms(r.get('sched_p50'))} / {ms(r.get('sched_p99'))}" if "step_p50" in r else "-"
+        print(f"| {r['clients']} | {r['requests']} | {r['tok_s']:.1f} | {ms(r['ttft_p50'])} / {ms(r['ttft_p99'])} | "
+              f"{ms(r['tpot_p50'])} / {ms(r['tpot_p99'])} | {step} | {sch} |")
+        if r["errors"]:
+            print(f"  errors: {r['errors']}")
+    by = {r["clients"]: r["tok_s"] for r in rows}
+    if 1 in by and 16 in by:
+        print(f"scaling (tok/s at 16 / at 1): {by[16] / by[1]:.2f}")
+
+
+def bench(url, levels, ppc, max_tokens, ingot):
+    one_request(url, PROMPTS[0], 8, 300)  # warm-up
+    rows = []
+    for c in levels:
+        rows.append(run_level(url, c, ppc, max_tokens, ingot))
+        r = rows[-1]
+        extra = f", server counted {r['server_tokens']:.0f}, {r['step_samples']} step samples" if ingot else ""
+        print(f"  {c:3d} clients: {r['tokens']} tokens in {r['wall_s']:.1f} s{extra}", flush=True)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--levels", default="1,4,16,64")
+    ap.add_argument("--prompts-per-client", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--binary", help="an already built ingot SmolLM2 binary")
+    ap.add_argument("--model", help="the SmolLM2 GGUF (default: scripts/fetch_smollm2.sh)")
+    ap.add_argument("--no-llama", action="store_true")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    levels = [int(x) for x in a.levels.split(",")]
+    gguf = a.model or subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True,
+                                     check=True).stdout.strip()
+    binary = a.binary
+    if not binary:
+        r = subprocess.run([str(ROOT / "ingot"), "build", gguf, "--name", "smollm2"], capture_output=True, text=True,
+                           check=True)
+        binary = r.stdout.strip().splitlines()[-1]
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    print(f"machine: {cpu}, nproc {os.cpu_count()}, {platform.platform()}")
+    print(f"load average at start: {load_avg()[0]:.2f}")
+    print(f"workload: {levels} clients x {a.prompts_per_client} prompts, max_tokens {a.max_tokens}, "
+          f"greedy, ignore_eos, streaming /v1/completions, {a.threads} threads")
+    out = {}
+
+    print(f"\ningot: {binary} serve")
+    srv = ServerProc(binary, "--max-running", str(max(levels)), "--grace", "5",
+                     env={"INGOT_THREADS": str(a.threads)}).start()
+    try:
+        out["ingot"] = bench(srv.url, levels, a.prompts_per_client, a.max_tokens, True)
+    finally:
+        srv.stop()
+
+    if not a.no_llama:
+        try:
+            import llama_cpp.server  # noqa: F401  (needs llama-cpp-python[server]: uvicorn, fastapi, sse-starlette)
+        except ImportError as e:
+            print(f"\nllama.cpp: skipped: llama_cpp.server does not import ({e}); "
+                  "pip install 'llama-cpp-python[server]'")
+        else:
+            print(f"\nllama.cpp: python3 -m llama_cpp.server --model {gguf} --n_threads {a.threads} "
+                  "(use_extra_bufts=False through a wrapper)")
+            ls = LlamaServer(gguf, a.threads)
+            try:
+                ls.start()
+                out["llama.cpp"] = bench(ls.url, levels, a.prompts_per_client, a.max_tokens, False)
+            except Exception as e:
+                print(f"llama.cpp: skipped: {e}")
+            finally:
+                ls.stop()
+
+    print(f"\nload average at end: {load_avg()[0]:.2f}")
+    for name, rows in out.items():
+        print_table(name, rows)
+    if "ingot" in out and not any(r.get("sched_p50") is not None for r in out["ingot"]):
+        print("\nsched (step - forward): n/a: the server exposes only ingot_last_step_seconds; it needs "
+              "ingot_last_forward_seconds (sched_stats.last_forward_seconds) or a histogram of step - forward")
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
