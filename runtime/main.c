@@ -548,6 +548,7 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
         cJSON_Delete(j);
     }
     char err[512];
+    if (n_req < 1 || n_req > 1000000) die("batch: the file holds no requests (or too many)");
     if (!tok) tok = try_load_tokenizer(c, m, err, sizeof err); /* only for EOS: id prompts need none */
     cfg.eos_token = tok ? tok_eos(tok) : -1;
     if (cfg.kv_blocks == 0) { /* enough for every request at once */
