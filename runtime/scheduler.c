@@ -451,20 +451,19 @@ static int step(sched *s) {
      * when none is left, preempt the newest sequence and retry. */
     int n_tokens = 0, n_slots = 0, n_logits = 0;
     const int budget = s->cfg.max_batch_tokens;
+    /* Preemption reorders the running set (the last sequence moves into the
+     * victim's slot), so after each one the pass starts over; sequences that
+     * already got their block keep it, and every preemption shrinks the set,
+     * so this ends. */
+restart:
     for (int i = 0; i < s->n_running; i++) {
         sched_seq *q = s->running[i];
         if (q->n_tokens - q->n_computed != 1) continue;
         if (blocks_for(s, q->n_computed + 1) > q->n_blocks) {
-            int b = kv_alloc(s->blocks);
-            while (b < 0 && s->n_running > 0) {
+            const int b = kv_alloc(s->blocks);
+            if (b < 0) {
                 preempt_newest(s);
-                if (i >= s->n_running || s->running[i] != q) break; /* q itself went */
-                b = kv_alloc(s->blocks);
-            }
-            if (b < 0) { /* q was preempted: restart the pass over the reshuffled set */
-                n_tokens = n_slots = n_logits = 0;
-                i = -1;
-                continue;
+                goto restart;
             }
             q->blocks[q->n_blocks++] = b;
         }
@@ -472,6 +471,7 @@ static int step(sched *s) {
     for (int i = 0; i < s->n_running && n_tokens < budget; i++) {
         sched_seq *q = s->running[i];
         if (q->n_tokens - q->n_computed != 1) continue;
+        if (blocks_for(s, q->n_computed + 1) > q->n_blocks) abort(); /* invariant: every decode has its block */
         s->b_seqs[n_slots] = q;
         s->b_first[n_slots] = n_tokens;
         s->b_count[n_slots] = 1;
