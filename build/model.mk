@@ -1,6 +1,10 @@
 # Builds one model binary from its generated sources:
 #   make -f build/model.mk MODEL_DIR=build/<name> NAME=<name> [SAN=1]
-# ./ingot build runs this after the generator; the binary is $(MODEL_DIR)/$(NAME).
+#   make -f build/model.mk MODEL_DIR=... NAME=... BACKEND=cuda      nvcc: sm_80/86/89/90 cubins + PTX
+#   make -f build/model.mk MODEL_DIR=... NAME=... BACKEND=cudasim   the CUDA sources on cudasim (CPU)
+# ./ingot build runs this after the generator; the binary is $(MODEL_DIR)/$(NAME)
+# ($(NAME)-cudasim for BACKEND=cudasim, -san suffixed for SAN=1).
+comma := ,
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
 include $(ROOT)/build/flags.mk
 
@@ -10,8 +14,50 @@ SUFFIX    := $(if $(filter 1,$(SAN)),-san,)
 BIN       := $(MODEL_DIR)/$(NAME)$(SUFFIX)
 HEADERS   := $(wildcard $(ROOT)/runtime/*.h $(ROOT)/kernels/cpu/*.h $(ROOT)/templates/cpu/*.h)
 
+BACKEND   ?= cpu
+CUDA_HOME ?= /usr/local/cuda
+NVCC      := $(CUDA_HOME)/bin/nvcc
+GEN       := $(MODEL_DIR)/gen
+CUDA_HDRS := $(wildcard $(ROOT)/kernels/cuda/*.cuh $(ROOT)/templates/cuda/*.h) $(GEN)/kernels.cu $(GEN)/kernel_sources.h
+# Cubins for every datacenter/workstation architecture since Ampere, plus PTX for newer ones.
+CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
+              -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=[sm_90,compute_90]
+CUDA_INC  := -I$(ROOT)/kernels/cuda -I$(ROOT)/templates/cuda -I$(ROOT)/runtime -I$(GEN)
+SIM_MODE  := $(if $(filter 1,$(SAN)),asan,plain)
+
+ifeq ($(BACKEND),cpu)
 $(BIN): $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/main.c $(OBJDIR)/libingot.a $(HEADERS)
 	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/main.c -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
+
+endif
+
+ifeq ($(BACKEND),cuda)
+# ptxas -v for every kernel goes to $(MODEL_DIR)/ptxas.txt (registers, shared memory, spills).
+$(GEN)/model.cuda.o: $(GEN)/model.cu $(CUDA_HDRS) $(HEADERS)
+	$(NVCC) -std=c++17 -O3 $(CUDA_ARCHS) -Werror all-warnings -Xptxas -v -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function \
+	  $(CUDA_INC) -c $< -o $@ 2> $(MODEL_DIR)/ptxas.txt || { cat $(MODEL_DIR)/ptxas.txt >&2; rm -f $@; exit 1; }
+$(GEN)/model_host.o: $(GEN)/model.c $(HEADERS)
+	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@
+$(BIN): $(GEN)/model.cuda.o $(GEN)/model_host.o $(ROOT)/runtime/main.c $(OBJDIR)/libingot.a $(HEADERS)
+	$(CC) $(CFLAGS) -c $(ROOT)/runtime/main.c -o $(GEN)/main.o
+	$(NVCC) $(CUDA_ARCHS) $(GEN)/model.cuda.o $(GEN)/model_host.o $(GEN)/main.o $(OBJDIR)/libingot.a -o $@ \
+	  -cudart static -ldl -lrt $(filter-out -pthread -fsanitize%,$(LDLIBS)) -lpthread $(if $(filter 1,$(SAN)),-Xcompiler -fsanitize=address$(comma)undefined)
+endif
+
+ifeq ($(BACKEND),cudasim)
+BIN := $(MODEL_DIR)/$(NAME)-cudasim$(SUFFIX)
+# The same model.cu on cudasim: every CUDA thread a fiber, on the CPU (kernels/cuda/sim).
+$(GEN)/model_host$(SUFFIX).o: $(GEN)/model.c $(HEADERS)
+	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@
+$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(GEN)/model_host$(SUFFIX).o $(ROOT)/runtime/main.c $(OBJDIR)/libingot.a $(HEADERS)
+	$(CC) $(CFLAGS) -c $(ROOT)/runtime/main.c -o $(GEN)/main$(SUFFIX).o
+	python3 $(ROOT)/kernels/cuda/sim/cudasim_build.py --mode $(SIM_MODE) -o $@ $(GEN)/model.cu \
+	  --link-arg=$(GEN)/model_host$(SUFFIX).o --link-arg=$(GEN)/main$(SUFFIX).o --link-arg=$(OBJDIR)/libingot.a \
+	  $(foreach l,$(LDLIBS) $(if $(filter 1,$(SAN)),-fsanitize=undefined),--link-arg=$(l)) \
+	  -- $(CUDA_INC) -I$(ROOT)/kernels/cpu -Wno-unused-function -Wno-unused-parameter -Wno-missing-field-initializers
+endif
+
+.DEFAULT_GOAL := $(BIN)
 
 $(OBJDIR)/libingot.a: FORCE
 	$(MAKE) -s -C $(ROOT) SAN=$(SAN) $(OBJDIR)/libingot.a tools

@@ -20,7 +20,7 @@ local DT_CTYPE = {f32 = "const float", f16 = "const uint16_t", bf16 = "const uin
 
 -- Slot assignment for one kernel: buffers and weights are referred to by
 -- position, so the same body serves every layer.
-local function slots(grp, final_node)
+function emit.slots(grp, final_node)
   local s = {bufs = {}, buf_index = {}, weights = {}, weight_index = {}}
   local function buf(n)
     local key = (n == final_node) and "logits" or n.buffer.id
@@ -42,7 +42,7 @@ local function slots(grp, final_node)
 end
 
 -- The models.lua line a node came from, as a trailing comment.
-local function src(ctx, n)
+function emit.src(ctx, n)
   local text = ctx.desc_lines[n.line] or ""
   text = text:gsub("^%s+", ""):gsub("%*/", "* /")
   return string.format("/* models.lua:%d  %s */", n.line, text)
@@ -103,7 +103,7 @@ local function phase_rows(ctx, s, name, nodes, extra)
   lines[#lines + 1] = "    const kargs *a = vp; const ingot_batch *b = a->b; (void)b; (void)tid;"
   local body = {}
   for _, n in ipairs(nodes) do
-    body[#body + 1] = "        " .. src(ctx, n)
+    body[#body + 1] = "        " .. emit.src(ctx, n)
     body[#body + 1] = "        " .. row_op(ctx, s, n)
   end
   if extra then body[#body + 1] = "        " .. extra end
@@ -133,7 +133,7 @@ local function phase_matmul(ctx, s, name, grp)
       x, ldx = s.buf(l.inputs[1].node), string.format("%d", IN)
       fn = (plan_mod.quantized(w.dtype) and "kc_mmx_" or "kc_mm_") .. w.dtype
     end
-    lines[#lines + 1] = "    " .. src(ctx, l)
+    lines[#lines + 1] = "    " .. emit.src(ctx, l)
     lines[#lines + 1] = string.format("    if (r0 < %d && r1 > %d) %s((%s *)%s, %s, %s, %s, %d, a->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 < %d ? r1 - %d : %d), %s, 0);",
       hi, lo, fn, DT_CTYPE[w.dtype], s.weight(w), x, ldx, s.buf(l), OUT, IN, lo, lo, hi, lo, OUT,
       bias and ("(const float *)" .. s.weight(bias)) or "NULL")
@@ -157,7 +157,7 @@ local function phase_attention(ctx, s, name, n)
     "    for (int64_t i = i0; i < i1; i++) { /* one (token, KV head) pair: its group of query heads */",
     string.format("        const int t = (int)(i / %d), kvh = (int)(i %% %d), pos = b->pos[t];", a.kv_heads, a.kv_heads),
     string.format("        const int first = %s;", a.window > 0 and string.format("pos >= %d ? pos - %d : 0", a.window - 1, a.window - 1) or "0"),
-    "        " .. src(ctx, n),
+    "        " .. emit.src(ctx, n),
     string.format("        kc_attend(a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, b->block_tables[b->seq[t]], kvh, %d, first, pos,",
       a.kv_heads, a.head_dim, G),
     string.format("                  %s + kvh * %d, %s, %s, scores, %s + kvh * %d);", row(q, "t", W), G * a.head_dim,
@@ -206,7 +206,7 @@ local function moe_kernel(ctx, s, n, grp)
   L("    const kargs *a = vp; (void)tid;")
   L("@DECLS@")
   L("    for (int64_t t = t0; t < t1; t++) {")
-  L("        %s", src(ctx, n))
+  L("        %s", emit.src(ctx, n))
   L("        float logit[%d], best[%d];", E, K)
   L("        int32_t *ids = (int32_t *)(%s + (size_t)t * %d);", slot.route, 3 * K)
   L("        float *weights = %s + (size_t)t * %d + %d;", slot.route, 3 * K, K)
@@ -347,7 +347,7 @@ end
 function emit.kernels(ctx, groups, final_node)
   local kernels, by_body, calls = {}, {}, {}
   for _, grp in ipairs(groups) do
-    local s = slots(grp, final_node)
+    local s = emit.slots(grp, final_node)
     local phases = {}
     local runs = {}
     if grp.kind == "matmul" then

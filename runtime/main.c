@@ -99,8 +99,8 @@ static void seq_init(cli_seq *s, ingot_model *m, tp_pool *pool, int capacity) {
     if (capacity > ingot_model_desc.max_ctx) capacity = ingot_model_desc.max_ctx;
     s->capacity = capacity;
     const int blocks = (capacity + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
-    s->kv.n_blocks = blocks;
-    s->kv.data = calloc((size_t)blocks * INGOT_KV_BLOCK, ingot_model_desc.kv_bytes_per_token);
+    char err[512];
+    if (ingot_kv_alloc(m, &s->kv, blocks, err, sizeof err) != 0) die(err);
     s->block_table = malloc(sizeof(int32_t) * (size_t)blocks);
     s->logits = malloc(sizeof(float) * (size_t)ingot_model_desc.vocab * (size_t)ingot_model_max_tokens(m));
     if (!s->kv.data || !s->block_table || !s->logits) die("out of memory for the KV cache");
@@ -108,7 +108,7 @@ static void seq_init(cli_seq *s, ingot_model *m, tp_pool *pool, int capacity) {
 }
 
 static void seq_free(cli_seq *s) {
-    free(s->kv.data);
+    ingot_kv_release(s->model, &s->kv);
     free(s->block_table);
     free(s->logits);
 }
@@ -193,6 +193,7 @@ static int cmd_info(const cli_common *c, int load) {
     printf("scratch arena:   %zu bytes/token of a step\n", d->arena_bytes_per_token);
     printf("kernels:         %d launches per step (decode or prefill), %d distinct\n",
            d->kernels_per_step, d->n_kernel_kinds);
+    if (d->info) printf("%s", d->info);
     printf("generator:       %s\n", d->generator);
     if (load) {
         ingot_model *m = load_model(c);

@@ -37,6 +37,8 @@ typedef struct {
     const char *const *kernel_names; /* per launch, in order (kernels_per_step entries) */
     size_t arena_bytes_per_token; /* scratch bytes the buffer plan needs per batch token */
     const char *generator;     /* generator version and input hash */
+    const char *info;          /* backend notes for --info (launches per decode step, estimated
+                                  bytes moved per token), one item per line; NULL if none */
 } ingot_desc;
 
 extern const ingot_desc ingot_model_desc;
@@ -77,6 +79,17 @@ void ingot_model_free(ingot_model *m);
 const wt_file *ingot_model_weights(const ingot_model *m);
 size_t ingot_model_weight_bytes(const ingot_model *m);
 int ingot_model_max_tokens(const ingot_model *m);
+
+/* The KV pool lives where the backend computes: host memory for the CPU
+ * backend, device memory for CUDA. ingot_kv_alloc fills kv with a zeroed
+ * pool of n_blocks blocks (0, or -1 with err filled); ingot_kv_release frees
+ * it. ingot_kv_fit_blocks is the number of blocks the backend's own memory
+ * holds after weights and scratch at the given utilization fraction (CUDA:
+ * free device memory x fraction), or 0 when the backend has no such limit
+ * (host memory: the caller's budget decides). */
+int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen);
+void ingot_kv_release(ingot_model *m, ingot_kv *kv);
+int ingot_kv_fit_blocks(ingot_model *m, double fraction);
 
 /* Runs one step; returns 0, or -1 with err filled for a batch that breaks the
  * contract (too many tokens, position beyond the context, bad ids). */

@@ -635,8 +635,8 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
         return NULL;
     }
     const size_t block_bytes = ingot_model_desc.kv_bytes_per_token * INGOT_KV_BLOCK;
-    s->kv.n_blocks = s->cfg.kv_blocks;
-    s->kv.data = calloc((size_t)s->cfg.kv_blocks, block_bytes);
+    char kv_err[256] = "";
+    if (ingot_kv_alloc(m, &s->kv, s->cfg.kv_blocks, kv_err, sizeof kv_err) != 0) s->kv.data = NULL;
     s->blocks = kv_create(s->cfg.kv_blocks, INGOT_KV_BLOCK);
     s->pool = tp_create(s->cfg.n_threads);
     const int B = s->cfg.max_batch_tokens, R = s->cfg.max_running;
@@ -658,8 +658,9 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     if (!s->kv.data || !s->blocks || !s->pool || !s->running || !s->b_tokens || !s->b_pos || !s->b_seq ||
         !s->b_rows || !s->b_seq_len || !s->b_tables || !s->b_seqs || !s->b_first || !s->b_count || !s->logits ||
         !s->raw_logits || pthread_create(&s->thread, NULL, sched_main, s) != 0) {
-        snprintf(err, errlen, "out of memory for a KV pool of %d blocks (%zu bytes each)", s->cfg.kv_blocks,
-                 block_bytes);
+        if (kv_err[0]) snprintf(err, errlen, "%s", kv_err);
+        else snprintf(err, errlen, "out of memory for a KV pool of %d blocks (%zu bytes each)", s->cfg.kv_blocks,
+                      block_bytes);
         s->thread = 0;
         sched_destroy(s);
         return NULL;
@@ -683,7 +684,7 @@ void sched_destroy(sched *s) {
     }
     tp_free(s->pool);
     kv_destroy(s->blocks);
-    free(s->kv.data);
+    if (s->kv.data) ingot_kv_release(s->model, &s->kv);
     free(s->running);
     free(s->b_tokens);
     free(s->b_pos);

@@ -56,6 +56,7 @@ typedef struct {
     const char *api_key;   /* NULL: no authentication */
     int kv_blocks;         /* 0: from kv_memory_mib */
     double kv_memory_mib;
+    double device_memory_fraction; /* device backends: share of free device memory for the KV pool */
     int max_batch_tokens;
     int max_running;
     int max_waiting;
@@ -906,8 +907,9 @@ typedef struct {
 
 static int parse_config(srv_config *c, int argc, char **argv) {
     double port = 8080, kv_blocks = 0, kv_mem = 0, mbt = 0, running = 32, waiting = 1024, body = 4 << 20,
-           grace = 30;
+           grace = 30, dev_frac = 0.90;
     const srv_numopt opts[] = {
+        {"--device-memory-fraction", "INGOT_DEVICE_MEMORY_FRACTION", 0.01, 1.0, 0, &dev_frac},
         {"--port", "INGOT_PORT", 0, 65535, 1, &port},
         {"--kv-blocks", "INGOT_KV_BLOCKS", 1, 1 << 24, 1, &kv_blocks},
         {"--kv-memory", "INGOT_KV_MEMORY", 1, 1 << 24, 0, &kv_mem},
@@ -962,6 +964,7 @@ static int parse_config(srv_config *c, int argc, char **argv) {
     c->port = (int)port;
     c->kv_blocks = (int)kv_blocks;
     c->kv_memory_mib = kv_mem;
+    c->device_memory_fraction = dev_frac;
     c->max_batch_tokens = (int)mbt;
     c->max_running = (int)running;
     c->max_waiting = (int)waiting;
@@ -1025,6 +1028,9 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
     const size_t block_bytes = d->kv_bytes_per_token * INGOT_KV_BLOCK;
     const int ctx_blocks = (d->max_ctx + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
     int kv_blocks = s->cfg.kv_blocks;
+    const int device_blocks = kv_blocks || s->cfg.kv_memory_mib > 0 ? 0
+                              : ingot_kv_fit_blocks(m, s->cfg.device_memory_fraction);
+    if (device_blocks > 0) kv_blocks = device_blocks; /* a device backend: free device memory x the fraction */
     if (!kv_blocks) {
         /* default: 1 GiB, but always room for one full context */
         const double mib = s->cfg.kv_memory_mib > 0 ? s->cfg.kv_memory_mib : 1024;

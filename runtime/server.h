@@ -19,7 +19,9 @@
 #define SRV_USAGE                                                                                          \
     "  serve [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--kv-blocks N | --kv-memory MiB]\n"        \
     "        [--max-batch-tokens N] [--max-running N] [--max-waiting N] [--no-prefix-cache]\n"             \
-    "        [--max-body BYTES] [--grace SECONDS]   OpenAI-compatible HTTP server\n"
+    "        [--max-body BYTES] [--grace SECONDS] [--device-memory-fraction 0.90]\n"                      \
+    "        OpenAI-compatible HTTP server (CUDA builds: the KV pool defaults to the fraction of free\n"   \
+    "        device memory left after weights and scratch)\n"
 
 /* Runs until SIGTERM/SIGINT and the grace period; returns the exit status
  * (0 after a clean shutdown, 2 for bad options, 1 when it cannot start).

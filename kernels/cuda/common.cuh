@@ -116,3 +116,21 @@ __device__ __forceinline__ long long ig_kv_row(int layer, int n_blocks, int bloc
 template <int KVH, int HD> __device__ __forceinline__ long long ig_kv_v_base(int n_layers, int n_blocks) {
   return (long long)n_layers * n_blocks * KVH * IG_KV_BLOCK * HD;
 }
+
+// True in exactly one block of the launch: the last to get here. Every block's global writes
+// before the call are visible to that block afterwards (__threadfence before the count), which
+// then runs a fused kernel's epilogue over the whole output. counter: a device word that is 0
+// at launch; the last block resets it, so the next launch on the stream finds 0 again. Every
+// thread of every block must call it (it contains __syncthreads).
+__device__ __forceinline__ bool ig_last_block(unsigned* counter) {
+  __shared__ int is_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+    is_last = atomicAdd(counter, 1u) == blocks - 1;
+    if (is_last) *counter = 0;
+  }
+  __syncthreads();
+  return is_last != 0;
+}

@@ -30,12 +30,15 @@ template <int DT> __device__ __forceinline__ float ig_dequant_elem(const unsigne
   }
 }
 
+// Row `id` of the table into o[0..N): the calling block's threads share the elements.
+template <int DT, int N> __device__ __forceinline__ void ig_row_embed(const void* __restrict__ table, int id, float* o) {
+  static_assert(ig_dtype_info<DT>::elems == 1 || N % IG_QBLOCK == 0, "quantized rows are whole blocks");
+  const unsigned char* row = static_cast<const unsigned char*>(table) + (long long)id * ig_row_bytes<DT>(N);
+  for (int i = threadIdx.x; i < N; i += blockDim.x) o[i] = ig_dequant_elem<DT>(row, i);
+}
+
 template <int DT, int N>
 __global__ void embed_kernel(const void* __restrict__ table, const int* __restrict__ ids, float* __restrict__ out,
                              int ldo) {
-  static_assert(ig_dtype_info<DT>::elems == 1 || N % IG_QBLOCK == 0, "quantized rows are whole blocks");
-  const unsigned char* row =
-      static_cast<const unsigned char*>(table) + (long long)ids[blockIdx.x] * ig_row_bytes<DT>(N);
-  float* o = out + (long long)blockIdx.x * ldo;
-  for (int i = threadIdx.x; i < N; i += blockDim.x) o[i] = ig_dequant_elem<DT>(row, i);
+  ig_row_embed<DT, N>(table, ids[blockIdx.x], out + (long long)blockIdx.x * ldo);
 }

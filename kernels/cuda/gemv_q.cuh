@@ -72,16 +72,21 @@ __device__ __forceinline__ void ig_gemv_slice(const unsigned char* __restrict__ 
   }
 }
 
-template <int DT, int IN, int TMAX = 1, int WARPS = 4>
-__global__ void __launch_bounds__(WARPS * 32)
-gemv_q_kernel(const void* __restrict__ W, const float* __restrict__ X, int ldx, float* Y, int ldy, int OUT, int n_tok,
-              const float* __restrict__ bias, int accumulate) {
-  static_assert(TMAX >= 1 && TMAX <= 8, "small batch only (prefill uses a tiled GEMM)");
+// One warp computes output row r for n_tok (<= TMAX) tokens:
+//   Y[t*ldy + r] = (accumulate ? Y : 0) + scale[t] * sum_k dequant(W[r][k]) * g[k] * X[xrow(t)][k] + bias[r]
+// xrow(t) = rows ? rows[t] : t (gathered rows, e.g. the logit rows); g[k] = norm[k] + norm_offset
+// when norm is given (an RMSNorm prologue folded into the weights: scale[t] is then the token's
+// 1/rms, from ig_rms_scales), else 1; scale NULL means 1. Lanes take slices l, l+32, ...
+template <int DT, int IN, int TMAX>
+__device__ __forceinline__ void ig_gemv_warp(const void* __restrict__ W, int r, const float* __restrict__ X, int ldx,
+                                             const int* __restrict__ rows, int n_tok,
+                                             const float* __restrict__ norm, float norm_offset,
+                                             const float* scale, float* Y, int ldy,
+                                             const float* __restrict__ bias, int accumulate) {
+  static_assert(TMAX >= 1 && TMAX <= 8, "small batch only");
   static_assert(IN % (ig_dtype_info<DT>::elems == 1 ? 8 : 32) == 0, "row length");
   constexpr int NS = IN / 8; // slices per row
   const int lane = threadIdx.x & 31;
-  const int r = blockIdx.x * WARPS + (threadIdx.x >> 5);
-  if (r >= OUT) return; // whole warp: no block-level synchronization below
   const unsigned char* row = static_cast<const unsigned char*>(W) + (long long)r * ig_row_bytes<DT>(IN);
   float acc[TMAX];
 #pragma unroll
@@ -91,12 +96,20 @@ gemv_q_kernel(const void* __restrict__ W, const float* __restrict__ X, int ldx, 
     float w[8];
     int x0, x1;
     ig_gemv_slice<DT>(row, s, w, x0, x1);
+    if (norm) {
+      float ga[4], gb[4];
+      ig_load_f<4>(norm + x0, ga);
+      ig_load_f<4>(norm + x1, gb);
+#pragma unroll
+      for (int i = 0; i < 4; i++) w[i] *= ga[i] + norm_offset, w[4 + i] *= gb[i] + norm_offset;
+    }
 #pragma unroll
     for (int t = 0; t < TMAX; t++) {
       if (t < n_tok) {
+        const float* xr = X + (long long)(rows ? rows[t] : t) * ldx;
         float xa[4], xb[4];
-        ig_load_f<4>(X + (long long)t * ldx + x0, xa);
-        ig_load_f<4>(X + (long long)t * ldx + x1, xb);
+        ig_load_f<4>(xr + x0, xa);
+        ig_load_f<4>(xr + x1, xb);
         float a = acc[t];
 #pragma unroll
         for (int i = 0; i < 4; i++) a = fmaf(w[i], xa[i], a);
@@ -107,15 +120,41 @@ gemv_q_kernel(const void* __restrict__ W, const float* __restrict__ X, int ldx, 
     }
   }
 #pragma unroll
-  for (int t = 0; t < TMAX; t++) acc[t] = ig_warp_sum(acc[t]);
+  for (int t = 0; t < TMAX; t++)
+    if (t < n_tok) acc[t] = ig_warp_sum(acc[t]); // n_tok is the same for the whole warp
   if (lane == 0) {
     const float b = bias ? bias[r] : 0.0f;
 #pragma unroll
     for (int t = 0; t < TMAX; t++) {
       if (t < n_tok) {
         float* y = Y + (long long)t * ldy + r;
-        *y = (accumulate ? *y : 0.0f) + acc[t] + b;
+        *y = (accumulate ? *y : 0.0f) + acc[t] * (scale ? scale[t] : 1.0f) + b;
       }
     }
   }
+}
+
+// scale[t] = 1/rms of row xrow(t) of X (IN floats) for the n_tok tokens, into the caller's
+// __shared__ float[>= n_tok]: the RMSNorm prologue of a fused matmul, recomputed by every block
+// (IN floats per token, from L2) so that no block waits for another. All NT threads must call it.
+template <int IN, int NT>
+__device__ __forceinline__ void ig_rms_scales(const float* __restrict__ X, int ldx, const int* __restrict__ rows,
+                                              int n_tok, float eps, float* scale, float* scratch) {
+  for (int t = 0; t < n_tok; t++) {
+    const float* xr = X + (long long)(rows ? rows[t] : t) * ldx;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < IN; i += NT) ss += xr[i] * xr[i];
+    ss = ig_block_sum<NT>(ss, scratch);
+    if (threadIdx.x == 0) scale[t] = rsqrtf(ss / (float)IN + eps);
+  }
+  __syncthreads();
+}
+
+template <int DT, int IN, int TMAX = 1, int WARPS = 4>
+__global__ void __launch_bounds__(WARPS * 32)
+gemv_q_kernel(const void* __restrict__ W, const float* __restrict__ X, int ldx, float* Y, int ldy, int OUT, int n_tok,
+              const float* __restrict__ bias, int accumulate) {
+  const int r = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (r >= OUT) return; // whole warp: no block-level synchronization below
+  ig_gemv_warp<DT, IN, TMAX>(W, r, X, ldx, nullptr, n_tok, nullptr, 0.0f, nullptr, Y, ldy, bias, accumulate);
 }

@@ -8,16 +8,15 @@
 #pragma once
 #include "common.cuh"
 
-template <int N, int GS = N, int NT = 256>
-__global__ void __launch_bounds__(NT)
-rmsnorm_kernel(const float* x, int ldx, const float* __restrict__ w, float* out, int ldo, float eps,
-               float weight_offset) {
+// One row x[0..N) -> y (in place allowed), by the calling block of NT threads: RMSNorm over the
+// whole row (GS = N; scratch = __shared__ float[32]) or per group of GS (a warp per group).
+// Contains __syncthreads when GS == N: every thread of the block must call it.
+template <int N, int GS, int NT>
+__device__ __forceinline__ void ig_row_rmsnorm(const float* xr, const float* __restrict__ w, float* orow, float eps,
+                                               float weight_offset, float* scratch) {
   static_assert(N % GS == 0, "groups tile the row");
   static_assert(NT % 32 == 0 && NT <= 1024, "block size");
-  const float* xr = x + (long long)blockIdx.x * ldx;
-  float* orow = out + (long long)blockIdx.x * ldo;
   if constexpr (GS == N) {
-    __shared__ float scratch[32];
     float ss = 0.0f;
     for (int i = threadIdx.x; i < N; i += NT) ss += xr[i] * xr[i];
     ss = ig_block_sum<NT>(ss, scratch);
@@ -32,7 +31,17 @@ rmsnorm_kernel(const float* x, int ldx, const float* __restrict__ w, float* out,
       for (int i = lane; i < GS; i += 32) ss += xg[i] * xg[i];
       ss = ig_warp_sum(ss);
       const float r = rsqrtf(ss / (float)GS + eps);
+      __syncwarp(); // every lane has read the group before any lane overwrites it (in place)
       for (int i = lane; i < GS; i += 32) og[i] = (xg[i] * r) * (w[i] + weight_offset);
     }
   }
+}
+
+template <int N, int GS = N, int NT = 256>
+__global__ void __launch_bounds__(NT)
+rmsnorm_kernel(const float* x, int ldx, const float* __restrict__ w, float* out, int ldo, float eps,
+               float weight_offset) {
+  __shared__ float scratch[32];
+  ig_row_rmsnorm<N, GS, NT>(x + (long long)blockIdx.x * ldx, w, out + (long long)blockIdx.x * ldo, eps, weight_offset,
+                            scratch);
 }

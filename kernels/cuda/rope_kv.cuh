@@ -61,3 +61,36 @@ rope_kv_kernel(float* q, int ldq, const float* __restrict__ k, int ldk, const fl
     kv[vbase + off] = vt[e];
   }
 }
+
+// RoPE of one row of HEADS heads (x -> y, in place allowed) at the position whose table row is
+// cs = cos_sin + pos*ROT: one thread per rotated pair; dims >= ROT are copied when y != x.
+template <int HEADS, int HD, int ROT, bool ADJACENT>
+__device__ __forceinline__ void ig_row_rope(const float* x, float* y, const float* __restrict__ cs) {
+  static_assert(ROT % 2 == 0 && ROT <= HD, "rotary dims");
+  for (int e = threadIdx.x; e < HEADS * (ROT / 2); e += blockDim.x) {
+    const int h = e / (ROT / 2), i = e % (ROT / 2);
+    const int a = h * HD + (ADJACENT ? 2 * i : i), b = h * HD + (ADJACENT ? 2 * i + 1 : i + ROT / 2);
+    const float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[a], x1 = x[b];
+    y[a] = x0 * c - x1 * s;
+    y[b] = x0 * s + x1 * c;
+  }
+  if constexpr (ROT < HD) {
+    if (x != y)
+      for (int e = threadIdx.x; e < HEADS * (HD - ROT); e += blockDim.x)
+        y[e / (HD - ROT) * HD + ROT + e % (HD - ROT)] = x[e / (HD - ROT) * HD + ROT + e % (HD - ROT)];
+  }
+}
+
+// Stores one token's k and v rows (KVH heads of HD) into its slot of the paged pool: position p
+// of the sequence whose block table is bt.
+template <int KVH, int HD>
+__device__ __forceinline__ void ig_row_kv_store(const float* k, const float* v, float* kv, int n_layers, int layer,
+                                                int n_blocks, const int* __restrict__ bt, int p) {
+  const int blk = bt[p / IG_KV_BLOCK], slot = p % IG_KV_BLOCK;
+  const long long vbase = ig_kv_v_base<KVH, HD>(n_layers, n_blocks);
+  for (int e = threadIdx.x; e < KVH * HD; e += blockDim.x) {
+    const long long off = ig_kv_row<KVH, HD>(layer, n_blocks, blk, e / HD, slot) + e % HD;
+    kv[off] = k[e];
+    kv[vbase + off] = v[e];
+  }
+}

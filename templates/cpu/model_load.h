@@ -31,6 +31,9 @@ static void *model_convert(const wt_tensor *t, int64_t first, int64_t rows, ingo
 
 void ingot_model_free(ingot_model *m) {
     if (!m) return;
+#ifdef MODEL_BEFORE_FREE
+    MODEL_BEFORE_FREE(m);
+#endif
     for (int i = 0; i < N_WEIGHTS; i++) free(m->owned[i]);
     free(m->arena);
     free(m->rope);
@@ -91,10 +94,36 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
     }
     const kc_rope_params rope = ROPE_PARAMS;
     kc_rope_table_ex(m->rope, MAX_CTX, ROPE_DIM, &rope);
+#ifdef MODEL_AFTER_LOAD
+    if (MODEL_AFTER_LOAD(m, err, errlen) != 0) {
+        ingot_model_free(m);
+        return NULL;
+    }
+#endif
     return m;
 }
 
 const wt_file *ingot_model_weights(const ingot_model *m) { return m->file; }
+
+#ifndef MODEL_DEVICE_KV
+int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen) {
+    (void)m;
+    kv->n_blocks = n_blocks;
+    kv->data = n_blocks > 0 ? calloc((size_t)n_blocks * INGOT_KV_BLOCK, ingot_model_desc.kv_bytes_per_token) : NULL;
+    if (!kv->data) {
+        snprintf(err, errlen, "out of memory for a KV pool of %d blocks (%zu bytes each)", n_blocks,
+                 ingot_model_desc.kv_bytes_per_token * INGOT_KV_BLOCK);
+        return -1;
+    }
+    return 0;
+}
+void ingot_kv_release(ingot_model *m, ingot_kv *kv) {
+    (void)m;
+    free(kv->data);
+    kv->data = NULL;
+}
+int ingot_kv_fit_blocks(ingot_model *m, double fraction) { (void)m; (void)fraction; return 0; }
+#endif
 size_t ingot_model_weight_bytes(const ingot_model *m) { return m->weight_bytes; }
 int ingot_model_max_tokens(const ingot_model *m) { (void)m; return MAX_TOKENS; }
 

@@ -709,6 +709,12 @@ static inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 static inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+// The simulated device's memory: CUDASIM_MEM_MB (default 1024) MiB, all of it free.
+static inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  const char* mb = std::getenv("CUDASIM_MEM_MB");
+  *total_bytes = *free_bytes = (size_t)(mb ? std::atol(mb) : 1024) << 20;
+  return cudaSuccess;
+}
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   std::memset(p, 0, sizeof *p);
   std::snprintf(p->name, sizeof p->name, "cudasim (CPU simulation, sm_80 semantics)");

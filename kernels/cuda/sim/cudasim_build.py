@@ -129,7 +129,7 @@ def undefined_tls_symbols(objs):
     return sorted(und - defined)
 
 
-def build(sources, out, mode="plain", extra=(), workdir=None):
+def build(sources, out, mode="plain", extra=(), workdir=None, link=()):
     cflags, lflags = MODE_FLAGS[mode]
     workdir = workdir or os.path.dirname(os.path.abspath(out)) or "."
     os.makedirs(workdir, exist_ok=True)
@@ -156,7 +156,7 @@ def build(sources, out, mode="plain", extra=(), workdir=None):
         _run(["g++"] + flags + list(extra) + ["-x", "c++", "-c", compile_src, "-o", obj])
         objs.append(obj)
     defsyms = ["-Wl,--defsym=%s=cudasim_dyn_smem" % s for s in undefined_tls_symbols(objs + [rt_obj])]
-    _run(["g++"] + lflags + objs + [rt_obj] + defsyms + ["-o", out])
+    _run(["g++"] + lflags + objs + list(link) + [rt_obj] + defsyms + ["-o", out])
     return out
 
 
@@ -164,6 +164,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=sorted(MODE_FLAGS), default="plain")
     ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--link-arg", action="append", default=[], help="extra link argument (object, library, flag)")
     ap.add_argument("sources", nargs="+")
     argv = sys.argv[1:]
     extra = []
@@ -171,7 +172,7 @@ def main():
         k = argv.index("--")
         argv, extra = argv[:k], argv[k + 1:]
     a = ap.parse_args(argv)
-    build(a.sources, a.output, a.mode, extra)
+    build(a.sources, a.output, a.mode, extra, link=a.link_arg)
 
 
 if __name__ == "__main__":

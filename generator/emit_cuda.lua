@@ -1,0 +1,496 @@
+-- generator/emit_cuda.lua — the CUDA backend: emits kernels.cu and the launch sequence from the
+-- same planned, fused graph as the CPU backend.
+--
+-- Each fusion group becomes one __global__ kernel (extern "C", so NVRTC and the driver find it by
+-- name), built from the device helpers of kernels/cuda/*.cuh with every shape a constant:
+--   rows       one block per row, the group's row ops in order with a barrier between them;
+--   matmul     one warp per output row of the concatenated linears, up to TMAX tokens per launch
+--              (weights dequantized in registers, read once for those tokens); an RMSNorm prologue
+--              is folded into the weights (each block computes the rows' 1/rms itself, so no block
+--              waits for another); the epilogue (RoPE, KV store, SwiGLU, residual, post-norms) is
+--              run by the last block to finish, over the launch's rows;
+--   attention  the specialized decode (split-K) / flash-prefill kernels where the head shape fits
+--              them, else the generic attn_rows kernel; chosen per step by the host.
+-- Kernels with identical bodies are emitted once, like the CPU backend. Every statement carries
+-- the models.lua line that produced it.
+
+local util = require("util")
+local emit_c = require("emit_c")
+
+local emit = {}
+
+emit.TMAX = 8        -- tokens per matmul launch (rows of X a warp multiplies each weight by)
+emit.MM_WARPS = 4    -- warps (output rows) per matmul block
+emit.ROWS_NT = 256   -- threads of a rows kernel block
+
+local DT = {f32 = "IG_F32", f16 = "IG_F16", bf16 = "IG_BF16", q8_0 = "IG_Q8_0", q4_0 = "IG_Q4_0", q4_1 = "IG_Q4_1"}
+local DT_BYTES = {f32 = {1, 4}, f16 = {1, 2}, bf16 = {1, 2}, q8_0 = {32, 34}, q4_0 = {32, 18}, q4_1 = {32, 20}}
+
+function emit.weight_bytes(w)
+  local e, b = table.unpack(DT_BYTES[w.dtype])
+  local n = 1
+  for _, d in ipairs(w.shape) do n = n * d end
+  return n // e * b
+end
+
+local function cf(x) return util.cfloat(x) end
+local function row(ptr, t, width) return string.format("%s + (long long)(%s) * %d", ptr, t, width) end
+
+-- CUDA statements for one row op at row t, run by every thread of the block (NT threads).
+local function row_stmt(ctx, s, n, t, NT)
+  local out = n.out and s.buf(n) or nil
+  local function inp(i) return s.buf(n.inputs[i].node) end
+  local W, op = n.width, n.op
+  local function loop(body) return string.format("for (int i = threadIdx.x; i < %d; i += blockDim.x) %s", W, body) end
+  if op == "embedding" then
+    local w = n.inputs[2]
+    return string.format("ig_row_embed<%s, %d>(%s, st.tokens[%s], %s);", DT[w.dtype], W, s.weight(w), t, row(out, t, W))
+  elseif op == "rmsnorm" then
+    return string.format("ig_row_rmsnorm<%d, %d, %d>(%s, (const float *)%s, %s, %s, %s, scratch);", W,
+      n.attrs.group or W, NT, row(inp(1), t, W), s.weight(n.inputs[2]), row(out, t, W), cf(n.attrs.eps), cf(n.attrs.offset))
+  elseif op == "softcap" then
+    local c = cf(n.attrs.cap)
+    return loop(string.format("{ const float *x = %s; %s[i] = %s * tanhf(x[i] / %s); }", row(inp(1), t, W),
+      "(" .. row(out, t, W) .. ")", c, c))
+  elseif op == "select_rows" then
+    return loop(string.format("(%s)[i] = (%s)[i];", row(out, t, W), row(inp(1), "st.logit_rows[" .. t .. "]", W)))
+  elseif op == "rope" then
+    local a = n.attrs
+    return string.format("ig_row_rope<%d, %d, %d, %s>(%s, %s, st.rope + (long long)st.pos[%s] * %d);", a.heads,
+      a.head_dim, a.rot_dim, a.pairs == "adjacent" and "true" or "false", row(inp(1), t, W), row(out, t, W), t, a.rot_dim)
+  elseif op == "silu" or op == "gelu_tanh" then
+    return loop(string.format("(%s)[i] = ig_%s((%s)[i]);", row(out, t, W), op, row(inp(1), t, W)))
+  elseif op == "add" or op == "mul" then
+    return loop(string.format("(%s)[i] = (%s)[i] %s (%s)[i];", row(out, t, W), row(inp(1), t, W),
+      op == "add" and "+" or "*", row(inp(2), t, W)))
+  elseif op == "scale" then
+    return loop(string.format("(%s)[i] = (%s)[i] * %s;", row(out, t, W), row(inp(1), t, W), cf(n.attrs.factor)))
+  elseif op == "kv_store" then
+    local a = n.attrs
+    local kw = a.kv_heads * a.head_dim
+    return string.format("ig_row_kv_store<%d, %d>(%s, %s, st.kv, N_KV_LAYERS, kvl, st.n_blocks, st.block_tables + (long long)st.seq[%s] * BT_STRIDE, st.pos[%s]);",
+      a.kv_heads, a.head_dim, row(inp(1), t, kw), row(inp(2), t, kw), t, t)
+  end
+  error("no CUDA emitter for op " .. op)
+end
+
+-- Statements of a list of row ops at row t, a barrier after each (the next op may read what
+-- other threads of the block wrote).
+local function row_block(ctx, s, nodes, t, NT, indent)
+  local L = {}
+  for _, n in ipairs(nodes) do
+    L[#L + 1] = indent .. emit_c.src(ctx, n)
+    L[#L + 1] = indent .. row_stmt(ctx, s, n, t, NT)
+    L[#L + 1] = indent .. "__syncthreads();"
+  end
+  return L
+end
+
+-- Whether a matmul group's prologue can be folded into its linears: an optional select_rows
+-- (a gather of rows: the X row map) followed by an optional whole-row RMSNorm (its weight
+-- multiplies W's columns, 1/rms each row), each read by nothing outside the group.
+local function foldable(grp)
+  local p = grp.prologue
+  local i, fold = 1, {}
+  if p[i] and p[i].op == "select_rows" then fold.select = p[i]; i = i + 1 end
+  if p[i] and p[i].op == "rmsnorm" and (p[i].attrs.group or p[i].width) == p[i].width then fold.norm = p[i]; i = i + 1 end
+  if i <= #p then return nil end
+  if fold.select and fold.norm and fold.norm.inputs[1].node ~= fold.select then return nil end
+  for _, n in ipairs(p) do
+    for _, c in ipairs(n.consumers) do
+      if c.group ~= grp then return nil end
+    end
+  end
+  fold.x = #p > 0 and p[1].inputs[1].node or grp.linears[1].inputs[1].node
+  return fold
+end
+
+local function kernel_params(s)
+  local ps = {"const ig_step st", "const int t0", "const int nt", "const int kvl"}
+  for i = 1, #s.bufs do ps[#ps + 1] = "float *b" .. (i - 1) end
+  for i = 1, #s.weights do ps[#ps + 1] = "const void *w" .. (i - 1) end
+  return table.concat(ps, ", ")
+end
+
+local function rows_kernel(ctx, s, nodes)
+  local NT = emit.ROWS_NT
+  local L = {string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", NT),
+             "    __shared__ float scratch[32]; (void)scratch; (void)nt; (void)kvl;",
+             "    const int t = t0 + blockIdx.x; /* one block per row */"}
+  for _, l in ipairs(row_block(ctx, s, nodes, "t", NT, "    ")) do L[#L + 1] = l end
+  L[#L + 1] = "}"
+  return (table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end))
+end
+
+local function matmul_kernel(ctx, s, grp, fold)
+  local NT = emit.MM_WARPS * 32
+  local x = fold and fold.x or grp.linears[1].inputs[1].node
+  local IN = grp.linears[1].inputs[1].width
+  local L = {string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", NT),
+             "    __shared__ float scratch[32]; (void)scratch; (void)kvl;"}
+  local xptr, rows, norm, scale = row(s.buf(x), "t0", IN), "nullptr", "nullptr, 0.0f", "nullptr"
+  if fold and fold.select then
+    L[#L + 1] = "    " .. emit_c.src(ctx, fold.select) .. " /* the X rows of the linears below */"
+    xptr, rows = s.buf(x), "st.logit_rows + t0"
+  end
+  if fold and fold.norm then
+    local nn = fold.norm
+    L[#L + 1] = "    " .. emit_c.src(ctx, nn) .. " /* folded: its weight scales the columns of W, 1/rms each row */"
+    L[#L + 1] = string.format("    __shared__ float rms[%d];", emit.TMAX)
+    L[#L + 1] = string.format("    ig_rms_scales<%d, %d>(%s, %d, %s, nt, %s, rms, scratch);", IN, NT, xptr, IN, rows, cf(nn.attrs.eps))
+    norm, scale = string.format("(const float *)%s, %s", s.weight(nn.inputs[2]), cf(nn.attrs.offset)), "rms"
+  end
+  L[#L + 1] = string.format("    const int r = blockIdx.x * %d + (threadIdx.x >> 5); /* one warp per output row */", emit.MM_WARPS)
+  local off = 0
+  for i, l in ipairs(grp.linears) do
+    local w, bias, OUT = l.inputs[2], l.inputs[3], l.width
+    L[#L + 1] = "    " .. emit_c.src(ctx, l)
+    L[#L + 1] = string.format("    %sif (r < %d) ig_gemv_warp<%s, %d, %d>(%s, r - %d, %s, %d, %s, nt, %s, %s, %s, %d, %s, 0);",
+      i > 1 and "else " or "", off + OUT, DT[w.dtype], IN, emit.TMAX, s.weight(w), off, xptr, IN, rows, norm, scale,
+      row(s.buf(l), "t0", OUT), OUT, bias and ("(const float *)" .. s.weight(bias)) or "nullptr")
+    off = off + OUT
+  end
+  if #grp.epilogue > 0 then
+    L[#L + 1] = "    if (!ig_last_block(st.done)) return; /* the epilogue: the last block, every row of the launch */"
+    L[#L + 1] = "    for (int t = t0; t < t0 + nt; t++) {"
+    for _, l in ipairs(row_block(ctx, s, grp.epilogue, "t", NT, "        ")) do L[#L + 1] = l end
+    L[#L + 1] = "    }"
+  end
+  L[#L + 1] = "}"
+  return (table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end)), off
+end
+
+local function kernel_name(grp, nodes)
+  local parts, seen = {}, {}
+  for _, n in ipairs(nodes) do
+    local p = n.op == "linear" and n.inputs[2].logical or n.op
+    if not seen[p] then parts[#parts + 1] = p; seen[p] = true end
+  end
+  local dt
+  for _, l in ipairs(grp.linears) do dt = dt or l.inputs[2].dtype end
+  return table.concat(parts, "_") .. (dt and ("_" .. dt) or "")
+end
+
+-- Attention: which kernels fit this head shape (HD, GROUP). Shared memory limits as in
+-- kernels/cuda/attn_*.cuh (48 KiB static).
+local function attention_plan(a)
+  local HD, GROUP, KVH = a.head_dim, a.heads // a.kv_heads, a.kv_heads
+  local p = {HD = HD, GROUP = GROUP, KVH = KVH, HEADS = a.heads}
+  if HD % 32 == 0 and HD <= 256 and 4 * GROUP * HD * 4 <= 48 * 1024 then p.decode = true end
+  if HD % 32 == 0 then
+    local bq = math.max(1, (HD <= 64 and 64 or 32) // GROUP)
+    while bq > 1 and (bq * GROUP * HD + 32 * (HD + 1) + 32 * HD) * 4 > 48 * 1024 do bq = bq // 2 end
+    if (bq * GROUP * HD + 32 * (HD + 1) + 32 * HD) * 4 <= 48 * 1024 then p.prefill_bq = bq end
+  end
+  return p
+end
+
+-- Builds the kernels and the call list. A call is {kernel, grp, slots, kind, ...}; each kernel
+-- {name, body, kind, first_line, last_line}. Extra launches (an unfoldable prologue) get their
+-- own rows kernel.
+function emit.kernels(ctx, groups, final_node)
+  local kernels, by_body, calls = {}, {}, {}
+  local function add_kernel(body, base, nodes, kind)
+    local k = by_body[body]
+    if not k then
+      local lines = {}
+      for _, n in ipairs(nodes) do lines[#lines + 1] = n.line end
+      table.sort(lines)
+      local name = string.format("k%02d_%s", #kernels + 1, base)
+      k = {name = name, body = (body:gsub("@NAME@", name)), kind = kind, first_line = lines[1], last_line = lines[#lines],
+           ops = #nodes}
+      kernels[#kernels + 1] = k
+      by_body[body] = k
+    end
+    return k
+  end
+  for _, grp in ipairs(groups) do
+    if grp.kind == "moe" then
+      util.die(string.format("models.lua:%d: error: moe has no CUDA emitter yet (build this model with --backend cpu)",
+        grp.ops[1].line))
+    end
+    local s = emit_c.slots(grp, final_node)
+    local kv_layer = 0
+    for _, n in ipairs(grp.nodes) do kv_layer = n.attrs.kv_layer or kv_layer end
+    if grp.kind == "rows" then
+      local k = add_kernel(rows_kernel(ctx, s, grp.ops), kernel_name(grp, grp.ops), grp.ops, "rows")
+      calls[#calls + 1] = {kernel = k, grp = grp, slots = s, kind = "rows", kv_layer = kv_layer}
+    elseif grp.kind == "matmul" then
+      local fold = foldable(grp)
+      if not fold and #grp.prologue > 0 then
+        local ps = emit_c.slots(grp, final_node)
+        local k = add_kernel(rows_kernel(ctx, ps, grp.prologue), kernel_name(grp, grp.prologue), grp.prologue, "rows")
+        calls[#calls + 1] = {kernel = k, grp = grp, slots = ps, kind = "rows", kv_layer = kv_layer}
+      end
+      local body, total = matmul_kernel(ctx, s, grp, fold)
+      local nodes = {}
+      for _, n in ipairs(grp.nodes) do nodes[#nodes + 1] = n end
+      local k = add_kernel(body, kernel_name(grp, nodes), nodes, "matmul")
+      calls[#calls + 1] = {kernel = k, grp = grp, slots = s, kind = "matmul", rows_out = total, kv_layer = kv_layer}
+    else
+      local n = grp.ops[1]
+      calls[#calls + 1] = {grp = grp, slots = s, kind = "attention", node = n, plan = attention_plan(n.attrs),
+                           kv_layer = kv_layer}
+    end
+  end
+  return kernels, calls
+end
+
+-- Library kernels (templates in kernels/cuda) the attention calls launch, by instantiation.
+function emit.library_kernels(calls)
+  local list, seen = {}, {}
+  local function add(expr)
+    if not seen[expr] then seen[expr] = #list; list[#list + 1] = expr end
+    return seen[expr]
+  end
+  for _, c in ipairs(calls) do
+    if c.kind == "attention" then
+      local p = c.plan
+      if p.decode then
+        c.k_decode = add(string.format("attn_decode_kernel<%d, %d, %d>", p.HD, p.GROUP, p.KVH))
+        c.k_combine = add(string.format("attn_decode_combine_kernel<%d, %d>", p.HD, p.HEADS))
+      end
+      if p.prefill_bq then c.k_prefill = add(string.format("attn_prefill_kernel<%d, %d, %d, %d>", p.HD, p.GROUP, p.KVH, p.prefill_bq)) end
+      c.k_rows = add(string.format("attn_rows_kernel<%d, %d, %d>", p.HD, p.GROUP, p.KVH))
+    end
+  end
+  return list
+end
+
+-- Host C++ of one call: launches with this layer's buffers and weights. kid(k) is the kernel's
+-- index in the launch table.
+function emit.call(ctx, c, kid)
+  local s = c.slots
+  if c.kind == "attention" then s.buf(c.node.inputs[1].node); s.buf(c.node) end -- q, out: slots b0, b1
+  local args = {}
+  for _, b in ipairs(s.bufs) do
+    args[#args + 1] = b.key == "logits" and "d->logits" or string.format("A(%d)", b.node.buffer.offset)
+  end
+  for _, w in ipairs(s.weights) do args[#args + 1] = string.format("d->w[%d]", w.slot) end
+  local rows = c.grp.rows == "logits" and "L" or "T"
+  local tail = #args > 0 and (", " .. table.concat(args, ", ")) or ""
+  if c.kind == "rows" then
+    return {string.format("    LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(c.kernel), c.kernel.name, rows,
+      emit.ROWS_NT, rows, c.kv_layer, tail)}
+  elseif c.kind == "matmul" then
+    local blocks = (c.rows_out + emit.MM_WARPS - 1) // emit.MM_WARPS
+    return {string.format("    for (int c0 = 0; c0 < %s; c0 += %d) LAUNCH(%d, %s, dim3(%d), dim3(%d), st, c0, %s - c0 < %d ? %s - c0 : %d, %d%s);",
+      rows, emit.TMAX, kid(c.kernel), c.kernel.name, blocks, emit.MM_WARPS * 32, rows, emit.TMAX, rows, emit.TMAX,
+      c.kv_layer, tail)}
+  end
+  local n, p = c.node, c.plan
+  local a = n.attrs
+  local q, out = s.buf(n.inputs[1].node), s.buf(n)
+  local qa, oa = args[tonumber(q:sub(2)) + 1], args[tonumber(out:sub(2)) + 1]
+  local W = n.width
+  local common = string.format("st.kv, N_KV_LAYERS, %d, st.n_blocks, st.block_tables, BT_STRIDE", a.kv_layer)
+  local L = {"    " .. emit_c.src(ctx, n)}
+  local lead = "    "
+  if p.decode then
+    L[#L + 1] = "    if (si.decode_only) {"
+    L[#L + 1] = string.format("        LAUNCH(%d, (attn_decode_kernel<%d, %d, %d>), dim3(%d, st.n_seqs, si.splits), dim3(128), %s, %d, %s, st.dec_pos, %d, %s, %s, si.chunk, %s, %d, d->part_o, d->part_ml);",
+      c.k_decode, p.HD, p.GROUP, p.KVH, p.KVH, qa, W, common, a.window, cf(a.scale), cf(a.softcap), oa, W)
+    L[#L + 1] = string.format("        if (si.splits > 1) LAUNCH(%d, (attn_decode_combine_kernel<%d, %d>), dim3(%d, st.n_seqs), dim3(%d), d->part_o, d->part_ml, si.splits, %s, %d);",
+      c.k_combine, p.HD, p.HEADS, p.HEADS, p.HD, oa, W)
+    L[#L + 1] = "    } else {"
+    lead = "        "
+  end
+  if p.prefill_bq then
+    L[#L + 1] = string.format("%sLAUNCH(%d, (attn_prefill_kernel<%d, %d, %d, %d>), dim3((si.max_ntok + %d) / %d, %d, st.n_seqs), dim3(128), %s, %d, %s, st.tok0, st.pos0, st.ntok, %d, %s, %s, %s, %d);",
+      lead, c.k_prefill, p.HD, p.GROUP, p.KVH, p.prefill_bq, p.prefill_bq - 1, p.prefill_bq, p.KVH, qa, W, common,
+      a.window, cf(a.scale), cf(a.softcap), oa, W)
+  else
+    L[#L + 1] = string.format("%sLAUNCH(%d, (attn_rows_kernel<%d, %d, %d>), dim3(T, %d), dim3(32), %s, %d, %s, st.pos, st.seq, %d, %s, %s, %s, %d);",
+      lead, c.k_rows, p.HD, p.GROUP, p.KVH, p.HEADS, qa, W, common, a.window, cf(a.scale), cf(a.softcap), oa, W)
+  end
+  if p.decode then L[#L + 1] = "    }" end
+  return L
+end
+
+-- Launches of one decode step and an estimate of the global-memory bytes it moves per decoded
+-- token at a context of ctx_len positions (batch of one sequence): every linear's weights once,
+-- one embedding row, norm weights, the activation rows each launch reads and writes, and the
+-- K/V rows attention reads.
+function emit.decode_cost(calls, kv_bytes_per_pos, ctx_len)
+  local launches, weights, act = 0, 0, 0
+  local counted = {}
+  for _, c in ipairs(calls) do
+    launches = launches + 1
+    for _, n in ipairs(c.grp.nodes) do
+      for _, w in ipairs(n.inputs) do
+        if type(w) == "table" and w.kind == "weight" then
+          local full = n.op ~= "embedding"
+          if not counted[w.slot] or (full and counted[w.slot] == "row") then
+            local e, b = table.unpack(DT_BYTES[w.dtype])
+            local bytes = full and emit.weight_bytes(w) or w.shape[2] // e * b
+            if counted[w.slot] == "row" then weights = weights - w.shape[2] // e * b end
+            weights = weights + bytes
+            counted[w.slot] = full and "full" or "row"
+          end
+        end
+      end
+    end
+    for _, b in ipairs(c.slots.bufs) do act = act + 4 * b.node.width end
+  end
+  return {launches = launches, weight_bytes = weights, act_bytes = act, kv_bytes = kv_bytes_per_pos * ctx_len,
+          total = weights + act + kv_bytes_per_pos * ctx_len}
+end
+
+local HEADERS = {"common.cuh", "embed.cuh", "rmsnorm.cuh", "rope_kv.cuh", "elementwise.cuh", "gemv_q.cuh",
+                 "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh"}
+
+-- A C string literal of any text.
+local function c_string(text)
+  local parts = {}
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    parts[#parts + 1] = '"' .. line:gsub("\\", "\\\\"):gsub('"', '\\"'):gsub("\t", "\\t") .. '\\n"'
+  end
+  return table.concat(parts, "\n    ")
+end
+
+-- The files of a CUDA build: kernels.cu (device code; what NVRTC compiles), model.cu (host
+-- launches, with templates/cuda/cuda_host.h), kernel_sources.h (the NVRTC sources, embedded) and
+-- model.c (host C: weights, descriptor, load).
+function emit.files(ctx, env, calls, kernels, aux)
+  local c = env.c
+  local out = {}
+  local lib = emit.library_kernels(calls)
+  -- launch table: generated kernels by name, then the library instantiations
+  local names, kid_of = {}, {}
+  for i, k in ipairs(kernels) do names[i] = k.name; kid_of[k] = i - 1 end
+  local lib_base = #names
+  for i, expr in ipairs(lib) do names[lib_base + i] = expr end
+  for _, call in ipairs(calls) do
+    if call.kind == "attention" then
+      for _, f in ipairs({"k_decode", "k_combine", "k_prefill", "k_rows"}) do
+        if call[f] then call[f] = call[f] + lib_base end
+      end
+    end
+  end
+  local heads_max, hd_max, kvh_min = 1, 32, 1 << 30
+  for _, call in ipairs(calls) do
+    if call.kind == "attention" then
+      heads_max = math.max(heads_max, call.plan.HEADS)
+      hd_max = math.max(hd_max, call.plan.HD)
+      kvh_min = math.min(kvh_min, call.plan.KVH)
+    end
+  end
+  if kvh_min == 1 << 30 then kvh_min = 1 end
+  local bt_stride = (c.ctx + 15) // 16
+
+  -- kernels.cu
+  local K = {aux.banner("emit_cuda.lua", "generator/emit_cuda.lua (device code; compiled by nvcc, NVRTC and cudasim)", "//"),
+             "// The fused CUDA kernels of " .. env.model_name .. ": one per fusion group, every shape a constant.",
+             "// A kernel's statements carry the models.lua line that produced them."}
+  for _, h in ipairs(HEADERS) do K[#K + 1] = '#include "' .. h .. '"' end
+  K[#K + 1] = ""
+  K[#K + 1] = string.format("#define N_KV_LAYERS %d", env.n_kv_layers)
+  K[#K + 1] = string.format("#define BT_STRIDE %d /* block-table entries per sequence: MAX_CTX / %d */", bt_stride, 16)
+  K[#K + 1] = [[
+
+// One step, as the kernels see it: device arrays of the batch (ingot_batch on the device).
+struct ig_step {
+  const int *tokens, *pos, *seq;      // [n_tokens]
+  const int *logit_rows;              // [n_logits]: token rows whose logits are wanted
+  const int *tok0, *pos0, *ntok;      // [n_seqs]: first token row, its position, token count
+  const int *dec_pos;                 // [n_seqs]: position of a decode step's token
+  const int *block_tables;            // [n_seqs][BT_STRIDE]
+  float *kv;                          // the paged KV pool (kernels/cuda/common.cuh layout)
+  int n_blocks;
+  const float *rope;                  // [MAX_CTX][ROPE_DIM/2][2] cos, sin
+  unsigned *done;                     // blocks finished, for the last-block epilogues
+  int n_tokens, n_logits, n_seqs;
+};
+]]
+  for _, k in ipairs(kernels) do
+    K[#K + 1] = string.format("// %s: %s kernel, %d ops, models.lua:%d-%d", k.name, k.kind, k.ops, k.first_line, k.last_line)
+    K[#K + 1] = k.body
+    K[#K + 1] = ""
+  end
+  out["kernels.cu"] = table.concat(K, "\n")
+
+  -- kernel_sources.h
+  local S = {aux.banner("emit_cuda.lua", "generator/emit_cuda.lua (NVRTC sources)"),
+             "/* The sources NVRTC compiles at start for the device found: kernels.cu and its headers. */",
+             string.format("#define IG_N_SOURCES %d", #HEADERS + 1),
+             "static const char *const IG_SOURCE_NAMES[] = {\"kernels.cu\""}
+  for _, h in ipairs(HEADERS) do S[#S] = S[#S] .. ', "' .. h .. '"' end
+  S[#S] = S[#S] .. "};"
+  S[#S + 1] = "static const char *const IG_SOURCES[] = {"
+  S[#S + 1] = "    " .. c_string(out["kernels.cu"]) .. ","
+  for _, h in ipairs(HEADERS) do
+    local path = aux.script_dir .. "/../kernels/cuda/" .. h
+    local text = util.read_file(path) or util.die("cannot read " .. path)
+    S[#S + 1] = "    " .. c_string(text) .. ","
+  end
+  S[#S + 1] = "};"
+  local srcs = table.concat(S, "\n")
+  out["kernel_sources.h"] = srcs
+
+  -- model.cu
+  local M = {aux.banner("emit_cuda.lua", "templates/cuda/cuda_host.h + generator/emit_cuda.lua (launches)", "//"),
+             "// The host side of the CUDA forward of " .. env.model_name .. ": cu_run launches one step's kernels in order.",
+             '#include "kernels.cu"',
+             string.format("#define N_WEIGHTS %d", #env.weights),
+             string.format("#define MAX_TOKENS %d", env.max_tokens),
+             string.format("#define VOCAB %d", c.vocab),
+             string.format("#define MAX_CTX %d", c.ctx),
+             string.format("#define ROPE_DIM %d", env.rope.rot_dim),
+             string.format("#define ARENA_BYTES_PER_TOKEN %d", env.plan.bytes_per_token),
+             string.format("#define N_HEADS_MAX %d", heads_max),
+             string.format("#define HEAD_DIM_MAX %d", hd_max),
+             string.format("#define KV_HEADS_MIN %d", kvh_min),
+             string.format("#define IG_N_KERNELS %d", #names),
+             string.format('#define IG_SOURCE_HASH "%s"', util.hash(srcs)),
+             "static const char *const IG_KERNEL_NAMES[IG_N_KERNELS] = {"}
+  for _, nm in ipairs(names) do M[#M + 1] = '    "' .. nm .. '",' end
+  M[#M + 1] = "};"
+  M[#M + 1] = '#ifndef INGOT_CUDASIM'
+  M[#M + 1] = '#include "kernel_sources.h"'
+  M[#M + 1] = '#endif'
+  M[#M + 1] = '#include "cuda_host.h"'
+  M[#M + 1] = ""
+  M[#M + 1] = "static int cu_run(cu_model *d, const ig_step &st, const ig_step_info &si) {"
+  M[#M + 1] = "    const int T = st.n_tokens, L = st.n_logits;"
+  M[#M + 1] = "    (void)T; (void)L; (void)si;"
+  local last_layer = "none"
+  local function kid(k) return kid_of[k] end
+  local launch_names = {}
+  for _, call in ipairs(calls) do
+    local n = call.grp.nodes[1]
+    local layer = n.layer and ("layer " .. n.layer) or (n.op == "embedding" and "embed" or "head")
+    if layer ~= last_layer then M[#M + 1] = "    /* " .. layer .. " */"; last_layer = layer end
+    for _, l in ipairs(emit.call(ctx, call, kid)) do M[#M + 1] = l end
+    if call.kind == "attention" then
+      local p = call.plan
+      launch_names[#launch_names + 1] = p.decode and lib[call.k_decode - lib_base + 1] or
+        (p.prefill_bq and lib[call.k_prefill - lib_base + 1] or lib[call.k_rows - lib_base + 1])
+    else
+      launch_names[#launch_names + 1] = call.kernel.name
+    end
+  end
+  M[#M + 1] = "    return 0;"
+  M[#M + 1] = "}"
+  out["model.cu"] = table.concat(M, "\n") .. "\n"
+
+  -- model.c and the --info notes
+  local fused_cost = emit.decode_cost(calls, aux.kv_bytes_per_pos, 1024)
+  local per_layer = #launch_names / aux.layers
+  local info = {
+    string.format("CUDA:            %d launches per decode step (%.1f per layer; +1 per layer when split-K attention engages), %d distinct kernels; code for sm_80/86/89/90 + NVRTC JIT",
+      #launch_names, per_layer, #names),
+    string.format("decode estimate: %.2f MB weights + %.1f KB activations + %.1f KB KV (1024 positions) = %.2f MB moved per token; H100 roofline (3.35 TB/s): %.0f tokens/s (estimates)",
+      fused_cost.weight_bytes / 1e6, fused_cost.act_bytes / 1e3, fused_cost.kv_bytes / 1e3, fused_cost.total / 1e6,
+      3.35e12 / fused_cost.total),
+  }
+  local lines = {}
+  for _, l in ipairs(info) do lines[#lines + 1] = '"' .. l:gsub('"', '\\"') .. '\\n"' end
+  env.info_c = table.concat(lines, "\n             ")
+  env.launch_names = launch_names
+  env.banner = aux.banner("emit_cuda.lua", "templates/cuda/model.c.in")
+  env.common_desc = aux.render("model_desc.c.in", env)
+  out["model.c"] = aux.render("cuda/model.c.in", env)
+  return out
+end
+
+return emit

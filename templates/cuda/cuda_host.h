@@ -1,0 +1,509 @@
+// cuda_host.h — the host side shared by every generated CUDA model: device state, weight upload,
+// the paged KV pool in device memory, per-step metadata, kernel launches (nvcc-built code, NVRTC
+// JIT for the exact device, or cudasim on a machine without a GPU), CUDA graphs for decode steps.
+//
+// Included by build/<name>/gen/model.cu after kernels.cu and the generated constants:
+//   N_WEIGHTS, MAX_TOKENS, VOCAB, MAX_CTX, BT_STRIDE, N_HEADS_MAX, HEAD_DIM_MAX, ARENA_BYTES_PER_TOKEN,
+//   IG_N_KERNELS, IG_KERNEL_NAMES (launch table: extern "C" names or template instantiations),
+//   IG_SOURCE_HASH, and kernel_sources.h (the NVRTC sources).
+// The generated cu_run (after this file) launches one step's kernels in order.
+#pragma once
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#ifndef INGOT_CUDASIM
+#include <dlfcn.h>
+#include <nvrtc.h>
+#include <unistd.h>
+#endif
+
+extern "C" {
+#include "model_api.h"
+}
+
+#define IG_ATTN_CHUNK 256      // keys per split of split-K decode attention
+#define IG_ATTN_MAX_SPLITS 32  // partial buffers are sized for this many splits
+#define IG_MAX_GRAPHS 64       // captured decode graphs kept (keyed by tokens, splits)
+
+// Per-step choices the host makes before launching (attention kernel and its split).
+struct ig_step_info {
+  int decode_only; // every sequence brings one token and token i is sequence i
+  int splits, chunk, max_ntok, max_len;
+};
+
+struct cu_model {
+  int device, cc, sm_count;
+  cudaStream_t stream;
+  void* w[N_WEIGHTS];
+  unsigned char* arena;
+  float *logits, *rope, *part_o, *part_ml;
+  unsigned* done;
+  int* meta;       // device: [8][MAX_TOKENS] per-token and per-sequence arrays, then block tables
+  int* meta_host;  // pinned host copy
+  size_t weight_bytes;
+  long long launches; // kernels launched so far (--info / tests read the per-step count)
+#ifndef INGOT_CUDASIM
+  cudaLibrary_t module;           // NVRTC-compiled code for this exact device, or NULL
+  cudaKernel_t fn[IG_N_KERNELS]; // its kernels, by launch-table index
+  struct {
+    int T, splits;
+    cudaGraphExec_t exec;
+  } graphs[IG_MAX_GRAPHS];
+  int n_graphs, use_graphs, capturing;
+#endif
+};
+
+enum { META_TOKENS, META_POS, META_SEQ, META_LOGIT_ROWS, META_TOK0, META_POS0, META_NTOK, META_DEC_POS, META_ARRAYS };
+#define META_INTS ((size_t)META_ARRAYS * MAX_TOKENS + (size_t)MAX_TOKENS * BT_STRIDE)
+
+template <class T> struct ig_same { typedef T type; };
+
+// Launches kernel k (launch-table index kid) with arguments converted to its parameter types.
+template <typename... P>
+static int ig_launch(cu_model* d, int kid, void (*k)(P...), dim3 grid, dim3 block, typename ig_same<P>::type... args) {
+  d->launches++;
+#ifdef INGOT_CUDASIM
+  (void)kid;
+  return cudasim::launch(k, grid, block, 0, args...) == cudaSuccess ? 0 : -1;
+#else
+  void* argv[] = {(void*)&args..., nullptr};
+  const void* f = d->module ? (const void*)d->fn[kid] : (const void*)k; // cudaLaunchKernel takes either
+  return cudaLaunchKernel(f, grid, block, argv, 0, d->stream) == cudaSuccess ? 0 : -1;
+#endif
+}
+
+#define LAUNCH(kid, kernel, grid, block, ...)                                    \
+  do {                                                                           \
+    if (ig_launch(d, kid, kernel, grid, block, __VA_ARGS__) != 0) return -1;     \
+  } while (0)
+#define A(off) ((float*)(d->arena + (size_t)(off) * MAX_TOKENS))
+
+static int cu_run(cu_model* d, const ig_step& st, const ig_step_info& si);
+
+static int ig_fail(char* err, size_t errlen, const char* what, cudaError_t e) {
+  snprintf(err, errlen, "CUDA: %s: %s", what, cudaGetErrorString(e));
+  return -1;
+}
+
+#ifndef INGOT_CUDASIM
+// ---- NVRTC: the embedded sources compiled for one architecture --------------------------------
+
+// libnvrtc is opened when first needed, so the binary starts (and runs the embedded code) on a
+// machine that has the driver but not the toolkit.
+static struct {
+  bool tried, ok;
+  decltype(&nvrtcCreateProgram) create;
+  decltype(&nvrtcAddNameExpression) add_name;
+  decltype(&nvrtcCompileProgram) compile;
+  decltype(&nvrtcGetProgramLogSize) log_size;
+  decltype(&nvrtcGetProgramLog) log;
+  decltype(&nvrtcGetCUBINSize) cubin_size;
+  decltype(&nvrtcGetCUBIN) cubin;
+  decltype(&nvrtcGetPTXSize) ptx_size;
+  decltype(&nvrtcGetPTX) ptx;
+  decltype(&nvrtcGetLoweredName) lowered;
+  decltype(&nvrtcDestroyProgram) destroy;
+  decltype(&nvrtcGetErrorString) error;
+} ig_nvrtc;
+
+static bool ig_nvrtc_open(char* err, size_t errlen) {
+  if (ig_nvrtc.tried) {
+    if (!ig_nvrtc.ok) snprintf(err, errlen, "libnvrtc not available");
+    return ig_nvrtc.ok;
+  }
+  ig_nvrtc.tried = true;
+  void* h = dlopen("libnvrtc.so.13", RTLD_NOW);
+  if (!h) h = dlopen("libnvrtc.so", RTLD_NOW);
+  if (!h) {
+    snprintf(err, errlen, "libnvrtc not available: %s", dlerror());
+    return false;
+  }
+#define IG_SYM(field, name) ig_nvrtc.field = (decltype(ig_nvrtc.field))dlsym(h, #name)
+  IG_SYM(create, nvrtcCreateProgram); IG_SYM(add_name, nvrtcAddNameExpression); IG_SYM(compile, nvrtcCompileProgram);
+  IG_SYM(log_size, nvrtcGetProgramLogSize); IG_SYM(log, nvrtcGetProgramLog); IG_SYM(cubin_size, nvrtcGetCUBINSize);
+  IG_SYM(cubin, nvrtcGetCUBIN); IG_SYM(ptx_size, nvrtcGetPTXSize); IG_SYM(ptx, nvrtcGetPTX);
+  IG_SYM(lowered, nvrtcGetLoweredName); IG_SYM(destroy, nvrtcDestroyProgram); IG_SYM(error, nvrtcGetErrorString);
+#undef IG_SYM
+  ig_nvrtc.ok = ig_nvrtc.create && ig_nvrtc.add_name && ig_nvrtc.compile && ig_nvrtc.log_size && ig_nvrtc.log &&
+                ig_nvrtc.cubin_size && ig_nvrtc.cubin && ig_nvrtc.ptx_size && ig_nvrtc.ptx && ig_nvrtc.lowered &&
+                ig_nvrtc.destroy && ig_nvrtc.error;
+  if (!ig_nvrtc.ok) snprintf(err, errlen, "libnvrtc lacks a symbol");
+  return ig_nvrtc.ok;
+}
+
+// Compiles kernel_sources.h for `arch` ("sm_90": a cubin; "compute_90": PTX) into a malloc'd image;
+// lowered[] gets each launch-table kernel's symbol. 0, or -1 with err filled.
+static int ig_nvrtc_compile(const char* arch, char** image, size_t* size, const char** lowered_out, char* err,
+                            size_t errlen) {
+  if (!ig_nvrtc_open(err, errlen)) return -1;
+  nvrtcProgram prog;
+  nvrtcResult r = ig_nvrtc.create(&prog, IG_SOURCES[0], "kernels.cu", IG_N_SOURCES - 1, IG_SOURCES + 1,
+                                     IG_SOURCE_NAMES + 1);
+  if (r != NVRTC_SUCCESS) {
+    snprintf(err, errlen, "NVRTC: %s", ig_nvrtc.error(r));
+    return -1;
+  }
+  for (int i = 0; i < IG_N_KERNELS; i++)
+    if (strchr(IG_KERNEL_NAMES[i], '<')) ig_nvrtc.add_name(prog, IG_KERNEL_NAMES[i]);
+  char opt_arch[64];
+  snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=%s", arch);
+  const char* opts[] = {opt_arch, "--std=c++17", "-DINGOT_NVRTC=1"};
+  r = ig_nvrtc.compile(prog, 3, opts);
+  if (r != NVRTC_SUCCESS) {
+    size_t n = 0;
+    ig_nvrtc.log_size(prog, &n);
+    char* log = (char*)malloc(n + 1);
+    if (log) ig_nvrtc.log(prog, log);
+    snprintf(err, errlen, "NVRTC (%s): %s: %.600s", arch, ig_nvrtc.error(r), log ? log : "");
+    free(log);
+    ig_nvrtc.destroy(&prog);
+    return -1;
+  }
+  const bool cubin = strncmp(arch, "sm_", 3) == 0;
+  r = cubin ? ig_nvrtc.cubin_size(prog, size) : ig_nvrtc.ptx_size(prog, size);
+  *image = r == NVRTC_SUCCESS ? (char*)malloc(*size) : NULL;
+  if (*image) r = cubin ? ig_nvrtc.cubin(prog, *image) : ig_nvrtc.ptx(prog, *image);
+  for (int i = 0; lowered_out && i < IG_N_KERNELS; i++) {
+    lowered_out[i] = IG_KERNEL_NAMES[i];
+    if (strchr(IG_KERNEL_NAMES[i], '<')) {
+      const char* low = NULL;
+      if (ig_nvrtc.lowered(prog, IG_KERNEL_NAMES[i], &low) == NVRTC_SUCCESS && low) lowered_out[i] = strdup(low);
+    }
+  }
+  ig_nvrtc.destroy(&prog);
+  if (!*image || r != NVRTC_SUCCESS) {
+    snprintf(err, errlen, "NVRTC (%s): no image", arch);
+    return -1;
+  }
+  return 0;
+}
+
+// INGOT_NVRTC_CHECK=80,90: compile the embedded sources to PTX for those architectures and say so on
+// stderr (works without a GPU: how CI checks what the binary carries).
+static void ig_nvrtc_check(const char* list) {
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", list);
+  for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+    char arch[32], err[1024];
+    snprintf(arch, sizeof arch, "compute_%s", tok);
+    char* image = NULL;
+    size_t size = 0;
+    const char* lowered[IG_N_KERNELS];
+    if (ig_nvrtc_compile(arch, &image, &size, lowered, err, sizeof err) != 0) {
+      fprintf(stderr, "nvrtc: %s: FAILED: %s\n", arch, err);
+      continue;
+    }
+    int found = 0;
+    for (int i = 0; i < IG_N_KERNELS; i++) found += strstr(image, lowered[i]) != NULL;
+    fprintf(stderr, "nvrtc: %s: ok, %zu bytes of PTX, %d of %d kernels\n", arch, size, found, IG_N_KERNELS);
+    free(image);
+  }
+}
+
+// Loads (or compiles and caches) this device's code: $INGOT_CACHE_DIR or ~/.cache/ingot, file
+// <source hash>-sm_<cc>.cubin. INGOT_JIT=0: never; 1: always; default: only for devices the
+// embedded cubins (sm_80/86/89/90) do not cover exactly.
+static void ig_jit_load(cu_model* d) {
+  const char* mode = getenv("INGOT_JIT");
+  const bool covered = d->cc == 80 || d->cc == 86 || d->cc == 89 || d->cc == 90;
+  if ((mode && !strcmp(mode, "0")) || ((!mode || strcmp(mode, "1")) && covered)) return;
+  char dir[512], path[768], err[1024];
+  const char* env = getenv("INGOT_CACHE_DIR");
+  const char* home = getenv("HOME");
+  if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+  else snprintf(dir, sizeof dir, "%s/.cache/ingot", home ? home : "/tmp");
+  snprintf(path, sizeof path, "%s/%s-sm_%d.cubin", dir, IG_SOURCE_HASH, d->cc);
+  char* image = NULL;
+  size_t size = 0;
+  const char* lowered[IG_N_KERNELS];
+  FILE* f = fopen(path, "rb");
+  bool cached = false;
+  if (f) {
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    image = n > 0 ? (char*)malloc((size_t)n) : NULL;
+    cached = image && fread(image, 1, (size_t)n, f) == (size_t)n;
+    size = cached ? (size_t)n : 0;
+    fclose(f);
+  }
+  char arch[32];
+  snprintf(arch, sizeof arch, "sm_%d", d->cc);
+  if (!cached) {
+    free(image);
+    image = NULL;
+    if (ig_nvrtc_compile(arch, &image, &size, lowered, err, sizeof err) != 0) {
+      fprintf(stderr, "%s: warning: %s; using the embedded code\n", ingot_model_desc.name, err);
+      return;
+    }
+    mkdir(dir, 0755);
+    char tmp[800];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    FILE* o = fopen(tmp, "wb");
+    if (o && fwrite(image, 1, size, o) == size && fclose(o) == 0) rename(tmp, path);
+    else if (o) fclose(o);
+  } else {
+    // lowered names of template kernels need the program: recompute them cheaply from a PTX build
+    char* ptx = NULL;
+    size_t n = 0;
+    if (ig_nvrtc_compile("compute_80", &ptx, &n, lowered, err, sizeof err) != 0) {
+      free(image);
+      return;
+    }
+    free(ptx);
+  }
+  cudaLibrary_t mod;
+  if (cudaLibraryLoadData(&mod, image, NULL, NULL, 0, NULL, NULL, 0) != cudaSuccess) {
+    fprintf(stderr, "%s: warning: cannot load %s; using the embedded code\n", ingot_model_desc.name, path);
+    free(image);
+    return;
+  }
+  free(image);
+  for (int i = 0; i < IG_N_KERNELS; i++) {
+    if (cudaLibraryGetKernel(&d->fn[i], mod, lowered[i]) != cudaSuccess) {
+      fprintf(stderr, "%s: warning: %s missing from the JIT module; using the embedded code\n", ingot_model_desc.name,
+              lowered[i]);
+      cudaLibraryUnload(mod);
+      return;
+    }
+  }
+  d->module = mod;
+  fprintf(stderr, "%s: kernels JIT-compiled for %s (%s)\n", ingot_model_desc.name, arch, cached ? "cache" : "NVRTC");
+}
+#endif
+
+// ---- setup -----------------------------------------------------------------------------------
+
+extern "C" void cu_model_free(cu_model* d) {
+  if (!d) return;
+  for (int i = 0; i < N_WEIGHTS; i++) {
+    bool first = true; // weights shared by several slots are freed once
+    for (int j = 0; j < i; j++) first = first && d->w[j] != d->w[i];
+    if (first && d->w[i]) cudaFree(d->w[i]);
+  }
+  cudaFree(d->arena);
+  cudaFree(d->logits);
+  cudaFree(d->rope);
+  cudaFree(d->part_o);
+  cudaFree(d->part_ml);
+  cudaFree(d->done);
+  cudaFree(d->meta);
+  cudaFreeHost(d->meta_host);
+#ifndef INGOT_CUDASIM
+  for (int i = 0; i < d->n_graphs; i++) cudaGraphExecDestroy(d->graphs[i].exec);
+  if (d->module) cudaLibraryUnload(d->module);
+  if (d->stream) cudaStreamDestroy(d->stream);
+#endif
+  free(d);
+}
+
+extern "C" int cu_model_init(cu_model** out, const void* const* host_w, const size_t* bytes, int n, const float* rope,
+                             char* err, size_t errlen) {
+  *out = NULL;
+#ifndef INGOT_CUDASIM
+  const char* check = getenv("INGOT_NVRTC_CHECK");
+  if (check && *check) ig_nvrtc_check(check);
+#endif
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count < 1) {
+    snprintf(err, errlen, "no CUDA device (%s): this binary was built with --backend cuda; build with --backend cpu "
+             "for this machine", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    return -1;
+  }
+  cu_model* d = (cu_model*)calloc(1, sizeof *d);
+  if (!d) return snprintf(err, errlen, "out of memory"), -1;
+  const char* dev_env = getenv("INGOT_CUDA_DEVICE");
+  d->device = dev_env ? atoi(dev_env) : 0;
+  cudaDeviceProp prop;
+  if ((e = cudaSetDevice(d->device)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, d->device)) != cudaSuccess) {
+    cu_model_free(d);
+    return ig_fail(err, errlen, "device", e);
+  }
+  d->cc = prop.major * 10 + prop.minor;
+  d->sm_count = prop.multiProcessorCount;
+#ifndef INGOT_CUDASIM
+  if ((e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    cu_model_free(d);
+    return ig_fail(err, errlen, "stream", e);
+  }
+  ig_jit_load(d);
+  const char* graphs = getenv("INGOT_CUDA_GRAPHS");
+  d->use_graphs = !(graphs && !strcmp(graphs, "0"));
+#endif
+  for (int i = 0; i < n; i++) {
+    for (int j = 0; j < i && !d->w[i]; j++)
+      if (host_w[j] == host_w[i]) d->w[i] = d->w[j]; // one tensor, several slots (tied weights)
+    if (d->w[i]) continue;
+    if ((e = cudaMalloc(&d->w[i], bytes[i])) != cudaSuccess ||
+        (e = cudaMemcpy(d->w[i], host_w[i], bytes[i], cudaMemcpyHostToDevice)) != cudaSuccess) {
+      cu_model_free(d);
+      return ig_fail(err, errlen, "weight upload", e);
+    }
+    d->weight_bytes += bytes[i];
+  }
+  const size_t parts = (size_t)MAX_TOKENS * N_HEADS_MAX * IG_ATTN_MAX_SPLITS;
+  if ((e = cudaMalloc((void**)&d->arena, (size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS)) != cudaSuccess ||
+      (e = cudaMalloc((void**)&d->logits, sizeof(float) * (size_t)MAX_TOKENS * VOCAB)) != cudaSuccess ||
+      (e = cudaMalloc((void**)&d->rope, sizeof(float) * (size_t)MAX_CTX * ROPE_DIM)) != cudaSuccess ||
+      (e = cudaMalloc((void**)&d->part_o, sizeof(float) * parts * HEAD_DIM_MAX)) != cudaSuccess ||
+      (e = cudaMalloc((void**)&d->part_ml, sizeof(float) * parts * 2)) != cudaSuccess ||
+      (e = cudaMalloc((void**)&d->done, sizeof(unsigned))) != cudaSuccess ||
+      (e = cudaMemset(d->done, 0, sizeof(unsigned))) != cudaSuccess ||
+      (e = cudaMalloc((void**)&d->meta, sizeof(int) * META_INTS)) != cudaSuccess ||
+      (e = cudaMallocHost((void**)&d->meta_host, sizeof(int) * META_INTS)) != cudaSuccess ||
+      (e = cudaMemcpy(d->rope, rope, sizeof(float) * (size_t)MAX_CTX * ROPE_DIM, cudaMemcpyHostToDevice)) != cudaSuccess) {
+    cu_model_free(d);
+    return ig_fail(err, errlen, "scratch allocation", e);
+  }
+  *out = d;
+  return 0;
+}
+
+// ---- the KV pool ------------------------------------------------------------------------------
+
+extern "C" int cu_kv_alloc(cu_model* d, ingot_kv* kv, int n_blocks, char* err, size_t errlen) {
+  (void)d;
+  const size_t bytes = (size_t)n_blocks * INGOT_KV_BLOCK * ingot_model_desc.kv_bytes_per_token;
+  kv->n_blocks = n_blocks;
+  kv->data = NULL;
+  cudaError_t e = n_blocks > 0 ? cudaMalloc(&kv->data, bytes) : cudaErrorInvalidValue;
+  if (e == cudaSuccess) e = cudaMemset(kv->data, 0, bytes);
+  if (e != cudaSuccess) {
+    if (kv->data) cudaFree(kv->data);
+    kv->data = NULL;
+    snprintf(err, errlen, "device memory for a KV pool of %d blocks (%zu bytes): %s", n_blocks, bytes,
+             cudaGetErrorString(e));
+    return -1;
+  }
+  return 0;
+}
+
+extern "C" void cu_kv_release(cu_model* d, ingot_kv* kv) {
+  (void)d;
+  if (kv->data) cudaFree(kv->data);
+  kv->data = NULL;
+}
+
+extern "C" int cu_kv_fit_blocks(cu_model* d, size_t block_bytes, double fraction) {
+  (void)d;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || block_bytes == 0) return 0;
+  const double blocks = (double)free_b * fraction / (double)block_bytes;
+  return blocks >= 1 ? (blocks > (1 << 24) ? 1 << 24 : (int)blocks) : 1;
+}
+
+// ---- one step ----------------------------------------------------------------------------------
+
+extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char* err, size_t errlen) {
+  const int T = b->n_tokens, S = b->n_seqs, L = b->n_logits;
+  int* h = d->meta_host;
+  ig_step_info si = {1, 1, 0, 0, 0};
+  int* tok0 = h + META_TOK0 * MAX_TOKENS;
+  int* ntok = h + META_NTOK * MAX_TOKENS;
+  for (int s = 0; s < S; s++) tok0[s] = -1, ntok[s] = 0;
+  for (int i = 0; i < T; i++) {
+    const int s = b->seq[i];
+    h[META_TOKENS * MAX_TOKENS + i] = b->tokens[i];
+    h[META_POS * MAX_TOKENS + i] = b->pos[i];
+    h[META_SEQ * MAX_TOKENS + i] = s;
+    if (tok0[s] < 0) tok0[s] = i, h[META_POS0 * MAX_TOKENS + s] = b->pos[i];
+    ntok[s]++;
+    if (s != i) si.decode_only = 0;
+  }
+  if (T != S) si.decode_only = 0;
+  for (int i = 0; i < L; i++) h[META_LOGIT_ROWS * MAX_TOKENS + i] = b->logit_rows[i];
+  int* bt = h + META_ARRAYS * MAX_TOKENS;
+  for (int s = 0; s < S; s++) {
+    const int nb = (b->seq_len[s] + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
+    memcpy(bt + (size_t)s * BT_STRIDE, b->block_tables[s], sizeof(int) * (size_t)nb);
+    h[META_DEC_POS * MAX_TOKENS + s] = b->seq_len[s] - 1;
+    if (ntok[s] > si.max_ntok) si.max_ntok = ntok[s];
+    if (b->seq_len[s] > si.max_len) si.max_len = b->seq_len[s];
+  }
+  if (si.decode_only) { // split-K: long contexts and too few (sequence, KV head) blocks to fill the device
+    const char* forced = getenv("INGOT_ATTN_SPLITS");
+    int splits = (si.max_len + IG_ATTN_CHUNK - 1) / IG_ATTN_CHUNK;
+    if (forced) splits = atoi(forced);
+    else if (S * KV_HEADS_MIN >= d->sm_count || si.max_len <= 2 * IG_ATTN_CHUNK) splits = 1;
+    if (splits < 1) splits = 1;
+    if (splits > IG_ATTN_MAX_SPLITS) splits = IG_ATTN_MAX_SPLITS;
+    if (splits > si.max_len) splits = si.max_len;
+    si.splits = splits;
+    si.chunk = splits > 1 ? (forced || splits == IG_ATTN_MAX_SPLITS ? (si.max_len + splits - 1) / splits : IG_ATTN_CHUNK) : 0;
+  }
+  cudaError_t e;
+  const size_t head_ints = (size_t)META_ARRAYS * MAX_TOKENS;
+  if ((e = cudaMemcpyAsync(d->meta, h, sizeof(int) * head_ints, cudaMemcpyHostToDevice, d->stream)) != cudaSuccess ||
+      (e = cudaMemcpyAsync(d->meta + head_ints, bt, sizeof(int) * (size_t)S * BT_STRIDE, cudaMemcpyHostToDevice,
+                           d->stream)) != cudaSuccess)
+    return ig_fail(err, errlen, "step upload", e);
+  ig_step st;
+  st.tokens = d->meta + META_TOKENS * MAX_TOKENS;
+  st.pos = d->meta + META_POS * MAX_TOKENS;
+  st.seq = d->meta + META_SEQ * MAX_TOKENS;
+  st.logit_rows = d->meta + META_LOGIT_ROWS * MAX_TOKENS;
+  st.tok0 = d->meta + META_TOK0 * MAX_TOKENS;
+  st.pos0 = d->meta + META_POS0 * MAX_TOKENS;
+  st.ntok = d->meta + META_NTOK * MAX_TOKENS;
+  st.dec_pos = d->meta + META_DEC_POS * MAX_TOKENS;
+  st.block_tables = d->meta + head_ints;
+  st.kv = (float*)kv->data;
+  st.n_blocks = kv->n_blocks;
+  st.rope = d->rope;
+  st.done = d->done;
+  st.n_tokens = T;
+  st.n_logits = L;
+  st.n_seqs = S;
+  int rc = 0;
+#ifndef INGOT_CUDASIM
+  // Decode steps replay a captured graph per (tokens, splits): the metadata above changes every
+  // step, the launches and their arguments do not (fixed chunk, fixed buffers). The KV pool
+  // pointer is part of the arguments: graphs are dropped when it changes.
+  static void* graph_kv = NULL;
+  if (graph_kv != kv->data) {
+    for (int i = 0; i < d->n_graphs; i++) cudaGraphExecDestroy(d->graphs[i].exec);
+    d->n_graphs = 0;
+    graph_kv = kv->data;
+  }
+  const bool graphable = d->use_graphs && si.decode_only && (si.splits == 1 || si.chunk == IG_ATTN_CHUNK) &&
+                         getenv("INGOT_ATTN_SPLITS") == NULL;
+  int gi = -1;
+  for (int i = 0; graphable && i < d->n_graphs; i++)
+    if (d->graphs[i].T == T && d->graphs[i].splits == si.splits) gi = i;
+  if (graphable && gi < 0 && d->n_graphs < IG_MAX_GRAPHS) {
+    cudaGraph_t graph;
+    if (cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+      const long long before = d->launches;
+      rc = cu_run(d, st, si);
+      const bool ended = cudaStreamEndCapture(d->stream, &graph) == cudaSuccess;
+      d->launches = before;
+      if (rc == 0 && ended && cudaGraphInstantiate(&d->graphs[d->n_graphs].exec, graph, 0) == cudaSuccess) {
+        d->graphs[d->n_graphs].T = T;
+        d->graphs[d->n_graphs].splits = si.splits;
+        gi = d->n_graphs++;
+      }
+      if (ended) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      rc = 0;
+    }
+  }
+  if (gi >= 0) {
+    if ((e = cudaGraphLaunch(d->graphs[gi].exec, d->stream)) != cudaSuccess) return ig_fail(err, errlen, "graph", e);
+  } else {
+    rc = cu_run(d, st, si);
+  }
+#else
+  rc = cu_run(d, st, si);
+#endif
+  if (rc != 0) return ig_fail(err, errlen, "kernel launch", cudaGetLastError());
+  if (L > 0 && (e = cudaMemcpyAsync(b->logits, d->logits, sizeof(float) * (size_t)L * VOCAB, cudaMemcpyDeviceToHost,
+                                    d->stream)) != cudaSuccess)
+    return ig_fail(err, errlen, "logits download", e);
+  if ((e = cudaStreamSynchronize(d->stream)) != cudaSuccess) return ig_fail(err, errlen, "step", e);
+  return 0;
+}
