@@ -34,7 +34,7 @@ endif
 ifeq ($(BACKEND),cuda)
 # ptxas -v for every kernel goes to $(MODEL_DIR)/ptxas.txt (registers, shared memory, spills).
 $(GEN)/model.cuda.o: $(GEN)/model.cu $(CUDA_HDRS) $(HEADERS)
-	$(NVCC) -std=c++17 -O3 $(CUDA_ARCHS) -Werror all-warnings -Xptxas -v -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function \
+	$(NVCC) -std=c++17 -O3 $(CUDA_ARCHS) --threads 2 -Werror all-warnings -Xptxas -v -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function \
 	  $(CUDA_INC) -c $< -o $@ 2> $(MODEL_DIR)/ptxas.txt || { cat $(MODEL_DIR)/ptxas.txt >&2; rm -f $@; exit 1; }
 $(GEN)/model_host.o: $(GEN)/model.c $(HEADERS)
 	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@

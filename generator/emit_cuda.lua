@@ -105,6 +105,12 @@ local function foldable(grp)
   return fold
 end
 
+-- The block's reduction scratch, declared only in kernels whose statements use it.
+local function with_scratch(text)
+  if not text:find("scratch") then return text end
+  return (text:gsub("%) {\n", ") {\n    __shared__ float scratch[32]; /* block reductions */\n", 1))
+end
+
 local function kernel_params(s)
   local ps = {"const ig_step st", "const int t0", "const int nt", "const int kvl"}
   for i = 1, #s.bufs do ps[#ps + 1] = "float *b" .. (i - 1) end
@@ -115,11 +121,11 @@ end
 local function rows_kernel(ctx, s, nodes)
   local NT = emit.ROWS_NT
   local L = {string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", NT),
-             "    __shared__ float scratch[32]; (void)scratch; (void)nt; (void)kvl;",
+             "    (void)nt; (void)kvl;",
              "    const int t = t0 + blockIdx.x; /* one block per row */"}
   for _, l in ipairs(row_block(ctx, s, nodes, "t", NT, "    ")) do L[#L + 1] = l end
   L[#L + 1] = "}"
-  return (table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end))
+  return with_scratch((table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end)))
 end
 
 local function matmul_kernel(ctx, s, grp, fold)
@@ -127,7 +133,7 @@ local function matmul_kernel(ctx, s, grp, fold)
   local x = fold and fold.x or grp.linears[1].inputs[1].node
   local IN = grp.linears[1].inputs[1].width
   local L = {string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", NT),
-             "    __shared__ float scratch[32]; (void)scratch; (void)kvl;"}
+             "    (void)kvl;"}
   local xptr, rows, norm, scale = row(s.buf(x), "t0", IN), "nullptr", "nullptr, 0.0f", "nullptr"
   if fold and fold.select then
     L[#L + 1] = "    " .. emit_c.src(ctx, fold.select) .. " /* the X rows of the linears below */"
@@ -157,7 +163,7 @@ local function matmul_kernel(ctx, s, grp, fold)
     L[#L + 1] = "    }"
   end
   L[#L + 1] = "}"
-  return (table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end)), off
+  return with_scratch((table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end))), off
 end
 
 local function kernel_name(grp, nodes)
@@ -474,13 +480,16 @@ struct ig_step {
   out["model.cu"] = table.concat(M, "\n") .. "\n"
 
   -- model.c and the --info notes
-  local fused_cost = emit.decode_cost(calls, aux.kv_bytes_per_pos, 1024)
-  local per_layer = #launch_names / aux.layers
+  local ctx_len = math.min(1024, c.ctx)
+  local fused_cost = emit.decode_cost(calls, aux.kv_bytes_per_pos, ctx_len)
+  local in_layers = 0
+  for _, call in ipairs(calls) do if call.grp.nodes[1].layer then in_layers = in_layers + 1 end end
+  local per_layer = in_layers / aux.layers
   local info = {
-    string.format("CUDA:            %d launches per decode step (%.1f per layer; +1 per layer when split-K attention engages), %d distinct kernels; code for sm_80/86/89/90 + NVRTC JIT",
-      #launch_names, per_layer, #names),
-    string.format("decode estimate: %.2f MB weights + %.1f KB activations + %.1f KB KV (1024 positions) = %.2f MB moved per token; H100 roofline (3.35 TB/s): %.0f tokens/s (estimates)",
-      fused_cost.weight_bytes / 1e6, fused_cost.act_bytes / 1e3, fused_cost.kv_bytes / 1e3, fused_cost.total / 1e6,
+    string.format("CUDA:            %d launches per decode step: %g per layer + %d outside the layers (+1 per layer when split-K attention engages); %d distinct kernels; code for sm_80/86/89/90 + NVRTC JIT",
+      #launch_names, per_layer, #launch_names - in_layers, #names),
+    string.format("decode estimate: %.3f MB weights + %.1f KB activations + %.1f KB KV (%d positions) = %.3f MB moved per token; H100 roofline (3.35 TB/s): %.0f tokens/s (estimates)",
+      fused_cost.weight_bytes / 1e6, fused_cost.act_bytes / 1e3, fused_cost.kv_bytes / 1e3, ctx_len, fused_cost.total / 1e6,
       3.35e12 / fused_cost.total),
   }
   local lines = {}

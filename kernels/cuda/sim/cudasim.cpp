@@ -196,6 +196,10 @@ bool g_instrumented = false;  // set by __tsan_init: some TU is instrumented
 uint32_t g_gen = 1;
 uint32_t g_block_serial = 0, g_launch_first_block = 1;
 std::vector<uint32_t> g_wstamp, g_pairsync;  // per warp; per warp x lane x lane
+// Per warp of the running block: lanes waiting in a warp intrinsic, and the exited lanes (a
+// rendezvous is only scanned once enough lanes wait; masks are checked against exits in O(1)).
+std::vector<int> g_warp_waiting;
+std::vector<unsigned> g_warp_exited;
 std::vector<Cell> g_smem_shadow;
 std::set<std::pair<const void*, const void*>> g_race_seen;
 std::set<const void*> g_oob_seen;
@@ -448,6 +452,7 @@ void fiber_main() {
   g_call->thunk(g_call->ctx);
   Fiber* f = g_cur;
   f->state = EXITED;
+  g_warp_exited[(size_t)f->warp] |= 1u << f->lane;
   g_nlive--;
   g_nexited++;
   if (g_first_exited < 0) g_first_exited = f->linear;
@@ -667,6 +672,7 @@ void warp_check_exit(Fiber* f) {
 void complete_group(Fiber* f) {
   unsigned mask = f->mask;
   int base = f->warp * 32;
+  if (g_warp_waiting[(size_t)f->warp] < __builtin_popcount(mask)) return;  // not everyone is here yet
   Fiber* lanes[32] = {};
   for (int j = 0; j < 32; j++) {
     if (!((mask >> j) & 1u)) continue;
@@ -750,6 +756,7 @@ void complete_group(Fiber* f) {
   for (int j = 0; j < 32; j++)
     if (lanes[j]) {
       lanes[j]->state = READY;
+      g_warp_waiting[(size_t)f->warp]--;
       g_ready.push_back(base + j);
     }
 }
@@ -771,6 +778,8 @@ void run_block(unsigned bx, unsigned by, unsigned bz) {
   } else if (g_wstamp.size() < (size_t)nwarps) {
     g_wstamp.assign((size_t)nwarps, 1);
   }
+  g_warp_waiting.assign((size_t)nwarps, 0);
+  g_warp_exited.assign((size_t)nwarps, 0u);
   poison_shared();
   for (int i = 0; i < g_nthreads; i++) {
     Fiber* f = g_pool[(size_t)i];
@@ -949,7 +958,8 @@ uint64_t warp_op(int op, unsigned mask, uint64_t value, int arg, int width, int*
                   kernel_name().c_str(), block_str().c_str(), tid_str(f->linear).c_str(), op_name(op), file, line,
                   mask);
   int nl = warp_lanes(f->warp);
-  for (int j = 0; j < 32; j++) {
+  const unsigned exist = nl >= 32 ? 0xffffffffu : (1u << nl) - 1u;
+  for (int j = 0; (mask & ~exist) || (mask & g_warp_exited[(size_t)f->warp]) ? j < 32 : false; j++) {
     if (!((mask >> j) & 1u)) continue;
     if (j >= nl)
       fail_in_fiber("kernel `%s` %s: %s calls %s at %s:%d with mask 0x%08x naming lane %d, which does not exist "
@@ -971,6 +981,7 @@ uint64_t warp_op(int op, unsigned mask, uint64_t value, int arg, int width, int*
   f->line = line;
   f->pred = 0;
   f->state = AT_WARP;
+  g_warp_waiting[(size_t)f->warp]++;
   complete_group(f);
   to_sched(f, false);
   if (pred_out) *pred_out = f->pred;
