@@ -132,7 +132,11 @@ local function matmul_kernel(ctx, s, grp, fold)
   local NT = emit.MM_WARPS * 32
   local x = fold and fold.x or grp.linears[1].inputs[1].node
   local IN = grp.linears[1].inputs[1].width
-  local L = {string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", NT),
+  -- min 1 block per SM: ptxas may then keep TMAX accumulators per inlined GEMV in registers
+  -- (its occupancy heuristic otherwise caps sm_86/89 at 96 registers and spills)
+  -- TM: tokens per launch, a template parameter so that decode (TM = 1) gets its own code with
+  -- a fraction of the registers of the TMAX-token version.
+  local L = {string.format("template <int TM> __global__ void __launch_bounds__(%d, 1) @NAME@(@PARAMS@) {", NT),
              "    (void)kvl;"}
   local xptr, rows, norm, scale = row(s.buf(x), "t0", IN), "nullptr", "nullptr, 0.0f", "nullptr"
   if fold and fold.select then
@@ -142,7 +146,7 @@ local function matmul_kernel(ctx, s, grp, fold)
   if fold and fold.norm then
     local nn = fold.norm
     L[#L + 1] = "    " .. emit_c.src(ctx, nn) .. " /* folded: its weight scales the columns of W, 1/rms each row */"
-    L[#L + 1] = string.format("    __shared__ float rms[%d];", emit.TMAX)
+    L[#L + 1] = "    __shared__ float rms[TM];"
     L[#L + 1] = string.format("    ig_rms_scales<%d, %d>(%s, %d, %s, nt, %s, rms, scratch);", IN, NT, xptr, IN, rows, cf(nn.attrs.eps))
     norm, scale = string.format("(const float *)%s, %s", s.weight(nn.inputs[2]), cf(nn.attrs.offset)), "rms"
   end
@@ -151,8 +155,8 @@ local function matmul_kernel(ctx, s, grp, fold)
   for i, l in ipairs(grp.linears) do
     local w, bias, OUT = l.inputs[2], l.inputs[3], l.width
     L[#L + 1] = "    " .. emit_c.src(ctx, l)
-    L[#L + 1] = string.format("    %sif (r < %d) ig_gemv_warp<%s, %d, %d>(%s, r - %d, %s, %d, %s, nt, %s, %s, %s, %d, %s, 0);",
-      i > 1 and "else " or "", off + OUT, DT[w.dtype], IN, emit.TMAX, s.weight(w), off, xptr, IN, rows, norm, scale,
+    L[#L + 1] = string.format("    %sif (r < %d) ig_gemv_warp<%s, %d, TM>(%s, r - %d, %s, %d, %s, nt, %s, %s, %s, %d, %s, 0);",
+      i > 1 and "else " or "", off + OUT, DT[w.dtype], IN, s.weight(w), off, xptr, IN, rows, norm, scale,
       row(s.buf(l), "t0", OUT), OUT, bias and ("(const float *)" .. s.weight(bias)) or "nullptr")
     off = off + OUT
   end
@@ -280,9 +284,14 @@ function emit.call(ctx, c, kid)
       emit.ROWS_NT, rows, c.kv_layer, tail)}
   elseif c.kind == "matmul" then
     local blocks = (c.rows_out + emit.MM_WARPS - 1) // emit.MM_WARPS
-    return {string.format("    for (int c0 = 0; c0 < %s; c0 += %d) LAUNCH(%d, %s, dim3(%d), dim3(%d), st, c0, %s - c0 < %d ? %s - c0 : %d, %d%s);",
-      rows, emit.TMAX, kid(c.kernel), c.kernel.name, blocks, emit.MM_WARPS * 32, rows, emit.TMAX, rows, emit.TMAX,
-      c.kv_layer, tail)}
+    local one, many = kid(c.kernel)
+    return {string.format("    for (int c0 = 0; c0 < %s; c0 += %d) {", rows, emit.TMAX),
+            string.format("        const int n = %s - c0 < %d ? %s - c0 : %d;", rows, emit.TMAX, rows, emit.TMAX),
+            string.format("        if (n == 1) LAUNCH(%d, %s<1>, dim3(%d), dim3(%d), st, c0, n, %d%s);", one, c.kernel.name,
+              blocks, emit.MM_WARPS * 32, c.kv_layer, tail),
+            string.format("        else LAUNCH(%d, %s<%d>, dim3(%d), dim3(%d), st, c0, n, %d%s);", many, c.kernel.name,
+              emit.TMAX, blocks, emit.MM_WARPS * 32, c.kv_layer, tail),
+            "    }"}
   end
   local n, p = c.node, c.plan
   local a = n.attrs
@@ -363,7 +372,16 @@ function emit.files(ctx, env, calls, kernels, aux)
   local lib = emit.library_kernels(calls)
   -- launch table: generated kernels by name, then the library instantiations
   local names, kid_of = {}, {}
-  for i, k in ipairs(kernels) do names[i] = k.name; kid_of[k] = i - 1 end
+  for _, k in ipairs(kernels) do
+    if k.kind == "matmul" then -- two instantiations: decode (1 token) and up to TMAX tokens
+      names[#names + 1] = k.name .. "<1>"
+      names[#names + 1] = string.format("%s<%d>", k.name, emit.TMAX)
+      kid_of[k] = {#names - 2, #names - 1}
+    else
+      names[#names + 1] = k.name
+      kid_of[k] = {#names - 1}
+    end
+  end
   local lib_base = #names
   for i, expr in ipairs(lib) do names[lib_base + i] = expr end
   for _, call in ipairs(calls) do
@@ -460,7 +478,7 @@ struct ig_step {
   M[#M + 1] = "    const int T = st.n_tokens, L = st.n_logits;"
   M[#M + 1] = "    (void)T; (void)L; (void)si;"
   local last_layer = "none"
-  local function kid(k) return kid_of[k] end
+  local function kid(k) return table.unpack(kid_of[k]) end
   local launch_names = {}
   for _, call in ipairs(calls) do
     local n = call.grp.nodes[1]
@@ -472,7 +490,7 @@ struct ig_step {
       launch_names[#launch_names + 1] = p.decode and lib[call.k_decode - lib_base + 1] or
         (p.prefill_bq and lib[call.k_prefill - lib_base + 1] or lib[call.k_rows - lib_base + 1])
     else
-      launch_names[#launch_names + 1] = call.kernel.name
+      launch_names[#launch_names + 1] = call.kernel.name .. (call.kind == "matmul" and "<1>" or "")
     end
   end
   M[#M + 1] = "    return 0;"
