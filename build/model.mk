@@ -23,7 +23,8 @@ CUDA_HDRS := $(wildcard $(ROOT)/kernels/cuda/*.cuh $(ROOT)/templates/cuda/*.h) $
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
               -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=[sm_90,compute_90]
 CUDA_INC  := -I$(ROOT)/kernels/cuda -I$(ROOT)/templates/cuda -I$(ROOT)/runtime -I$(GEN)
-SIM_MODE  := $(if $(filter 1,$(SAN)),asan,plain)
+# cudasim mode: plain, or race (shared/global-memory race detection); asan under SAN=1
+SIM_MODE  ?= $(if $(filter 1,$(SAN)),asan,plain)
 
 ifeq ($(BACKEND),cpu)
 $(BIN): $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/main.c $(OBJDIR)/libingot.a $(HEADERS)
@@ -45,7 +46,7 @@ $(BIN): $(GEN)/model.cuda.o $(GEN)/model_host.o $(ROOT)/runtime/main.c $(OBJDIR)
 endif
 
 ifeq ($(BACKEND),cudasim)
-BIN := $(MODEL_DIR)/$(NAME)-cudasim$(SUFFIX)
+BIN := $(MODEL_DIR)/$(NAME)-cudasim$(if $(filter race,$(SIM_MODE)),-race,)$(SUFFIX)
 # The same model.cu on cudasim: every CUDA thread a fiber, on the CPU (kernels/cuda/sim).
 $(GEN)/model_host$(SUFFIX).o: $(GEN)/model.c $(HEADERS)
 	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@
