@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Fused vs unfused CUDA builds of one model: launches per decode step, estimated global-memory
+bytes per decoded token, and the bandwidth roofline on an H100 (3.35 TB/s) — ESTIMATES from the
+generator's plan (what each launch reads and writes), printed by `NAME --info`. Where a GPU is
+present, it also measures decode tokens/s of both builds (`generate`, greedy) in the same run.
+
+    python3 bench/bench_cuda.py [MODEL] [--tokens 128]
+
+MODEL defaults to the SmolLM2-135M-Instruct Q4_1 GGUF (scripts/fetch_smollm2.sh). Not a test:
+nothing here passes or fails on a number.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def build(model, name, *opts):
+    r = subprocess.run([os.path.join(ROOT, "ingot"), "build", model, "--name", name, "--backend", "cuda", *opts],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(r.stderr)
+    return r.stdout.strip().splitlines()[-1]
+
+
+def info(binary):
+    r = subprocess.run([binary, "--info"], capture_output=True, text=True)
+    out = r.stdout
+    launches = re.search(r"(\d+) launches per decode step: (\S+) per layer", out)
+    est = re.search(r"decode estimate: (\S+) MB weights \+ (\S+) KB activations \+ (\S+) KB KV \((\d+) positions\) = "
+                    r"(\S+) MB moved per token; H100 roofline \(3.35 TB/s\): (\d+) tokens/s", out)
+    if not launches or not est:
+        sys.exit(f"{binary} --info: unexpected output\n{out}")
+    gpu = r.returncode == 0
+    return {"launches": int(launches.group(1)), "per_layer": launches.group(2), "weights_mb": float(est.group(1)),
+            "act_kb": float(est.group(2)), "kv_kb": float(est.group(3)), "ctx": int(est.group(4)),
+            "total_mb": float(est.group(5)), "roofline": int(est.group(6)), "gpu": gpu,
+            "no_gpu_reason": "" if gpu else r.stderr.strip().splitlines()[-1]}
+
+
+def decode_tps(binary, n):
+    r = subprocess.run([binary, "generate", "-p", "The lighthouse keeper", "-n", str(n), "--ignore-eos"],
+                       capture_output=True, text=True)
+    m = re.search(r"decode:.*\(([\d.]+) tokens/s\)", r.stderr)
+    return float(m.group(1)) if m else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--tokens", type=int, default=128)
+    a = ap.parse_args()
+    model = a.model or subprocess.run([os.path.join(ROOT, "scripts", "fetch_smollm2.sh")], capture_output=True,
+                                      text=True, check=True).stdout.strip()
+    fused = info(build(model, "bench-cuda"))
+    unfused = info(build(model, "bench-cuda-nofuse", "--no-fuse"))
+    print(f"model: {model}")
+    print(f"ESTIMATES (generator's plan; batch of one sequence, KV at {fused['ctx']} positions, f32 KV):")
+    print(f"{'build':10s} {'launches/step':>14s} {'per layer':>10s} {'weights MB':>11s} {'activ. KB':>10s} "
+          f"{'KV KB':>9s} {'MB/token':>9s} {'H100 roofline tok/s':>20s}")
+    for name, r in (("fused", fused), ("unfused", unfused)):
+        print(f"{name:10s} {r['launches']:14d} {r['per_layer']:>10s} {r['weights_mb']:11.3f} {r['act_kb']:10.1f} "
+              f"{r['kv_kb']:9.1f} {r['total_mb']:9.3f} {r['roofline']:20d}")
+    print(f"ratio fused/unfused: launches {fused['launches'] / unfused['launches']:.2f}x, "
+          f"bytes {fused['total_mb'] / unfused['total_mb']:.3f}x, roofline {fused['roofline'] / unfused['roofline']:.3f}x")
+    if fused["gpu"]:
+        f, u = decode_tps(os.path.join(ROOT, "build", "bench-cuda", "bench-cuda"), a.tokens), decode_tps(
+            os.path.join(ROOT, "build", "bench-cuda-nofuse", "bench-cuda-nofuse"), a.tokens)
+        print(f"MEASURED decode ({a.tokens} tokens, greedy): fused {f} tok/s, unfused {u} tok/s"
+              + (f", ratio {f / u:.2f}x" if f and u else ""))
+    else:
+        print(f"measured decode: skipped ({fused['no_gpu_reason']})")
+
+
+if __name__ == "__main__":
+    main()
