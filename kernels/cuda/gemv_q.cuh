@@ -177,7 +177,7 @@ __device__ __forceinline__ void ig_rms_scales(const float* __restrict__ X, int l
 }
 
 template <int DT, int IN, int TMAX = 1, int WARPS = 4>
-__global__ void __launch_bounds__(WARPS * 32)
+__global__ void __launch_bounds__(WARPS * 32, 1) // min 1 block/SM: TMAX accumulators stay in registers (sm_86/89 spill otherwise)
 gemv_q_kernel(const void* __restrict__ W, const float* __restrict__ X, int ldx, float* Y, int ldy, int OUT, int n_tok,
               const float* __restrict__ bias, int accumulate) {
   const int r = blockIdx.x * WARPS + (threadIdx.x >> 5);
