@@ -50,7 +50,7 @@ BIN := $(MODEL_DIR)/$(NAME)-cudasim$(if $(filter race,$(SIM_MODE)),-race,)$(SUFF
 # The same model.cu on cudasim: every CUDA thread a fiber, on the CPU (kernels/cuda/sim).
 $(GEN)/model_host$(SUFFIX).o: $(GEN)/model.c $(HEADERS)
 	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@
-$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(GEN)/model_host$(SUFFIX).o $(ROOT)/runtime/main.c $(OBJDIR)/libingot.a $(HEADERS)
+$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(wildcard $(ROOT)/kernels/cuda/sim/*.cpp $(ROOT)/kernels/cuda/sim/*.h) $(GEN)/model_host$(SUFFIX).o $(ROOT)/runtime/main.c $(OBJDIR)/libingot.a $(HEADERS)
 	$(CC) $(CFLAGS) -c $(ROOT)/runtime/main.c -o $(GEN)/main$(SUFFIX).o
 	python3 $(ROOT)/kernels/cuda/sim/cudasim_build.py --mode $(SIM_MODE) -o $@ $(GEN)/model.cu \
 	  --link-arg=$(GEN)/model_host$(SUFFIX).o --link-arg=$(GEN)/main$(SUFFIX).o --link-arg=$(OBJDIR)/libingot.a \

@@ -242,9 +242,9 @@ int sched_submit(sched *s, const sched_request *r, uint64_t *id, char *err, size
     else s->incoming_head = q;
     s->incoming_tail = q;
     s->n_incoming++;
+    *id = q->id; /* before unlocking: the scheduler thread may finish and free q at once */
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->mu);
-    *id = q->id;
     return 0;
 oom:
     seq_free(q);

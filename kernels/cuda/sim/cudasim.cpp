@@ -81,10 +81,11 @@ static constexpr size_t kMaxDynSmem = 232448;  // sm_90 opt-in maximum (227 KiB)
 alignas(128) thread_local unsigned char cudasim_dyn_smem[kMaxDynSmem];
 
 // Fiber switches. swapcontext saves and restores the signal mask with a system call on every
-// switch (~1 us); a block of 128 threads switches thousands of times per launch. On x86-64
-// (outside ASan builds, which keep ucontext for their fiber annotations) a switch is instead
-// this: push the callee-saved registers and the SSE/x87 control words, swap stack pointers, pop.
-#if defined(__x86_64__) && !CUDASIM_ASAN
+// switch (~1 us), and under ASan its interceptor also clears the shadow of the whole new stack;
+// a block of 128 threads switches thousands of times per launch. On x86-64 a switch is instead
+// this: push the callee-saved registers and the SSE/x87 control words, swap stack pointers, pop
+// (ASan builds keep their __sanitizer_*_switch_fiber annotations around it).
+#if defined(__x86_64__)
 #define CUDASIM_FAST_SWITCH 1
 extern "C" void cudasim_ctx_switch(void** save_sp, void* new_sp);
 asm(R"(
@@ -796,6 +797,9 @@ void run_block(unsigned bx, unsigned by, unsigned bz) {
       // registers, the return address, and a null return address for fiber_main (never used).
       uint64_t* top = (uint64_t*)(((uintptr_t)(f->stack_lo + f->stack_size)) & ~(uintptr_t)15);
       uint64_t* sp = top - 11;  // fiber_main's entry rsp = sp + 8 words = top - 24: 8 mod 16, as after a call
+#if CUDASIM_ASAN
+      __asan_unpoison_memory_region(f->stack_lo, f->stack_size);  // frames of the fiber's previous life
+#endif
       sp[0] = 0x1F80u | ((uint64_t)0x037Fu << 32);  // MXCSR default | x87 control word default
       for (int r = 1; r <= 6; r++) sp[r] = 0;
       sp[7] = (uint64_t)(uintptr_t)&fiber_main;
