@@ -170,6 +170,45 @@ local function matmul_kernel(ctx, s, grp, fold)
   return with_scratch((table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end))), off
 end
 
+-- The prefill form of a matmul group (more than GEMM_MIN_ROWS rows): 64-token x 64-row tiles
+-- (kernels/cuda/gemm_q.cuh), weights read once per 64 tokens; the same folded prologue; the
+-- epilogue is a separate rows kernel (one block per row instead of one block for all rows).
+emit.GEMM_MIN_ROWS = 16
+
+local function gemm_kernel(ctx, s, grp, fold)
+  local NT = 256
+  local x = fold and fold.x or grp.linears[1].inputs[1].node
+  local IN = grp.linears[1].inputs[1].width
+  local L = {string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", NT),
+             "    (void)kvl;",
+             "    const int tb = t0 + blockIdx.y * IG_GEMM_BM, n = min(IG_GEMM_BM, t0 + nt - tb); /* this block's tokens */"}
+  local xbase, rows, norm, scale = s.buf(x), "nullptr", "nullptr, 0.0f", "nullptr"
+  local rms_x, rms_rows = row(xbase, "tb", IN), "nullptr"
+  if fold and fold.select then
+    L[#L + 1] = "    " .. emit_c.src(ctx, fold.select) .. " /* the X rows of the linears below */"
+    rows, rms_x, rms_rows = "st.logit_rows", xbase, "st.logit_rows + tb"
+  end
+  if fold and fold.norm then
+    local nn = fold.norm
+    L[#L + 1] = "    " .. emit_c.src(ctx, nn) .. " /* folded: its weight scales the columns of W, 1/rms each row */"
+    L[#L + 1] = "    __shared__ float rms[IG_GEMM_BM];"
+    L[#L + 1] = string.format("    ig_rms_scales<%d, %d>(%s, %d, %s, n, %s, rms, scratch);", IN, NT, rms_x, IN, rms_rows, cf(nn.attrs.eps))
+    norm, scale = string.format("(const float *)%s, %s", s.weight(nn.inputs[2]), cf(nn.attrs.offset)), "rms"
+  end
+  local nb = 0
+  for i, l in ipairs(grp.linears) do
+    local w, bias, OUT = l.inputs[2], l.inputs[3], l.width
+    local blocks = (OUT + 63) // 64
+    L[#L + 1] = "    " .. emit_c.src(ctx, l)
+    L[#L + 1] = string.format("    %sif (blockIdx.x < %d) ig_gemm_tile<%s, %d>(%s, (blockIdx.x - %d) * IG_GEMM_BN, %d, %s, %d, %s, tb, n, %s, %s, %s, %d, %s);",
+      i > 1 and "else " or "", nb + blocks, DT[w.dtype], IN, s.weight(w), nb, OUT, xbase, IN, rows, norm, scale,
+      row(s.buf(l), "tb", OUT), OUT, bias and ("(const float *)" .. s.weight(bias)) or "nullptr")
+    nb = nb + blocks
+  end
+  L[#L + 1] = "}"
+  return with_scratch((table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end))), nb
+end
+
 local function kernel_name(grp, nodes)
   local parts, seen = {}, {}
   for _, n in ipairs(nodes) do
@@ -236,7 +275,19 @@ function emit.kernels(ctx, groups, final_node)
       local nodes = {}
       for _, n in ipairs(grp.nodes) do nodes[#nodes + 1] = n end
       local k = add_kernel(body, kernel_name(grp, nodes), nodes, "matmul")
-      calls[#calls + 1] = {kernel = k, grp = grp, slots = s, kind = "matmul", rows_out = total, kv_layer = kv_layer}
+      local call = {kernel = k, grp = grp, slots = s, kind = "matmul", rows_out = total, kv_layer = kv_layer}
+      local gs = emit_c.slots(grp, final_node)
+      local gbody, gblocks = gemm_kernel(ctx, gs, grp, fold)
+      local linears = {}
+      for _, n in ipairs(grp.linears) do linears[#linears + 1] = n end
+      call.gemm = {kernel = add_kernel(gbody, kernel_name(grp, linears) .. "_gemm", linears, "gemm"), slots = gs,
+                   blocks = gblocks}
+      if #grp.epilogue > 0 then
+        local es = emit_c.slots(grp, final_node)
+        call.epi = {kernel = add_kernel(rows_kernel(ctx, es, grp.epilogue), kernel_name(grp, grp.epilogue), grp.epilogue,
+                                        "rows"), slots = es}
+      end
+      calls[#calls + 1] = call
     else
       local n = grp.ops[1]
       calls[#calls + 1] = {grp = grp, slots = s, kind = "attention", node = n, plan = attention_plan(n.attrs),
@@ -284,14 +335,33 @@ function emit.call(ctx, c, kid)
       emit.ROWS_NT, rows, c.kv_layer, tail)}
   elseif c.kind == "matmul" then
     local blocks = (c.rows_out + emit.MM_WARPS - 1) // emit.MM_WARPS
+    local function argl(slots)
+      local a = {}
+      for _, b in ipairs(slots.bufs) do
+        a[#a + 1] = b.key == "logits" and "d->logits" or string.format("A(%d)", b.node.buffer.offset)
+      end
+      for _, w in ipairs(slots.weights) do a[#a + 1] = string.format("d->w[%d]", w.slot) end
+      return #a > 0 and (", " .. table.concat(a, ", ")) or ""
+    end
     local one, many = kid(c.kernel)
-    return {string.format("    for (int c0 = 0; c0 < %s; c0 += %d) {", rows, emit.TMAX),
-            string.format("        const int n = %s - c0 < %d ? %s - c0 : %d;", rows, emit.TMAX, rows, emit.TMAX),
-            string.format("        if (n == 1) LAUNCH(%d, %s<1>, dim3(%d), dim3(%d), st, c0, n, %d%s);", one, c.kernel.name,
-              blocks, emit.MM_WARPS * 32, c.kv_layer, tail),
-            string.format("        else LAUNCH(%d, %s<%d>, dim3(%d), dim3(%d), st, c0, n, %d%s);", many, c.kernel.name,
-              emit.TMAX, blocks, emit.MM_WARPS * 32, c.kv_layer, tail),
-            "    }"}
+    local L = {string.format("    if (%s > %d) { /* prefill: tiled GEMM%s */", rows, emit.GEMM_MIN_ROWS,
+                             c.epi and ", then the epilogue row by row" or ""),
+               string.format("        LAUNCH(%d, %s, dim3(%d, (%s + IG_GEMM_BM - 1) / IG_GEMM_BM), dim3(256), st, 0, %s, %d%s);",
+                 kid(c.gemm.kernel), c.gemm.kernel.name, c.gemm.blocks, rows, rows, c.kv_layer, argl(c.gemm.slots))}
+    if c.epi then
+      L[#L + 1] = string.format("        LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(c.epi.kernel),
+        c.epi.kernel.name, rows, emit.ROWS_NT, rows, c.kv_layer, argl(c.epi.slots))
+    end
+    L[#L + 1] = "    } else {"
+    L[#L + 1] = string.format("        for (int c0 = 0; c0 < %s; c0 += %d) {", rows, emit.TMAX)
+    L[#L + 1] = string.format("            const int n = %s - c0 < %d ? %s - c0 : %d;", rows, emit.TMAX, rows, emit.TMAX)
+    L[#L + 1] = string.format("            if (n == 1) LAUNCH(%d, %s<1>, dim3(%d), dim3(%d), st, c0, n, %d%s);", one, c.kernel.name,
+      blocks, emit.MM_WARPS * 32, c.kv_layer, tail)
+    L[#L + 1] = string.format("            else LAUNCH(%d, %s<%d>, dim3(%d), dim3(%d), st, c0, n, %d%s);", many, c.kernel.name,
+      emit.TMAX, blocks, emit.MM_WARPS * 32, c.kv_layer, tail)
+    L[#L + 1] = "        }"
+    L[#L + 1] = "    }"
+    return L
   end
   local n, p = c.node, c.plan
   local a = n.attrs
@@ -351,7 +421,7 @@ function emit.decode_cost(calls, kv_bytes_per_pos, ctx_len)
           total = weights + act + kv_bytes_per_pos * ctx_len}
 end
 
-local HEADERS = {"common.cuh", "embed.cuh", "rmsnorm.cuh", "rope_kv.cuh", "elementwise.cuh", "gemv_q.cuh",
+local HEADERS = {"common.cuh", "embed.cuh", "rmsnorm.cuh", "rope_kv.cuh", "elementwise.cuh", "gemv_q.cuh", "gemm_q.cuh",
                  "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh"}
 
 -- A C string literal of any text.
