@@ -128,6 +128,30 @@ local function rows_kernel(ctx, s, nodes)
   return with_scratch((table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end)))
 end
 
+-- The folded prologue of a matmul kernel: comments for the gathered rows and the RMSNorm, and
+-- the per-row 1/rms computed by the block. first: the first token row of the block ("t0",
+-- "tb"); n: its row count; cap: the rms array's size. Returns the GEMV/GEMM arguments:
+-- X pointer, row map, norm weight and offset, per-row scale.
+local function folded_prologue(ctx, s, L, fold, x, IN, NT, first, n, cap, gathered_x_at_first)
+  local xptr, rows, norm, scale = row(s.buf(x), first, IN), "nullptr", "nullptr, 0.0f", "nullptr"
+  local rms_x, rms_rows = xptr, "nullptr"
+  if fold and fold.select then
+    L[#L + 1] = "    " .. emit_c.src(ctx, fold.select) .. " /* the X rows of the linears below */"
+    xptr, rms_x, rms_rows = s.buf(x), s.buf(x), "st.logit_rows + " .. first
+    rows = gathered_x_at_first and rms_rows or "st.logit_rows"
+  end
+  if not gathered_x_at_first and not (fold and fold.select) then xptr = s.buf(x) end
+  if fold and fold.norm then
+    local nn = fold.norm
+    L[#L + 1] = "    " .. emit_c.src(ctx, nn) .. " /* folded: its weight scales the columns of W, 1/rms each row */"
+    L[#L + 1] = string.format("    __shared__ float rms[%s];", cap)
+    L[#L + 1] = string.format("    ig_rms_scales<%d, %d>(%s, %d, %s, %s, %s, rms, scratch);", IN, NT, rms_x, IN, rms_rows, n,
+      cf(nn.attrs.eps))
+    norm, scale = string.format("(const float *)%s, %s", s.weight(nn.inputs[2]), cf(nn.attrs.offset)), "rms"
+  end
+  return xptr, rows, norm, scale
+end
+
 local function matmul_kernel(ctx, s, grp, fold)
   local NT = emit.MM_WARPS * 32
   local x = fold and fold.x or grp.linears[1].inputs[1].node
@@ -138,18 +162,8 @@ local function matmul_kernel(ctx, s, grp, fold)
   -- a fraction of the registers of the TMAX-token version.
   local L = {string.format("template <int TM> __global__ void __launch_bounds__(%d, 1) @NAME@(@PARAMS@) {", NT),
              "    (void)kvl;"}
-  local xptr, rows, norm, scale = row(s.buf(x), "t0", IN), "nullptr", "nullptr, 0.0f", "nullptr"
-  if fold and fold.select then
-    L[#L + 1] = "    " .. emit_c.src(ctx, fold.select) .. " /* the X rows of the linears below */"
-    xptr, rows = s.buf(x), "st.logit_rows + t0"
-  end
-  if fold and fold.norm then
-    local nn = fold.norm
-    L[#L + 1] = "    " .. emit_c.src(ctx, nn) .. " /* folded: its weight scales the columns of W, 1/rms each row */"
-    L[#L + 1] = "    __shared__ float rms[TM];"
-    L[#L + 1] = string.format("    ig_rms_scales<%d, %d>(%s, %d, %s, nt, %s, rms, scratch);", IN, NT, xptr, IN, rows, cf(nn.attrs.eps))
-    norm, scale = string.format("(const float *)%s, %s", s.weight(nn.inputs[2]), cf(nn.attrs.offset)), "rms"
-  end
+  -- the GEMV reads X rows t0.. (or the gathered rows logit_rows[t0..])
+  local xptr, rows, norm, scale = folded_prologue(ctx, s, L, fold, x, IN, NT, "t0", "nt", "TM", true)
   L[#L + 1] = string.format("    const int r = blockIdx.x * %d + (threadIdx.x >> 5); /* one warp per output row */", emit.MM_WARPS)
   local off = 0
   for i, l in ipairs(grp.linears) do
@@ -182,19 +196,8 @@ local function gemm_kernel(ctx, s, grp, fold)
   local L = {string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", NT),
              "    (void)kvl;",
              "    const int tb = t0 + blockIdx.y * IG_GEMM_BM, n = min(IG_GEMM_BM, t0 + nt - tb); /* this block's tokens */"}
-  local xbase, rows, norm, scale = s.buf(x), "nullptr", "nullptr, 0.0f", "nullptr"
-  local rms_x, rms_rows = row(xbase, "tb", IN), "nullptr"
-  if fold and fold.select then
-    L[#L + 1] = "    " .. emit_c.src(ctx, fold.select) .. " /* the X rows of the linears below */"
-    rows, rms_x, rms_rows = "st.logit_rows", xbase, "st.logit_rows + tb"
-  end
-  if fold and fold.norm then
-    local nn = fold.norm
-    L[#L + 1] = "    " .. emit_c.src(ctx, nn) .. " /* folded: its weight scales the columns of W, 1/rms each row */"
-    L[#L + 1] = "    __shared__ float rms[IG_GEMM_BM];"
-    L[#L + 1] = string.format("    ig_rms_scales<%d, %d>(%s, %d, %s, n, %s, rms, scratch);", IN, NT, rms_x, IN, rms_rows, cf(nn.attrs.eps))
-    norm, scale = string.format("(const float *)%s, %s", s.weight(nn.inputs[2]), cf(nn.attrs.offset)), "rms"
-  end
+  -- the GEMM indexes X by absolute token row (tb + t), through logit_rows when gathered
+  local xbase, rows, norm, scale = folded_prologue(ctx, s, L, fold, x, IN, NT, "tb", "n", "IG_GEMM_BM", false)
   local nb = 0
   for i, l in ipairs(grp.linears) do
     local w, bias, OUT = l.inputs[2], l.inputs[3], l.width

@@ -40,3 +40,14 @@ def logits(binary, tokens, *mode, weights=None, tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     return np.fromfile(out, dtype="<f4").reshape(len(tokens), -1)
+
+
+def run_batch(binary, requests, *opts, tmp_path):
+    """`NAME batch`: the requests (dicts) through the scheduler; (per-request results, stats)."""
+    f = tmp_path / f"req-{abs(hash(json.dumps(requests)))}.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    r = subprocess.run([str(binary), "batch", "-f", str(f), *map(str, opts)], capture_output=True, text=True,
+                       timeout=1200)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    return lines[:-1], lines[-1]["stats"]

@@ -18,7 +18,6 @@
 Under INGOT_SAN=1 the cudasim builds are ASan builds and the matrix is reduced to one model; the
 nvcc builds run in the optimized pass only.
 """
-import json
 import os
 import re
 import subprocess
@@ -27,7 +26,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, SAN
-from modelbuild import TINY, build, logits
+from modelbuild import TINY, build, logits, run_batch
 
 TOL = 1e-3
 N_TOKENS = 24
@@ -83,16 +82,6 @@ def test_cudasim_split_k_decode(built, tmp_path):
     assert r.returncode == 0, r.stderr
     got = np.fromfile(out, dtype="<f4").reshape(len(TOKENS), -1)
     assert float(np.abs(got - want).max()) <= TOL
-
-
-def run_batch(binary, requests, *opts, tmp_path):
-    f = tmp_path / "req.jsonl"
-    f.write_text("".join(json.dumps(r) + "\n" for r in requests))
-    r = subprocess.run([str(binary), "batch", "-f", str(f), *map(str, opts)], capture_output=True, text=True,
-                       timeout=1200)
-    assert r.returncode == 0, r.stderr
-    lines = [json.loads(line) for line in r.stdout.splitlines()]
-    return lines[:-1], lines[-1]["stats"]
 
 
 def test_cudasim_paged_batch_matches_cpu(built, tmp_path):

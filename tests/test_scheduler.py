@@ -15,17 +15,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, SAN
-from modelbuild import TINY, build
-
-
-def run_batch(binary, requests, *opts, tmp_path):
-    f = tmp_path / f"req-{abs(hash(json.dumps(requests)))}.jsonl"
-    f.write_text("".join(json.dumps(r) + "\n" for r in requests))
-    r = subprocess.run([str(binary), "batch", "-f", str(f), *map(str, opts)], capture_output=True, text=True,
-                       timeout=1200)
-    assert r.returncode == 0, r.stderr
-    lines = [json.loads(line) for line in r.stdout.splitlines()]
-    return lines[:-1], lines[-1]["stats"]
+from modelbuild import TINY, build, run_batch
 
 
 def solo(binary, requests, tmp_path):
