@@ -68,6 +68,35 @@ def test_cudasim_forward_matches_cpu(built, tmp_path, model, fused):
         assert err <= TOL, f"{model} {'fused' if fused else 'unfused'} {mode}: max |cuda - cpu| = {err:.3g}"
 
 
+@pytest.mark.skipif(SAN, reason="quantized builds are covered by the optimized pass (the ASan pass runs one model)")
+@pytest.mark.parametrize("dtype", ["q8_0", "q4_0", "q4_1"])
+def test_cudasim_quantized_weights_match_cpu(built, tmp_path, dtype):
+    """Block-quantized weights dequantized in registers (GEMV) and in shared memory (GEMM)."""
+    model = "mha_untied_hd32"
+    cpu = cpu_build(TINY / model, f"t-{model}-{dtype}", "--dtype", dtype)
+    sim = sim_build(TINY / model, f"cu-{model}-{dtype}", "--dtype", dtype)
+    want = logits(cpu, TOKENS, tmp_path=tmp_path)
+    for mode in ("prefill", "chunked", "decode"):
+        got = logits(sim, TOKENS, *MODES[mode], tmp_path=tmp_path)
+        err = float(np.abs(got - want).max())
+        assert err <= TOL, f"{dtype} {mode}: max |cuda - cpu| = {err:.3g}"
+
+
+@pytest.mark.skipif(SAN, reason="the real model on cudasim runs in the optimized pass only (minutes under ASan)")
+def test_cudasim_smollm2_matches_cpu(built, tmp_path):
+    """The real SmolLM2-135M Q4_1 GGUF (Q4_1 and Q8_0 weights, head_dim 64, GQA 3:1) through the
+    generated CUDA kernels: one prefill step of 6 tokens and one decode step."""
+    gguf = smollm2_path()
+    cpu = cpu_build(gguf, "smollm2")
+    sim = sim_build(gguf, "cu-smollm2")
+    toks = [504, 3458, 282, 4649, 314, 253]
+    want = logits(cpu, toks, "--chunk", "5", tmp_path=tmp_path)
+    got = logits(sim, toks, "--chunk", "5", tmp_path=tmp_path)
+    err = float(np.abs(got - want).max())
+    assert err <= TOL * max(1.0, float(np.abs(want).max()) / 10), f"max |cuda - cpu| = {err:.3g}"
+    assert (got.argmax(1) == want.argmax(1)).all()
+
+
 @pytest.mark.skipif(SAN, reason="split-K decode is covered by the optimized pass (the ASan pass runs one model)")
 def test_cudasim_split_k_decode(built, tmp_path):
     """Decode attention split over the sequence (flash-decoding) plus its combine kernel."""
