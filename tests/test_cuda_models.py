@@ -18,6 +18,7 @@
 Under INGOT_SAN=1 the cudasim builds are ASan builds and the matrix is reduced to one model; the
 nvcc builds run in the optimized pass only.
 """
+import json
 import os
 import re
 import subprocess
@@ -80,6 +81,27 @@ def test_cudasim_quantized_weights_match_cpu(built, tmp_path, dtype):
         got = logits(sim, TOKENS, *MODES[mode], tmp_path=tmp_path)
         err = float(np.abs(got - want).max())
         assert err <= TOL, f"{dtype} {mode}: max |cuda - cpu| = {err:.3g}"
+
+
+FAMILIES = ["qwen2_gqa", "qwen3_hd24", "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_sw16"]
+
+
+@pytest.mark.skipif(SAN, reason="the families run on cudasim in the optimized pass (the ASan pass runs one model)")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cudasim_families_match_cpu(built, tmp_path, family):
+    """Biases (Qwen2), per-head q/k norms (Qwen3), offset norms, post-norms, softcaps and
+    alternating windows (Gemma 2), row-sliced fused weights (Phi-3), a window shorter than the
+    sequence (Mistral): the same descriptions through the CUDA emitter."""
+    model = ROOT / "tests" / "fixtures" / "families" / family
+    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    toks = [(7 * i + 3) % (vocab - 1) + 1 for i in range(32)]
+    cpu = cpu_build(model, f"f-{family}")
+    sim = sim_build(model, f"cuf-{family}")
+    want = logits(cpu, toks, tmp_path=tmp_path)
+    for mode, args in MODES.items():
+        got = logits(sim, toks, *args, tmp_path=tmp_path)
+        err = float(np.abs(got - want).max())
+        assert err <= TOL, f"{family} {mode}: max |cuda - cpu| = {err:.3g}"
 
 
 @pytest.mark.skipif(SAN, reason="the real model on cudasim runs in the optimized pass only (minutes under ASan)")
