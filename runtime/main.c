@@ -191,8 +191,8 @@ static int cmd_info(const cli_common *c, int load) {
     printf("KV cache:        %zu bytes/token (f32), %.1f MiB for the full context of one sequence\n",
            d->kv_bytes_per_token, (double)d->kv_bytes_per_token * d->max_ctx / (1 << 20));
     printf("scratch arena:   %zu bytes/token of a step\n", d->arena_bytes_per_token);
-    printf("kernels:         %d launches per step (decode or prefill), %d distinct\n",
-           d->kernels_per_step, d->n_kernel_kinds);
+    printf("kernels:         %d launches per %s, %d distinct\n", d->kernels_per_step,
+           strcmp(d->backend, "cpu") ? "decode step" : "step (decode or prefill)", d->n_kernel_kinds);
     if (d->info) printf("%s", d->info);
     printf("generator:       %s\n", d->generator);
     if (load) {
