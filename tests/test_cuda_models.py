@@ -54,7 +54,7 @@ def cpu_build(model, name, *opts):
 # ---- cudasim: whole forward passes ------------------------------------------------
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize("fused", [True] if SAN else [True, False], ids=["fused", "unfused"][:1 if SAN else 2])
 @pytest.mark.parametrize("model", SIM_MODELS)
 def test_cudasim_forward_matches_cpu(built, tmp_path, model, fused):
     opts = () if fused else ("--no-fuse",)
@@ -181,7 +181,9 @@ def test_cudasim_race_build_fuzzed_schedule(built, tmp_path):
 
 # ---- nvcc builds and NVRTC ---------------------------------------------------------
 
-NVCC_MODELS = [(TINY / m, f"cuda-{m}", ()) for m in sorted(os.listdir(TINY)) if (TINY / m / "config.json").exists()]
+# every tiny model (the sharded copy of gqa_tied_hd16 differs only in its files: same kernels)
+NVCC_MODELS = [(TINY / m, f"cuda-{m}", ()) for m in sorted(os.listdir(TINY))
+               if (TINY / m / "config.json").exists() and not m.endswith("-sharded")]
 NVCC_MODELS += [(TINY / m, f"cuda-{m}-nf", ("--no-fuse",)) for m in ("mha_untied_hd32", "gqa_tied_hd16")]
 
 
