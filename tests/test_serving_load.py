@@ -36,7 +36,7 @@ from serverproc import ServerProc
 
 MODEL = "smollm2"
 SLOW = 8 if SAN else 1           # the sanitizer build is several times slower
-N = 8 if SAN else 32             # concurrent streams
+N = 6 if SAN else 32             # concurrent streams
 MAX_TOKENS = 16                   # tokens per request: a full block, so every request grows by one (KV pressure needs that)
 PRESSURE_KV_BLOCKS = 12          # 192 tokens: far less than N requests of 20-53 tokens need
 HOST = "127.0.0.1"
