@@ -115,7 +115,7 @@ def test_cudasim_smollm2_matches_cpu(built, tmp_path):
     want = logits(cpu, toks, "--chunk", "5", tmp_path=tmp_path)
     got = logits(sim, toks, "--chunk", "5", tmp_path=tmp_path)
     err = float(np.abs(got - want).max())
-    assert err <= TOL * max(1.0, float(np.abs(want).max()) / 10), f"max |cuda - cpu| = {err:.3g}"
+    assert err <= TOL, f"max |cuda - cpu| = {err:.3g}"  # observed 3.6e-5 with logits up to 27
     assert (got.argmax(1) == want.argmax(1)).all()
 
 

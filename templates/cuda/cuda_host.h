@@ -53,7 +53,8 @@ struct cu_model {
     int T, splits;
     cudaGraphExec_t exec;
   } graphs[IG_MAX_GRAPHS];
-  int n_graphs, use_graphs, capturing;
+  int n_graphs, use_graphs;
+  void* graph_kv; // the KV pool the graphs were captured with (its pointer is a kernel argument)
 #endif
 };
 
@@ -204,6 +205,33 @@ static void ig_nvrtc_check(const char* list) {
   }
 }
 
+// Writes bytes to path through a temporary file and a rename (readers never see half a file).
+static void ig_write_file(const char* path, const void* bytes, size_t n) {
+  char tmp[800];
+  snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+  FILE* o = fopen(tmp, "wb");
+  if (!o) return;
+  const bool ok = fwrite(bytes, 1, n, o) == n;
+  if (fclose(o) == 0 && ok) rename(tmp, path);
+  else remove(tmp);
+}
+
+// The kernels' symbols saved beside a cached cubin (<path>.names, one per line, launch-table
+// order) into lowered[]; 0, or -1 when absent or not matching this binary's table.
+static int ig_read_names(const char* path, const char** lowered) {
+  char names[800], line[1024];
+  snprintf(names, sizeof names, "%s.names", path);
+  FILE* f = fopen(names, "r");
+  if (!f) return -1;
+  int i = 0;
+  while (i < IG_N_KERNELS && fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    lowered[i++] = strdup(line);
+  }
+  fclose(f);
+  return i == IG_N_KERNELS ? 0 : -1;
+}
+
 // Loads (or compiles and caches) this device's code: $INGOT_CACHE_DIR or ~/.cache/ingot, file
 // <source hash>-sm_<cc>.cubin. INGOT_JIT=0: never; 1: always; default: only for devices the
 // embedded cubins (sm_80/86/89/90) do not cover exactly.
@@ -240,14 +268,17 @@ static void ig_jit_load(cu_model* d) {
       fprintf(stderr, "%s: warning: %s; using the embedded code\n", ingot_model_desc.name, err);
       return;
     }
+    // the symbols first, then the cubin: a cached cubin always has its symbol list beside it
     mkdir(dir, 0755);
-    char tmp[800];
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    FILE* o = fopen(tmp, "wb");
-    if (o && fwrite(image, 1, size, o) == size && fclose(o) == 0) rename(tmp, path);
-    else if (o) fclose(o);
-  } else {
-    // lowered names of template kernels need the program: recompute them cheaply from a PTX build
+    char names[800];
+    snprintf(names, sizeof names, "%s.names", path);
+    FILE* nf = fopen(names, "w");
+    bool ok = nf != NULL;
+    for (int i = 0; ok && i < IG_N_KERNELS; i++) ok = fprintf(nf, "%s\n", lowered[i]) > 0;
+    if (nf && fclose(nf) != 0) ok = false;
+    if (ok) ig_write_file(path, image, size);
+  } else if (ig_read_names(path, lowered) != 0) {
+    // no symbol list (an older cache entry): the names come from a PTX build of the same sources
     char* ptx = NULL;
     size_t n = 0;
     if (ig_nvrtc_compile("compute_80", &ptx, &n, lowered, err, sizeof err) != 0) {
@@ -464,11 +495,10 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   // Decode steps replay a captured graph per (tokens, splits): the metadata above changes every
   // step, the launches and their arguments do not (fixed chunk, fixed buffers). The KV pool
   // pointer is part of the arguments: graphs are dropped when it changes.
-  static void* graph_kv = NULL;
-  if (graph_kv != kv->data) {
+  if (d->graph_kv != kv->data) {
     for (int i = 0; i < d->n_graphs; i++) cudaGraphExecDestroy(d->graphs[i].exec);
     d->n_graphs = 0;
-    graph_kv = kv->data;
+    d->graph_kv = kv->data;
   }
   const bool graphable = d->use_graphs && si.decode_only && (si.splits == 1 || si.chunk == IG_ATTN_CHUNK) &&
                          getenv("INGOT_ATTN_SPLITS") == NULL;

@@ -963,18 +963,17 @@ uint64_t warp_op(int op, unsigned mask, uint64_t value, int arg, int width, int*
                   mask);
   int nl = warp_lanes(f->warp);
   const unsigned exist = nl >= 32 ? 0xffffffffu : (1u << nl) - 1u;
-  for (int j = 0; (mask & ~exist) || (mask & g_warp_exited[(size_t)f->warp]) ? j < 32 : false; j++) {
-    if (!((mask >> j) & 1u)) continue;
+  const unsigned bad = mask & (~exist | g_warp_exited[(size_t)f->warp]);  // lanes that cannot take part
+  if (bad) {
+    const int j = __builtin_ctz(bad);
     if (j >= nl)
       fail_in_fiber("kernel `%s` %s: %s calls %s at %s:%d with mask 0x%08x naming lane %d, which does not exist "
                     "(the block has %d threads)",
                     kernel_name().c_str(), block_str().c_str(), tid_str(f->linear).c_str(), op_name(op), file, line,
                     mask, j, g_nthreads);
-    Fiber* g = g_pool[(size_t)(f->warp * 32 + j)];
-    if (g->state == EXITED)
-      fail_in_fiber("kernel `%s` %s: %s calls %s at %s:%d with mask 0x%08x naming lane %d, which has exited",
-                    kernel_name().c_str(), block_str().c_str(), tid_str(f->linear).c_str(), op_name(op), file, line,
-                    mask, j);
+    fail_in_fiber("kernel `%s` %s: %s calls %s at %s:%d with mask 0x%08x naming lane %d, which has exited",
+                  kernel_name().c_str(), block_str().c_str(), tid_str(f->linear).c_str(), op_name(op), file, line,
+                  mask, j);
   }
   f->op = op;
   f->mask = mask;
