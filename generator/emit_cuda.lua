@@ -212,6 +212,46 @@ local function gemm_kernel(ctx, s, grp, fold)
   return with_scratch((table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end))), nb
 end
 
+-- Dense weights (f32, f16, bf16) in prefill-sized steps go through cuBLASLt: one GEMM per linear,
+-- F32 accumulate, the linear's bias in cuBLASLt's epilogue. Its B operand is X in the weights'
+-- type (BF16/F16 in): a pack kernel writes it to st.lt_x, one block per row, with the folded
+-- prologue (row gather, RMSNorm) applied, as the tiled GEMM applies it while staging. f32 weights
+-- with nothing to fold read the activations in place.
+local LT_TYPE = {f32 = "CUDA_R_32F", f16 = "CUDA_R_16F", bf16 = "CUDA_R_16BF"}
+local LT_BYTES = {f32 = 4, f16 = 2, bf16 = 2}
+
+-- The dtype every linear of the group shares, if it is one cuBLASLt multiplies.
+local function lt_dtype(grp)
+  local dt = grp.linears[1].inputs[2].dtype
+  for _, l in ipairs(grp.linears) do
+    if l.inputs[2].dtype ~= dt then return nil end
+  end
+  return LT_TYPE[dt] and dt or nil
+end
+
+local function pack_kernel(ctx, s, grp, fold, dt)
+  local NT = emit.ROWS_NT
+  local x = fold and fold.x or grp.linears[1].inputs[1].node
+  local IN = grp.linears[1].inputs[1].width
+  local L = {string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", NT),
+             "    (void)nt; (void)kvl;",
+             "    const int t = t0 + blockIdx.x; /* one block per row of the GEMM's input */"}
+  local src_row, norm, off, eps = "t", "nullptr", "0.0f", "0.0f"
+  if fold and fold.select then
+    L[#L + 1] = "    " .. emit_c.src(ctx, fold.select) .. " /* the X rows of the linears */"
+    src_row = "st.logit_rows[t]"
+  end
+  if fold and fold.norm then
+    local nn = fold.norm
+    L[#L + 1] = "    " .. emit_c.src(ctx, nn)
+    norm, off, eps = "(const float *)" .. s.weight(nn.inputs[2]), cf(nn.attrs.offset), cf(nn.attrs.eps)
+  end
+  L[#L + 1] = string.format("    ig_row_pack<%d, %d, %s>(%s, %s, %s, %s, (unsigned char *)st.lt_x + (long long)t * %d, scratch);",
+    IN, NT, DT[dt], row(s.buf(x), src_row, IN), norm, off, eps, IN * LT_BYTES[dt])
+  L[#L + 1] = "}"
+  return with_scratch((table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end)))
+end
+
 local function kernel_name(grp, nodes)
   local parts, seen = {}, {}
   for _, n in ipairs(nodes) do
@@ -285,6 +325,19 @@ function emit.kernels(ctx, groups, final_node)
       for _, n in ipairs(grp.linears) do linears[#linears + 1] = n end
       call.gemm = {kernel = add_kernel(gbody, kernel_name(grp, linears) .. "_gemm", linears, "gemm"), slots = gs,
                    blocks = gblocks}
+      local dt = lt_dtype(grp)
+      if dt then
+        call.lt = {dtype = dt, slots = emit_c.slots(grp, final_node), x = fold and fold.x or grp.linears[1].inputs[1].node}
+        if dt ~= "f32" or (fold and (fold.select or fold.norm)) then
+          local ps = emit_c.slots(grp, final_node)
+          local pnodes = {}
+          if fold and fold.select then pnodes[#pnodes + 1] = fold.select end
+          if fold and fold.norm then pnodes[#pnodes + 1] = fold.norm end
+          local pbody = pack_kernel(ctx, ps, grp, fold, dt)
+          call.lt.pack = {kernel = add_kernel(pbody, "pack_" .. kernel_name(grp, grp.linears),
+                                              #pnodes > 0 and pnodes or grp.linears, "rows"), slots = ps}
+        end
+      end
       if #grp.epilogue > 0 then
         local es = emit_c.slots(grp, final_node)
         call.epi = {kernel = add_kernel(rows_kernel(ctx, es, grp.epilogue), kernel_name(grp, grp.epilogue), grp.epilogue,
@@ -347,10 +400,35 @@ function emit.call(ctx, c, kid)
       return #a > 0 and (", " .. table.concat(a, ", ")) or ""
     end
     local one, many = kid(c.kernel)
-    local L = {string.format("    if (%s > %d) { /* prefill: tiled GEMM%s */", rows, emit.GEMM_MIN_ROWS,
-                             c.epi and ", then the epilogue row by row" or ""),
-               string.format("        LAUNCH(%d, %s, dim3(%d, (%s + IG_GEMM_BM - 1) / IG_GEMM_BM), dim3(256), st, 0, %s, %d%s);",
-                 kid(c.gemm.kernel), c.gemm.kernel.name, c.gemm.blocks, rows, rows, c.kv_layer, argl(c.gemm.slots))}
+    local gemm = string.format("        LAUNCH(%d, %s, dim3(%d, (%s + IG_GEMM_BM - 1) / IG_GEMM_BM), dim3(256), st, 0, %s, %d%s);",
+      kid(c.gemm.kernel), c.gemm.kernel.name, c.gemm.blocks, rows, rows, c.kv_layer, argl(c.gemm.slots))
+    local L = {string.format("    if (%s > %d) { /* prefill: %s%s */", rows, emit.GEMM_MIN_ROWS,
+                             c.lt and "cuBLASLt (d->lt) or the tiled GEMM" or "tiled GEMM",
+                             c.epi and ", then the epilogue row by row" or "")}
+    if c.lt then
+      local lt = c.lt
+      local function host_buf(n)
+        local b = lt.slots.bufs[tonumber(lt.slots.buf(n):sub(2)) + 1]
+        return b.key == "logits" and "d->logits" or string.format("A(%d)", b.node.buffer.offset)
+      end
+      L[#L + 1] = string.format("        if (d->lt) { /* %s in, f32 accumulate%s */", lt.dtype,
+                                lt.pack and "; X packed by the first kernel" or "; X read in place")
+      if lt.pack then
+        L[#L + 1] = string.format("            LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(lt.pack.kernel),
+          lt.pack.kernel.name, rows, emit.ROWS_NT, rows, c.kv_layer, argl(lt.pack.slots))
+      end
+      for i, l in ipairs(c.grp.linears) do
+        local bias = l.inputs[3]
+        L[#L + 1] = "            " .. emit_c.src(ctx, l)
+        L[#L + 1] = string.format("            LT_GEMM(%d, d->w[%d], %s, %s, %s, %s);", lt.shape_ids[i], l.inputs[2].slot,
+          lt.pack and "d->lt_x" or host_buf(lt.x), host_buf(l), rows, bias and string.format("d->w[%d]", bias.slot) or "nullptr")
+      end
+      L[#L + 1] = "        } else {"
+      L[#L + 1] = "    " .. gemm
+      L[#L + 1] = "        }"
+    else
+      L[#L + 1] = gemm
+    end
     if c.epi then
       L[#L + 1] = string.format("        LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(c.epi.kernel),
         c.epi.kernel.name, rows, emit.ROWS_NT, rows, c.kv_layer, argl(c.epi.slots))
@@ -425,7 +503,29 @@ function emit.decode_cost(calls, kv_bytes_per_pos, ctx_len)
 end
 
 local HEADERS = {"common.cuh", "embed.cuh", "rmsnorm.cuh", "rope_kv.cuh", "elementwise.cuh", "gemv_q.cuh", "gemm_q.cuh",
-                 "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh"}
+                 "pack.cuh", "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh"}
+
+-- The distinct cuBLASLt GEMM shapes (weight type, IN, OUT, bias) of the calls, each linear's index
+-- into them in call.lt.shape_ids, and the bytes per token of the largest packed X.
+local function lt_shapes(calls)
+  local shapes, index, x_bytes = {}, {}, 0
+  for _, c in ipairs(calls) do
+    if c.lt then
+      c.lt.shape_ids = {}
+      for i, l in ipairs(c.grp.linears) do
+        local IN, OUT, bias = l.inputs[1].width, l.width, l.inputs[3] and 1 or 0
+        local key = table.concat({c.lt.dtype, IN, OUT, bias}, ",")
+        if not index[key] then
+          shapes[#shapes + 1] = string.format("{%s, %d, %d, %d}", LT_TYPE[c.lt.dtype], IN, OUT, bias)
+          index[key] = #shapes - 1
+        end
+        c.lt.shape_ids[i] = index[key]
+      end
+      if c.lt.pack then x_bytes = math.max(x_bytes, c.grp.linears[1].inputs[1].width * LT_BYTES[c.lt.dtype]) end
+    end
+  end
+  return shapes, x_bytes
+end
 
 -- A C string literal of any text.
 local function c_string(text)
@@ -455,6 +555,7 @@ function emit.files(ctx, env, calls, kernels, aux)
       kid_of[k] = {#names - 1}
     end
   end
+  local lt_list, lt_x_bytes = lt_shapes(calls)
   local lib_base = #names
   for i, expr in ipairs(lib) do names[lib_base + i] = expr end
   for _, call in ipairs(calls) do
@@ -493,6 +594,7 @@ struct ig_step {
   const int *dec_pos;                 // [n_seqs]: position of a decode step's token
   const int *block_tables;            // [n_seqs][BT_STRIDE]
   float *kv;                          // the paged KV pool (kernels/cuda/common.cuh layout)
+  void *lt_x;                         // packed X of the cuBLASLt GEMMs [n_tokens][IN] (kernels/cuda/pack.cuh)
   int n_blocks;
   const float *rope;                  // [MAX_CTX][ROPE_DIM/2][2] cos, sin
   unsigned *done;                     // blocks finished, for the last-block epilogues
@@ -538,6 +640,9 @@ struct ig_step {
              string.format("#define HEAD_DIM_MAX %d", hd_max),
              string.format("#define KV_HEADS_MIN %d", kvh_min),
              string.format("#define IG_N_KERNELS %d", #names),
+             string.format("#define IG_LT_N_SHAPES %d /* cuBLASLt GEMM shapes: {weight type, IN, OUT, bias} */", #lt_list),
+             string.format("#define IG_LT_SHAPE_LIST %s", #lt_list > 0 and (table.concat(lt_list, ", ") .. ",") or ""),
+             string.format("#define IG_LT_X_BYTES %d /* bytes per token of the largest packed GEMM input */", lt_x_bytes),
              string.format('#define IG_SOURCE_HASH "%s"', util.hash(srcs)),
              "static const char *const IG_KERNEL_NAMES[IG_N_KERNELS] = {"}
   for _, nm in ipairs(names) do M[#M + 1] = '    "' .. nm .. '",' end
@@ -583,6 +688,18 @@ struct ig_step {
       fused_cost.weight_bytes / 1e6, fused_cost.act_bytes / 1e3, fused_cost.kv_bytes / 1e3, ctx_len, fused_cost.total / 1e6,
       3.35e12 / fused_cost.total),
   }
+  local lt_calls, q_calls, lt_types, seen = 0, 0, {}, {}
+  for _, call in ipairs(calls) do
+    if call.kind == "matmul" then
+      if call.lt then lt_calls = lt_calls + 1 else q_calls = q_calls + 1 end
+      if call.lt and not seen[call.lt.dtype] then
+        seen[call.lt.dtype] = true
+        lt_types[#lt_types + 1] = call.lt.dtype
+      end
+    end
+  end
+  info[#info + 1] = string.format("prefill GEMMs:   %d matmul groups through cuBLASLt (%d shapes; X in the weights' type: %s; F32 accumulate; INGOT_CUBLASLT=0: the tiled GEMM), %d through the tiled GEMM (quantized weights)",
+    lt_calls, #lt_list, #lt_types > 0 and table.concat(lt_types, ", ") or "none", q_calls)
   local lines = {}
   for _, l in ipairs(info) do lines[#lines + 1] = '"' .. l:gsub('"', '\\"') .. '\\n"' end
   env.info_c = table.concat(lines, "\n             ")

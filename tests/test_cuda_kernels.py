@@ -56,6 +56,7 @@ INSTANCES = {
     "argmax.cuh": ["argmax_kernel<49152>", "argmax_kernel<128256, 512>"],
     "gemm_q.cuh": ["gemm_q_kernel<IG_%s, %d>" % (dt, k) for dt in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1")
                    for k in (576, 4096)],
+    "pack.cuh": ["pack_kernel<576, IG_F16>", "pack_kernel<4096, IG_BF16>", "pack_kernel<2304, IG_F32>"],
     "attn_rows.cuh": ["attn_rows_kernel<64, 3, 3>", "attn_rows_kernel<12, 4, 2>", "attn_rows_kernel<40, 2, 1>",
                       "attn_rows_kernel<256, 2, 4>"],
 }
@@ -67,7 +68,7 @@ PROGRAMS = {
     "t_attn": ["attn_decode.cuh", "attn_prefill.cuh"],
 }
 # headers whose kernels are exercised through whole generated models (tests/test_cuda_models.py)
-COVERED_BY_MODELS = ["attn_rows.cuh", "gemm_q.cuh"]
+COVERED_BY_MODELS = ["attn_rows.cuh", "gemm_q.cuh", "pack.cuh"]
 RUNS = [("plain", None), ("plain", 3), ("race", None), ("race", 7)]
 if os.environ.get("INGOT_SAN") == "1":  # make test's sanitizer pass: the same programs under ASan
     RUNS = [("asan", None), ("asan", 5)]

@@ -56,7 +56,9 @@ def cpu_build(model, name, *opts):
 
 @pytest.mark.parametrize("fused", [True] if SAN else [True, False], ids=["fused", "unfused"][:1 if SAN else 2])
 @pytest.mark.parametrize("model", SIM_MODELS)
-def test_cudasim_forward_matches_cpu(built, tmp_path, model, fused):
+def test_cudasim_forward_matches_cpu(built, tmp_path, monkeypatch, model, fused):
+    if model.endswith("-f16"):  # f32 activations throughout: the tiled GEMM (cuBLASLt's F16 inputs: below)
+        monkeypatch.setenv("INGOT_CUBLASLT", "0")
     opts = () if fused else ("--no-fuse",)
     tag = "" if fused else "-nf"
     cpu = cpu_build(TINY / model, f"t-{model}{tag}", *opts)
@@ -81,6 +83,39 @@ def test_cudasim_quantized_weights_match_cpu(built, tmp_path, dtype):
         got = logits(sim, TOKENS, *MODES[mode], tmp_path=tmp_path)
         err = float(np.abs(got - want).max())
         assert err <= TOL, f"{dtype} {mode}: max |cuda - cpu| = {err:.3g}"
+
+
+HALF_MODELS = {"gqa_tied_hd16-f16": 2.0 ** -11, "mha_untied_hd32-bf16": 2.0 ** -8}  # model: unit roundoff u
+
+
+@pytest.mark.skipif(SAN, reason="the ASan pass runs cuBLASLt with f32 inputs (gqa_tied_hd16 prefill)")
+@pytest.mark.parametrize("model", sorted(HALF_MODELS))
+def test_cudasim_cublaslt_half_inputs(built, tmp_path, model):
+    """Dense f16/bf16 weights in a prefill-sized step (24 tokens > 16): one cuBLASLt GEMM per linear
+    with X rounded to the weights' type (F16/BF16 in, F32 accumulate: cudasim's reference GEMM).
+    The CPU keeps X in f32, so the logits differ by the rounding of the GEMM inputs: each of the
+    G = 4 * layers + 1 GEMM inputs is off by at most u relative (u = 2^-11 for f16, 2^-8 for bf16),
+    and to first order these add up in the residual stream: |cuda - cpu| <= u * G * max|logit|
+    (observed about a fifth of that, and 8x larger for bf16 than f16, as u is). The tiled GEMM of the
+    same binary (INGOT_CUBLASLT=0) keeps f32 inputs and must stay within 1e-3: the difference is
+    the inputs' rounding, nothing else."""
+    layers = json.loads((TINY / model / "config.json").read_text())["num_hidden_layers"]
+    cpu = cpu_build(TINY / model, f"t-{model}")
+    sim = sim_build(TINY / model, f"cu-{model}")
+    want = logits(cpu, TOKENS, tmp_path=tmp_path)
+    out = tmp_path / "lt.f32"
+    r = subprocess.run([str(sim), "logits", "--tokens", ",".join(map(str, TOKENS)), "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr  # no fallback to the tiled GEMM
+    got = np.fromfile(out, dtype="<f4").reshape(len(TOKENS), -1)
+    bound = HALF_MODELS[model] * (4 * layers + 1) * float(np.abs(want).max())
+    err = float(np.abs(got - want).max())
+    assert 0 < err <= bound, f"{model} cuBLASLt: max |cuda - cpu| = {err:.3g}, bound {bound:.3g}"
+    r = subprocess.run([str(sim), "logits", "--tokens", ",".join(map(str, TOKENS)), "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "INGOT_CUBLASLT": "0"})
+    assert r.returncode == 0, r.stderr
+    tiled = np.fromfile(out, dtype="<f4").reshape(len(TOKENS), -1)
+    assert float(np.abs(tiled - want).max()) <= TOL
 
 
 FAMILIES = ["qwen2_gqa", "qwen3_hd24", "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_sw16"]

@@ -8,6 +8,7 @@
 //   IG_SOURCE_HASH, and kernel_sources.h (the NVRTC sources).
 // The generated cu_run (after this file) launches one step's kernels in order.
 #pragma once
+#include <cublasLt.h> // types and signatures only: the library is opened at run time (cudasim: its reference GEMM)
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdint.h>
@@ -15,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#ifndef INGOT_CUDASIM
 #include <dlfcn.h>
+#ifndef INGOT_CUDASIM
 #include <nvrtc.h>
 #include <unistd.h>
 #endif
@@ -28,6 +29,15 @@ extern "C" {
 #define IG_ATTN_CHUNK 256      // keys per split of split-K decode attention
 #define IG_ATTN_MAX_SPLITS 32  // partial buffers are sized for this many splits
 #define IG_MAX_GRAPHS 64       // captured decode graphs kept (keyed by tokens, splits)
+#define IG_LT_PLANS 64         // cuBLASLt (shape, tokens) layouts and algorithms kept
+#define IG_LT_WORKSPACE (32u << 20) // cuBLASLt workspace: 32 MiB, what its Hopper kernels ask for
+
+// A cuBLASLt GEMM shape of the generated table IG_LT_SHAPE_LIST: Y[n][out] = X[n][in] W[out][in]^T (+ bias).
+struct ig_lt_shape {
+  int type; // cudaDataType of W and X
+  int in, out, bias;
+};
+static const ig_lt_shape IG_LT_SHAPES[IG_LT_N_SHAPES + 1] = {IG_LT_SHAPE_LIST {0, 0, 0, 0}};
 
 // Per-step choices the host makes before launching (attention kernel and its split).
 struct ig_step_info {
@@ -46,6 +56,19 @@ struct cu_model {
   int* meta_host;  // pinned host copy
   size_t weight_bytes;
   long long launches; // kernels launched so far (--info / tests read the per-step count)
+  char why[256];      // what failed inside cu_run, beyond a CUDA error
+  // cuBLASLt (NULL: libcublasLt absent, INGOT_CUBLASLT=0, or no dense GEMM; the tiled GEMM runs)
+  cublasLtHandle_t lt;
+  cublasLtMatmulPreference_t lt_pref;
+  void *lt_ws, *lt_x;
+  cublasLtMatmulDesc_t lt_op[IG_LT_N_SHAPES + 1]; // per shape: transposed W, F32 compute, bias epilogue
+  cublasLtMatrixLayout_t lt_w[IG_LT_N_SHAPES + 1];
+  struct {
+    int shape, n; // n == 0: unused
+    cublasLtMatrixLayout_t x, y;
+    cublasLtMatmulAlgo_t algo;
+  } lt_plan[IG_LT_PLANS];
+  int lt_next; // the plan slot replaced next when all are taken
 #ifndef INGOT_CUDASIM
   cudaLibrary_t module;           // NVRTC-compiled code for this exact device, or NULL
   cudaKernel_t fn[IG_N_KERNELS]; // its kernels, by launch-table index
@@ -307,6 +330,161 @@ static void ig_jit_load(cu_model* d) {
 }
 #endif
 
+// ---- cuBLASLt: the dense GEMMs of prefill-sized steps -----------------------------------------
+
+// The entry points, opened from libcublasLt at run time like NVRTC: a binary runs (with the tiled
+// GEMM) where the driver is installed but not the CUDA libraries. Under cudasim they are the
+// simulator's reference GEMM (kernels/cuda/sim/include/cublasLt.h).
+#define IG_LT_SYMBOLS(X)                                                                              \
+  X(create, cublasLtCreate) X(destroy, cublasLtDestroy) X(status, cublasLtGetStatusString)            \
+  X(op_create, cublasLtMatmulDescCreate) X(op_destroy, cublasLtMatmulDescDestroy)                     \
+  X(op_set, cublasLtMatmulDescSetAttribute) X(layout_create, cublasLtMatrixLayoutCreate)              \
+  X(layout_destroy, cublasLtMatrixLayoutDestroy) X(pref_create, cublasLtMatmulPreferenceCreate)       \
+  X(pref_destroy, cublasLtMatmulPreferenceDestroy) X(pref_set, cublasLtMatmulPreferenceSetAttribute)  \
+  X(heuristic, cublasLtMatmulAlgoGetHeuristic) X(matmul, cublasLtMatmul)
+static struct {
+#define IG_LT_FIELD(field, name) decltype(&name) field;
+  IG_LT_SYMBOLS(IG_LT_FIELD)
+#undef IG_LT_FIELD
+} ig_lt;
+
+static bool ig_lt_open(char* why, size_t n) {
+#ifdef INGOT_CUDASIM
+#define IG_LT_BIND(field, name) ig_lt.field = name;
+  (void)why, (void)n;
+#else
+  void* h = dlopen("libcublasLt.so.13", RTLD_NOW);
+  if (!h) h = dlopen("libcublasLt.so", RTLD_NOW);
+  if (!h) return snprintf(why, n, "libcublasLt not available: %s", dlerror()), false;
+#define IG_LT_BIND(field, name) ig_lt.field = (decltype(ig_lt.field))dlsym(h, #name);
+#endif
+  IG_LT_SYMBOLS(IG_LT_BIND)
+#undef IG_LT_BIND
+#define IG_LT_CHECK(field, name) &&ig_lt.field
+  const bool ok = true IG_LT_SYMBOLS(IG_LT_CHECK);
+#undef IG_LT_CHECK
+  if (!ok) snprintf(why, n, "libcublasLt lacks a symbol");
+  return ok;
+}
+
+static void ig_lt_free(cu_model* d) {
+  if (!d->lt) return;
+  for (int i = 0; i < IG_LT_PLANS; i++)
+    if (d->lt_plan[i].n) ig_lt.layout_destroy(d->lt_plan[i].x), ig_lt.layout_destroy(d->lt_plan[i].y);
+  for (int i = 0; i < IG_LT_N_SHAPES; i++) {
+    if (d->lt_op[i]) ig_lt.op_destroy(d->lt_op[i]);
+    if (d->lt_w[i]) ig_lt.layout_destroy(d->lt_w[i]);
+  }
+  if (d->lt_pref) ig_lt.pref_destroy(d->lt_pref);
+  cudaFree(d->lt_ws);
+  cudaFree(d->lt_x);
+  ig_lt.destroy(d->lt);
+  d->lt = NULL;
+}
+
+// The layouts and algorithm of (shape, n tokens): column-major, Y (out x n) = W^T (out x in) X (in x n),
+// i.e. the row-major [n][in] activations and [out][in] weights as stored. -1 with d->why on failure.
+static int ig_lt_plan(cu_model* d, int shape, int n) {
+  for (int i = 0; i < IG_LT_PLANS; i++)
+    if (d->lt_plan[i].n == n && d->lt_plan[i].shape == shape) return i;
+  const ig_lt_shape& s = IG_LT_SHAPES[shape];
+  const int i = d->lt_next;
+  d->lt_next = (d->lt_next + 1) % IG_LT_PLANS;
+  if (d->lt_plan[i].n) ig_lt.layout_destroy(d->lt_plan[i].x), ig_lt.layout_destroy(d->lt_plan[i].y);
+  d->lt_plan[i].n = 0;
+  cublasLtMatmulHeuristicResult_t r;
+  int found = 0;
+  cublasStatus_t st = ig_lt.layout_create(&d->lt_plan[i].x, (cudaDataType_t)s.type, s.in, n, s.in);
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = ig_lt.layout_create(&d->lt_plan[i].y, CUDA_R_32F, s.out, n, s.out);
+    if (st != CUBLAS_STATUS_SUCCESS) ig_lt.layout_destroy(d->lt_plan[i].x);
+  }
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return snprintf(d->why, sizeof d->why, "cuBLASLt layout: %s", ig_lt.status(st)), -1;
+  st = ig_lt.heuristic(d->lt, d->lt_op[shape], d->lt_w[shape], d->lt_plan[i].x, d->lt_plan[i].y, d->lt_plan[i].y,
+                       d->lt_pref, 1, &r, &found);
+  if (st != CUBLAS_STATUS_SUCCESS || found < 1) {
+    ig_lt.layout_destroy(d->lt_plan[i].x), ig_lt.layout_destroy(d->lt_plan[i].y);
+    return snprintf(d->why, sizeof d->why, "cuBLASLt has no algorithm for %d x %d x %d (type %d): %s", s.out, n, s.in,
+                    s.type, ig_lt.status(st)), -1;
+  }
+  d->lt_plan[i].algo = r.algo;
+  d->lt_plan[i].shape = shape;
+  d->lt_plan[i].n = n;
+  return i;
+}
+
+// Y[n][out] = X[n][in] W^T (+ bias): one cuBLASLt matmul on the model's stream.
+static int ig_lt_gemm(cu_model* d, int shape, const void* W, const void* X, float* Y, int n, const void* bias) {
+  d->launches++;
+  if (IG_LT_SHAPES[shape].bias) {
+    const cublasStatus_t st = ig_lt.op_set(d->lt_op[shape], CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (st != CUBLAS_STATUS_SUCCESS) return snprintf(d->why, sizeof d->why, "cuBLASLt bias: %s", ig_lt.status(st)), -1;
+  }
+  const int p = ig_lt_plan(d, shape, n);
+  if (p < 0) return -1;
+  const float one = 1.0f, zero = 0.0f;
+  const cublasStatus_t st = ig_lt.matmul(d->lt, d->lt_op[shape], &one, W, d->lt_w[shape], X, d->lt_plan[p].x, &zero, Y,
+                                         d->lt_plan[p].y, Y, d->lt_plan[p].y, &d->lt_plan[p].algo, d->lt_ws,
+                                         IG_LT_WORKSPACE, d->stream);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return snprintf(d->why, sizeof d->why, "cuBLASLt matmul (%d x %d x %d): %s", IG_LT_SHAPES[shape].out, n,
+                    IG_LT_SHAPES[shape].in, ig_lt.status(st)), -1;
+  return 0;
+}
+#define LT_GEMM(shape, W, X, Y, n, bias)                                   \
+  do {                                                                     \
+    if (ig_lt_gemm(d, shape, W, X, Y, n, bias) != 0) return -1;            \
+  } while (0)
+
+// Opens cuBLASLt and builds each shape's descriptors, then checks that every shape has an
+// algorithm at the largest step; anything missing leaves d->lt NULL (the tiled GEMM runs) and says why.
+static void ig_lt_init(cu_model* d) {
+  const char* env = getenv("INGOT_CUBLASLT");
+  if (IG_LT_N_SHAPES == 0 || (env && !strcmp(env, "0"))) return;
+  char why[512] = "";
+  if (!ig_lt_open(why, sizeof why)) {
+    fprintf(stderr, "%s: warning: %s; prefill uses the tiled GEMM\n", ingot_model_desc.name, why);
+    return;
+  }
+  cublasStatus_t st = ig_lt.create(&d->lt);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    d->lt = NULL;
+    fprintf(stderr, "%s: warning: cuBLASLt: %s; prefill uses the tiled GEMM\n", ingot_model_desc.name, ig_lt.status(st));
+    return;
+  }
+  const int32_t transposed = CUBLAS_OP_T, bias_type = CUDA_R_32F;
+  const uint32_t epilogue_bias = CUBLASLT_EPILOGUE_BIAS, align = 16; // arena rows: 16-byte aligned
+  const uint64_t ws = IG_LT_WORKSPACE;
+  bool ok = cudaMalloc(&d->lt_ws, IG_LT_WORKSPACE) == cudaSuccess &&
+            (IG_LT_X_BYTES == 0 || cudaMalloc(&d->lt_x, (size_t)IG_LT_X_BYTES * MAX_TOKENS) == cudaSuccess);
+  ok = ok && ig_lt.pref_create(&d->lt_pref) == CUBLAS_STATUS_SUCCESS &&
+       ig_lt.pref_set(d->lt_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) == CUBLAS_STATUS_SUCCESS;
+  for (int a = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES; ok && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES; a++)
+    ok = ig_lt.pref_set(d->lt_pref, (cublasLtMatmulPreferenceAttributes_t)a, &align, sizeof align) == CUBLAS_STATUS_SUCCESS;
+  for (int i = 0; ok && i < IG_LT_N_SHAPES; i++) {
+    const ig_lt_shape& s = IG_LT_SHAPES[i];
+    ok = ig_lt.op_create(&d->lt_op[i], CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+         ig_lt.op_set(d->lt_op[i], CUBLASLT_MATMUL_DESC_TRANSA, &transposed, sizeof transposed) == CUBLAS_STATUS_SUCCESS &&
+         ig_lt.layout_create(&d->lt_w[i], (cudaDataType_t)s.type, s.in, s.out, s.in) == CUBLAS_STATUS_SUCCESS;
+    if (ok && s.bias)
+      ok = ig_lt.op_set(d->lt_op[i], CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue_bias, sizeof epilogue_bias) ==
+               CUBLAS_STATUS_SUCCESS &&
+           ig_lt.op_set(d->lt_op[i], CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type) ==
+               CUBLAS_STATUS_SUCCESS;
+  }
+  if (!ok) snprintf(d->why, sizeof d->why, "cuBLASLt setup failed");
+  for (int i = 0; ok && i < IG_LT_N_SHAPES; i++) {
+    if (IG_LT_SHAPES[i].bias) ig_lt.op_set(d->lt_op[i], CUBLASLT_MATMUL_DESC_BIAS_POINTER, &d->lt_ws, sizeof d->lt_ws);
+    ok = ig_lt_plan(d, i, MAX_TOKENS) >= 0;
+  }
+  if (!ok) {
+    fprintf(stderr, "%s: warning: %s; prefill uses the tiled GEMM\n", ingot_model_desc.name, d->why);
+    d->why[0] = 0;
+    ig_lt_free(d);
+  }
+}
+
 // ---- setup -----------------------------------------------------------------------------------
 
 extern "C" void cu_model_free(cu_model* d) {
@@ -324,6 +502,7 @@ extern "C" void cu_model_free(cu_model* d) {
   cudaFree(d->done);
   cudaFree(d->meta);
   cudaFreeHost(d->meta_host);
+  ig_lt_free(d);
 #ifndef INGOT_CUDASIM
   for (int i = 0; i < d->n_graphs; i++) cudaGraphExecDestroy(d->graphs[i].exec);
   if (d->module) cudaLibraryUnload(d->module);
@@ -377,6 +556,7 @@ extern "C" int cu_model_init(cu_model** out, const void* const* host_w, const si
     }
     d->weight_bytes += bytes[i];
   }
+  ig_lt_init(d);
   const size_t parts = (size_t)MAX_TOKENS * N_HEADS_MAX * IG_ATTN_MAX_SPLITS;
   if ((e = cudaMalloc((void**)&d->arena, (size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS)) != cudaSuccess ||
       (e = cudaMalloc((void**)&d->logits, sizeof(float) * (size_t)MAX_TOKENS * VOCAB)) != cudaSuccess ||
@@ -484,6 +664,7 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   st.dec_pos = d->meta + META_DEC_POS * MAX_TOKENS;
   st.block_tables = d->meta + head_ints;
   st.kv = (float*)kv->data;
+  st.lt_x = d->lt_x;
   st.n_blocks = kv->n_blocks;
   st.rope = d->rope;
   st.done = d->done;
@@ -530,6 +711,11 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
 #else
   rc = cu_run(d, st, si);
 #endif
+  if (rc != 0 && d->why[0]) {
+    snprintf(err, errlen, "%s", d->why);
+    d->why[0] = 0;
+    return -1;
+  }
   if (rc != 0) return ig_fail(err, errlen, "kernel launch", cudaGetLastError());
   if (L > 0 && (e = cudaMemcpyAsync(b->logits, d->logits, sizeof(float) * (size_t)L * VOCAB, cudaMemcpyDeviceToHost,
                                     d->stream)) != cudaSuccess)
