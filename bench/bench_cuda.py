@@ -2,7 +2,8 @@
 """Fused vs unfused CUDA builds of one model: launches per decode step, estimated global-memory
 bytes per decoded token, and the bandwidth roofline on an H100 (3.35 TB/s) — ESTIMATES from the
 generator's plan (what each launch reads and writes), printed by `NAME --info`. Where a GPU is
-present, it also measures decode tokens/s of both builds (`generate`, greedy) in the same run.
+present, it also measures decode tokens/s of both builds (`generate`, greedy) in the same run, and
+prefill tokens/s of an f16 build with cuBLASLt against the same build's tiled GEMM.
 
     python3 bench/bench_cuda.py [MODEL] [--tokens 128]
 
@@ -48,6 +49,14 @@ def decode_tps(binary, n):
     return float(m.group(1)) if m else None
 
 
+def prefill_tps(binary, n_words, env=None):
+    prompt = " ".join(["the lighthouse keeper climbed the stairs"] * (n_words // 6 + 1))
+    r = subprocess.run([binary, "generate", "-p", prompt, "-n", "1"], capture_output=True, text=True,
+                       env={**os.environ, **(env or {})})
+    m = re.search(r"prefill:.*\(([\d.]+) tokens/s\)", r.stderr)
+    return float(m.group(1)) if m else None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?")
@@ -71,6 +80,11 @@ def main():
             os.path.join(ROOT, "build", "bench-cuda-nofuse", "bench-cuda-nofuse"), a.tokens)
         print(f"MEASURED decode ({a.tokens} tokens, greedy): fused {f} tok/s, unfused {u} tok/s"
               + (f", ratio {f / u:.2f}x" if f and u else ""))
+        # prefill GEMMs: cuBLASLt (F16 in, F32 accumulate) against the tiled GEMM, same f16 build
+        half = build(model, "bench-cuda-f16", "--dtype", "f16")
+        lt, tiled = prefill_tps(half, 480), prefill_tps(half, 480, {"INGOT_CUBLASLT": "0"})
+        print(f"MEASURED prefill (--dtype f16, ~480 tokens): cuBLASLt {lt} tok/s, tiled GEMM {tiled} tok/s"
+              + (f", ratio {lt / tiled:.2f}x" if lt and tiled else ""))
     else:
         print(f"measured decode: skipped ({fused['no_gpu_reason']})")
 
