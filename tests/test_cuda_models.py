@@ -289,6 +289,32 @@ def test_binary_nvrtc_compiles_its_sources_and_reports_missing_gpu(built):
             assert "no CUDA device" in last and "--backend cpu" in last, r.stderr
 
 
+def test_cudasim_decode_graphs_replay_exactly(built, tmp_path):
+    """Decode steps are captured once per (batch size, split count) as a CUDA graph and replayed
+    (cudasim records the launches and cuBLASLt calls issued to a capturing stream, with their
+    arguments copied, and a graph launch replays them): the logits equal those of the same steps
+    launched kernel by kernel, bit for bit, and the kernels launched per step without graphs are
+    exactly the count --info gives."""
+    model = "gqa_tied_hd16"
+    sim = sim_build(TINY / model, f"cu-{model}")
+    info = subprocess.run([str(sim), "--info"], capture_output=True, text=True, timeout=120).stdout
+    per_step = int(re.search(r"(\d+) launches per decode step", info).group(1))
+    runs = {}
+    for graphs in ("1", "0"):
+        out = tmp_path / f"g{graphs}.f32"
+        r = subprocess.run([str(sim), "logits", "--tokens", ",".join(map(str, TOKENS)), "--out", str(out), "--decode"],
+                           capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "INGOT_CUDA_GRAPHS": graphs, "INGOT_CUDA_STATS": "1"})
+        assert r.returncode == 0, r.stderr
+        m = re.search(r"cuda: (\d+) steps, (\d+) graphs captured, (\d+) graph replays, (\d+) kernel launches", r.stderr)
+        assert m, r.stderr
+        runs[graphs] = (np.fromfile(out, dtype="<f4"), [int(x) for x in m.groups()])
+    (with_graphs, (steps, captured, replays, _)), (plain, (steps0, _, replays0, launches0)) = runs["1"], runs["0"]
+    assert steps == steps0 == len(TOKENS) and captured == 1 and replays == steps and replays0 == 0
+    assert launches0 == per_step * steps0, f"{launches0} launches for {steps0} steps, --info says {per_step} per step"
+    assert np.array_equal(with_graphs, plain)
+
+
 def test_fused_decode_launch_budget(built):
     """Fused builds launch at most 6 kernels per transformer layer per decode step."""
     for model in ("mha_untied_hd32", "gqa_tied_hd16"):

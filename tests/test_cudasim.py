@@ -27,6 +27,7 @@ GOOD = {
     "matmul": ["matmul.cu", "matmul_host.cpp"],
     "softmax": ["softmax.cu"],
     "histogram": ["histogram.cu"],
+    "graph": ["graph.cu"],
 }
 BAD = ["bad_race.cu", "bad_sync.cu", "bad_shfl.cu", "bad_oob.cu"]
 ERROR_EXIT = 86  # cudasim's exit status for detected errors (CUDASIM_ON_ERROR=exit)

@@ -72,13 +72,14 @@ struct cu_model {
 #ifndef INGOT_CUDASIM
   cudaLibrary_t module;           // NVRTC-compiled code for this exact device, or NULL
   cudaKernel_t fn[IG_N_KERNELS]; // its kernels, by launch-table index
+#endif
   struct {
     int T, splits;
     cudaGraphExec_t exec;
   } graphs[IG_MAX_GRAPHS];
   int n_graphs, use_graphs;
   void* graph_kv; // the KV pool the graphs were captured with (its pointer is a kernel argument)
-#endif
+  long long steps, graph_replays; // INGOT_CUDA_STATS=1 prints them at exit
 };
 
 enum { META_TOKENS, META_POS, META_SEQ, META_LOGIT_ROWS, META_TOK0, META_POS0, META_NTOK, META_DEC_POS, META_ARRAYS };
@@ -92,7 +93,7 @@ static int ig_launch(cu_model* d, int kid, void (*k)(P...), dim3 grid, dim3 bloc
   d->launches++;
 #ifdef INGOT_CUDASIM
   (void)kid;
-  return cudasim::launch(k, grid, block, 0, args...) == cudaSuccess ? 0 : -1;
+  return cudasim::launch_on(d->stream, nullptr, k, grid, block, 0, args...) == cudaSuccess ? 0 : -1;
 #else
   void* argv[] = {(void*)&args..., nullptr};
   const void* f = d->module ? (const void*)d->fn[kid] : (const void*)k; // cudaLaunchKernel takes either
@@ -503,11 +504,15 @@ extern "C" void cu_model_free(cu_model* d) {
   cudaFree(d->meta);
   cudaFreeHost(d->meta_host);
   ig_lt_free(d);
-#ifndef INGOT_CUDASIM
+  const char* stats = getenv("INGOT_CUDA_STATS");
+  if (stats && !strcmp(stats, "1"))
+    fprintf(stderr, "%s: cuda: %lld steps, %d graphs captured, %lld graph replays, %lld kernel launches outside graphs\n",
+            ingot_model_desc.name, d->steps, d->n_graphs, d->graph_replays, d->launches);
   for (int i = 0; i < d->n_graphs; i++) cudaGraphExecDestroy(d->graphs[i].exec);
+#ifndef INGOT_CUDASIM
   if (d->module) cudaLibraryUnload(d->module);
-  if (d->stream) cudaStreamDestroy(d->stream);
 #endif
+  if (d->stream) cudaStreamDestroy(d->stream);
   free(d);
 }
 
@@ -536,15 +541,15 @@ extern "C" int cu_model_init(cu_model** out, const void* const* host_w, const si
   }
   d->cc = prop.major * 10 + prop.minor;
   d->sm_count = prop.multiProcessorCount;
-#ifndef INGOT_CUDASIM
   if ((e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking)) != cudaSuccess) {
     cu_model_free(d);
     return ig_fail(err, errlen, "stream", e);
   }
+#ifndef INGOT_CUDASIM
   ig_jit_load(d);
+#endif
   const char* graphs = getenv("INGOT_CUDA_GRAPHS");
   d->use_graphs = !(graphs && !strcmp(graphs, "0"));
-#endif
   for (int i = 0; i < n; i++) {
     for (int j = 0; j < i && !d->w[i]; j++)
       if (host_w[j] == host_w[i]) d->w[i] = d->w[j]; // one tensor, several slots (tied weights)
@@ -672,7 +677,7 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   st.n_logits = L;
   st.n_seqs = S;
   int rc = 0;
-#ifndef INGOT_CUDASIM
+  d->steps++;
   // Decode steps replay a captured graph per (tokens, splits): the metadata above changes every
   // step, the launches and their arguments do not (fixed chunk, fixed buffers). The KV pool
   // pointer is part of the arguments: graphs are dropped when it changes.
@@ -705,12 +710,10 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   }
   if (gi >= 0) {
     if ((e = cudaGraphLaunch(d->graphs[gi].exec, d->stream)) != cudaSuccess) return ig_fail(err, errlen, "graph", e);
+    d->graph_replays++;
   } else {
     rc = cu_run(d, st, si);
   }
-#else
-  rc = cu_run(d, st, si);
-#endif
   if (rc != 0 && d->why[0]) {
     snprintf(err, errlen, "%s", d->why);
     d->why[0] = 0;

@@ -71,9 +71,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 // `#pragma unroll` is everywhere in CUDA code; g++ does not know it.
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"  // GCC >= 13; older: -Wno-unknown-pragmas
@@ -173,32 +175,69 @@ long long clock_tick();
 void sticky(int err);
 }  // namespace detail
 
+// ---- streams and stream capture (CUDA graphs) ----
+// Work issued to a stream that this host thread is capturing is recorded, not run;
+// a graph replays the recorded work in order (cudaGraphLaunch). Kernel arguments
+// and host-side scalars are copied when the work is recorded, as CUDA copies them
+// into the graph's nodes; device memory is read when the work runs.
+}  // namespace cudasim
+struct CUstream_st { int id; };
+typedef CUstream_st* cudaStream_t;
+namespace cudasim { namespace detail {
+typedef std::function<int()> Work;
+struct Capture {
+  cudaStream_t stream = nullptr;
+  std::vector<Work>* work = nullptr; // non-null while capturing
+};
+inline Capture& capture() {
+  static thread_local Capture c;
+  return c;
+}
+inline bool capturing(cudaStream_t s) { return s && capture().work && capture().stream == s; }
+// Runs w now, or records it when s is being captured (then 0: cudaSuccess).
+inline int submit(cudaStream_t s, Work w) {
+  if (!capturing(s)) return w();
+  capture().work->push_back(std::move(w));
+  return 0;
+}
+}  // namespace detail
+
 // launch(kernel, grid, block, dyn_smem, args...): runs the whole grid before
 // returning (launches are synchronous).  The arguments are converted to the
 // kernel's parameter types once (like CUDA's parameter buffer); every simulated
 // thread receives its own by-value copy.  Returns cudaError_t as int.
+// launch_on(stream, ...): the same on a stream, recorded while that stream is captured.
 template <class... P, class... A>
-int launch_named(const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem,
-                 A&&... args) {
+int launch_on(cudaStream_t stream, const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem,
+              A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "cudasim::launch: wrong number of kernel arguments");
   struct Ctx {
     void (*k)(P...);
     std::tuple<std::decay_t<P>...> params;
   };
+  // the work owns its copy of the arguments (no shared_ptr: its atomic count would reach the race
+  // build's -fsanitize=thread hooks)
   Ctx ctx{kernel, std::tuple<std::decay_t<P>...>(static_cast<std::decay_t<P>>(std::forward<A>(args))...)};
-  detail::KernelCall call;
-  call.thunk = [](void* c) {
-    Ctx* x = static_cast<Ctx*>(c);
-    std::apply(x->k, x->params);
-  };
-  call.ctx = &ctx;
-  call.name = name;
-  call.fn = reinterpret_cast<const void*>(kernel);
-  return detail::launch(call, grid, block, dyn_smem);
+  return detail::submit(stream, [ctx, name, grid, block, dyn_smem]() mutable {
+    detail::KernelCall call;
+    call.thunk = [](void* c) {
+      Ctx* x = static_cast<Ctx*>(c);
+      std::apply(x->k, x->params);
+    };
+    call.ctx = &ctx;
+    call.name = name;
+    call.fn = reinterpret_cast<const void*>(ctx.k);
+    return detail::launch(call, grid, block, dyn_smem);
+  });
+}
+template <class... P, class... A>
+int launch_named(const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem,
+                 A&&... args) {
+  return launch_on(nullptr, name, kernel, grid, block, dyn_smem, std::forward<A>(args)...);
 }
 template <class... P, class... A>
 int launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem, A&&... args) {
-  return launch_named(nullptr, kernel, grid, block, dyn_smem, std::forward<A>(args)...);
+  return launch_on(nullptr, nullptr, kernel, grid, block, dyn_smem, std::forward<A>(args)...);
 }
 
 // Target of the `k<<<g, b, s, st>>>(args)` rewrite.
@@ -208,15 +247,17 @@ struct Launcher {
   const char* name;
   dim3 grid, block;
   size_t smem;
+  cudaStream_t stream;
   template <class... A>
   void operator()(A&&... args) const {
-    launch_named(name, k, grid, block, smem, std::forward<A>(args)...);
+    launch_on(stream, name, k, grid, block, smem, std::forward<A>(args)...);
   }
 };
 template <class... P, class S = void*>
-Launcher<P...> launcher(void (*k)(P...), const char* name, dim3 grid, dim3 block, size_t smem = 0,
-                        S /*stream: launches are synchronous*/ = nullptr) {
-  return Launcher<P...>{k, name, grid, block, smem};
+Launcher<P...> launcher(void (*k)(P...), const char* name, dim3 grid, dim3 block, size_t smem = 0, S stream = nullptr) {
+  cudaStream_t st = nullptr; // a literal 0 stream is the default stream
+  if constexpr (std::is_convertible<S, cudaStream_t>::value && !std::is_integral<S>::value) st = stream;
+  return Launcher<P...>{k, name, grid, block, smem, st};
 }
 
 }  // namespace cudasim
@@ -598,6 +639,8 @@ typedef enum cudaError {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
+  cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchOutOfResources = 701,
@@ -613,9 +656,7 @@ enum cudaFuncAttribute {
   cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
   cudaFuncAttributePreferredSharedMemoryCarveout = 9
 };
-struct CUstream_st { int id; };
 struct CUevent_st { double t; };
-typedef CUstream_st* cudaStream_t;
 typedef CUevent_st* cudaEvent_t;
 #define cudaStreamNonBlocking 0x01
 #define cudaStreamDefault 0x00
@@ -681,13 +722,15 @@ static inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { ::cudasim::free
 static inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
   return (cudaError_t)::cudasim::detail::memcpy_checked(d, s, n);
 }
-static inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
-  return cudaMemcpy(d, s, n, k);
+static inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st = nullptr) {
+  return (cudaError_t)::cudasim::detail::submit(st, [=]() { return (int)cudaMemcpy(d, s, n, k); });
 }
 static inline cudaError_t cudaMemset(void* d, int v, size_t n) {
   return (cudaError_t)::cudasim::detail::memset_checked(d, v, n);
 }
-static inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(d, v, n); }
+static inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t st = nullptr) {
+  return (cudaError_t)::cudasim::detail::submit(st, [=]() { return (int)cudaMemset(d, v, n); });
+}
 template <class T>
 static inline cudaError_t cudaMemcpyToSymbol(T& sym, const void* src, size_t n, size_t off = 0,
                                              cudaMemcpyKind = cudaMemcpyHostToDevice) {
@@ -733,7 +776,10 @@ template <class F> static inline cudaError_t cudaFuncSetAttribute(F*, cudaFuncAt
 static inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st{1}; return cudaSuccess; }
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
 static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaDeviceSynchronize(); }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (::cudasim::detail::capturing(s)) return cudaErrorStreamCaptureUnsupported; // as CUDA: no sync inside a capture
+  return cudaDeviceSynchronize();
+}
 static inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 static inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st{0}; return cudaSuccess; }
 static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
@@ -744,5 +790,45 @@ static inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess
 static inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   *ms = (float)(b->t - a->t); return cudaSuccess; }
 static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+
+// Stream capture and graphs (see cudasim::detail::submit): one capture at a time per host thread.
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2
+};
+struct CUgraph_st { std::vector<::cudasim::detail::Work> work; };
+struct CUgraphExec_st { std::vector<::cudasim::detail::Work> work; };
+typedef CUgraph_st* cudaGraph_t;
+typedef CUgraphExec_st* cudaGraphExec_t;
+static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  ::cudasim::detail::Capture& c = ::cudasim::detail::capture();
+  if (!s || c.work) return cudaErrorIllegalState; // the legacy stream cannot be captured; no nesting
+  c.stream = s;
+  c.work = new std::vector<::cudasim::detail::Work>();
+  return cudaSuccess;
+}
+static inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
+  ::cudasim::detail::Capture& c = ::cudasim::detail::capture();
+  if (!c.work || c.stream != s) return cudaErrorIllegalState;
+  *g = new CUgraph_st{std::move(*c.work)};
+  delete c.work;
+  c.work = nullptr;
+  c.stream = nullptr;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* e, cudaGraph_t g, unsigned long long = 0) {
+  if (!g) return cudaErrorInvalidValue;
+  *e = new CUgraphExec_st{g->work};
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+  if (!e) return cudaErrorInvalidValue;
+  return (cudaError_t)::cudasim::detail::submit(s, [e]() {
+    for (const ::cudasim::detail::Work& w : e->work)
+      if (const int r = w()) return r;
+    return 0;
+  });
+}
+static inline cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
+static inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) { delete e; return cudaSuccess; }
 
 #endif  // CUDASIM_H

@@ -106,6 +106,28 @@ static inline cublasStatus_t check(const cublasLtMatmulDescOpaque_t* op, const c
     if (l->ld < 1 || (uint64_t)l->ld < l->rows) return CUBLAS_STATUS_INVALID_VALUE;
   return CUBLAS_STATUS_SUCCESS;
 }
+// D = alpha op(A) op(B) + beta C (+ bias): every product accumulated in f32, in k order.
+static inline void gemm(const cublasLtMatmulDescOpaque_t* op, const cublasLtMatrixLayoutOpaque_t* a,
+                        const cublasLtMatrixLayoutOpaque_t* b, const cublasLtMatrixLayoutOpaque_t* c,
+                        const cublasLtMatrixLayoutOpaque_t* d, float al, float be, const void* A, const void* B,
+                        const void* C, void* D) {
+  const bool ta = op->transa == CUBLAS_OP_T, tb = op->transb == CUBLAS_OP_T;
+  const uint64_t m = d->rows, n = d->cols, k = ta ? a->rows : a->cols;
+  const int32_t bias_type = op->bias_type < 0 ? d->type : op->bias_type;
+  for (uint64_t j = 0; j < n; j++)
+    for (uint64_t i = 0; i < m; i++) {
+      float acc = 0.0f;
+      for (uint64_t p = 0; p < k; p++) {
+        const float x = load(A, a->type, ta ? i * a->ld + p : p * a->ld + i);
+        const float y = load(B, b->type, tb ? p * b->ld + j : j * b->ld + p);
+        acc = fmaf(x, y, acc);
+      }
+      float v = al * acc;
+      if (be != 0.0f) v += be * load(C, c->type, j * c->ld + i);
+      if (op->epilogue == CUBLASLT_EPILOGUE_BIAS) v += load(op->bias, bias_type, i);
+      store(D, d->type, j * d->ld + i, v);
+    }
+}
 }}  // namespace cudasim::lt
 
 static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
@@ -193,7 +215,7 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
                                             const void* beta, const void* C, cublasLtMatrixLayout_t c, void* D,
                                             cublasLtMatrixLayout_t d, const cublasLtMatmulAlgo_t* algo, void* workspace,
                                             size_t workspace_bytes, cudaStream_t stream) {
-  (void)workspace, (void)workspace_bytes, (void)stream;
+  (void)workspace, (void)workspace_bytes;
   if (!h || !alpha || !beta || !A || !B || !C || !D || !algo) return CUBLAS_STATUS_INVALID_VALUE;
   const cublasStatus_t s = ::cudasim::lt::check(op, a, b, c, d);
   if (s != CUBLAS_STATUS_SUCCESS) return s;
@@ -201,22 +223,12 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDe
   for (int i = 0; i < 4; i++)
     if (algo->data[i] == 0 || (uintptr_t)ptrs[i] % algo->data[i] != 0) return CUBLAS_STATUS_INVALID_VALUE;
   if (op->epilogue == CUBLASLT_EPILOGUE_BIAS && !op->bias) return CUBLAS_STATUS_INVALID_VALUE;
-  const bool ta = op->transa == CUBLAS_OP_T, tb = op->transb == CUBLAS_OP_T;
-  const uint64_t m = d->rows, n = d->cols, k = ta ? a->rows : a->cols;
+  // recorded by value while the stream is captured: the graph keeps this call's descriptors and scalars
+  const cublasLtMatmulDescOpaque_t o = *op;
+  const cublasLtMatrixLayoutOpaque_t la = *a, lb = *b, lc = *c, ld = *d;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  const int32_t bias_type = op->bias_type < 0 ? d->type : op->bias_type;
-  for (uint64_t j = 0; j < n; j++)
-    for (uint64_t i = 0; i < m; i++) {
-      float acc = 0.0f;
-      for (uint64_t p = 0; p < k; p++) {
-        const float x = ::cudasim::lt::load(A, a->type, ta ? i * a->ld + p : p * a->ld + i);
-        const float y = ::cudasim::lt::load(B, b->type, tb ? p * b->ld + j : j * b->ld + p);
-        acc = fmaf(x, y, acc);
-      }
-      float v = al * acc;
-      if (be != 0.0f) v += be * ::cudasim::lt::load(C, c->type, j * c->ld + i);
-      if (op->epilogue == CUBLASLT_EPILOGUE_BIAS) v += ::cudasim::lt::load(op->bias, bias_type, i);
-      ::cudasim::lt::store(D, d->type, j * d->ld + i, v);
-    }
-  return CUBLAS_STATUS_SUCCESS;
+  return (cublasStatus_t)::cudasim::detail::submit(stream, [=]() {
+    ::cudasim::lt::gemm(&o, &la, &lb, &lc, &ld, al, be, A, B, C, D);
+    return 0;
+  });
 }
