@@ -328,6 +328,14 @@ function emit.kernels(ctx, groups, final_node)
       local dt = lt_dtype(grp)
       if dt then
         call.lt = {dtype = dt, slots = emit_c.slots(grp, final_node), x = fold and fold.x or grp.linears[1].inputs[1].node}
+        -- an epilogue that is only the residual add (linear + x, the linear read by nothing else)
+        -- is cuBLASLt's C operand: beta = 1, C = x, D = the sum; no epilogue kernel then
+        local e, l = grp.epilogue, grp.linears[1]
+        if #grp.linears == 1 and #e == 1 and e[1].op == "add" and #l.consumers == 1 then
+          local a, b = e[1].inputs[1].node, e[1].inputs[2].node
+          local other = (a == l and b ~= l and b) or (b == l and a ~= l and a) or nil
+          if other then call.lt.residual = {add = e[1], other = other} end
+        end
         if dt ~= "f32" or (fold and (fold.select or fold.norm)) then
           local ps = emit_c.slots(grp, final_node)
           local pnodes = {}
@@ -417,21 +425,32 @@ function emit.call(ctx, c, kid)
         L[#L + 1] = string.format("            LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(lt.pack.kernel),
           lt.pack.kernel.name, rows, emit.ROWS_NT, rows, c.kv_layer, argl(lt.pack.slots))
       end
+      local epi_launch = c.epi and string.format("LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(c.epi.kernel),
+        c.epi.kernel.name, rows, emit.ROWS_NT, rows, c.kv_layer, argl(c.epi.slots))
       for i, l in ipairs(c.grp.linears) do
         local bias = l.inputs[3]
+        local x, b = lt.pack and "d->lt_x" or host_buf(lt.x), bias and string.format("d->w[%d]", bias.slot) or "nullptr"
         L[#L + 1] = "            " .. emit_c.src(ctx, l)
-        L[#L + 1] = string.format("            LT_GEMM(%d, d->w[%d], %s, %s, %s, %s);", lt.shape_ids[i], l.inputs[2].slot,
-          lt.pack and "d->lt_x" or host_buf(lt.x), host_buf(l), rows, bias and string.format("d->w[%d]", bias.slot) or "nullptr")
+        if lt.residual then
+          L[#L + 1] = "            " .. emit_c.src(ctx, lt.residual.add) .. " /* C = the residual, beta = 1 */"
+          L[#L + 1] = string.format("            LT_GEMM_ADD(%d, d->w[%d], %s, %s, %s, %s, %s);", lt.shape_ids[i], l.inputs[2].slot,
+            x, host_buf(lt.residual.add), host_buf(lt.residual.other), rows, b)
+        else
+          L[#L + 1] = string.format("            LT_GEMM(%d, d->w[%d], %s, %s, %s, %s);", lt.shape_ids[i], l.inputs[2].slot, x,
+            host_buf(l), rows, b)
+        end
       end
+      if epi_launch and not lt.residual then L[#L + 1] = "            " .. epi_launch end
       L[#L + 1] = "        } else {"
       L[#L + 1] = "    " .. gemm
+      if epi_launch then L[#L + 1] = "            " .. epi_launch end
       L[#L + 1] = "        }"
     else
       L[#L + 1] = gemm
-    end
-    if c.epi then
-      L[#L + 1] = string.format("        LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(c.epi.kernel),
-        c.epi.kernel.name, rows, emit.ROWS_NT, rows, c.kv_layer, argl(c.epi.slots))
+      if c.epi then
+        L[#L + 1] = string.format("        LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(c.epi.kernel),
+          c.epi.kernel.name, rows, emit.ROWS_NT, rows, c.kv_layer, argl(c.epi.slots))
+      end
     end
     L[#L + 1] = "    } else {"
     L[#L + 1] = string.format("        for (int c0 = 0; c0 < %s; c0 += %d) {", rows, emit.TMAX)

@@ -415,8 +415,10 @@ static int ig_lt_plan(cu_model* d, int shape, int n) {
   return i;
 }
 
-// Y[n][out] = X[n][in] W^T (+ bias): one cuBLASLt matmul on the model's stream.
-static int ig_lt_gemm(cu_model* d, int shape, const void* W, const void* X, float* Y, int n, const void* bias) {
+// Y[n][out] = X[n][in] W^T (+ bias) (+ R[n][out], when R is given: C = R, beta = 1; R may be Y):
+// one cuBLASLt matmul on the model's stream.
+static int ig_lt_gemm(cu_model* d, int shape, const void* W, const void* X, float* Y, int n, const void* bias,
+                      const float* R = nullptr) {
   d->launches++;
   if (IG_LT_SHAPES[shape].bias) {
     const cublasStatus_t st = ig_lt.op_set(d->lt_op[shape], CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
@@ -424,9 +426,9 @@ static int ig_lt_gemm(cu_model* d, int shape, const void* W, const void* X, floa
   }
   const int p = ig_lt_plan(d, shape, n);
   if (p < 0) return -1;
-  const float one = 1.0f, zero = 0.0f;
-  const cublasStatus_t st = ig_lt.matmul(d->lt, d->lt_op[shape], &one, W, d->lt_w[shape], X, d->lt_plan[p].x, &zero, Y,
-                                         d->lt_plan[p].y, Y, d->lt_plan[p].y, &d->lt_plan[p].algo, d->lt_ws,
+  const float one = 1.0f, beta = R ? 1.0f : 0.0f;
+  const cublasStatus_t st = ig_lt.matmul(d->lt, d->lt_op[shape], &one, W, d->lt_w[shape], X, d->lt_plan[p].x, &beta,
+                                         R ? R : Y, d->lt_plan[p].y, Y, d->lt_plan[p].y, &d->lt_plan[p].algo, d->lt_ws,
                                          IG_LT_WORKSPACE, d->stream);
   if (st != CUBLAS_STATUS_SUCCESS)
     return snprintf(d->why, sizeof d->why, "cuBLASLt matmul (%d x %d x %d): %s", IG_LT_SHAPES[shape].out, n,
@@ -436,6 +438,10 @@ static int ig_lt_gemm(cu_model* d, int shape, const void* W, const void* X, floa
 #define LT_GEMM(shape, W, X, Y, n, bias)                                   \
   do {                                                                     \
     if (ig_lt_gemm(d, shape, W, X, Y, n, bias) != 0) return -1;            \
+  } while (0)
+#define LT_GEMM_ADD(shape, W, X, Y, R, n, bias)                            \
+  do {                                                                     \
+    if (ig_lt_gemm(d, shape, W, X, Y, n, bias, R) != 0) return -1;         \
   } while (0)
 
 // Opens cuBLASLt and builds each shape's descriptors, then checks that every shape has an
