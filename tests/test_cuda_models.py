@@ -83,7 +83,8 @@ def test_cudasim_quantized_weights_match_cpu(built, tmp_path, dtype):
         assert err <= TOL, f"{dtype} {mode}: max |cuda - cpu| = {err:.3g}"
 
 
-FAMILIES = ["qwen2_gqa", "qwen3_hd24", "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_sw16"]
+FAMILIES = ["qwen2_gqa", "qwen3_hd24", "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_sw16", "mixtral_4e_top2", "mixtral_8e_top2"]
+FAMILY_DIR = ROOT / "tests" / "fixtures" / "families"
 
 
 @pytest.mark.skipif(SAN, reason="the families run on cudasim in the optimized pass (the ASan pass runs one model)")
@@ -91,8 +92,9 @@ FAMILIES = ["qwen2_gqa", "qwen3_hd24", "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_
 def test_cudasim_families_match_cpu(built, tmp_path, family):
     """Biases (Qwen2), per-head q/k norms (Qwen3), offset norms, post-norms, softcaps and
     alternating windows (Gemma 2), row-sliced fused weights (Phi-3), a window shorter than the
-    sequence (Mistral): the same descriptions through the CUDA emitter."""
-    model = ROOT / "tests" / "fixtures" / "families" / family
+    sequence (Mistral), mixtures of 4 and 8 experts (Mixtral: expert GEMM tiles in prefill, the
+    per-expert GEMV in chunks and decode): the same descriptions through the CUDA emitter."""
+    model = FAMILY_DIR / family
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     toks = [(7 * i + 3) % (vocab - 1) + 1 for i in range(32)]
     cpu = cpu_build(model, f"f-{family}")
@@ -135,11 +137,18 @@ def test_cudasim_split_k_decode(built, tmp_path):
     assert float(np.abs(got - want).max()) <= TOL
 
 
-def test_cudasim_paged_batch_matches_cpu(built, tmp_path):
+PAGED_MODELS = [TINY / (SIM_MODELS[0] if not SAN else "gqa_tied_hd16")]
+if not SAN:
+    PAGED_MODELS.append(FAMILY_DIR / "mixtral_4e_top2")  # batches that mix prefill and decode tokens
+
+
+@pytest.mark.parametrize("path", PAGED_MODELS, ids=[p.name for p in PAGED_MODELS])
+def test_cudasim_paged_batch_matches_cpu(built, tmp_path, path):
     """The scheduler over the device KV pool: scattered blocks, preemption, prefix caching."""
-    model = SIM_MODELS[0] if not SAN else "gqa_tied_hd16"
-    cpu = cpu_build(TINY / model, f"t-{model}")
-    sim = sim_build(TINY / model, f"cu-{model}")
+    model = path.name
+    cpu_name, sim_name = (f"t-{model}", f"cu-{model}") if path.parent == TINY else (f"f-{model}", f"cuf-{model}")
+    cpu = cpu_build(path, cpu_name)
+    sim = sim_build(path, sim_name)
     # KV pressure: 6 requests growing past their blocks in a pool of 8 blocks -> preemption
     pressure = [{"prompt": [(11 * i + 5 * j) % 280 + 1 for j in range(14 + i)], "max_tokens": 12, "ignore_eos": True,
                  "temperature": 0.0} for i in range(6)]
@@ -185,6 +194,7 @@ def test_cudasim_race_build_fuzzed_schedule(built, tmp_path):
 NVCC_MODELS = [(TINY / m, f"cuda-{m}", ()) for m in sorted(os.listdir(TINY))
                if (TINY / m / "config.json").exists() and not m.endswith("-sharded")]
 NVCC_MODELS += [(TINY / m, f"cuda-{m}-nf", ("--no-fuse",)) for m in ("mha_untied_hd32", "gqa_tied_hd16")]
+NVCC_MODELS += [(FAMILY_DIR / "mixtral_4e_top2", "cuda-mixtral_4e_top2", ())]  # the moe kernels
 
 
 def smollm2_path():
@@ -240,7 +250,8 @@ def test_nvcc_builds_without_spills(built):
 @pytest.mark.skipif(SAN, reason="uses the nvcc builds of the optimized pass")
 def test_binary_nvrtc_compiles_its_sources_and_reports_missing_gpu(built):
     for model, name, opts in [(TINY / "gqa_tied_hd16", "cuda-gqa_tied_hd16", ()),
-                              (TINY / "mha_untied_hd32", "cuda-mha_untied_hd32-nf", ("--no-fuse",))]:
+                              (TINY / "mha_untied_hd32", "cuda-mha_untied_hd32-nf", ("--no-fuse",)),
+                              (FAMILY_DIR / "mixtral_4e_top2", "cuda-mixtral_4e_top2", ())]:
         binary = cuda_build(model, name, *opts)
         env = dict(os.environ, INGOT_NVRTC_CHECK="80,90")
         r = subprocess.run([str(binary), "--info"], capture_output=True, text=True, timeout=600, env=env)
@@ -255,7 +266,9 @@ def test_binary_nvrtc_compiles_its_sources_and_reports_missing_gpu(built):
 
 
 def test_fused_decode_launch_budget(built):
-    """Fused builds launch at most 6 kernels per transformer layer per decode step."""
+    """Fused builds of dense models launch at most 6 kernels per transformer layer per decode step.
+    A Mixtral layer launches 8: QKV, attention, O + residual + norm, the four moe kernels (route,
+    gate/up, down, combine) and the residual add."""
     for model in ("mha_untied_hd32", "gqa_tied_hd16"):
         sim = sim_build(TINY / model, f"cu-{model}")
         r = subprocess.run([str(sim), "--info"], capture_output=True, text=True, timeout=120)
