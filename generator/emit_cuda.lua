@@ -11,8 +11,8 @@
 --              run by the last block to finish, over the launch's rows;
 --   attention  the specialized decode (split-K) / flash-prefill kernels where the head shape fits
 --              them, else the generic attn_rows kernel; chosen per step by the host;
---   moe        routing, each expert's gate/up and down over its tokens, combine (four launches,
---              generator/emit_cuda_moe.lua).
+--   moe        routing, each expert's gate/up and down over its tokens, combine (three launches in
+--              decode, four in prefill; generator/emit_cuda_moe.lua).
 -- Kernels with identical bodies are emitted once, like the CPU backend. Every statement carries
 -- the models.lua line that produced it.
 

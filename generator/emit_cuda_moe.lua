@@ -8,15 +8,19 @@
 --   gate/up   each expert's gate and up linears over its rows (X rows through the row map), then
 --             act(gate) * up on the tile just written (no separate activation launch);
 --   down      each expert's down linear over its activated rows;
---   combine   one block per token: the weighted down rows, experts in ascending order.
--- Gate/up and down come in two forms, chosen per step by the host like the dense linears: 64-row x
--- 64-column GEMM tiles (grid: column tiles x experts x ceil(T/64) row tiles, blocks past their
--- expert's rows exit) when T > GEMM_MIN_ROWS, else a warp per weight row over up to TMAX of the
--- expert's rows at a time (decode: each chosen expert's weights are read once, the others' not at
--- all). Grid sizes depend only on T, so a decode step stays capturable in a CUDA graph. An
--- expert's weights are selected at run time among the kernel's pointer parameters
--- (ig_moe_pick). Decode could save launches by fusing route into the gate/up kernel (each block
--- routing the step's few tokens itself) and combine into the next rows kernel.
+--   combine   per token: the weighted down rows, experts in ascending order.
+-- Gate/up and down come in two forms, chosen per step by the host like the dense linears:
+--   prefill (T > GEMM_MIN_ROWS): 64-row x 64-column GEMM tiles, grid column tiles x experts x
+--     ceil(T/64) row tiles (blocks past their expert's rows exit), then a combine launch with a
+--     block per token: 4 launches;
+--   decode: a warp per weight row over up to TMAX of the expert's rows at a time (each chosen
+--     expert's weights are read once, the others' not at all); the down kernel's last block runs
+--     the combine for the step's few tokens: 3 launches.
+-- Grid sizes depend only on T, so a decode step stays capturable in a CUDA graph. An expert's
+-- weights are selected at run time among the kernel's pointer parameters (ig_moe_pick). Decode
+-- could save a launch more by running the residual add that follows in the combine (a moe
+-- epilogue in generator/fuse.lua), and the route's single-thread top-k and per-expert scans
+-- could be spread over the block for large E or long prefills.
 
 local util = require("util")
 local emit_c = require("emit_c")
@@ -166,17 +170,24 @@ function moe.call(ctx, grp, final_node, lib)
             dt_name(ddt), F, dw, D, slot.gate, F, F, slot.down, D, D),
         })
       else
+        local out = s.buf(n)
         body = cat(expert_rows(slot), {
           gemv_row,
-          string.format("if (r >= %d || count == 0) return;", D),
           src .. " /* down */",
-          string.format("const void *wd = ig_moe_pick(e, %s);", dw),
-          string.format("for (int c0 = 0; c0 < count; c0 += %d)", lib.TMAX),
-          string.format("    ig_gemv_warp<%s, %d, %d>(wd, r, %s + (long long)(first + c0) * %d, %d, nullptr, min(%d, count - c0), nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, nullptr, 0);",
+          string.format("if (r < %d && count > 0) { /* no return: every thread reaches ig_last_block */", D),
+          string.format("    const void *wd = ig_moe_pick(e, %s);", dw),
+          string.format("    for (int c0 = 0; c0 < count; c0 += %d)", lib.TMAX),
+          string.format("        ig_gemv_warp<%s, %d, %d>(wd, r, %s + (long long)(first + c0) * %d, %d, nullptr, min(%d, count - c0), nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, nullptr, 0);",
             dt_name(ddt), F, lib.TMAX, slot.gate, F, F, lib.TMAX, slot.down, D, D),
+          "}",
+          "if (!ig_last_block(st.done)) return; /* the combine: the last block, every token of the step */",
+          src .. " /* combine */",
+          string.format("for (int t = 0; t < %s; t++)", T),
+          string.format("    ig_moe_combine<%d, %d, %d, %d>(ig_moe_rec<%d>(%s, t), %s, %s + (long long)t * %d);", D, E, K,
+            lib.MM_WARPS * 32, K, slot.route, slot.down, out, D),
         })
       end
-      return add(s, kernel(lib, s, gemm and gemm_head or gemv_head, body), gemm and "down_gemm" or "down", ddt)
+      return add(s, kernel(lib, s, gemm and gemm_head or gemv_head, body), gemm and "down_gemm" or "down_combine", ddt)
     end
     call.down_gemm, call.down = build(true), build(false)
   end
@@ -194,7 +205,7 @@ function moe.call(ctx, grp, final_node, lib)
   end
 
   -- the launches of a decode step, for --info and decode_cost
-  call.decode_kernels = {call.route.kernel.name, call.gateup.kernel.name, call.down.kernel.name, call.combine.kernel.name}
+  call.decode_kernels = {call.route.kernel.name, call.gateup.kernel.name, call.down.kernel.name}
   -- what decode_cost counts per step: the activation rows of every kernel
   call.slots = emit_c.slots(grp, final_node)
   call.slots.buf(n.inputs[1].node)
@@ -219,11 +230,11 @@ function moe.launches(ctx, c, kid, GEMM_MIN_ROWS, MM_WARPS, ROWS_NT)
     string.format("    if (T > %d) { /* prefill: GEMM tiles of each expert's rows */", GEMM_MIN_ROWS),
     launch("        ", c.gateup_gemm, string.format("dim3(%d, %d, %s)", (c.F + 63) // 64, c.E, tiles), 256),
     launch("        ", c.down_gemm, string.format("dim3(%d, %d, %s)", (c.D + 63) // 64, c.E, tiles), 256),
-    "    } else { /* decode: a warp per weight row of each chosen expert */",
+    launch("        ", c.combine, "dim3(T)", ROWS_NT),
+    "    } else { /* decode: a warp per weight row of each chosen expert; down's last block combines */",
     launch("        ", c.gateup, string.format("dim3(%d, %d)", (c.F + MM_WARPS - 1) // MM_WARPS, c.E), MM_WARPS * 32),
     launch("        ", c.down, string.format("dim3(%d, %d)", (c.D + MM_WARPS - 1) // MM_WARPS, c.E), MM_WARPS * 32),
     "    }",
-    launch("    ", c.combine, "dim3(T)", ROWS_NT),
   }
 end
 
