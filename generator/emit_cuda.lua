@@ -11,8 +11,8 @@
 --              run by the last block to finish, over the launch's rows;
 --   attention  the specialized decode (split-K) / flash-prefill kernels where the head shape fits
 --              them, else the generic attn_rows kernel; chosen per step by the host;
---   moe        routing, each expert's gate/up and down over its tokens, combine (three launches in
---              decode, four in prefill; generator/emit_cuda_moe.lua).
+--   moe        routing, each expert's gate/up and down over its tokens, combine with the epilogue
+--              (three launches in decode, four in prefill; generator/emit_cuda_moe.lua).
 -- Kernels with identical bodies are emitted once, like the CPU backend. Every statement carries
 -- the models.lua line that produced it.
 
@@ -292,7 +292,7 @@ function emit.kernels(ctx, groups, final_node)
       calls[#calls + 1] = call
     elseif grp.kind == "moe" then
       calls[#calls + 1] = emit_moe.call(ctx, grp, final_node, {DT = DT, kernel_params = kernel_params,
-        with_scratch = with_scratch, add_kernel = add_kernel, TMAX = emit.TMAX, MM_WARPS = emit.MM_WARPS, ROWS_NT = emit.ROWS_NT})
+        with_scratch = with_scratch, row_block = row_block, add_kernel = add_kernel, TMAX = emit.TMAX, MM_WARPS = emit.MM_WARPS, ROWS_NT = emit.ROWS_NT})
     else
       local n = grp.ops[1]
       calls[#calls + 1] = {grp = grp, slots = s, kind = "attention", node = n, plan = attention_plan(n.attrs),

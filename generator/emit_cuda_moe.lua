@@ -8,7 +8,8 @@
 --   gate/up   each expert's gate and up linears over its rows (X rows through the row map), then
 --             act(gate) * up on the tile just written (no separate activation launch);
 --   down      each expert's down linear over its activated rows;
---   combine   per token: the weighted down rows, experts in ascending order.
+--   combine   per token: the weighted down rows, experts in ascending order, then the group's
+--             epilogue (generator/fuse.lua: the residual add) on the row.
 -- Gate/up and down come in two forms, chosen per step by the host like the dense linears:
 --   prefill (T > GEMM_MIN_ROWS): 64-row x 64-column GEMM tiles, grid column tiles x experts x
 --     ceil(T/64) row tiles (blocks past their expert's rows exit), then a combine launch with a
@@ -17,10 +18,12 @@
 --     expert's weights are read once, the others' not at all); the down kernel's last block runs
 --     the combine for the step's few tokens: 3 launches.
 -- Grid sizes depend only on T, so a decode step stays capturable in a CUDA graph. An expert's
--- weights are selected at run time among the kernel's pointer parameters (ig_moe_pick). Decode
--- could save a launch more by running the residual add that follows in the combine (a moe
--- epilogue in generator/fuse.lua), and the route's single-thread top-k and per-expert scans
--- could be spread over the block for large E or long prefills.
+-- weights are selected at run time among the kernel's pointer parameters (ig_moe_pick). Where
+-- decode could be faster: the down kernel's last block combines up to GEMM_MIN_ROWS tokens alone
+-- (a separate combine launch spreads that over blocks for larger decode batches); the route's
+-- single-thread top-k and per-expert scans could be spread over the block for large E or long
+-- prefills; and the route launch could overlap the previous kernel's tail (programmatic
+-- dependent launch).
 
 local util = require("util")
 local emit_c = require("emit_c")
@@ -76,8 +79,8 @@ function moe.call(ctx, grp, final_node, lib)
   local src = emit_c.src(ctx, n)
   local T = "st.n_tokens"
   local function dt_name(dt) return lib.DT[dt] end
-  local function add(s, body, base, dt)
-    return {kernel = lib.add_kernel(body, "moe_" .. base .. (dt and ("_" .. dt) or ""), {n}, "moe"), slots = s}
+  local function add(s, body, base, dt, nodes)
+    return {kernel = lib.add_kernel(body, "moe_" .. base .. (dt and ("_" .. dt) or ""), nodes or {n}, "moe"), slots = s}
   end
   local call = {grp = grp, kind = "moe", node = n, E = E, F = F, D = D}
 
@@ -104,6 +107,20 @@ function moe.call(ctx, grp, final_node, lib)
     local out = {}
     for _, list in ipairs({...}) do for _, l in ipairs(list) do out[#out + 1] = l end end
     return out
+  end
+  -- The combine of token row t by a block of NT threads, then the group's epilogue (the
+  -- residual add) on that row, a barrier between (the epilogue reads other threads' outputs).
+  local epi_name = ""
+  for _, e in ipairs(grp.epilogue) do epi_name = epi_name .. "_" .. e.op end
+  local function combine_row(s, slot, NT, indent)
+    local L = {indent .. src .. " /* combine */",
+               string.format("%sig_moe_combine<%d, %d, %d, %d>(ig_moe_rec<%d>(%s, t), %s, %s + (long long)t * %d);", indent, D,
+                 E, K, NT, K, slot.route, slot.down, s.buf(n), D)}
+    if #grp.epilogue > 0 then
+      L[#L + 1] = indent .. "__syncthreads();"
+      for _, l in ipairs(lib.row_block(ctx, s, grp.epilogue, "t", NT, indent)) do L[#L + 1] = l end
+    end
+    return L
   end
   local gemm_head = "extern \"C\" __global__ void __launch_bounds__(256) @NAME@(@PARAMS@) {"
   -- min 1 block per SM, as the dense GEMV kernels: TMAX accumulators per GEMV stay in registers
@@ -170,7 +187,6 @@ function moe.call(ctx, grp, final_node, lib)
             dt_name(ddt), F, dw, D, slot.gate, F, F, slot.down, D, D),
         })
       else
-        local out = s.buf(n)
         body = cat(expert_rows(slot), {
           gemv_row,
           src .. " /* down */",
@@ -181,13 +197,11 @@ function moe.call(ctx, grp, final_node, lib)
             dt_name(ddt), F, lib.TMAX, slot.gate, F, F, lib.TMAX, slot.down, D, D),
           "}",
           "if (!ig_last_block(st.done)) return; /* the combine: the last block, every token of the step */",
-          src .. " /* combine */",
-          string.format("for (int t = 0; t < %s; t++)", T),
-          string.format("    ig_moe_combine<%d, %d, %d, %d>(ig_moe_rec<%d>(%s, t), %s, %s + (long long)t * %d);", D, E, K,
-            lib.MM_WARPS * 32, K, slot.route, slot.down, out, D),
-        })
+          string.format("for (int t = 0; t < %s; t++) {", T),
+        }, combine_row(s, slot, lib.MM_WARPS * 32, "    "), {"}"})
       end
-      return add(s, kernel(lib, s, gemm and gemm_head or gemv_head, body), gemm and "down_gemm" or "down_combine", ddt)
+      return add(s, kernel(lib, s, gemm and gemm_head or gemv_head, body), gemm and "down_gemm" or "down_combine" .. epi_name, ddt,
+                 not gemm and grp.nodes or nil)
     end
     call.down_gemm, call.down = build(true), build(false)
   end
@@ -195,13 +209,9 @@ function moe.call(ctx, grp, final_node, lib)
   do -- combine
     local s = emit_c.slots(grp, final_node)
     local slot = scratch_slots(s, grp, {"route", "down"})
-    local out = s.buf(n)
-    call.combine = add(s, kernel(lib, s, string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", lib.ROWS_NT), {
-      src .. " /* combine */",
-      "const int t = blockIdx.x; /* one block per token */",
-      string.format("ig_moe_combine<%d, %d, %d, %d>(ig_moe_rec<%d>(%s, t), %s, %s + (long long)t * %d);", D, E, K,
-        lib.ROWS_NT, K, slot.route, slot.down, out, D),
-    }), "combine")
+    call.combine = add(s, kernel(lib, s, string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", lib.ROWS_NT),
+      cat({"const int t = blockIdx.x; /* one block per token */"}, combine_row(s, slot, lib.ROWS_NT, ""))),
+      "combine" .. epi_name, nil, grp.nodes)
   end
 
   -- the launches of a decode step, for --info and decode_cost

@@ -267,8 +267,8 @@ def test_binary_nvrtc_compiles_its_sources_and_reports_missing_gpu(built):
 
 def test_fused_decode_launch_budget(built):
     """Fused builds of dense models launch at most 6 kernels per transformer layer per decode step.
-    A Mixtral layer launches 7: QKV, attention, O + residual + norm, the three moe kernels of a
-    decode step (route, gate/up, down + combine) and the residual add."""
+    (A Mixtral layer launches 6: QKV, attention, O + residual + norm, and the three moe kernels of
+    a decode step: route, gate/up, down + combine + residual add.)"""
     for model in ("mha_untied_hd32", "gqa_tied_hd16"):
         sim = sim_build(TINY / model, f"cu-{model}")
         r = subprocess.run([str(sim), "--info"], capture_output=True, text=True, timeout=120)
