@@ -7,6 +7,12 @@
 //   row_token  = route + 3K*T:  [T*K] int, the token of each row (the X row the expert reads)
 //   offsets    = route + 4K*T:  [E+1] int, expert e owns rows offsets[e] .. offsets[e+1]-1
 // The semantics are the CPU backend's (generator/emit_c.lua, moe_kernel) step for step.
+//
+// Library kernels (generated models compose the pieces with their own weights and epilogue,
+// generator/emit_cuda_moe.lua):
+//   moe_route_kernel<DT, D, E, K>  grid T, block 128: routes token rows x[T][D] through router
+//                                  [E][D] and numbers the rows; done: a device word, 0 at launch
+//   moe_combine_kernel<D, E, K>    grid T, block 256: out[t] from the down rows [T*K][D]
 #pragma once
 #include "common.cuh"
 #include "elementwise.cuh"
@@ -14,7 +20,7 @@
 
 enum { IG_ACT_SILU = 0, IG_ACT_GELU_TANH = 1 };
 
-template <int K> __device__ __forceinline__ float* ig_moe_rec(float* route, int t) { return route + (long long)t * 3 * K; }
+template <int K, class F> __device__ __forceinline__ F* ig_moe_rec(F* route, int t) { return route + (long long)t * 3 * K; }
 template <int K> __device__ __forceinline__ int* ig_moe_row_token(float* route, int T) {
   return reinterpret_cast<int*>(route + (long long)3 * K * T);
 }
@@ -121,4 +127,18 @@ __device__ __forceinline__ void ig_moe_combine(const float* rec, const float* __
         if (ids[k] == e) o += rec[K + k] * down[(long long)rows[k] * D + i];
     out[i] = o;
   }
+}
+
+template <int DT, int D, int E, int K>
+__global__ void __launch_bounds__(128) moe_route_kernel(const void* __restrict__ router, const float* __restrict__ x,
+                                                        float* route, int T, unsigned* done) {
+  __shared__ float logit[E];
+  ig_moe_route<DT, D, E, K, 128>(router, x + (long long)blockIdx.x * D, ig_moe_rec<K>(route, blockIdx.x), logit);
+  if (!ig_last_block(done)) return;
+  ig_moe_assign_rows<E, K, 128>(route, T);
+}
+
+template <int D, int E, int K>
+__global__ void __launch_bounds__(256) moe_combine_kernel(const float* route, const float* __restrict__ down, float* out) {
+  ig_moe_combine<D, E, K, 256>(ig_moe_rec<K>(route, blockIdx.x), down, out + (long long)blockIdx.x * D);
 }
