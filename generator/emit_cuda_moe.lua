@@ -70,8 +70,8 @@ local function kernel(lib, s, head, lines)
 end
 
 -- The call of one moe group: its kernels (added through lib.add_kernel) and what emit.call
--- needs to launch them. lib: emit_cuda's DT names, kernel_params, with_scratch, add_kernel and
--- its constants.
+-- needs to launch them. lib: emit_cuda's DT names, kernel_params, with_scratch, row_block (the
+-- epilogue's statements), add_kernel and its constants.
 function moe.call(ctx, grp, final_node, lib)
   local n = grp.ops[1]
   local a = n.attrs
@@ -242,6 +242,7 @@ function moe.launches(ctx, c, kid, GEMM_MIN_ROWS, MM_WARPS, ROWS_NT)
     launch("        ", c.down_gemm, string.format("dim3(%d, %d, %s)", (c.D + 63) // 64, c.E, tiles), 256),
     launch("        ", c.combine, "dim3(T)", ROWS_NT),
     "    } else { /* decode: a warp per weight row of each chosen expert; down's last block combines */",
+    -- blocks of the experts no token chose exit at once (E - top_k of E for one token)
     launch("        ", c.gateup, string.format("dim3(%d, %d)", (c.F + MM_WARPS - 1) // MM_WARPS, c.E), MM_WARPS * 32),
     launch("        ", c.down, string.format("dim3(%d, %d)", (c.D + MM_WARPS - 1) // MM_WARPS, c.E), MM_WARPS * 32),
     "    }",
