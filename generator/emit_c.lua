@@ -372,6 +372,10 @@ function emit.kernels(ctx, groups, final_node)
       local moe_phases, moe_runs = moe_kernel(ctx, s, grp.ops[1], grp)
       for _, p in ipairs(moe_phases) do phases[#phases + 1] = p end
       for _, r in ipairs(moe_runs) do runs[#runs + 1] = r end
+      if #grp.epilogue > 0 then
+        phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_post", grp.epilogue)
+        runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_post, (void *)a);"
+      end
     elseif grp.kind == "attention" then
       local n = grp.ops[1]
       phases[#phases + 1] = phase_attention(ctx, s, "@NAME@_attn", n)

@@ -10,12 +10,15 @@
 --              waits for another); the epilogue (RoPE, KV store, SwiGLU, residual, post-norms) is
 --              run by the last block to finish, over the launch's rows;
 --   attention  the specialized decode (split-K) / flash-prefill kernels where the head shape fits
---              them, else the generic attn_rows kernel; chosen per step by the host.
+--              them, else the generic attn_rows kernel; chosen per step by the host;
+--   moe        routing, each expert's gate/up and down over its tokens, combine with the epilogue
+--              (three launches in decode, four in prefill; generator/emit_cuda_moe.lua).
 -- Kernels with identical bodies are emitted once, like the CPU backend. Every statement carries
 -- the models.lua line that produced it.
 
 local util = require("util")
 local emit_c = require("emit_c")
+local emit_moe = require("emit_cuda_moe")
 
 local emit = {}
 
@@ -297,10 +300,6 @@ function emit.kernels(ctx, groups, final_node)
     return k
   end
   for _, grp in ipairs(groups) do
-    if grp.kind == "moe" then
-      util.die(string.format("models.lua:%d: error: moe has no CUDA emitter yet (build this model with --backend cpu)",
-        grp.ops[1].line))
-    end
     local s = emit_c.slots(grp, final_node)
     local kv_layer = 0
     for _, n in ipairs(grp.nodes) do kv_layer = n.attrs.kv_layer or kv_layer end
@@ -352,6 +351,10 @@ function emit.kernels(ctx, groups, final_node)
                                         "rows"), slots = es}
       end
       calls[#calls + 1] = call
+    elseif grp.kind == "moe" then
+      calls[#calls + 1] = emit_moe.call(ctx, grp, final_node, {DT = DT, kernel_params = kernel_params,
+        with_scratch = with_scratch, row_block = row_block, add_kernel = add_kernel, TMAX = emit.TMAX,
+        MM_WARPS = emit.MM_WARPS, ROWS_NT = emit.ROWS_NT})
     else
       local n = grp.ops[1]
       calls[#calls + 1] = {grp = grp, slots = s, kind = "attention", node = n, plan = attention_plan(n.attrs),
@@ -385,6 +388,7 @@ end
 -- Host C++ of one call: launches with this layer's buffers and weights. kid(k) is the kernel's
 -- index in the launch table.
 function emit.call(ctx, c, kid)
+  if c.kind == "moe" then return emit_moe.launches(ctx, c, kid, emit.GEMM_MIN_ROWS, emit.MM_WARPS, emit.ROWS_NT) end
   local s = c.slots
   if c.kind == "attention" then s.buf(c.node.inputs[1].node); s.buf(c.node) end -- q, out: slots b0, b1
   local args = {}
@@ -500,7 +504,7 @@ function emit.decode_cost(calls, kv_bytes_per_pos, ctx_len)
   local launches, weights, act = 0, 0, 0
   local counted = {}
   for _, c in ipairs(calls) do
-    launches = launches + 1
+    launches = launches + (c.decode_kernels and #c.decode_kernels or 1)
     for _, n in ipairs(c.grp.nodes) do
       for _, w in ipairs(n.inputs) do
         if type(w) == "table" and w.kind == "weight" then
@@ -508,6 +512,8 @@ function emit.decode_cost(calls, kv_bytes_per_pos, ctx_len)
           if not counted[w.slot] or (full and counted[w.slot] == "row") then
             local e, b = table.unpack(DT_BYTES[w.dtype])
             local bytes = full and emit.weight_bytes(w) or w.shape[2] // e * b
+            -- a decoded token reads the weights of only top_k of the experts
+            if n.op == "moe" and w ~= n.inputs[2] then bytes = bytes * n.attrs.top_k // n.attrs.experts end
             if counted[w.slot] == "row" then weights = weights - w.shape[2] // e * b end
             weights = weights + bytes
             counted[w.slot] = full and "full" or "row"
@@ -522,7 +528,7 @@ function emit.decode_cost(calls, kv_bytes_per_pos, ctx_len)
 end
 
 local HEADERS = {"common.cuh", "embed.cuh", "rmsnorm.cuh", "rope_kv.cuh", "elementwise.cuh", "gemv_q.cuh", "gemm_q.cuh",
-                 "pack.cuh", "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh"}
+                 "pack.cuh", "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh", "moe.cuh"}
 
 -- The distinct cuBLASLt GEMM shapes (weight type, IN, OUT, bias) of the calls, each linear's index
 -- into them in call.lt.shape_ids, and the bytes per token of the largest packed X.
@@ -686,6 +692,8 @@ struct ig_step {
       local p = call.plan
       launch_names[#launch_names + 1] = p.decode and lib[call.k_decode - lib_base + 1] or
         (p.prefill_bq and lib[call.k_prefill - lib_base + 1] or lib[call.k_rows - lib_base + 1])
+    elseif call.kind == "moe" then
+      for _, nm in ipairs(call.decode_kernels) do launch_names[#launch_names + 1] = nm end
     else
       launch_names[#launch_names + 1] = call.kernel.name .. (call.kind == "matmul" and "<1>" or "")
     end
@@ -698,7 +706,9 @@ struct ig_step {
   local ctx_len = math.min(1024, c.ctx)
   local fused_cost = emit.decode_cost(calls, aux.kv_bytes_per_pos, ctx_len)
   local in_layers = 0
-  for _, call in ipairs(calls) do if call.grp.nodes[1].layer then in_layers = in_layers + 1 end end
+  for _, call in ipairs(calls) do
+    if call.grp.nodes[1].layer then in_layers = in_layers + (call.decode_kernels and #call.decode_kernels or 1) end
+  end
   local per_layer = in_layers / aux.layers
   local info = {
     string.format("CUDA:            %d launches per decode step: %g per layer + %d outside the layers (+1 per layer when split-K attention engages); %d distinct kernels; code for sm_80/86/89/90 + NVRTC JIT",

@@ -1,6 +1,6 @@
 -- generator/fuse.lua — groups graph nodes into kernels.
 --
--- A kernel is one of three kinds, each run as a fixed sequence of phases:
+-- A kernel is one of four kinds, each run as a fixed sequence of phases:
 --   rows       per-row ops (embedding, norms, elementwise, KV store) over the
 --              rows of the step;
 --   matmul     an optional prologue of row ops on the shared input (norm, and
@@ -8,7 +8,9 @@
 --              input (horizontal fusion: Q/K/V, gate/up), and an epilogue of
 --              elementwise ops on their outputs (RoPE, KV store, SwiGLU,
 --              residual add);
---   attention  paged attention over the KV pool.
+--   attention  paged attention over the KV pool;
+--   moe        routing, the experts' matmuls and the combine, then an epilogue
+--              of elementwise ops on its output (the residual add).
 -- With fusion off every node is its own kernel: that is the --no-fuse build.
 -- The rules are generic (they look at producers and consumers, not at op
 -- names of a particular architecture), so a new description fuses the same way.
@@ -108,6 +110,8 @@ function fuse.run(g, fused)
         end
       end
       if joins and last.kind == "matmul" and (graph.ELEMENTWISE[n.op] or n.op == "rmsnorm") then
+        add(last, n, "epilogue")
+      elseif joins and last.kind == "moe" and graph.ELEMENTWISE[n.op] then
         add(last, n, "epilogue")
       elseif joins and last.kind == "rows" then
         add(last, n, "ops")

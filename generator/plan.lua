@@ -66,12 +66,15 @@ function plan.run(g, groups, final_node, act_quant)
       end
     end
     if grp.kind == "moe" then
-      -- scratch of the expert pass: routing (ids and weights), the token rows
-      -- gathered per expert, their gate/up/down outputs; top_k rows per token
+      -- scratch of the expert pass: routing (per token: expert ids, weights
+      -- and the expert-order row of each choice; the CUDA backend adds a row ->
+      -- token map of top_k per token and experts + 1 offsets once per step),
+      -- the token rows gathered per expert (CPU; CUDA reads them through the
+      -- row map), their gate/up/down outputs; top_k rows per token
       local a = grp.ops[1].attrs
       local dim = grp.ops[1].inputs[1].width
       grp.moe = {}
-      for _, spec in ipairs({{"route", 2 * a.top_k}, {"xg", a.top_k * dim}, {"gate", a.top_k * a.ffn},
+      for _, spec in ipairs({{"route", 4 * a.top_k + a.experts + 1}, {"xg", a.top_k * dim}, {"gate", a.top_k * a.ffn},
                              {"up", a.top_k * a.ffn}, {"down", a.top_k * grp.ops[1].width}}) do
         grp.moe[spec[1]] = new_buffer({bytes = align(spec[2] * 4), first = grp.index, last = grp.index,
                                        nodes = {}, kind = "moe", width = spec[2]})

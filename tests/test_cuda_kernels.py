@@ -59,6 +59,8 @@ INSTANCES = {
     "pack.cuh": ["pack_kernel<576, IG_F16>", "pack_kernel<4096, IG_BF16>", "pack_kernel<2304, IG_F32>"],
     "attn_rows.cuh": ["attn_rows_kernel<64, 3, 3>", "attn_rows_kernel<12, 4, 2>", "attn_rows_kernel<40, 2, 1>",
                       "attn_rows_kernel<256, 2, 4>"],
+    "moe.cuh": ["moe_route_kernel<IG_BF16, 4096, 8, 2>", "moe_route_kernel<IG_Q4_1, 4096, 8, 2>",
+                "moe_route_kernel<IG_F32, 2048, 64, 6>", "moe_combine_kernel<4096, 8, 2>", "moe_combine_kernel<2048, 64, 6>"],
 }
 # cudasim test programs and the headers each covers
 PROGRAMS = {
@@ -66,6 +68,7 @@ PROGRAMS = {
     "t_gemv": ["gemv_q.cuh"],
     "t_rope_kv": ["rope_kv.cuh"],
     "t_attn": ["attn_decode.cuh", "attn_prefill.cuh"],
+    "t_moe": ["moe.cuh"],
 }
 # headers whose kernels are exercised through whole generated models (tests/test_cuda_models.py)
 COVERED_BY_MODELS = ["attn_rows.cuh", "gemm_q.cuh", "pack.cuh"]

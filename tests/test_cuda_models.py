@@ -118,7 +118,8 @@ def test_cudasim_cublaslt_half_inputs(built, tmp_path, model):
     assert float(np.abs(tiled - want).max()) <= TOL
 
 
-FAMILIES = ["qwen2_gqa", "qwen3_hd24", "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_sw16"]
+FAMILIES = ["qwen2_gqa", "qwen3_hd24", "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_sw16", "mixtral_4e_top2", "mixtral_8e_top2"]
+FAMILY_DIR = ROOT / "tests" / "fixtures" / "families"
 
 
 @pytest.mark.skipif(SAN, reason="the families run on cudasim in the optimized pass (the ASan pass runs one model)")
@@ -126,8 +127,9 @@ FAMILIES = ["qwen2_gqa", "qwen3_hd24", "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_
 def test_cudasim_families_match_cpu(built, tmp_path, family):
     """Biases (Qwen2), per-head q/k norms (Qwen3), offset norms, post-norms, softcaps and
     alternating windows (Gemma 2), row-sliced fused weights (Phi-3), a window shorter than the
-    sequence (Mistral): the same descriptions through the CUDA emitter."""
-    model = ROOT / "tests" / "fixtures" / "families" / family
+    sequence (Mistral), mixtures of 4 and 8 experts (Mixtral: expert GEMM tiles in prefill, the
+    per-expert GEMV in chunks and decode): the same descriptions through the CUDA emitter."""
+    model = FAMILY_DIR / family
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     toks = [(7 * i + 3) % (vocab - 1) + 1 for i in range(32)]
     cpu = cpu_build(model, f"f-{family}")
@@ -137,6 +139,22 @@ def test_cudasim_families_match_cpu(built, tmp_path, family):
         got = logits(sim, toks, *args, tmp_path=tmp_path)
         err = float(np.abs(got - want).max())
         assert err <= TOL, f"{family} {mode}: max |cuda - cpu| = {err:.3g}"
+
+
+@pytest.mark.skipif(SAN, reason="quantized builds are covered by the optimized pass (the ASan pass runs one model)")
+def test_cudasim_mixtral_quantized_experts_match_cpu(built, tmp_path):
+    """Q4_1 expert gate/up weights (rows of 64; the down rows of 48 cannot be block-quantized and
+    stay f32) through the moe GEMM tiles (prefill) and the per-expert GEMV (chunks, decode)."""
+    model = FAMILY_DIR / "mixtral_8e_top2"
+    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    toks = [(7 * i + 3) % (vocab - 1) + 1 for i in range(32)]
+    cpu = cpu_build(model, "f-mixtral_8e_top2-q4_1", "--dtype", "q4_1")
+    sim = sim_build(model, "cuf-mixtral_8e_top2-q4_1", "--dtype", "q4_1")
+    want = logits(cpu, toks, tmp_path=tmp_path)
+    for mode, args in MODES.items():
+        got = logits(sim, toks, *args, tmp_path=tmp_path)
+        err = float(np.abs(got - want).max())
+        assert err <= TOL, f"q4_1 {mode}: max |cuda - cpu| = {err:.3g}"
 
 
 @pytest.mark.skipif(SAN, reason="the real model on cudasim runs in the optimized pass only (minutes under ASan)")
@@ -170,11 +188,18 @@ def test_cudasim_split_k_decode(built, tmp_path):
     assert float(np.abs(got - want).max()) <= TOL
 
 
-def test_cudasim_paged_batch_matches_cpu(built, tmp_path):
+PAGED_MODELS = [TINY / (SIM_MODELS[0] if not SAN else "gqa_tied_hd16")]
+if not SAN:
+    PAGED_MODELS.append(FAMILY_DIR / "mixtral_4e_top2")  # batches that mix prefill and decode tokens
+
+
+@pytest.mark.parametrize("path", PAGED_MODELS, ids=[p.name for p in PAGED_MODELS])
+def test_cudasim_paged_batch_matches_cpu(built, tmp_path, path):
     """The scheduler over the device KV pool: scattered blocks, preemption, prefix caching."""
-    model = SIM_MODELS[0] if not SAN else "gqa_tied_hd16"
-    cpu = cpu_build(TINY / model, f"t-{model}")
-    sim = sim_build(TINY / model, f"cu-{model}")
+    model = path.name
+    cpu_name, sim_name = (f"t-{model}", f"cu-{model}") if path.parent == TINY else (f"f-{model}", f"cuf-{model}")
+    cpu = cpu_build(path, cpu_name)
+    sim = sim_build(path, sim_name)
     # KV pressure: 6 requests growing past their blocks in a pool of 8 blocks -> preemption
     pressure = [{"prompt": [(11 * i + 5 * j) % 280 + 1 for j in range(14 + i)], "max_tokens": 12, "ignore_eos": True,
                  "temperature": 0.0} for i in range(6)]
@@ -220,6 +245,7 @@ def test_cudasim_race_build_fuzzed_schedule(built, tmp_path):
 NVCC_MODELS = [(TINY / m, f"cuda-{m}", ()) for m in sorted(os.listdir(TINY))
                if (TINY / m / "config.json").exists() and not m.endswith("-sharded")]
 NVCC_MODELS += [(TINY / m, f"cuda-{m}-nf", ("--no-fuse",)) for m in ("mha_untied_hd32", "gqa_tied_hd16")]
+NVCC_MODELS += [(FAMILY_DIR / "mixtral_4e_top2", "cuda-mixtral_4e_top2", ())]  # the moe kernels
 
 
 def smollm2_path():
@@ -275,7 +301,8 @@ def test_nvcc_builds_without_spills(built):
 @pytest.mark.skipif(SAN, reason="uses the nvcc builds of the optimized pass")
 def test_binary_nvrtc_compiles_its_sources_and_reports_missing_gpu(built):
     for model, name, opts in [(TINY / "gqa_tied_hd16", "cuda-gqa_tied_hd16", ()),
-                              (TINY / "mha_untied_hd32", "cuda-mha_untied_hd32-nf", ("--no-fuse",))]:
+                              (TINY / "mha_untied_hd32", "cuda-mha_untied_hd32-nf", ("--no-fuse",)),
+                              (FAMILY_DIR / "mixtral_4e_top2", "cuda-mixtral_4e_top2", ())]:
         binary = cuda_build(model, name, *opts)
         env = dict(os.environ, INGOT_NVRTC_CHECK="80,90")
         r = subprocess.run([str(binary), "--info"], capture_output=True, text=True, timeout=600, env=env)
@@ -316,7 +343,9 @@ def test_cudasim_decode_graphs_replay_exactly(built, tmp_path):
 
 
 def test_fused_decode_launch_budget(built):
-    """Fused builds launch at most 6 kernels per transformer layer per decode step."""
+    """Fused builds of dense models launch at most 6 kernels per transformer layer per decode step.
+    (A Mixtral layer launches 6: QKV, attention, O + residual + norm, and the three moe kernels of
+    a decode step: route, gate/up, down + combine + residual add.)"""
     for model in ("mha_untied_hd32", "gqa_tied_hd16"):
         sim = sim_build(TINY / model, f"cu-{model}")
         r = subprocess.run([str(sim), "--info"], capture_output=True, text=True, timeout=120)
