@@ -172,6 +172,37 @@ def test_cudasim_smollm2_matches_cpu(built, tmp_path):
     assert (got.argmax(1) == want.argmax(1)).all()
 
 
+@pytest.mark.skipif(SAN, reason="the real model on cudasim runs in the optimized pass only (minutes under ASan)")
+def test_cudasim_smollm2_serves_the_openai_client(built):
+    """`serve` of the CUDA build (on cudasim) answers the real openai client over a socket with the
+    same greedy text as the CPU build: two concurrent requests (one streamed) batched by the
+    scheduler over the device KV pool sized from (simulated) free device memory."""
+    import concurrent.futures
+    import openai
+    from serverproc import ServerProc
+    gguf = smollm2_path()
+    answers = {}
+    for name, binary in (("cpu", cpu_build(gguf, "smollm2")), ("cuda", sim_build(gguf, "cu-smollm2"))):
+        with ServerProc(binary, "--grace", "10", env={"CUDASIM_MEM_MB": "256"}) as srv:
+            client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=600)
+            model = client.models.list().data[0].id  # the binary's name
+
+            def ask(prompt, stream):
+                # short prompts (a decode-sized prefill) and few tokens: cudasim runs SmolLM2 slowly
+                if not stream:
+                    r = client.completions.create(model=model, prompt=prompt, max_tokens=2, temperature=0)
+                    return r.choices[0].text
+                chunks = client.completions.create(model=model, prompt=prompt, max_tokens=2, temperature=0, stream=True)
+                return "".join(c.choices[0].text for c in chunks if c.choices)
+
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                futures = [pool.submit(ask, "The capital of France is", False),
+                           pool.submit(ask, "Red, green and", True)]
+                answers[name] = [f.result() for f in futures]
+    assert answers["cuda"] == answers["cpu"], answers
+    assert "Paris" in answers["cuda"][0], answers
+
+
 @pytest.mark.skipif(SAN, reason="split-K decode is covered by the optimized pass (the ASan pass runs one model)")
 def test_cudasim_split_k_decode(built, tmp_path):
     """Decode attention split over the sequence (flash-decoding) plus its combine kernel."""
