@@ -175,8 +175,8 @@ def test_cudasim_smollm2_matches_cpu(built, tmp_path):
 @pytest.mark.skipif(SAN, reason="the real model on cudasim runs in the optimized pass only (minutes under ASan)")
 def test_cudasim_smollm2_serves_the_openai_client(built):
     """`serve` of the CUDA build (on cudasim) answers the real openai client over a socket with the
-    same greedy text as the CPU build: two concurrent requests (one streamed) batched by the
-    scheduler over the device KV pool sized from (simulated) free device memory."""
+    same greedy text as the CPU build: two concurrent requests (one streamed) through the scheduler
+    and the device KV pool sized from (simulated) free device memory."""
     import concurrent.futures
     import openai
     from serverproc import ServerProc
@@ -188,11 +188,11 @@ def test_cudasim_smollm2_serves_the_openai_client(built):
             model = client.models.list().data[0].id  # the binary's name
 
             def ask(prompt, stream):
-                # short prompts (a decode-sized prefill) and few tokens: cudasim runs SmolLM2 slowly
+                # short prompts (one decode-sized prefill step for both) and one token: cudasim runs SmolLM2 slowly
                 if not stream:
-                    r = client.completions.create(model=model, prompt=prompt, max_tokens=2, temperature=0)
+                    r = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0)
                     return r.choices[0].text
-                chunks = client.completions.create(model=model, prompt=prompt, max_tokens=2, temperature=0, stream=True)
+                chunks = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0, stream=True)
                 return "".join(c.choices[0].text for c in chunks if c.choices)
 
             with concurrent.futures.ThreadPoolExecutor(2) as pool:
