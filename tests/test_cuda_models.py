@@ -388,17 +388,53 @@ def test_fused_decode_launch_budget(built):
 # ---- a real GPU, when there is one -----------------------------------------------------
 
 
-def test_real_gpu_forward_matches_cpu(built, tmp_path):
-    if SAN:
-        pytest.skip("GPU runs use the optimized build")
-    model = "mha_untied_hd32"
-    binary = cuda_build(TINY / model, f"cuda-{model}")
+GPU_VARIANTS = {  # what each real-GPU run exercises: environment of the CUDA binary
+    "default": {},                                    # embedded cubins, cuBLASLt prefill, decode graphs
+    "no-graphs": {"INGOT_CUDA_GRAPHS": "0"},          # every launch issued one by one
+    "tiled-gemm": {"INGOT_CUBLASLT": "0"},            # the hand-written GEMM for dense weights
+    "nvrtc-jit": {"INGOT_JIT": "1"},                  # kernels compiled by NVRTC for this exact device
+    "split-k": {"INGOT_ATTN_SPLITS": "3"},            # split-K decode attention + combine
+}
+
+
+def gpu_binary(model, name, *opts):
+    """The nvcc build of a tiny model, or a skip naming the test when there is no GPU."""
+    binary = cuda_build(TINY / model, name, *opts)
     probe = subprocess.run([str(binary), "--info"], capture_output=True, text=True, timeout=300)
     if probe.returncode != 0 and "no CUDA device" in probe.stderr:
-        pytest.skip("no GPU on this machine: test_real_gpu_forward_matches_cpu runs where one is "
-                    "(the same comparison as the cudasim tests, on the device)")
-    cpu = cpu_build(TINY / model, f"t-{model}")
-    want = logits(cpu, TOKENS, tmp_path=tmp_path)
+        pytest.skip("no GPU on this machine: the real-GPU tests run where one is (the same comparisons as the "
+                    "cudasim tests, on the device)")
+    assert probe.returncode == 0, probe.stderr
+    return binary
+
+
+@pytest.mark.skipif(SAN, reason="GPU runs use the optimized build")
+@pytest.mark.parametrize("variant", sorted(GPU_VARIANTS))
+def test_real_gpu_forward_matches_cpu(built, tmp_path, monkeypatch, variant):
+    """On a GPU: the nvcc build against the CPU backend within 1e-3 for prefill, chunked prefill and
+    decode, on every host path (graphs or not, cuBLASLt or the tiled GEMM, embedded cubins or the
+    NVRTC JIT with its disk cache, split-K)."""
+    model = "mha_untied_hd32"
+    binary = gpu_binary(model, f"cuda-{model}")
+    for k, v in GPU_VARIANTS[variant].items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("INGOT_CACHE_DIR", str(tmp_path / "jit-cache"))
+    want = logits(cpu_build(TINY / model, f"t-{model}"), TOKENS, tmp_path=tmp_path)
     for mode, args in MODES.items():
         got = logits(binary, TOKENS, *args, tmp_path=tmp_path)
-        assert float(np.abs(got - want).max()) <= TOL, mode
+        assert float(np.abs(got - want).max()) <= TOL, f"{variant} {mode}"
+    if variant == "nvrtc-jit":  # the second start loads the cached cubin instead of compiling
+        r = subprocess.run([str(binary), "logits", "--tokens", "1,2,3", "--out", str(tmp_path / "j.f32")],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and "JIT-compiled" in r.stderr and "(cache)" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(SAN, reason="GPU runs use the optimized build")
+@pytest.mark.parametrize("model", sorted(HALF_MODELS))
+def test_real_gpu_cublaslt_half_inputs(built, tmp_path, model):
+    """On a GPU: cuBLASLt with F16/BF16 inputs within the bound of test_cudasim_cublaslt_half_inputs."""
+    binary = gpu_binary(model, f"cuda-{model}")
+    layers = json.loads((TINY / model / "config.json").read_text())["num_hidden_layers"]
+    want = logits(cpu_build(TINY / model, f"t-{model}"), TOKENS, tmp_path=tmp_path)
+    got = logits(binary, TOKENS, tmp_path=tmp_path)
+    assert float(np.abs(got - want).max()) <= HALF_MODELS[model] * (4 * layers + 1) * float(np.abs(want).max())
