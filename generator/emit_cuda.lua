@@ -391,54 +391,51 @@ function emit.call(ctx, c, kid)
   if c.kind == "moe" then return emit_moe.launches(ctx, c, kid, emit.GEMM_MIN_ROWS, emit.MM_WARPS, emit.ROWS_NT) end
   local s = c.slots
   if c.kind == "attention" then s.buf(c.node.inputs[1].node); s.buf(c.node) end -- q, out: slots b0, b1
-  local args = {}
-  for _, b in ipairs(s.bufs) do
-    args[#args + 1] = b.key == "logits" and "d->logits" or string.format("A(%d)", b.node.buffer.offset)
+  -- the host expression of a slot's buffer, and a kernel's argument list after its fixed parameters
+  local function host_ptr(b) return b.key == "logits" and "d->logits" or string.format("A(%d)", b.node.buffer.offset) end
+  local function arg_list(slots)
+    local a = {}
+    for _, b in ipairs(slots.bufs) do a[#a + 1] = host_ptr(b) end
+    for _, w in ipairs(slots.weights) do a[#a + 1] = string.format("d->w[%d]", w.slot) end
+    return a
   end
-  for _, w in ipairs(s.weights) do args[#args + 1] = string.format("d->w[%d]", w.slot) end
+  local function argl(slots)
+    local a = arg_list(slots)
+    return #a > 0 and (", " .. table.concat(a, ", ")) or ""
+  end
+  local args = arg_list(s)
   local rows = c.grp.rows == "logits" and "L" or "T"
-  local tail = #args > 0 and (", " .. table.concat(args, ", ")) or ""
+  local tail = argl(s)
+  -- a rows kernel over the step's rows: one block per row
+  local function rows_launch(k, slots)
+    return string.format("LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(k), k.name, rows, emit.ROWS_NT, rows,
+      c.kv_layer, argl(slots))
+  end
   if c.kind == "rows" then
-    return {string.format("    LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(c.kernel), c.kernel.name, rows,
-      emit.ROWS_NT, rows, c.kv_layer, tail)}
+    return {"    " .. rows_launch(c.kernel, s)}
   elseif c.kind == "matmul" then
     local blocks = (c.rows_out + emit.MM_WARPS - 1) // emit.MM_WARPS
-    local function argl(slots)
-      local a = {}
-      for _, b in ipairs(slots.bufs) do
-        a[#a + 1] = b.key == "logits" and "d->logits" or string.format("A(%d)", b.node.buffer.offset)
-      end
-      for _, w in ipairs(slots.weights) do a[#a + 1] = string.format("d->w[%d]", w.slot) end
-      return #a > 0 and (", " .. table.concat(a, ", ")) or ""
-    end
     local one, many = kid(c.kernel)
     local gemm = string.format("        LAUNCH(%d, %s, dim3(%d, (%s + IG_GEMM_BM - 1) / IG_GEMM_BM), dim3(256), st, 0, %s, %d%s);",
       kid(c.gemm.kernel), c.gemm.kernel.name, c.gemm.blocks, rows, rows, c.kv_layer, argl(c.gemm.slots))
+    local epi_launch = c.epi and rows_launch(c.epi.kernel, c.epi.slots)
     local L = {string.format("    if (%s > %d) { /* prefill: %s%s */", rows, emit.GEMM_MIN_ROWS,
                              c.lt and "cuBLASLt (d->lt) or the tiled GEMM" or "tiled GEMM",
                              c.epi and ", then the epilogue row by row" or "")}
     if c.lt then
       local lt = c.lt
-      local function host_buf(n)
-        local b = lt.slots.bufs[tonumber(lt.slots.buf(n):sub(2)) + 1]
-        return b.key == "logits" and "d->logits" or string.format("A(%d)", b.node.buffer.offset)
-      end
+      local function host_buf(n) return host_ptr(lt.slots.bufs[tonumber(lt.slots.buf(n):sub(2)) + 1]) end
       L[#L + 1] = string.format("        if (d->lt) { /* %s in, f32 accumulate%s */", lt.dtype,
                                 lt.pack and "; X packed by the first kernel" or "; X read in place")
-      if lt.pack then
-        L[#L + 1] = string.format("            LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(lt.pack.kernel),
-          lt.pack.kernel.name, rows, emit.ROWS_NT, rows, c.kv_layer, argl(lt.pack.slots))
-      end
-      local epi_launch = c.epi and string.format("LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(c.epi.kernel),
-        c.epi.kernel.name, rows, emit.ROWS_NT, rows, c.kv_layer, argl(c.epi.slots))
+      if lt.pack then L[#L + 1] = "            " .. rows_launch(lt.pack.kernel, lt.pack.slots) end
       for i, l in ipairs(c.grp.linears) do
         local bias = l.inputs[3]
         local x, b = lt.pack and "d->lt_x" or host_buf(lt.x), bias and string.format("d->w[%d]", bias.slot) or "nullptr"
         L[#L + 1] = "            " .. emit_c.src(ctx, l)
         if lt.residual then
-          L[#L + 1] = "            " .. emit_c.src(ctx, lt.residual.add) .. " /* C = the residual, beta = 1 */"
-          L[#L + 1] = string.format("            LT_GEMM_ADD(%d, d->w[%d], %s, %s, %s, %s, %s);", lt.shape_ids[i], l.inputs[2].slot,
-            x, host_buf(lt.residual.add), host_buf(lt.residual.other), rows, b)
+          if lt.residual.add.line ~= l.line then L[#L + 1] = "            " .. emit_c.src(ctx, lt.residual.add) end
+          L[#L + 1] = string.format("            LT_GEMM_ADD(%d, d->w[%d], %s, %s, %s, %s, %s); /* C = the residual, beta = 1 */",
+            lt.shape_ids[i], l.inputs[2].slot, x, host_buf(lt.residual.add), host_buf(lt.residual.other), rows, b)
         else
           L[#L + 1] = string.format("            LT_GEMM(%d, d->w[%d], %s, %s, %s, %s);", lt.shape_ids[i], l.inputs[2].slot, x,
             host_buf(l), rows, b)
@@ -451,10 +448,7 @@ function emit.call(ctx, c, kid)
       L[#L + 1] = "        }"
     else
       L[#L + 1] = gemm
-      if c.epi then
-        L[#L + 1] = string.format("        LAUNCH(%d, %s, dim3(%s), dim3(%d), st, 0, %s, %d%s);", kid(c.epi.kernel),
-          c.epi.kernel.name, rows, emit.ROWS_NT, rows, c.kv_layer, argl(c.epi.slots))
-      end
+      if epi_launch then L[#L + 1] = "        " .. epi_launch end
     end
     L[#L + 1] = "    } else {"
     L[#L + 1] = string.format("        for (int c0 = 0; c0 < %s; c0 += %d) {", rows, emit.TMAX)

@@ -482,6 +482,8 @@ static void ig_lt_init(cu_model* d) {
   }
   if (!ok) snprintf(d->why, sizeof d->why, "cuBLASLt setup failed");
   for (int i = 0; ok && i < IG_LT_N_SHAPES; i++) {
+    // the heuristic reads the bias pointer's alignment: a stand-in with the biases' (256-byte)
+    // alignment until each call sets its own
     if (IG_LT_SHAPES[i].bias) ig_lt.op_set(d->lt_op[i], CUBLASLT_MATMUL_DESC_BIAS_POINTER, &d->lt_ws, sizeof d->lt_ws);
     ok = ig_lt_plan(d, i, MAX_TOKENS) >= 0;
   }

@@ -218,7 +218,7 @@ int launch_on(cudaStream_t stream, const char* name, void (*kernel)(P...), dim3 
   // the work owns its copy of the arguments (no shared_ptr: its atomic count would reach the race
   // build's -fsanitize=thread hooks)
   Ctx ctx{kernel, std::tuple<std::decay_t<P>...>(static_cast<std::decay_t<P>>(std::forward<A>(args))...)};
-  return detail::submit(stream, [ctx, name, grid, block, dyn_smem]() mutable {
+  auto run = [ctx, name, grid, block, dyn_smem]() mutable {
     detail::KernelCall call;
     call.thunk = [](void* c) {
       Ctx* x = static_cast<Ctx*>(c);
@@ -228,7 +228,9 @@ int launch_on(cudaStream_t stream, const char* name, void (*kernel)(P...), dim3 
     call.name = name;
     call.fn = reinterpret_cast<const void*>(ctx.k);
     return detail::launch(call, grid, block, dyn_smem);
-  });
+  };
+  if (!detail::capturing(stream)) return run(); // the common case: no std::function, no copy kept
+  return detail::submit(stream, std::move(run));
 }
 template <class... P, class... A>
 int launch_named(const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem,
