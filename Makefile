@@ -36,6 +36,9 @@ $(OBJDIR)/tests/%: tests/c/%.c $(OBJDIR)/libingot.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 
+# the sliding-window variant is test_scheduler.c compiled with KV_WINDOW set
+$(OBJDIR)/tests/test_scheduler_window: tests/c/test_scheduler.c
+
 test:
 	./scripts/test.sh
 

@@ -10,6 +10,12 @@
  * Preemption frees all of a sequence's blocks and requeues it at the front:
  * it recomputes tokens[0..n_tokens) (prefix-cache hits included) and its
  * sampler simply continues, so its output does not change.
+ *
+ * Progress: a waiting sequence holds no KV block (a prefix match that cannot
+ * be admitted at once is released again), and unreferenced cached blocks are
+ * evictable, so when nothing runs the whole pool is available to the head of
+ * the queue, which sched_submit checked fits in it. Admission is FIFO so a
+ * large request is not starved by small ones behind it.
  */
 #include "scheduler.h"
 
@@ -63,6 +69,9 @@ struct sched {
     size_t n_events, cap_events;
     sched_stats stats;
     uint64_t next_id;
+    int n_live;              /* submitted and not yet finished (guarded by mu) */
+    int32_t *stop_ids;
+    int n_stop_ids;
 
     /* scheduler-thread state */
     sched_seq *waiting_head, *waiting_tail;
@@ -137,6 +146,9 @@ static void release_blocks(sched *s, sched_seq *q) {
 }
 
 static void finish(sched *s, sched_seq *q, sched_finish why, const char *error) {
+    pthread_mutex_lock(&s->mu);
+    s->n_live--;
+    pthread_mutex_unlock(&s->mu);
     sched_event ev;
     memset(&ev, 0, sizeof ev);
     ev.id = q->id;
@@ -231,12 +243,17 @@ int sched_submit(sched *s, const sched_request *r, uint64_t *id, char *err, size
     q->ignore_eos = r->ignore_eos;
 
     pthread_mutex_lock(&s->mu);
-    if (s->n_incoming + s->stats.waiting >= s->cfg.max_waiting) {
+    /* What counts is what is live, not a snapshot of the queue: requests that
+     * arrived in one burst are all "incoming" before the scheduler admits
+     * the first of them, and max_running of them will run at once. */
+    if (s->n_live >= s->cfg.max_running + s->cfg.max_waiting) {
         pthread_mutex_unlock(&s->mu);
         seq_free(q);
-        snprintf(err, errlen, "the waiting queue is full (%d requests)", s->cfg.max_waiting);
+        snprintf(err, errlen, "the waiting queue is full (%d running, %d waiting)", s->cfg.max_running,
+                 s->cfg.max_waiting);
         return -1;
     }
+    s->n_live++;
     q->id = ++s->next_id;
     if (s->incoming_tail) s->incoming_tail->next = q;
     else s->incoming_head = q;
@@ -353,15 +370,46 @@ static void match_prefix(sched *s, sched_seq *q) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Admits waiting sequences (FIFO) while the pool holds all their pending
- * tokens' blocks and the running set has room. */
+/* Blocks a sequence gets at admission: all its tokens' blocks, so its
+ * prefill never waits for memory; with a sliding window at most a window
+ * plus a step (blocks behind the window are released as prefill advances,
+ * and step() allocates the rest chunk by chunk), or a long preempted
+ * sequence could need more than the whole pool to come back. */
+static int admission_blocks(const sched *s, const sched_seq *q) {
+    int n = blocks_for(s, q->n_tokens);
+    if (ingot_model_desc.kv_window > 0) {
+        const int windowed = blocks_for(s, ingot_model_desc.kv_window + s->cfg.max_batch_tokens) + 1;
+        if (windowed < n) n = windowed;
+    }
+    return n;
+}
+
+/* Gives q blocks for positions up to n_computed + k (a prefill chunk of k
+ * tokens) while the pool has them; returns the chunk length they cover. */
+static int cover_chunk(sched *s, sched_seq *q, int k) {
+    while (q->n_blocks * s->block < q->n_computed + k) {
+        const int b = kv_alloc(s->blocks);
+        if (b < 0) break;
+        q->blocks[q->n_blocks++] = b;
+    }
+    const int covered = q->n_blocks * s->block - q->n_computed;
+    return covered < k ? covered : k;
+}
+
+/* Admits waiting sequences (FIFO) while the pool holds their admission
+ * blocks and the running set has room. */
 static void admit(sched *s) {
     while (s->waiting_head && s->n_running < s->cfg.max_running) {
         sched_seq *q = s->waiting_head;
         match_prefix(s, q);
-        const int need = blocks_for(s, q->n_tokens) - q->n_blocks;
+        int need = admission_blocks(s, q) - q->n_blocks;
+        if (need < 0) need = 0;
         if (need > kv_available(s->blocks)) {
-            /* keep its matched blocks referenced: they stay valid while it waits */
+            /* Drop the prefix match: a waiting sequence that pinned blocks
+             * could keep the pool from ever holding what it needs once
+             * nothing runs. Its blocks stay cached and are matched again at
+             * the next attempt unless evicted meanwhile. */
+            release_blocks(s, q);
             break;
         }
         for (int i = 0; i < need; i++) q->blocks[q->n_blocks++] = kv_alloc(s->blocks);
@@ -441,10 +489,25 @@ static void emit_token(sched *s, sched_seq *q, const float *logits, int token) {
     push_event(s, &ev);
 }
 
+static int is_stop(const sched *s, int tok) {
+    for (int i = 0; i < s->n_stop_ids; i++)
+        if (s->stop_ids[i] == tok) return 1;
+    return 0;
+}
+
 static int step(sched *s) {
     const double t0 = now_s();
     intake(s);
     admit(s);
+    {
+        const int stalled = s->n_running == 0 && s->waiting_head != NULL;
+        pthread_mutex_lock(&s->mu);
+        if (stalled && !s->stats.stalled)
+            fprintf(stderr, "scheduler: stalled: %d requests wait, none can be admitted (%d of %d KV blocks "
+                            "available)\n", s->n_waiting, kv_available(s->blocks), kv_total(s->blocks));
+        s->stats.stalled = stalled;
+        pthread_mutex_unlock(&s->mu);
+    }
     if (s->n_running == 0) return 0;
 
     /* Decode tokens first (one per sequence), each may need a fresh block;
@@ -483,7 +546,8 @@ restart:
         sched_seq *q = s->running[i];
         const int pending = q->n_tokens - q->n_computed;
         if (pending <= 1) continue;
-        const int k = pending < budget - n_tokens ? pending : budget - n_tokens;
+        const int k = cover_chunk(s, q, pending < budget - n_tokens ? pending : budget - n_tokens);
+        if (k <= 0) continue; /* a windowed sequence waiting for blocks others release */
         s->b_seqs[n_slots] = q;
         s->b_first[n_slots] = n_tokens;
         s->b_count[n_slots] = k;
@@ -540,7 +604,7 @@ restart:
         }
         if (q->top_logprobs >= 0) memcpy(s->raw_logits, lg, sizeof(float) * (size_t)s->vocab);
         const int tok = samp_sample(&q->sampler, lg, q->tokens, (size_t)q->n_tokens);
-        if (tok == s->cfg.eos_token && !q->ignore_eos) {
+        if (is_stop(s, tok) && !q->ignore_eos) {
             running_remove(s, i_run);
             finish(s, q, SCHED_FINISH_EOS, NULL);
             continue;
@@ -571,8 +635,10 @@ restart:
 
 static void publish_queue_stats(sched *s) {
     pthread_mutex_lock(&s->mu);
-    s->stats.running = s->n_running;
-    s->stats.waiting = s->n_waiting + s->n_incoming;
+    /* gauges follow what is live: a request cancelled since the last step
+     * (client gone) no longer counts */
+    s->stats.running = s->n_running < s->n_live ? s->n_running : s->n_live;
+    s->stats.waiting = s->n_live - s->stats.running;
     s->stats.kv_blocks_used = kv_in_use(s->blocks);
     s->stats.kv_blocks_cached = kv_cached(s->blocks);
     pthread_mutex_unlock(&s->mu);
@@ -620,6 +686,17 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     }
     s->model = m;
     s->cfg = *cfg;
+    if (cfg->n_stop_ids > 0) {
+        s->stop_ids = malloc(sizeof(int32_t) * (size_t)cfg->n_stop_ids);
+        if (!s->stop_ids) {
+            snprintf(err, errlen, "out of memory");
+            free(s);
+            return NULL;
+        }
+        memcpy(s->stop_ids, cfg->stop_ids, sizeof(int32_t) * (size_t)cfg->n_stop_ids);
+        s->n_stop_ids = cfg->n_stop_ids;
+    }
+    s->cfg.stop_ids = s->stop_ids;
     s->max_ctx = ingot_model_desc.max_ctx;
     s->vocab = ingot_model_desc.vocab;
     s->block = INGOT_KV_BLOCK;
@@ -699,6 +776,7 @@ void sched_destroy(sched *s) {
     free(s->raw_logits);
     free(s->cancels);
     free(s->events);
+    free(s->stop_ids);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
     free(s);

@@ -28,8 +28,9 @@ typedef struct {
     int max_batch_tokens;   /* token budget of one step (<= the model's max tokens) */
     int max_running;        /* sequences decoding at once */
     int prefix_cache;       /* 1: share full prompt blocks by content hash */
-    int max_waiting;        /* submissions beyond this are refused (queue full) */
-    int eos_token;          /* ends a sequence (SCHED_FINISH_EOS) unless ignore_eos; -1: none */
+    int max_waiting;        /* requests queued beyond the running set; more are refused (queue full) */
+    const int32_t *stop_ids;/* token ids that end a sequence (SCHED_FINISH_EOS) unless ignore_eos: */
+    int n_stop_ids;         /* the model's EOS, end-of-turn and end-of-message ids (copied) */
     void (*notify)(void *user); /* called on the scheduler thread after events are queued */
     void *notify_user;
 } sched_config;
@@ -50,7 +51,7 @@ typedef enum {
 
 typedef enum {
     SCHED_FINISH_LENGTH,    /* max_tokens or the context reached */
-    SCHED_FINISH_EOS,       /* the model's end-of-sequence token (not emitted as a TOKEN) */
+    SCHED_FINISH_EOS,       /* one of cfg.stop_ids (not emitted as a TOKEN) */
     SCHED_FINISH_CANCELLED, /* sched_cancel */
     SCHED_FINISH_ERROR,     /* see error */
 } sched_finish;
@@ -72,7 +73,9 @@ typedef struct {
 
 typedef struct {
     int kv_blocks_total, kv_blocks_used, kv_blocks_cached; /* cached: unreferenced, kept for prefix reuse */
-    int running, waiting;
+    int running, waiting;   /* live requests: admitted, and submitted but not admitted */
+    int stalled;            /* 1: requests wait, nothing runs and none can be admitted (never expected;
+                               reported so /health can say so) */
     uint64_t steps, prefix_hit_tokens, prefix_lookup_tokens, preemptions;
     uint64_t prompt_tokens, generated_tokens;
     int last_batch_tokens, last_batch_seqs;
@@ -88,8 +91,10 @@ void sched_destroy(sched *s);
 
 /* Queues a request; 0 and *id on success. -1 with err filled if it can never
  * run: empty prompt, prompt + max_tokens beyond the context
- * ("context_length_exceeded"), more KV blocks than the whole pool, or the
- * waiting queue is full. Thread-safe. */
+ * ("context_length_exceeded"), more KV blocks than the whole pool; or if the
+ * queue is full: max_running + max_waiting requests are already live
+ * (submitted and not finished), an error starting "the waiting queue is full".
+ * Thread-safe. */
 int sched_submit(sched *s, const sched_request *r, uint64_t *id, char *err, size_t errlen);
 /* Ends a request early (client gone, stop string matched); its blocks are
  * freed at the next step and a DONE event with SCHED_FINISH_CANCELLED
