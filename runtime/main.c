@@ -135,10 +135,20 @@ static void seq_step(cli_seq *s, const int32_t *tokens, int n, int want) {
 
 /* ---- loading ----------------------------------------------------------- */
 
+static int is_stop_id(const tok_tokenizer *t, int id) {
+    const int32_t *ids;
+    const int n = tok_stop_ids(t, &ids);
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id) return 1;
+    return 0;
+}
+
 static ingot_model *load_model(const cli_common *c) {
     char err[1024];
     const char *path = c->weights ? c->weights : ingot_model_desc.source;
-    ingot_model *m = ingot_model_load(path, 512, err, sizeof err);
+    /* 0: the most tokens per step this build was planned for; every command
+     * chunks longer inputs to ingot_model_max_tokens() */
+    ingot_model *m = ingot_model_load(path, 0, err, sizeof err);
     if (!m) die(err);
     return m;
 }
@@ -461,7 +471,7 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
         int next = samp_sample(&smp, s.logits, history, (size_t)n_hist);
         history[n_hist++] = next;
         if (ids_file) fprintf(ids_file, ", \"id\": %d}\n", next);
-        if (next == tok_eos(tok) && !ignore_eos) {
+        if (!ignore_eos && is_stop_id(tok, next)) {
             generated++;
             break;
         }
@@ -497,7 +507,7 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
 static int cmd_batch(const cli_common *c, int argc, char **argv) {
     const char *file = NULL;
     sched_config cfg = {.n_threads = c->threads, .kv_blocks = 0, .max_batch_tokens = 0, .max_running = 64,
-                        .prefix_cache = 1, .max_waiting = 4096, .eos_token = -1};
+                        .prefix_cache = 1, .max_waiting = 4096};
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-f") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(argv[i], "--kv-blocks") && i + 1 < argc) cfg.kv_blocks = (int)parse_long(argv[++i], "--kv-blocks", 1, 1 << 24);
@@ -551,7 +561,7 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
     char err[512];
     if (n_req < 1 || n_req > 1000000) die("batch: the file holds no requests (or too many)");
     if (!tok) tok = try_load_tokenizer(c, m, err, sizeof err); /* only for EOS: id prompts need none */
-    cfg.eos_token = tok ? tok_eos(tok) : -1;
+    if (tok) cfg.n_stop_ids = tok_stop_ids(tok, &cfg.stop_ids);
     if (cfg.kv_blocks == 0) { /* enough for every request at once */
         for (int i = 0; i < n_req; i++) cfg.kv_blocks += (int)((reqs[i].n_prompt + reqs[i].max_tokens) / INGOT_KV_BLOCK + 1);
     }

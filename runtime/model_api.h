@@ -72,8 +72,9 @@ typedef struct ingot_model ingot_model;
 
 /* Maps weights, checks every tensor's name/shape/dtype against the
  * description, converts where the build asked for another dtype, and
- * allocates the scratch arena for up to max_tokens tokens per step. NULL and
- * err filled on failure. */
+ * allocates the scratch arena for up to max_tokens tokens per step (<= 0: the
+ * build's --max-tokens, which ingot_model_max_tokens reports; callers chunk
+ * longer inputs). NULL and err filled on failure. */
 ingot_model *ingot_model_load(const char *weights_path, int max_tokens, char *err, size_t errlen);
 void ingot_model_free(ingot_model *m);
 const wt_file *ingot_model_weights(const ingot_model *m);

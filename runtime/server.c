@@ -1084,7 +1084,8 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
 
     sched_config sc = {.n_threads = n_threads, .kv_blocks = kv_blocks, .max_batch_tokens = mbt,
                        .max_running = s->cfg.max_running, .prefix_cache = s->cfg.prefix_cache,
-                       .max_waiting = s->cfg.max_waiting, .eos_token = tok_eos(tok), .notify = srv_notify, .notify_user = s};
+                       .max_waiting = s->cfg.max_waiting, .notify = srv_notify, .notify_user = s};
+    sc.n_stop_ids = tok_stop_ids(tok, &sc.stop_ids);
     s->sched = sched_create(m, &sc, err, sizeof err);
     if (!s->sched) {
         fprintf(stderr, "%s: error: scheduler: %s\n", d->name, err);

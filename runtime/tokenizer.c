@@ -55,6 +55,8 @@ struct tok_tokenizer {
     int ignore_merges;
     int bos, eos, unk;
     int prefix_id, suffix_id; /* added around the text when add_special */
+    int32_t stop[TOK_MAX_STOP_IDS]; /* ids that end a generation (see tok_stop_ids) */
+    int n_stop;
 };
 
 /* ---------- small helpers ---------- */
@@ -286,6 +288,47 @@ static tok_tokenizer *tok_new(void) {
 int tok_vocab_size(const tok_tokenizer *t) { return t->n_vocab; }
 int tok_bos(const tok_tokenizer *t) { return t->bos; }
 int tok_eos(const tok_tokenizer *t) { return t->eos; }
+
+/* ---------- stop ids ---------- */
+
+static void add_stop(tok_tokenizer *t, int64_t id) {
+    if (id < 0 || id >= t->n_vocab) return;
+    for (int i = 0; i < t->n_stop; i++)
+        if (t->stop[i] == id) return;
+    if (t->n_stop < TOK_MAX_STOP_IDS) t->stop[t->n_stop++] = (int32_t)id;
+}
+
+/* Instruct models end a turn with a token of their own that is often not the
+ * vocabulary's EOS (Llama 3 <|eot_id|>, ChatML <|im_end|> where EOS is
+ * <|endoftext|>, Gemma <end_of_turn>, Phi-3 <|end|>). When the metadata does
+ * not list it, these spellings of a control token are taken as end-of-turn,
+ * as llama.cpp does for its end-of-generation set. */
+static const char *const END_OF_TURN_TEXTS[] = {
+    "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+    "<|end_of_text|>", "<EOT>", "<|return|>", "<|end_of_turn|>",
+};
+
+static void add_known_stops(tok_tokenizer *t) {
+    add_stop(t, t->eos);
+    for (size_t i = 0; i < sizeof END_OF_TURN_TEXTS / sizeof *END_OF_TURN_TEXTS; i++) {
+        const int id = lookup(t, END_OF_TURN_TEXTS[i], strlen(END_OF_TURN_TEXTS[i]));
+        if (id >= 0 && (t->flags[id] & TF_SPECIAL)) add_stop(t, id);
+    }
+}
+
+/* eos_token_id of a Hugging Face config: an id or a list of ids. */
+static void add_config_stops(tok_tokenizer *t, const cJSON *cfg) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id");
+    if (cJSON_IsNumber(e)) add_stop(t, (int64_t)e->valuedouble);
+    const cJSON *it;
+    if (cJSON_IsArray(e))
+        cJSON_ArrayForEach(it, e) if (cJSON_IsNumber(it)) add_stop(t, (int64_t)it->valuedouble);
+}
+
+int tok_stop_ids(const tok_tokenizer *t, const int32_t **ids) {
+    *ids = t->stop;
+    return t->n_stop;
+}
 int tok_add_bos(const tok_tokenizer *t) { return t->prefix_id >= 0; }
 int tok_is_special(const tok_tokenizer *t, int id) {
     return id >= 0 && id < t->n_vocab && (t->flags[id] & TF_SPECIAL);
@@ -443,6 +486,9 @@ tok_tokenizer *tok_from_gguf(const gguf_file *g, char *err, size_t errlen) {
     if (gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == 0) add_eos = b;
     if (add_bos) t->prefix_id = t->bos;
     if (add_eos) t->suffix_id = t->eos;
+    add_known_stops(t);
+    if (gguf_get_int(g, "tokenizer.ggml.eot_token_id", &v) == 0) add_stop(t, v);
+    if (gguf_get_int(g, "tokenizer.ggml.eom_token_id", &v) == 0) add_stop(t, v);
     return t;
 oom:
     seterr(err, errlen, "tokenizer: out of memory");
@@ -845,6 +891,28 @@ tok_tokenizer *tok_from_json_file(const char *path, char *err, size_t errlen) {
             if (t->suffix_id < 0 && jbool(cfg, "add_eos_token", 0)) t->suffix_id = t->eos;
             cJSON_Delete(cfg);
         }
+    }
+    add_known_stops(t);
+    /* generation_config.json and config.json beside it list the ids that end
+     * generation (eos_token_id: one id or several) */
+    static const char *const STOP_SOURCES[] = {"generation_config.json", "config.json"};
+    for (size_t i = 0; i < 2; i++) {
+        if (snprintf(cfgpath, sizeof cfgpath, "%.*s%s", dirlen, path, STOP_SOURCES[i]) >= (int)sizeof cfgpath)
+            continue;
+        FILE *f = fopen(cfgpath, "rb");
+        if (!f) continue;
+        fclose(f);
+        char cerr[256];
+        char *ctext = read_file(cfgpath, 64u << 20, &n, cerr, sizeof cerr);
+        cJSON *cfg = ctext ? cJSON_ParseWithLength(ctext, n) : NULL;
+        free(ctext);
+        if (!cfg) {
+            seterr(err, errlen, "%s: malformed JSON", cfgpath);
+            tok_free(t);
+            return NULL;
+        }
+        add_config_stops(t, cfg);
+        cJSON_Delete(cfg);
     }
     return t;
 }

@@ -25,6 +25,12 @@ int tok_vocab_size(const tok_tokenizer *t);
 int tok_bos(const tok_tokenizer *t);     /* -1 if none */
 int tok_eos(const tok_tokenizer *t);     /* -1 if none */
 int tok_add_bos(const tok_tokenizer *t); /* whether encoding with add_special prepends BOS */
+/* The ids that end a generation: EOS, GGUF eot/eom ids, every eos_token_id of
+ * generation_config.json / config.json beside a tokenizer.json, and control
+ * tokens spelled as a known end-of-turn marker (<|im_end|>, <|eot_id|>,
+ * <end_of_turn>, <|end|>, ...). Returns the count; *ids stays valid with t. */
+#define TOK_MAX_STOP_IDS 16
+int tok_stop_ids(const tok_tokenizer *t, const int32_t **ids);
 int tok_is_special(const tok_tokenizer *t, int id); /* control/special token (not printed by default) */
 int tok_find(const tok_tokenizer *t, const char *piece); /* token id for an exact piece (as stored), -1 if none */
 
