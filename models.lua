@@ -14,8 +14,10 @@
 --
 -- Config values are read from HF config.json (`hf`: a key, a dotted path, or
 -- a list of those tried in order) or from GGUF metadata (`gguf`, where %s is
--- the GGUF architecture name); `default` may be a number, a boolean or an
--- expression over other config values; `by_format` gives a constant that
+-- the GGUF architecture name); `default` may be a number, a boolean, an
+-- expression over other config values, "tensor_rows:WEIGHT" (the stored
+-- tensor's row count) or "has_tensor:WEIGHT" (whether the checkpoint stores
+-- it; layer 0's for a per-layer weight); `by_format` gives a constant that
 -- depends on the checkpoint's format ({hf = ..., gguf = ...}).
 -- A weight may be a row slice of a stored tensor (`slice = {first, of}`:
 -- rows [first, first + shape[1]) of a tensor of `of` rows), or one tensor
@@ -83,6 +85,27 @@ local LLAMA_WEIGHTS = {
   down       = {hf = "model.layers.%d.mlp.down_proj.weight",     gguf = "blk.%d.ffn_down.weight",  shape = {"dim", "ffn"}},
 }
 
+-- Optional biases of the attention and MLP projections (transformers'
+-- attention_bias / mlp_bias). A GGUF says nothing in its metadata: the bias
+-- tensors are there or not.
+local BIAS_CONFIG = {
+  attention_bias = {hf = "attention_bias", default = "has_tensor:q_bias"},
+  mlp_bias       = {hf = "mlp_bias",       default = "has_tensor:gate_bias"},
+}
+
+local ATTN_BIAS_WEIGHTS = {
+  q_bias = {hf = "model.layers.%d.self_attn.q_proj.bias", gguf = "blk.%d.attn_q.bias",      shape = {"heads * head_dim"}},
+  k_bias = {hf = "model.layers.%d.self_attn.k_proj.bias", gguf = "blk.%d.attn_k.bias",      shape = {"kv_heads * head_dim"}},
+  v_bias = {hf = "model.layers.%d.self_attn.v_proj.bias", gguf = "blk.%d.attn_v.bias",      shape = {"kv_heads * head_dim"}},
+  o_bias = {hf = "model.layers.%d.self_attn.o_proj.bias", gguf = "blk.%d.attn_output.bias", shape = {"dim"}},
+}
+
+local MLP_BIAS_WEIGHTS = {
+  gate_bias = {hf = "model.layers.%d.mlp.gate_proj.bias", gguf = "blk.%d.ffn_gate.bias", shape = {"ffn"}},
+  up_bias   = {hf = "model.layers.%d.mlp.up_proj.bias",   gguf = "blk.%d.ffn_up.bias",   shape = {"ffn"}},
+  down_bias = {hf = "model.layers.%d.mlp.down_proj.bias", gguf = "blk.%d.ffn_down.bias", shape = {"dim"}},
+}
+
 local function embed_tokens(tokens, w, c)
   return embedding(tokens, w.embed)
 end
@@ -91,25 +114,28 @@ local function lm_head(x, w, c)
   return linear(rmsnorm(x, w.final_norm, c.eps), w.lm_head)
 end
 
--- Llama 2/3, SmolLM2, Mistral (with or without sliding window).
+-- Llama 2/3, SmolLM2, Mistral (with or without sliding window), with the
+-- optional attention and MLP biases.
 M.llama = {
   hf = {"LlamaForCausalLM", "MistralForCausalLM"},
   gguf = "llama",
-  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG),
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, BIAS_CONFIG),
   -- HF checkpoints rotate (i, i + d/2); the GGUF converter permutes Q/K rows
   -- so that llama.cpp rotates adjacent pairs (2i, 2i+1).
   rope_pairs = {hf = "halves", gguf = "adjacent"},
-  weights = LLAMA_WEIGHTS,
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, MLP_BIAS_WEIGHTS),
   embed = embed_tokens,
   layer = function(x, w, c)
+    local ab, mb = c.attention_bias, c.mlp_bias
     local h = rmsnorm(x, w.attn_norm, c.eps)
-    local q, k, v = linear(h, w.q), linear(h, w.k), linear(h, w.v)
+    local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
     q = rope(q, rope_opts(c, c.heads))
     k = rope(k, rope_opts(c, c.kv_heads))
     local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim, window = c.window})
-    x = x + linear(a, w.o)
+    x = x + linear(a, w.o, ab and w.o_bias)
     h = rmsnorm(x, w.ffn_norm, c.eps)
-    return x + linear(silu(linear(h, w.gate)) * linear(h, w.up), w.down)
+    local m = silu(linear(h, w.gate, mb and w.gate_bias)) * linear(h, w.up, mb and w.up_bias)
+    return x + linear(m, w.down, mb and w.down_bias)
   end,
   head = lm_head,
 }
@@ -141,24 +167,26 @@ M.qwen2 = {
   head = lm_head,
 }
 
--- Qwen3: no biases; RMSNorm of every query and key head before RoPE.
+-- Qwen3: RMSNorm of every query and key head before RoPE; attention biases
+-- when the config asks for them.
 M.qwen3 = {
   hf = {"Qwen3ForCausalLM"},
   gguf = "qwen3",
-  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG),
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}),
   rope_pairs = {hf = "halves", gguf = "halves"},
-  weights = merge(LLAMA_WEIGHTS, {
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, {
     q_norm = {hf = "model.layers.%d.self_attn.q_norm.weight", gguf = "blk.%d.attn_q_norm.weight", shape = {"head_dim"}},
     k_norm = {hf = "model.layers.%d.self_attn.k_norm.weight", gguf = "blk.%d.attn_k_norm.weight", shape = {"head_dim"}},
   }),
   embed = embed_tokens,
   layer = function(x, w, c)
+    local ab = c.attention_bias
     local h = rmsnorm(x, w.attn_norm, c.eps)
-    local q, k, v = linear(h, w.q), linear(h, w.k), linear(h, w.v)
+    local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
     q = rope(rmsnorm(q, w.q_norm, c.eps, {heads = c.heads}), rope_opts(c, c.heads))
     k = rope(rmsnorm(k, w.k_norm, c.eps, {heads = c.kv_heads}), rope_opts(c, c.kv_heads))
     local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim})
-    x = x + linear(a, w.o)
+    x = x + linear(a, w.o, ab and w.o_bias)
     h = rmsnorm(x, w.ffn_norm, c.eps)
     return x + linear(silu(linear(h, w.gate)) * linear(h, w.up), w.down)
   end,
@@ -167,11 +195,12 @@ M.qwen3 = {
 
 -- Gemma 2: scaled embedding, (1 + w) norms before and after attention and
 -- MLP, GeGLU, soft-capped attention scores and logits, sliding-window
--- attention on alternate layers, query scale from query_pre_attn_scalar.
+-- attention on alternate layers, query scale from query_pre_attn_scalar,
+-- attention biases when the config asks for them.
 M.gemma2 = {
   hf = {"Gemma2ForCausalLM"},
   gguf = "gemma2",
-  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}, {
     window        = {hf = "sliding_window", gguf = "%s.attention.sliding_window", default = 4096},
     layer_types   = {hf = "layer_types", default = false},
     query_scalar  = {hf = "query_pre_attn_scalar", default = "head_dim"},
@@ -181,7 +210,7 @@ M.gemma2 = {
     norm_offset   = {by_format = {hf = 1, gguf = 0}},
   }),
   rope_pairs = {hf = "halves", gguf = "halves"},
-  weights = merge(LLAMA_WEIGHTS, {
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, {
     post_attn_norm = {hf = "model.layers.%d.post_attention_layernorm.weight", gguf = "blk.%d.post_attention_norm.weight", shape = {"dim"}},
     ffn_norm       = {hf = "model.layers.%d.pre_feedforward_layernorm.weight", gguf = "blk.%d.ffn_norm.weight", shape = {"dim"}},
     post_ffn_norm  = {hf = "model.layers.%d.post_feedforward_layernorm.weight", gguf = "blk.%d.post_ffw_norm.weight", shape = {"dim"}},
@@ -193,14 +222,15 @@ M.gemma2 = {
     local norm = {offset = c.norm_offset}
     local sliding
     if c.layer_types then sliding = c.layer_types[c.layer + 1] == "sliding_attention" else sliding = c.layer % 2 == 0 end
+    local ab = c.attention_bias
     local h = rmsnorm(x, w.attn_norm, c.eps, norm)
-    local q, k, v = linear(h, w.q), linear(h, w.k), linear(h, w.v)
+    local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
     q = rope(q, rope_opts(c, c.heads))
     k = rope(k, rope_opts(c, c.kv_heads))
     local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim,
                                   window = sliding and c.window or 0, softcap = c.attn_softcap,
                                   scale = c.query_scalar ^ -0.5})
-    x = x + rmsnorm(linear(a, w.o), w.post_attn_norm, c.eps, norm)
+    x = x + rmsnorm(linear(a, w.o, ab and w.o_bias), w.post_attn_norm, c.eps, norm)
     h = rmsnorm(x, w.ffn_norm, c.eps, norm)
     local m = linear(gelu_tanh(linear(h, w.gate)) * linear(h, w.up), w.down)
     return x + rmsnorm(m, w.post_ffn_norm, c.eps, norm)
@@ -217,7 +247,9 @@ M.gemma2 = {
 M.phi3 = {
   hf = {"Phi3ForCausalLM"},
   gguf = "phi3",
-  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG),
+  -- the layer is Llama's; Phi-3's projections have no biases
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {attention_bias = {hf = "attention_bias", default = false},
+                                                   mlp_bias = {hf = "mlp_bias", default = false}}),
   rope_pairs = {hf = "halves", gguf = "halves"},
   weights = merge(LLAMA_WEIGHTS, {
     q    = {hf = "model.layers.%d.self_attn.qkv_proj.weight", gguf = "blk.%d.attn_qkv.weight", shape = {"heads * head_dim", "dim"},

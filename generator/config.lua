@@ -72,8 +72,15 @@ function config.resolve(d, e, src)
     progress = false
     for key, expr in pairs(pending) do
       local v
-      local rows_of = expr:match("^tensor_rows:(%w+)$")
-      if rows_of then
+      local rows_of = expr:match("^tensor_rows:([%w_]+)$")
+      local has = expr:match("^has_tensor:([%w_]+)$")
+      if has then
+        -- whether the checkpoint stores this weight (layer 0's for a per-layer weight)
+        local spec = e.weights[has]
+        if not spec then describe.fail(d, e.name, key, "has_tensor: '" .. has .. "' is not a declared weight") end
+        local name = config.tensor_name(e, has, spec.per_layer and 0 or nil, src.format)
+        v = name ~= nil and src.tensors[name] ~= nil
+      elseif rows_of then
         local t = src.tensors[config.tensor_name(e, rows_of, nil, src.format)]
         if not t then describe.fail(d, e.name, key, "tensor for '" .. rows_of .. "' not found") end
         v = t.shape[1]

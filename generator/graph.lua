@@ -144,6 +144,7 @@ function G:env()
       g:fail(caller_line(g.desc.path), string.format("linear: weight %s has shape [%s], input has width %d",
         w.logical, table.concat(w.shape, ", "), x.width))
     end
+    if not bias then bias = nil end -- `cond and w.b` gives false when a description has no bias
     if bias then check_weight(g, bias, "linear bias") end
     return g:node("linear", {x, w, bias}, w.shape[1], x.rows)
   end

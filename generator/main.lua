@@ -3,7 +3,7 @@
 -- usage: lua5.4 generator/main.lua --inspect INSPECT.json --source PATH --name NAME --out DIR
 --            [--hf-config config.json] [--dtype native|f32|f16|bf16|q8_0|q4_0|q4_1]
 --            [--backend cpu] [--no-fuse] [--act-quant none|q8] [--max-tokens N]
---            [--models models.lua] [--dry-run]
+--            [--models models.lua] [--dry-run] [--allow-unused]
 --
 -- INSPECT.json is what `ingot-inspect` prints for the checkpoint (GGUF
 -- metadata or safetensors tensor list). Writes DIR/model.c (only when its
@@ -42,6 +42,7 @@ local function parse_args(argv)
     elseif a == "--max-tokens" then o.max_tokens = math.tointeger(tonumber(val()))
     elseif a == "--models" then o.models = val()
     elseif a == "--dry-run" then o.dry_run = true
+    elseif a == "--allow-unused" then o.allow_unused = true
     else util.die("unknown argument " .. a) end
     i = i + 1
   end
@@ -53,8 +54,8 @@ local function parse_args(argv)
   local ok = {native = 1, f32 = 1, f16 = 1, bf16 = 1, q8_0 = 1, q4_0 = 1, q4_1 = 1}
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
   if o.act_quant ~= "none" and o.act_quant ~= "q8" then util.die("--act-quant is none or q8") end
-  if not o.max_tokens or o.max_tokens < 1 or o.max_tokens % 4 ~= 0 then
-    util.die("--max-tokens must be a positive multiple of 4")
+  if not o.max_tokens or o.max_tokens < 1 or o.max_tokens > 65536 then
+    util.die("--max-tokens must be an integer in 1..65536")
   end
   return o
 end
@@ -105,6 +106,34 @@ local function rope_params(g, d)
                    beta_fast = 32, beta_slow = 1, attn_factor = 0, rot_dim = 2}
 end
 
+-- Tensors a checkpoint may carry that every description recomputes from its
+-- config: the RoPE inverse frequencies older transformers saved as buffers.
+local DERIVED_TENSORS = {"%.rotary_emb%.inv_freq$"}
+
+-- Every tensor of the checkpoint must be read by the description: one that
+-- it forgets (a bias, a norm) would otherwise be dropped without a word and
+-- the binary would give wrong answers. --allow-unused makes it a warning.
+local function check_every_tensor_used(d, entry, tensors, consumed, opts)
+  local unused = {}
+  for _, t in ipairs(tensors) do
+    local derived = false
+    for _, pat in ipairs(DERIVED_TENSORS) do derived = derived or t.name:find(pat) ~= nil end
+    if not consumed[t.name] and not derived then unused[#unused + 1] = t.name end
+  end
+  if #unused == 0 then return end
+  local shown = {}
+  for i = 1, math.min(#unused, 8) do shown[i] = unused[i] end
+  local msg = string.format("%d tensor%s of %s %s not used by models.lua entry '%s' (models.lua:%d): %s%s",
+    #unused, #unused == 1 and "" or "s", opts.source, #unused == 1 and "is" or "are", entry.name, entry.line,
+    table.concat(shown, ", "), #unused > #shown and string.format(" and %d more", #unused - #shown) or "")
+  if opts.allow_unused then
+    io.stderr:write("ingot: warning: " .. msg .. " (ignored: --allow-unused)\n")
+  else
+    util.die(string.format("%s: error: %s\n  the description must declare and use every weight of the checkpoint; "
+      .. "--allow-unused builds anyway", d.path, msg))
+  end
+end
+
 local function main(argv)
   local opts = parse_args(argv)
   local inspect_text = util.read_file(opts.inspect) or util.die("cannot read " .. opts.inspect)
@@ -133,7 +162,7 @@ local function main(argv)
   local g = graph.new(d, cfg):trace()
 
   -- Bind each traced weight to its stored tensor and compiled dtype.
-  local weights, by_tensor, counts = {}, {}, {}
+  local weights, by_tensor, counts, consumed = {}, {}, {}, {}
   for i, w in ipairs(g.weight_list) do
     w.tensor = config.tensor_name(entry, w.logical, w.layer, cfg.format, w.expert)
     local stored = w.tensor and tensors[w.tensor]
@@ -153,6 +182,7 @@ local function main(argv)
     if w.decl.slice then
       w.stored_shape = {w.decl.stored_rows, w.shape[2]}
     end
+    consumed[stored.name or w.tensor] = true
     w.dtype = compiled_dtype(opts, w, stored.dtype)
     w.dtype_enum = "INGOT_" .. w.dtype:upper()
     w.slot = i - 1
@@ -162,6 +192,7 @@ local function main(argv)
     counts[w.dtype] = (counts[w.dtype] or 0) + 1
     weights[i] = w
   end
+  check_every_tensor_used(d, entry, info.tensors, consumed, opts)
   local summary = {}
   for _, k in ipairs(util.sorted_keys(counts)) do summary[#summary + 1] = string.format("%s (%d)", k, counts[k]) end
 
@@ -174,7 +205,7 @@ local function main(argv)
   else kernels, calls = emit_c.kernels(ctx, groups, g.logits) end
 
   local input_hash = util.hash(table.concat({VERSION, d.text, inspect_text, hf_text, opts.dtype,
-    tostring(opts.fused), tostring(opts.max_tokens), opts.backend, opts.act_quant}, "\0"))
+    tostring(opts.fused), tostring(opts.max_tokens), opts.backend, opts.act_quant, tostring(opts.allow_unused)}, "\0"))
   local function banner_for(emitter, template_path, comment)
     local open, mid, close = "/* ", " * ", " */"
     if comment == "//" then open, mid, close = "// ", "// ", "" end
@@ -208,11 +239,13 @@ local function main(argv)
   end
   local env = {
     _escape = "@", model_name = opts.name, c = c, arch = entry.name, rope = rope_params(g, d),
-    max_tokens = opts.max_tokens, n_kv_layers = kv_layers, plan = p, kv_window = kv_window or 0,
+    -- the arena is planned for a multiple of 4 tokens (every buffer 16-byte
+    -- aligned); a step takes at most what --max-tokens said
+    max_tokens = (opts.max_tokens + 3) // 4 * 4, step_tokens = opts.max_tokens, n_kv_layers = kv_layers, plan = p, kv_window = kv_window or 0,
     weights = weights, kernels = kernels, calls = calls, source_path = opts.source:gsub("\\", "\\\\"):gsub('"', '\\"'),
     format = cfg.format, fused = opts.fused and 1 or 0, dtype_summary = table.concat(summary, ", "),
     generator_id = VERSION .. " " .. input_hash, backend = opts.backend, n_kernel_kinds = #kernels,
-    ipairs = ipairs, table = table, tostring = tostring, info_c = "NULL",
+    ipairs = ipairs, table = table, tostring = tostring, info_c = "NULL", allow_unused = opts.allow_unused and 1 or 0,
   }
   env.common_weights = render("model_weights.c.in", env)
   local outputs = {}

@@ -118,3 +118,56 @@ def test_sequence_longer_than_context(tiny):
     info = json.loads((TINY / "mha_tied_hd24" / "config.json").read_text())
     n = info["max_position_embeddings"] + 1
     fails_with(tiny, ["logits", "--tokens", ",".join(["1"] * n), "--out", "/dev/null"], "context")
+
+
+# ---- every tensor of the checkpoint must be used ---------------------------
+
+def build_fails(model, name, *words, opts=()):
+    from conftest import ROOT
+    r = subprocess.run([str(ROOT / "ingot"), "build", str(model), "--name", name, *opts],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0, f"build succeeded:\n{r.stderr}"
+    for w in words:
+        assert w in r.stderr, f"{w!r} not in: {r.stderr}"
+    return r
+
+
+def test_checkpoint_with_an_unused_tensor_does_not_build(built, tmp_path):
+    """A tensor that no weight of the description reads is an error naming it,
+    at build time and when a built binary is pointed at such a file."""
+    d = copy_model(tmp_path)
+    tensors = load_file(d / "model.safetensors")
+    tensors["model.layers.0.mlp.extra_proj.weight"] = np.ones((4, 96), dtype=np.float32)
+    save_file(tensors, d / "model.safetensors")
+    build_fails(d, "t-unused-tensor", "model.layers.0.mlp.extra_proj.weight", "not used", "'llama'",
+                "--allow-unused")
+    r = subprocess.run([str(ROOT_INGOT()), "build", str(d), "--name", "t-unused-allowed", "--allow-unused"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "warning" in r.stderr and "model.layers.0.mlp.extra_proj.weight" in r.stderr
+
+
+def test_binary_refuses_weights_with_an_unused_tensor(tiny, tmp_path):
+    d = copy_model(tmp_path)
+    tensors = load_file(d / "model.safetensors")
+    tensors["lm_head.bias"] = np.zeros((997,), dtype=np.float32)
+    save_file(tensors, d / "model.safetensors")
+    fails_with(tiny, logits_args(d), "lm_head.bias", "not used by the description")
+
+
+def test_biases_the_config_disowns_are_not_dropped(built, tmp_path):
+    """Bias tensors in a Llama checkpoint whose config says attention_bias
+    false: the description does not read them, so the build refuses rather
+    than ignoring them."""
+    from modelbuild import FIXTURES
+    d = tmp_path / "llama_bias"
+    shutil.copytree(FIXTURES / "families" / "llama_bias", d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["attention_bias"] = False
+    (d / "config.json").write_text(json.dumps(cfg))
+    build_fails(d, "t-llama-bias-disowned", "self_attn.q_proj.bias", "not used")
+
+
+def ROOT_INGOT():
+    from conftest import ROOT
+    return ROOT / "ingot"

@@ -118,14 +118,14 @@ def test_cudasim_cublaslt_half_inputs(built, tmp_path, model):
     assert float(np.abs(tiled - want).max()) <= TOL
 
 
-FAMILIES = ["qwen2_gqa", "qwen3_hd24", "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_sw16", "mixtral_4e_top2", "mixtral_8e_top2"]
+FAMILIES = ["qwen2_gqa", "llama_bias", "qwen3_hd24", "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_sw16", "mixtral_4e_top2", "mixtral_8e_top2"]
 FAMILY_DIR = ROOT / "tests" / "fixtures" / "families"
 
 
 @pytest.mark.skipif(SAN, reason="the families run on cudasim in the optimized pass (the ASan pass runs one model)")
 @pytest.mark.parametrize("family", FAMILIES)
 def test_cudasim_families_match_cpu(built, tmp_path, family):
-    """Biases (Qwen2), per-head q/k norms (Qwen3), offset norms, post-norms, softcaps and
+    """Biases (Qwen2 q/k/v; Llama on every projection, so with residual and activation epilogues), per-head q/k norms (Qwen3), offset norms, post-norms, softcaps and
     alternating windows (Gemma 2), row-sliced fused weights (Phi-3), a window shorter than the
     sequence (Mistral), mixtures of 4 and 8 experts (Mixtral: expert GEMM tiles in prefill, the
     per-expert GEMV in chunks and decode): the same descriptions through the CUDA emitter."""

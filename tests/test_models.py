@@ -115,3 +115,55 @@ def test_generation_is_deterministic_per_input(built, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert path.read_bytes() == before and path.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize("max_tokens", [8, 1])
+def test_small_step_builds_match_transformers(max_tokens, tmp_path, built):
+    """A build planned for few tokens per step chunks every longer input: its
+    logits match transformers like the default build's (a 32-token prompt in
+    32 / max_tokens steps), and perplexity and batch run on it with the
+    default build's results."""
+    model = "gqa_untied_8h2kv"
+    tokens, expected = reference(TINY / model)
+    binary = build(TINY / model, f"t-{model}-mt{max_tokens}", "--max-tokens", str(max_tokens))
+    for mode in MODES.values():
+        got = logits(binary, tokens, *mode, tmp_path=tmp_path)
+        assert np.abs(got - expected).max() <= 1e-4
+    default = build(TINY / model, f"t-{model}")
+    ids = tmp_path / "ids.txt"
+    ids.write_text(" ".join(map(str, tokens * 3)))
+    ppl = []
+    for b in (binary, default):
+        r = subprocess.run([str(b), "perplexity", "--ids", str(ids), "--ctx", "40"], capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        ppl.append(r.stdout + r.stderr)
+    from modelbuild import run_batch
+    reqs = [{"prompt": tokens[:20 + i], "max_tokens": 6, "ignore_eos": True} for i in range(3)]
+    small, _ = run_batch(binary, reqs, tmp_path=tmp_path)
+    full, _ = run_batch(default, reqs, tmp_path=tmp_path)
+    assert [r["tokens"] for r in small] == [r["tokens"] for r in full]
+
+
+def test_small_step_build_generates_and_serves(tmp_path, built):
+    """The real SmolLM2 built for 8 tokens per step: generate and serve chunk
+    their prompts and answer as the default build does (greedy)."""
+    import requests
+    from serverproc import ServerProc
+    from conftest import ROOT
+    gguf = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True,
+                          text=True).stdout.strip()
+    small = build(gguf, "smollm2-mt8", "--max-tokens", "8")
+    default = build(gguf, "smollm2")
+    prompt = "The three primary colors are red, yellow and"
+    outs = []
+    for b in (small, default):
+        r = subprocess.run([str(b), "generate", "-p", prompt, "-n", "6"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    assert outs[0] == outs[1]
+    with ServerProc(small, "--kv-blocks", "32") as srv:
+        r = requests.post(srv.url + "/v1/completions", json={"model": "smollm2-mt8", "prompt": prompt, "max_tokens": 6,
+                                                             "temperature": 0}, timeout=300)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"] in outs[0]

@@ -42,9 +42,46 @@ void ingot_model_free(ingot_model *m) {
     free(m);
 }
 
+/* Whether a stored tensor is read by some weight of the description, or is
+ * one the description recomputes from the config (RoPE inverse frequencies
+ * that older transformers saved). */
+static int model_tensor_used(const char *name) {
+    static const char derived_suffix[] = ".rotary_emb.inv_freq";
+    const size_t n = strlen(name), ns = sizeof derived_suffix - 1;
+    if (n >= ns && !strcmp(name + n - ns, derived_suffix)) return 1;
+    for (int i = 0; i < N_WEIGHTS; i++) {
+        if (!strcmp(WEIGHTS[i].name, name)) return 1;
+        if (WEIGHTS[i].tied_to && !strcmp(WEIGHTS[i].tied_to, name)) return 1;
+    }
+    return 0;
+}
+
+/* Every tensor of the file must be read (the generator checked the file the
+ * binary was built from; --weights may point at one with more in it): a
+ * weight the description does not know would otherwise be dropped silently. */
+static int model_check_all_used(const wt_file *f, char *err, size_t errlen) {
+    size_t unused = 0;
+    const char *first = NULL;
+    for (size_t i = 0; i < wt_count(f); i++) {
+        const wt_tensor *t = wt_at(f, i);
+        if (model_tensor_used(t->name)) continue;
+        if (!first) first = t->name;
+        unused++;
+    }
+    if (unused == 0) return 0;
+    if (ALLOW_UNUSED_TENSORS) {
+        fprintf(stderr, "warning: %s: %zu tensors the description does not use, first '%s' (ignored: built with "
+                        "--allow-unused)\n", wt_path(f), unused, first);
+        return 0;
+    }
+    snprintf(err, errlen, "%s: %zu tensor%s not used by the description (models.lua entry '%s'), first '%s'",
+             wt_path(f), unused, unused == 1 ? " is" : "s are", ingot_model_desc.arch, first);
+    return -1;
+}
+
 ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_t errlen) {
-    if (max_tokens > MAX_TOKENS) {
-        snprintf(err, errlen, "this build plans for at most %d tokens per step, %d requested", MAX_TOKENS, max_tokens);
+    if (max_tokens > STEP_TOKENS) {
+        snprintf(err, errlen, "this build plans for at most %d tokens per step, %d requested", STEP_TOKENS, max_tokens);
         return NULL;
     }
     ingot_model *m = calloc(1, sizeof *m);
@@ -83,6 +120,10 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
             m->w[i] = conv;
             m->weight_bytes += bytes;
         }
+    }
+    if (model_check_all_used(m->file, err, errlen) != 0) {
+        ingot_model_free(m);
+        return NULL;
     }
     m->arena = model_aligned_alloc((size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS);
     m->rope = model_aligned_alloc(sizeof(float) * (size_t)MAX_CTX * ROPE_DIM);
@@ -125,14 +166,14 @@ void ingot_kv_release(ingot_model *m, ingot_kv *kv) {
 int ingot_kv_fit_blocks(ingot_model *m, double fraction) { (void)m; (void)fraction; return 0; }
 #endif
 size_t ingot_model_weight_bytes(const ingot_model *m) { return m->weight_bytes; }
-int ingot_model_max_tokens(const ingot_model *m) { (void)m; return MAX_TOKENS; }
+int ingot_model_max_tokens(const ingot_model *m) { (void)m; return STEP_TOKENS; }
 
 /* Checks a batch against the contract of model_api.h before any kernel runs,
  * so a bad batch is an error, never an out-of-bounds access. */
 static int model_check_batch(const ingot_kv *kv, const ingot_batch *b, const tp_pool *pool, char *err,
                              size_t errlen) {
-    if (b->n_tokens < 1 || b->n_tokens > MAX_TOKENS) {
-        snprintf(err, errlen, "batch of %d tokens (this build takes 1..%d per step)", b->n_tokens, MAX_TOKENS);
+    if (b->n_tokens < 1 || b->n_tokens > STEP_TOKENS) {
+        snprintf(err, errlen, "batch of %d tokens (this build takes 1..%d per step)", b->n_tokens, STEP_TOKENS);
         return -1;
     }
     if (b->n_logits < 0 || b->n_logits > b->n_tokens || (b->n_logits > 0 && !b->logits)) {
