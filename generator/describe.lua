@@ -1,8 +1,9 @@
 -- generator/describe.lua — loads models.lua and validates each entry as data.
 --
 -- Errors name the line of models.lua they concern: unknown keys, missing
--- keys, wrong types. Line numbers come from the source text (Lua tables keep
--- none), found by the key's name after the entry's first line.
+-- keys, wrong types. Lua tables keep no line numbers, so they come from the
+-- source text (see `scan`), and a key that an entry takes from a shared
+-- table (`merge(LLAMA_WEIGHTS, {...})`) is cited where that table declares it.
 
 local util = require("util")
 
@@ -15,17 +16,190 @@ local CONFIG_KEYS = {hf = "any", gguf = "string", default = "any", by_format = "
 local WEIGHT_KEYS = {hf = "string", gguf = "string", shape = "table", tied = "string", optional = "boolean",
                      slice = "table", experts = "string"}
 
--- Line of `key =` inside entry `name`, for error messages.
-local function line_of(text, entry, key)
-  local start = 1
-  local n = 0
-  local entry_line
-  for line in (text .. "\n"):gmatch("(.-)\n") do
-    n = n + 1
-    if not entry_line and line:match("^M%." .. entry .. "%s*=") then entry_line = n end
-    if entry_line and key and line:match("^%s*" .. key .. "%s*=") then return n end
+-- Skips a long bracket (`[[...]]`, `[==[...]==]`) that opens at i; returns
+-- the position after it and the newlines it holds, or nil if none opens there.
+local function long_bracket(text, i)
+  local eq = text:match("^%[(=*)%[", i)
+  if not eq then return nil end
+  local _, close = text:find("]" .. eq .. "]", i + #eq + 2, true)
+  close = close or #text
+  local _, newlines = text:sub(i, close):gsub("\n", "")
+  return close + 1, newlines
+end
+
+local BLOCK_OPEN = {["function"] = true, ["if"] = true, ["do"] = true, ["repeat"] = true}
+local BLOCK_CLOSE = {["end"] = true, ["until"] = true}
+
+-- Where every key of a description file is written. Returns
+--   decl: path -> key -> line of the first `key =` at that path,
+--   defs: top-level definition name -> line (`local LLAMA_WEIGHTS`, `M.llama`,
+--         `local function lm_head`; `return` for a returned constructor).
+-- A path is the top-level definition that holds the field, then each key
+-- whose value holds it: LLAMA_WEIGHTS's `v` is at "LLAMA_WEIGHTS", qwen2's
+-- own `window` (in `config = merge(A, B, {window = ...})`) at "M.qwen2 config".
+-- Calls and anonymous tables add nothing to a path; assignments inside
+-- function bodies are statements, not fields, and are skipped.
+local function scan(text)
+  local decl, defs = {}, {}
+  local stack = {}      -- open `{` and `(`: {brace = bool, path = string, key = the field being written}
+  local blocks = 0      -- open function/if/do/repeat bodies
+  local top = "?"       -- the top-level definition being read
+  local line, i, n = 1, 1, #text
+  local function line_start()
+    if #stack > 0 or blocks > 0 then return end
+    local l = text:match("^[^\n]*", i)
+    local name = l:match("^local%s+function%s+([%a_][%w_]*)") or l:match("^local%s+([%a_][%w_]*)%s*=[^=]")
+      or l:match("^function%s+([%a_][%w_.:]*)") or l:match("^([%a_][%w_.]*)%s*=[^=]")
+      or (l:match("^return%f[^%w_]") and "return")
+    if name then
+      top = name
+      defs[name] = defs[name] or line
+    end
   end
-  return entry_line or start
+  line_start()
+  while i <= n do
+    local ch = text:sub(i, i)
+    if ch == "\n" then
+      line, i = line + 1, i + 1
+      line_start()
+    elseif ch == "-" and text:sub(i + 1, i + 1) == "-" then
+      local after, newlines = long_bracket(text, i + 2)
+      if after then i, line = after, line + newlines
+      else i = (text:find("\n", i, true) or n + 1) end
+    elseif ch == '"' or ch == "'" then
+      local j = i + 1
+      while j <= n do
+        local c = text:sub(j, j)
+        if c == "\\" then
+          if text:sub(j + 1, j + 1) == "\n" then line = line + 1 end
+          j = j + 2
+        elseif c == ch or c == "\n" then break
+        else j = j + 1 end
+      end
+      i = j + 1
+    elseif ch == "[" and text:match("^%[=*%[", i) then
+      local after, newlines = long_bracket(text, i)
+      i, line = after, line + newlines
+    elseif ch:match("[%a_]") then
+      local word = text:match("^[%a_][%w_]*", i)
+      i = i + #word
+      if BLOCK_OPEN[word] then blocks = blocks + 1
+      elseif BLOCK_CLOSE[word] then blocks = blocks - 1
+      elseif blocks == 0 and #stack > 0 and stack[#stack].brace and text:match("^%s*=[^=]", i) then
+        local frame = stack[#stack]
+        frame.key = word
+        decl[frame.path] = decl[frame.path] or {}
+        decl[frame.path][word] = decl[frame.path][word] or line
+      end
+    elseif ch:match("%d") then
+      i = i + #text:match("^[%w_.]+", i)
+    elseif ch == "{" or ch == "(" then
+      local parent = stack[#stack]
+      local path = top
+      if parent then path = parent.key and (parent.path .. " " .. parent.key) or parent.path end
+      stack[#stack + 1] = {brace = ch == "{", path = path}
+      i = i + 1
+    elseif ch == "}" or ch == ")" then
+      stack[#stack] = nil
+      i = i + 1
+    elseif (ch == "," or ch == ";") and stack[#stack] and stack[#stack].brace then
+      stack[#stack].key = nil
+      i = i + 1
+    else
+      i = i + 1
+    end
+  end
+  return decl, defs
+end
+
+-- Runs a description chunk and returns what it returns plus its top-level
+-- locals (name -> value), read when the chunk returns: shared tables such
+-- as LLAMA_WEIGHTS are only reachable that way once the chunk has run.
+local function run_chunk(chunk)
+  local locals = {}
+  debug.sethook(function()
+    local info = debug.getinfo(2, "f")
+    if not info or info.func ~= chunk then return end
+    for i = 1, math.huge do
+      local name, value = debug.getlocal(2, i)
+      if not name then break end
+      if not name:find("^%(") then locals[name] = value end
+    end
+  end, "r")
+  local ok, result = pcall(chunk)
+  debug.sethook()
+  return ok, result, locals
+end
+
+-- The models.lua line of every key of every entry:
+--   lines[entry] = {entry = N, fields = {key -> N},
+--                   weights = {name -> N}, config = {key -> N}}
+-- A weight or config spec is the same table object wherever merge() copied
+-- it, so a spec found in a top-level table (or another entry) that declares
+-- that key was written there; otherwise it was written in the entry itself.
+-- A key found nowhere falls back to the entry's first line.
+local function key_lines(text, entries, locals)
+  local decl, defs = scan(text)
+  -- entries are fields of the returned table: `M.llama = {` or `return {llama = {`
+  local prefix = "M"
+  for name, v in pairs(locals) do if rawequal(v, entries) then prefix = name end end
+  local function entry_path(name)
+    if defs[prefix .. "." .. name] then return prefix .. "." .. name end
+    if decl["return"] and decl["return"][name] then return "return " .. name end
+  end
+  -- tables that may have supplied a spec, in source order
+  local sources = {}
+  for name, v in pairs(locals) do
+    if type(v) == "table" and not rawequal(v, entries) and defs[name] then
+      sources[#sources + 1] = {path = name, t = v, line = defs[name]}
+    end
+  end
+  for name, e in pairs(entries) do
+    local p = entry_path(name)
+    if p and type(e) == "table" then sources[#sources + 1] = {path = p, t = e, line = defs[p] or 0} end
+  end
+  table.sort(sources, function(a, b) return a.line < b.line end)
+  local function declared(path, key) return decl[path] and decl[path][key] end
+
+  local lines = {}
+  for name, e in pairs(entries) do
+    local p = entry_path(name)
+    local first = p and (defs[p] or declared("return", name)) or 1
+    local l = {entry = first, fields = {}, weights = {}, config = {}}
+    lines[name] = l
+    if type(e) == "table" and p then
+      for k in pairs(e) do l.fields[k] = declared(p, k) or first end
+      for _, kind in ipairs({"weights", "config"}) do
+        local specs = rawget(e, kind)
+        if type(specs) == "table" then
+          for key, spec in pairs(specs) do
+            local at
+            if type(spec) == "table" then
+              for _, src in ipairs(sources) do
+                local sub = type(rawget(src.t, kind)) == "table" and rawget(src.t, kind) or nil
+                if rawequal(rawget(src.t, key), spec) then at = declared(src.path, key) end
+                if not at and sub and rawequal(rawget(sub, key), spec) then at = declared(src.path .. " " .. kind, key) end
+                if at then break end
+              end
+            end
+            l[kind][key] = at or declared(p .. " " .. kind, key) or l.fields[kind] or first
+          end
+        end
+      end
+    end
+  end
+  return lines
+end
+
+-- The line of `key` in entry `name`: a weight's, a config key's (kind
+-- "weights" or "config"; without kind, a weight, then a config key, then a
+-- key of the entry itself), or the entry's first line when key is nil.
+function describe.line(d, name, key, kind)
+  local l = d.lines[name]
+  if not l then return 1 end
+  if key == nil then return l.entry end
+  if kind then return l[kind][key] or l.entry end
+  return l.weights[key] or l.config[key] or l.fields[key] or l.entry
 end
 
 function describe.load(path)
@@ -39,24 +213,28 @@ function describe.load(path)
   end})
   local chunk, perr = load(text, "@" .. path, "t", env)
   if not chunk then util.die(perr) end
-  local ok, entries = pcall(chunk)
+  local ok, entries, locals = run_chunk(chunk)
   if not ok then util.die(tostring(entries)) end
   if type(entries) ~= "table" then util.die(path .. ":1: error: must return a table of entries") end
-  local d = {path = path, text = text, entries = entries, ops = ops}
+  local d = {path = path, text = text, entries = entries, ops = ops, lines = key_lines(text, entries, locals)}
   for name, entry in pairs(entries) do describe.validate(d, name, entry) end
   return d
 end
 
-function describe.fail(d, name, key, msg)
-  util.die(string.format("%s:%d: error: %s", d.path, line_of(d.text, name, key), msg))
+function describe.fail(d, name, key, msg, kind)
+  util.die(string.format("%s:%d: error: %s", d.path, describe.line(d, name, key, kind), msg))
 end
 
-local function check_keys(d, name, tbl, allowed, where)
+-- Checks the keys of tbl against allowed ({key -> type name or "any"});
+-- errors cite the line of `owner` (the spec's key, of kind `kind`), or of the
+-- offending key itself for the entry's own keys.
+local function check_keys(d, name, tbl, allowed, where, owner, kind)
   for k, v in pairs(tbl) do
     local want = allowed[k]
-    if not want then describe.fail(d, name, k, string.format("%s: unknown key '%s'", where, tostring(k))) end
+    local key, knd = owner or k, owner and kind or "fields"
+    if not want then describe.fail(d, name, key, string.format("%s: unknown key '%s'", where, tostring(k)), knd) end
     if want ~= "any" and type(v) ~= want then
-      describe.fail(d, name, k, string.format("%s: '%s' must be a %s, not a %s", where, k, want, type(v)))
+      describe.fail(d, name, key, string.format("%s: '%s' must be a %s, not a %s", where, k, want, type(v)), knd)
     end
   end
 end
@@ -68,10 +246,10 @@ function describe.validate(d, name, e)
     if e[k] == nil then describe.fail(d, name, nil, string.format("entry '%s' is missing '%s'", name, k)) end
   end
   for key, spec in pairs(e.config) do
-    if type(spec) ~= "table" then describe.fail(d, name, key, "config '" .. key .. "' must be a table") end
-    check_keys(d, name, spec, CONFIG_KEYS, "config '" .. key .. "'")
+    if type(spec) ~= "table" then describe.fail(d, name, key, "config '" .. key .. "' must be a table", "config") end
+    check_keys(d, name, spec, CONFIG_KEYS, "config '" .. key .. "'", key, "config")
     if not spec.hf and not spec.gguf and not spec.by_format then
-      describe.fail(d, name, key, "config '" .. key .. "' needs an hf, gguf or by_format key")
+      describe.fail(d, name, key, "config '" .. key .. "' needs an hf, gguf or by_format key", "config")
     end
   end
   -- entries may share weight tables (models.lua builds them with merge):
@@ -80,22 +258,23 @@ function describe.validate(d, name, e)
   for wname, spec in pairs(e.weights) do weights[wname] = util.shallow_copy(spec) end
   e.weights = weights
   for wname, spec in pairs(e.weights) do
-    check_keys(d, name, spec, WEIGHT_KEYS, "weight '" .. wname .. "'")
-    if not spec.shape then describe.fail(d, name, wname, "weight '" .. wname .. "' is missing 'shape'") end
+    local function fail(msg) describe.fail(d, name, wname, msg, "weights") end
+    check_keys(d, name, spec, WEIGHT_KEYS, "weight '" .. wname .. "'", wname, "weights")
+    if not spec.shape then fail("weight '" .. wname .. "' is missing 'shape'") end
     if spec.tied and not e.weights[spec.tied] then
-      describe.fail(d, name, wname, "weight '" .. wname .. "' is tied to undeclared '" .. spec.tied .. "'")
+      fail("weight '" .. wname .. "' is tied to undeclared '" .. spec.tied .. "'")
     end
     spec.per_layer = (spec.hf or spec.gguf or ""):find("%%d") ~= nil
     if spec.slice and #spec.slice ~= 2 then
-      describe.fail(d, name, wname, "weight '" .. wname .. "': slice is {first_row, rows_of_the_stored_tensor}")
+      fail("weight '" .. wname .. "': slice is {first_row, rows_of_the_stored_tensor}")
     end
     if spec.experts and select(2, (spec.hf or spec.gguf or ""):gsub("%%d", "")) ~= 2 then
-      describe.fail(d, name, wname, "weight '" .. wname .. "': an expert weight's name needs two %d (layer, expert)")
+      fail("weight '" .. wname .. "': an expert weight's name needs two %d (layer, expert)")
     end
-    spec.line = line_of(d.text, name, wname)
+    spec.line = describe.line(d, name, wname, "weights")
   end
   e.name = name
-  e.line = line_of(d.text, name, nil)
+  e.line = describe.line(d, name, nil)
 end
 
 -- Picks the entry for a HF architecture list or a GGUF architecture name.
