@@ -208,6 +208,22 @@ static int cmd_info(const cli_common *c, int load) {
     if (load) {
         ingot_model *m = load_model(c);
         printf("weights:         %.1f MiB in memory\n", (double)ingot_model_weight_bytes(m) / (1 << 20));
+        char err[512];
+        tok_tokenizer *tok = try_load_tokenizer(c, m, err, sizeof err);
+        if (tok) {
+            const int32_t *ids;
+            const int n = tok_stop_ids(tok, &ids);
+            printf("stop tokens:     ");
+            for (int i = 0; i < n; i++) {
+                size_t len;
+                const char *piece = tok_piece(tok, ids[i], &len);
+                printf("%s%d %.*s", i ? ", " : "", ids[i], piece ? (int)len : 0, piece ? piece : "");
+            }
+            printf("%s\n", n ? "" : "none");
+            tok_free(tok);
+        } else {
+            printf("stop tokens:     none (no tokenizer: %s)\n", err);
+        }
         ingot_model_free(m);
     }
     return 0;
@@ -653,6 +669,20 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[i++];
+    /* The common options may also follow the command (`NAME serve --weights
+     * other.gguf`): take them out of the command's arguments. Free text (-p)
+     * is passed through untouched even if it spells an option. */
+    int n_rest = 0;
+    for (int j = i; j < argc; j++) {
+        if ((!strcmp(argv[j], "-p") || !strcmp(argv[j], "-f")) && j + 1 < argc) {
+            argv[i + n_rest++] = argv[j++];
+            argv[i + n_rest++] = argv[j];
+        } else if (!strcmp(argv[j], "--weights") && j + 1 < argc) c.weights = argv[++j];
+        else if (!strcmp(argv[j], "--tokenizer") && j + 1 < argc) c.tokenizer = argv[++j];
+        else if (!strcmp(argv[j], "--threads") && j + 1 < argc) c.threads = (int)parse_long(argv[++j], "--threads", 1, 64);
+        else argv[i + n_rest++] = argv[j];
+    }
+    argc = i + n_rest;
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
