@@ -413,3 +413,96 @@ def test_prefix_cache_reuses_blocks_and_changes_nothing(binary):
     assert hits_off == [0, 0], hits_off
     for i, (c, u) in enumerate(zip(cached, uncached)):
         assert_same(c, u, i, "with the prefix cache")
+
+
+# ---- a tight KV pool never stalls ----------------------------------------------------
+
+
+def chat_body(i, max_tokens, stream):
+    system = "You are a concise assistant. Answer in one short paragraph about the topic you are given."
+    return {"model": MODEL, "stream": stream, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "messages": [{"role": "system", "content": system},
+                         {"role": "user", "content": f"Tell me about {TOPICS[i % len(TOPICS)]}, please ({i})."}]}
+
+
+def test_tight_pool_never_stalls(binary):
+    """24 blocks, 8 running: 24 concurrent chat requests (about 40 prompt
+    tokens with a shared system prefix, 48 new tokens each: far more than the
+    pool holds at once), a third streamed, a sixth dropped by their client
+    after two chunks. Every request that stays finishes, the queue drains,
+    every block comes back, a request after them is served at once, and
+    /health never reported a stall."""
+    n, max_tokens = (12, 24) if SAN else (24, 48)
+    srv = start_server(binary, "--kv-blocks", "24", "--max-running", "8", "--max-waiting", "64")
+    results = [None] * n
+
+    def one(i):
+        body = chat_body(i, max_tokens, stream=i % 3 == 0)
+        if i % 6 == 0:  # dropped after two chunks
+            data = json.dumps(body).encode()
+            s = socket.create_connection((HOST, srv.port), timeout=120 * SLOW)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(data) + data)
+            read_chunks(s, 2, 300 * SLOW)
+            s.close()
+            results[i] = "dropped"
+        elif body["stream"]:
+            results[i] = stream(srv, "/v1/chat/completions", body, timeout=600 * SLOW)["finish"]
+        else:
+            r = requests.post(srv.url + "/v1/chat/completions", json=body, timeout=600 * SLOW)
+            results[i] = r.json()["choices"][0]["finish_reason"] if r.status_code == 200 else r.text
+
+    try:
+        with Sampler(srv) as sampler:
+            threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(900 * SLOW)
+        assert all(r in ("length", "dropped") for r in results), results
+        deadline = time.time() + 30 * SLOW
+        while time.time() < deadline:
+            h = health(srv)
+            if h["running"] == 0 and h["waiting"] == 0:
+                break
+            time.sleep(0.1)
+        assert h["running"] == 0 and h["waiting"] == 0, h
+        m = metrics(srv)
+        assert m["ingot_kv_blocks_used"] == 0, m
+        assert m["ingot_preemptions_total"] > 0  # the pool really was too small
+        assert sampler.max_running <= 8
+        t0 = time.time()
+        r = requests.post(srv.url + "/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2},
+                          timeout=60 * SLOW)
+        assert r.status_code == 200 and time.time() - t0 < 10 * SLOW
+    finally:
+        check_clean_exit(srv, srv.stop())
+
+
+def test_queue_bound_counts_live_requests(binary):
+    """--max-running 8 --max-waiting 4: of 16 simultaneous requests 12 are
+    taken (8 run, 4 wait) and the rest answered 503 with Retry-After."""
+    srv = start_server(binary, "--max-running", "8", "--max-waiting", "4", "--kv-blocks", "128")
+    codes, retry = [None] * 16, []
+    barrier = threading.Barrier(16)
+
+    def one(i):
+        body = chat_body(i, 24 if SAN else 48, stream=False)
+        barrier.wait(30)
+        r = requests.post(srv.url + "/v1/chat/completions", json=body, timeout=600 * SLOW)
+        codes[i] = r.status_code
+        if r.status_code == 503:
+            retry.append(r.headers.get("Retry-After"))
+            assert r.json()["error"]["type"]
+
+    try:
+        threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(900 * SLOW)
+        assert codes.count(200) >= 12, codes
+        assert set(codes) <= {200, 503}, codes
+        assert all(r and r.isdigit() for r in retry), retry
+    finally:
+        check_clean_exit(srv, srv.stop())
