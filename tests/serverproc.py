@@ -4,6 +4,10 @@
         requests.get(srv.url + "/health")
         client = openai.OpenAI(base_url=srv.base_url, api_key="x")
 
+`ServerProc(ROOT / "ingot", command=["serve", MODEL, "--name", NAME])` starts
+the server through the front end instead (it builds the binary first if
+needed, then execs it: the process is the server).
+
 The server binds port 0 and reports the port it got on its "listening on"
 line, so parallel servers never race for a port. Its stderr is collected in
 `log` (the sanitizer report of a --san binary lands there too).
@@ -20,8 +24,9 @@ LISTEN = re.compile(r"listening on http://([^:\s]+):(\d+)")
 
 
 class ServerProc:
-    def __init__(self, binary, *args, env=None, start_timeout=120):
+    def __init__(self, binary, *args, env=None, start_timeout=120, command=("serve",)):
         self.binary = str(binary)
+        self.command = [str(c) for c in command]
         self.args = [str(a) for a in args]
         self.env = dict(os.environ, **(env or {}))
         self.start_timeout = start_timeout
@@ -32,7 +37,7 @@ class ServerProc:
 
     # ---- lifecycle --------------------------------------------------------
     def start(self):
-        cmd = [self.binary, "serve", "--host", "127.0.0.1", "--port", "0", *self.args]
+        cmd = [self.binary, *self.command, "--host", "127.0.0.1", "--port", "0", *self.args]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, errors="replace", env=self.env)
         self._reader = threading.Thread(target=self._drain, daemon=True)
