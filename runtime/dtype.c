@@ -1,14 +1,26 @@
 /* dtype.c — element types: names, block sizes, fp16/bf16 conversion, row (de)quantization. */
 #include "dtype.h"
+#include "quantize.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <strings.h>
 
 static const char *const dtype_names[INGOT_DTYPE_COUNT] = {
     [INGOT_F32] = "f32", [INGOT_F16] = "f16", [INGOT_BF16] = "bf16",
     [INGOT_Q8_0] = "q8_0", [INGOT_Q4_0] = "q4_0", [INGOT_Q4_1] = "q4_1",
+    [INGOT_Q5_0] = "q5_0", [INGOT_Q5_1] = "q5_1", [INGOT_Q2_K] = "q2_k",
+    [INGOT_Q3_K] = "q3_k", [INGOT_Q4_K] = "q4_k", [INGOT_Q5_K] = "q5_k",
+    [INGOT_Q6_K] = "q6_k", [INGOT_IQ4_NL] = "iq4_nl", [INGOT_IQ4_XS] = "iq4_xs",
 };
+
+_Static_assert(sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_iq4_nl) == 18, "32-block sizes");
+_Static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(block_q4_K) == 144 &&
+                   sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 && sizeof(block_iq4_xs) == 136,
+               "super-block sizes");
+
+const int8_t dtype_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* Returns the lowercase name, or "?" for an out-of-range value. */
 const char *dtype_name(ingot_dtype t) {
@@ -27,9 +39,16 @@ int dtype_from_name(const char *name, ingot_dtype *out) {
     return -1;
 }
 
-/* 32 for block-quantized types, 1 for plain floats (and unknown values). */
+/* 32 or 256 for block-quantized types, 1 for plain floats (and unknown values). */
 int dtype_block_elems(ingot_dtype t) {
-    return (t == INGOT_Q8_0 || t == INGOT_Q4_0 || t == INGOT_Q4_1) ? INGOT_QBLOCK : 1;
+    switch (t) {
+    case INGOT_Q8_0: case INGOT_Q4_0: case INGOT_Q4_1: case INGOT_Q5_0: case INGOT_Q5_1: case INGOT_IQ4_NL:
+        return INGOT_QBLOCK;
+    case INGOT_Q2_K: case INGOT_Q3_K: case INGOT_Q4_K: case INGOT_Q5_K: case INGOT_Q6_K: case INGOT_IQ4_XS:
+        return INGOT_KBLOCK;
+    default:
+        return 1;
+    }
 }
 
 /* Bytes per block; 0 for an unknown type so callers' size checks fail. */
@@ -41,6 +60,15 @@ size_t dtype_block_bytes(ingot_dtype t) {
     case INGOT_Q8_0: return sizeof(block_q8_0);
     case INGOT_Q4_0: return sizeof(block_q4_0);
     case INGOT_Q4_1: return sizeof(block_q4_1);
+    case INGOT_Q5_0: return sizeof(block_q5_0);
+    case INGOT_Q5_1: return sizeof(block_q5_1);
+    case INGOT_Q2_K: return sizeof(block_q2_K);
+    case INGOT_Q3_K: return sizeof(block_q3_K);
+    case INGOT_Q4_K: return sizeof(block_q4_K);
+    case INGOT_Q5_K: return sizeof(block_q5_K);
+    case INGOT_Q6_K: return sizeof(block_q6_K);
+    case INGOT_IQ4_NL: return sizeof(block_iq4_nl);
+    case INGOT_IQ4_XS: return sizeof(block_iq4_xs);
     default: return 0;
     }
 }
@@ -127,6 +155,120 @@ static inline int clamp_to_int(float v, int lo, int hi) {
     return (int)v;
 }
 
+static inline uint32_t ld32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Q5_0, Q5_1 and IQ4_NL: one 32-element block at p (raw bytes). The
+ * arithmetic is GGUF's reference, in the same order: d*(q-16), d*q + m,
+ * d*value. */
+static void dequant_block32(ingot_dtype t, const uint8_t *p, float *y) {
+    const float d = fp16_to_f32(ld16(p));
+    if (t == INGOT_IQ4_NL) {
+        const uint8_t *qs = p + offsetof(block_iq4_nl, qs);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)dtype_iq4_values[qs[j] & 15];
+            y[j + 16] = d * (float)dtype_iq4_values[qs[j] >> 4];
+        }
+        return;
+    }
+    const int one = t == INGOT_Q5_1;
+    const float m = one ? fp16_to_f32(ld16(p + offsetof(block_q5_1, m))) : 0.0f;
+    const uint32_t qh = ld32(p + (one ? offsetof(block_q5_1, qh) : offsetof(block_q5_0, qh)));
+    const uint8_t *qs = p + (one ? offsetof(block_q5_1, qs) : offsetof(block_q5_0, qs));
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 15) | (int)((qh >> j) & 1) << 4;
+        int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+        if (one) {
+            y[j] = d * (float)lo + m;
+            y[j + 16] = d * (float)hi + m;
+        } else {
+            y[j] = d * (float)(lo - 16);
+            y[j + 16] = d * (float)(hi - 16);
+        }
+    }
+}
+
+/* One 256-element super-block at p (layouts in dtype.h). Each group's scale
+ * is formed first (d*sc in f32, exact: an 11-bit by at most 8-bit product),
+ * then multiplied by the code and the min subtracted, as GGUF's reference does. */
+static void dequant_superblock(ingot_dtype t, const uint8_t *p, float *y) {
+    switch (t) {
+    case INGOT_Q2_K: {
+        const uint8_t *sc = p + offsetof(block_q2_K, scales), *qs = p + offsetof(block_q2_K, qs);
+        const float d = fp16_to_f32(ld16(p + offsetof(block_q2_K, d)));
+        const float dmin = fp16_to_f32(ld16(p + offsetof(block_q2_K, dmin)));
+        for (int e = 0; e < INGOT_KBLOCK; e++) {
+            const int g = e / 32, l = e % 32;
+            const int q = (qs[32 * (g / 4) + l] >> (2 * (g % 4))) & 3;
+            const float dl = d * (float)(sc[e / 16] & 15), ml = dmin * (float)(sc[e / 16] >> 4);
+            y[e] = dl * (float)q - ml;
+        }
+        break;
+    }
+    case INGOT_Q3_K: {
+        const uint8_t *hm = p + offsetof(block_q3_K, hmask), *qs = p + offsetof(block_q3_K, qs);
+        const uint8_t *sc = p + offsetof(block_q3_K, scales);
+        const float d = fp16_to_f32(ld16(p + offsetof(block_q3_K, d)));
+        for (int e = 0; e < INGOT_KBLOCK; e++) {
+            const int g = e / 32, l = e % 32, i = e / 16;
+            const int s = ((sc[i % 8] >> (4 * (i / 8))) & 15) | ((sc[8 + i % 4] >> (2 * (i / 4))) & 3) << 4;
+            const int q = (((qs[32 * (g / 4) + l] >> (2 * (g % 4))) & 3) | ((hm[l] >> g) & 1) << 2) - 4;
+            const float dl = d * (float)(s - 32);
+            y[e] = dl * (float)q;
+        }
+        break;
+    }
+    case INGOT_Q4_K: case INGOT_Q5_K: {
+        const int five = t == INGOT_Q5_K;
+        const uint8_t *sc = p + (five ? offsetof(block_q5_K, scales) : offsetof(block_q4_K, scales));
+        const uint8_t *qs = p + (five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs));
+        const uint8_t *qh = p + offsetof(block_q5_K, qh);
+        const float d = fp16_to_f32(ld16(p)), dmin = fp16_to_f32(ld16(p + 2));
+        for (int g = 0; g < 8; g++) {
+            int s, m;
+            dtype_k4_scale_min(sc, g, &s, &m);
+            const float d1 = d * (float)s, m1 = dmin * (float)m;
+            for (int l = 0; l < 32; l++) {
+                int q = (qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 15;
+                if (five) q |= ((qh[l] >> g) & 1) << 4;
+                y[32 * g + l] = d1 * (float)q - m1;
+            }
+        }
+        break;
+    }
+    case INGOT_Q6_K: {
+        const uint8_t *ql = p + offsetof(block_q6_K, ql), *qh = p + offsetof(block_q6_K, qh);
+        const int8_t *sc = (const int8_t *)(p + offsetof(block_q6_K, scales));
+        const float d = fp16_to_f32(ld16(p + offsetof(block_q6_K, d)));
+        for (int e = 0; e < INGOT_KBLOCK; e++) {
+            const int g = e / 32, l = e % 32;
+            const int lo = (ql[64 * (g / 4) + 32 * (g % 2) + l] >> (4 * ((g % 4) / 2))) & 15;
+            const int hi = (qh[32 * (g / 4) + l] >> (2 * (g % 4))) & 3;
+            const float dl = d * (float)sc[e / 16];
+            y[e] = dl * (float)((lo | hi << 4) - 32);
+        }
+        break;
+    }
+    case INGOT_IQ4_XS: {
+        const float d = fp16_to_f32(ld16(p + offsetof(block_iq4_xs, d)));
+        const unsigned sh = ld16(p + offsetof(block_iq4_xs, scales_h));
+        const uint8_t *sl = p + offsetof(block_iq4_xs, scales_l), *qs = p + offsetof(block_iq4_xs, qs);
+        for (int g = 0; g < 8; g++) {
+            const int s = ((sl[g / 2] >> (4 * (g % 2))) & 15) | (int)((sh >> (2 * g)) & 3) << 4;
+            const float dl = d * (float)(s - 32);
+            for (int j = 0; j < 16; j++) {
+                y[32 * g + j] = dl * (float)dtype_iq4_values[qs[16 * g + j] & 15];
+                y[32 * g + j + 16] = dl * (float)dtype_iq4_values[qs[16 * g + j] >> 4];
+            }
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
 /* src is treated as raw bytes so it may be unaligned. */
 void dtype_dequantize_row(ingot_dtype t, const void *src, float *dst, int64_t n) {
     const uint8_t *p = src;
@@ -165,6 +307,14 @@ void dtype_dequantize_row(ingot_dtype t, const void *src, float *dst, int64_t n)
             }
         }
         break;
+    case INGOT_Q5_0: case INGOT_Q5_1: case INGOT_IQ4_NL:
+        for (int64_t b = 0; b < n / INGOT_QBLOCK; b++, p += dtype_block_bytes(t), dst += INGOT_QBLOCK)
+            dequant_block32(t, p, dst);
+        break;
+    case INGOT_Q2_K: case INGOT_Q3_K: case INGOT_Q4_K: case INGOT_Q5_K: case INGOT_Q6_K: case INGOT_IQ4_XS:
+        for (int64_t b = 0; b < n / INGOT_KBLOCK; b++, p += dtype_block_bytes(t), dst += INGOT_KBLOCK)
+            dequant_superblock(t, p, dst);
+        break;
     default:
         break;
     }
@@ -173,8 +323,23 @@ void dtype_dequantize_row(ingot_dtype t, const void *src, float *dst, int64_t n)
 /* Quantizes one block per GGUF's reference: scale from the block's extreme
  * value(s), multiply by the reciprocal scale, then round (Q8_0, half away
  * from zero) or truncate after adding the offset (Q4). */
-void dtype_quantize_row(ingot_dtype t, const float *src, void *dst, int64_t n) {
+int dtype_quantize_row(ingot_dtype t, const float *src, void *dst, int64_t n) {
     uint8_t *p = dst;
+    void (*block)(const float *, uint8_t *) = NULL; /* the types of quantize.c */
+    switch (t) {
+    case INGOT_Q5_0: block = quant_q5_0_block; break;
+    case INGOT_Q5_1: block = quant_q5_1_block; break;
+    case INGOT_Q4_K: block = quant_q4_k_block; break;
+    case INGOT_Q5_K: block = quant_q5_k_block; break;
+    case INGOT_Q6_K: block = quant_q6_k_block; break;
+    default: break;
+    }
+    if (block) {
+        const int be = dtype_block_elems(t);
+        const size_t bb = dtype_block_bytes(t);
+        for (int64_t b = 0; b < n / be; b++) block(src + b * be, p + (size_t)b * bb);
+        return 0;
+    }
     switch (t) {
     case INGOT_F32:
         memcpy(p, src, (size_t)n * 4);
@@ -231,6 +396,47 @@ void dtype_quantize_row(ingot_dtype t, const float *src, void *dst, int64_t n) {
         }
         break;
     default:
-        break;
+        return -1;
     }
+    return 0;
+}
+
+int dtype_can_quantize(ingot_dtype t) {
+    switch (t) {
+    case INGOT_F32: case INGOT_F16: case INGOT_BF16: case INGOT_Q8_0: case INGOT_Q4_0: case INGOT_Q4_1:
+    case INGOT_Q5_0: case INGOT_Q5_1: case INGOT_Q4_K: case INGOT_Q5_K: case INGOT_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Byte offsets of a type's f16 scale fields within its block (-1: none). */
+static void scale_offsets(ingot_dtype t, int *a, int *b) {
+    *a = *b = -1;
+    switch (t) {
+    case INGOT_Q8_0: case INGOT_Q4_0: case INGOT_Q5_0: case INGOT_IQ4_NL: case INGOT_IQ4_XS: *a = 0; break;
+    case INGOT_Q4_1: case INGOT_Q5_1: case INGOT_Q4_K: case INGOT_Q5_K: *a = 0; *b = 2; break;
+    case INGOT_Q2_K: *a = (int)offsetof(block_q2_K, d); *b = (int)offsetof(block_q2_K, dmin); break;
+    case INGOT_Q3_K: *a = (int)offsetof(block_q3_K, d); break;
+    case INGOT_Q6_K: *a = (int)offsetof(block_q6_K, d); break;
+    default: break;
+    }
+}
+
+/* An f16 whose exponent bits are all ones is an infinity or a NaN. */
+int dtype_check_scales(ingot_dtype t, const void *src, int64_t n, int64_t *bad_block) {
+    int a, b;
+    scale_offsets(t, &a, &b);
+    if (a < 0) return 0;
+    const uint8_t *p = src;
+    const size_t bb = dtype_block_bytes(t);
+    const int64_t blocks = n / dtype_block_elems(t);
+    for (int64_t i = 0; i < blocks; i++, p += bb) {
+        if ((ld16(p + a) & 0x7c00) == 0x7c00 || (b >= 0 && (ld16(p + b) & 0x7c00) == 0x7c00)) {
+            *bad_block = i;
+            return -1;
+        }
+    }
+    return 0;
 }

@@ -2,7 +2,8 @@
  *
  * The quantized block layouts are byte-identical to GGUF's so that a GGUF
  * tensor is used in place (zero copy). A "row" of n elements of a block type
- * is n/32 consecutive blocks; n must be a multiple of 32.
+ * is n/B consecutive blocks, B = dtype_block_elems (32, or 256 for the
+ * K-quants and IQ4_XS); n must be a multiple of B.
  */
 #ifndef INGOT_DTYPE_H
 #define INGOT_DTYPE_H
@@ -17,10 +18,20 @@ typedef enum {
     INGOT_Q8_0,  /* 32 elements: f16 scale d, int8 q[32];        x = d*q           */
     INGOT_Q4_0,  /* 32 elements: f16 scale d, 16 bytes of nibbles; x = d*(q-8)     */
     INGOT_Q4_1,  /* 32 elements: f16 scale d, f16 min m, nibbles;  x = d*q + m     */
+    INGOT_Q5_0,  /* 32 elements: d, 5-bit q (nibble + 1 bit of qh); x = d*(q-16)   */
+    INGOT_Q5_1,  /* 32 elements: d, m, 5-bit q;                     x = d*q + m     */
+    INGOT_Q2_K,  /* 256: 16 groups of 16, 4-bit scale and min each, 2-bit q          */
+    INGOT_Q3_K,  /* 256: 16 groups of 16, 6-bit signed scale, 3-bit q (2 + hmask bit) */
+    INGOT_Q4_K,  /* 256: 8 groups of 32, 6-bit scale and min each, 4-bit q           */
+    INGOT_Q5_K,  /* 256: as Q4_K with a fifth bit per q from qh                      */
+    INGOT_Q6_K,  /* 256: 16 groups of 16, int8 scale, 6-bit q (4 + 2 bits)           */
+    INGOT_IQ4_NL, /* 32 elements: d, 4-bit index into a fixed non-linear table      */
+    INGOT_IQ4_XS, /* 256: 8 groups of 32, 6-bit signed scale, 4-bit table index     */
     INGOT_DTYPE_COUNT
 } ingot_dtype;
 
-#define INGOT_QBLOCK 32 /* elements per quantized block */
+#define INGOT_QBLOCK 32  /* elements per 32-block (Q8_0 .. Q5_1, IQ4_NL) */
+#define INGOT_KBLOCK 256 /* elements per super-block (K-quants, IQ4_XS) */
 
 /* Nibble order inside q4 blocks (as GGUF): byte j holds element j in its low
  * nibble and element j+16 in its high nibble. */
@@ -28,11 +39,54 @@ typedef struct { uint16_t d; int8_t qs[32]; } block_q8_0;             /* 34 byte
 typedef struct { uint16_t d; uint8_t qs[16]; } block_q4_0;            /* 18 bytes */
 typedef struct { uint16_t d; uint16_t m; uint8_t qs[16]; } block_q4_1; /* 20 bytes */
 
-/* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1" */
+/* Q5: nibbles as in Q4; bit j of the little-endian 32-bit qh is bit 4 of element j. */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } block_q5_0;             /* 22 bytes */
+typedef struct { uint16_t d; uint16_t m; uint8_t qh[4]; uint8_t qs[16]; } block_q5_1; /* 24 bytes */
+/* IQ4_NL: nibbles as in Q4_0, each an index into dtype_iq4_values; x = d*value. */
+typedef struct { uint16_t d; uint8_t qs[16]; } block_iq4_nl;                          /* 18 bytes */
+
+/* Super-blocks of 256 (GGUF's QK_K). Element e = 32*g + l of a super-block
+ * (g = 0..7 its group of 32, l = 0..31) is stored as:
+ *   Q2_K  q = (qs[32*(g/4) + l] >> 2*(g%4)) & 3; group of 16 e/16 has the byte
+ *         scales[e/16]: x = d*(sc & 15)*q - dmin*(sc >> 4)
+ *   Q3_K  q = ((qs[..] as Q2_K) | ((hmask[l] >> g) & 1) << 2) - 4; 16 6-bit
+ *         scales s (low 4 bits in scales[0..7], nibble e/16/8 of byte (e/16)%8;
+ *         high 2 bits: (scales[8 + (e/16)%4] >> 2*((e/16)/4)) & 3): x = d*(s-32)*q
+ *   Q4_K  q = (qs[32*(g/2) + l] >> 4*(g%2)) & 15; 6-bit scale and min of group
+ *         g packed in scales[12] (see dtype.c): x = d*sc*q - dmin*m
+ *   Q5_K  q = Q4_K's nibble | ((qh[l] >> g) & 1) << 4; x = d*sc*q - dmin*m
+ *   Q6_K  q = (((ql[64*(g/4) + 32*(g%2) + l] >> 4*((g%4)/2)) & 15)
+ *             | ((qh[32*(g/4) + l] >> 2*(g%4)) & 3) << 4) - 32; x = d*scales[e/16]*q
+ *   IQ4_XS group g: bytes qs[16g .. 16g+15], low nibbles elements 0..15, high
+ *         nibbles 16..31; 6-bit scale s = (scales_l[g/2] >> 4*(g%2) & 15) |
+ *         ((scales_h >> 2g) & 3) << 4: x = d*(s-32)*dtype_iq4_values[q] */
+typedef struct { uint8_t scales[16]; uint8_t qs[64]; uint16_t d; uint16_t dmin; } block_q2_K;          /* 84 */
+typedef struct { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; uint16_t d; } block_q3_K;     /* 110 */
+typedef struct { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_K;        /* 144 */
+typedef struct { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_K; /* 176 */
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } block_q6_K;        /* 210 */
+typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; } block_iq4_xs;  /* 136 */
+
+/* The 16 values an IQ4 index selects (GGUF's kvalues_iq4nl). */
+extern const int8_t dtype_iq4_values[16];
+
+/* The 6-bit scale and min of group g (0..7) of a Q4_K/Q5_K super-block. */
+static inline void dtype_k4_scale_min(const uint8_t *scales, int g, int *sc, int *m) {
+    if (g < 4) {
+        *sc = scales[g] & 63;
+        *m = scales[g + 4] & 63;
+    } else {
+        *sc = (scales[g + 4] & 15) | ((scales[g - 4] >> 6) << 4);
+        *m = (scales[g + 4] >> 4) | ((scales[g] >> 6) << 4);
+    }
+}
+
+/* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k",
+ * "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs" */
 const char *dtype_name(ingot_dtype t);
 /* Parses a name as above (case-insensitive); returns 0 on success, -1 if unknown. */
 int dtype_from_name(const char *name, ingot_dtype *out);
-/* Elements per block: 1 for float types, 32 for quantized ones. */
+/* Elements per block: 1 for float types, 32 or 256 for quantized ones. */
 int dtype_block_elems(ingot_dtype t);
 /* Bytes per block (per element for float types). */
 size_t dtype_block_bytes(ingot_dtype t);
@@ -49,7 +103,17 @@ uint16_t f32_to_bf16(float f);
 /* Converts n elements of type t at src to f32 at dst. */
 void dtype_dequantize_row(ingot_dtype t, const void *src, float *dst, int64_t n);
 /* Converts n f32 elements to type t (round to nearest; quantization follows
- * the reference rounding GGUF tools use). n must be a multiple of the block size. */
-void dtype_quantize_row(ingot_dtype t, const float *src, void *dst, int64_t n);
+ * the reference rounding GGUF tools use). n must be a multiple of the block size.
+ * Returns 0, or -1 for a type with no quantizer (Q2_K, Q3_K, IQ4_NL, IQ4_XS:
+ * they are read, never produced). */
+int dtype_quantize_row(ingot_dtype t, const float *src, void *dst, int64_t n);
+/* Whether dtype_quantize_row can produce type t. */
+int dtype_can_quantize(ingot_dtype t);
+
+/* Checks the f16 scales (d, and m/dmin where the type has one) of the n
+ * elements at src: returns 0 if all are finite, else -1 with *bad_block set
+ * to the index of the first block holding a NaN or infinite scale. Float
+ * types always pass (their values are data, not scales). */
+int dtype_check_scales(ingot_dtype t, const void *src, int64_t n, int64_t *bad_block);
 
 #endif

@@ -215,3 +215,20 @@ const wt_tensor *wt_expect(const wt_file *f, const char *name, int n_dims, const
     }
     return t;
 }
+
+int wt_check_scales(const wt_file *f, const wt_tensor *t, char *err, size_t errlen) {
+    int64_t n = 1;
+    for (int d = 0; d < t->n_dims; d++) n *= t->shape[d]; /* the loaders checked that this fits */
+    int64_t bad = 0;
+    if (dtype_check_scales(t->dtype, t->data, n, &bad) == 0) return 0;
+    const int64_t row_len = t->n_dims ? t->shape[t->n_dims - 1] : 1;
+    const int64_t row = row_len > 0 ? bad * dtype_block_elems(t->dtype) / row_len : 0;
+    char name[128]; /* printable, so the message stays one line */
+    size_t j = 0;
+    for (const char *c = t->name; *c && j + 1 < sizeof name; c++) name[j++] = (*c >= 0x20 && *c < 0x7f) ? *c : '?';
+    name[j] = 0;
+    if (err)
+        snprintf(err, errlen, "%s: tensor '%s': block %lld (row %lld) has a non-finite scale (NaN or infinity)",
+                 f->path, name, (long long)bad, (long long)row);
+    return -1;
+}

@@ -45,6 +45,13 @@ const char *wt_path(const wt_file *f);      /* the path given to wt_open */
 const wt_tensor *wt_expect(const wt_file *f, const char *name, int n_dims, const int64_t *shape,
                            unsigned dtype_mask, char *err, size_t errlen);
 
+/* Checks that every f16 scale of a block-quantized tensor is finite (a NaN
+ * or infinite scale would turn its whole block into NaN/inf and every
+ * logit after it). Returns 0, or -1 with e.g.
+ *   "m.gguf: tensor 'blk.0.ffn_down.weight': block 17 (row 2) has a non-finite scale"
+ * Reads one header per block: every page of the tensor is touched. */
+int wt_check_scales(const wt_file *f, const wt_tensor *t, char *err, size_t errlen);
+
 /* Formats a shape as "[a, b]" into buf. */
 const char *wt_shape_str(int n_dims, const int64_t *shape, char *buf, size_t cap);
 

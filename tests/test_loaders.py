@@ -491,8 +491,9 @@ def test_gguf_bad_metadata(built, tmp_path):
 
 def test_gguf_bad_tensors(built, tmp_path):
     ok = [tinfo("t", [64], 0, 0)]
-    p = write(tmp_path, "type.gguf", gguf_raw([], [tinfo("blk.0.q", [256], 12, 0)], F32_64))
-    bad(built, p, "tensor 'blk.0.q'", "unsupported ggml type 12")
+    # 16 is IQ2_XXS, a type this engine does not read
+    p = write(tmp_path, "type.gguf", gguf_raw([], [tinfo("blk.0.q", [256], 16, 0)], F32_64))
+    bad(built, p, "tensor 'blk.0.q'", "unsupported ggml type 16")
     p = write(tmp_path, "past.gguf", gguf_raw([], [tinfo("t", [64], 0, 0), tinfo("u", [64], 0, 256)], F32_64))
     bad(built, p, "tensor 'u'", r"offset 256, 256 bytes", "past end of file")
     p = write(tmp_path, "hugeoff.gguf", gguf_raw([], [tinfo("t", [64], 0, 2**64 - 32)], F32_64))
@@ -515,7 +516,7 @@ def test_gguf_bad_tensors(built, tmp_path):
     p = write(tmp_path, "ndims0.gguf", gguf_raw([], [tinfo("t", [], 0, 0)], F32_64))
     bad(built, p, "tensor 't'", "n_dims 0")
     # Names with control characters stay on one line in the message.
-    p = write(tmp_path, "ctrl.gguf", gguf_raw([], [tinfo("a\nb", [64], 12, 0)], F32_64))
+    p = write(tmp_path, "ctrl.gguf", gguf_raw([], [tinfo("a\nb", [64], 16, 0)], F32_64))
     bad(built, p, "unsupported ggml type")
     assert ok  # the builder sanity test covers the valid variant
 

@@ -22,7 +22,11 @@ static void *model_convert(const wt_tensor *t, int64_t first, int64_t rows, ingo
     if (!dst || !tmp) { free(dst); free(tmp); return NULL; }
     for (int64_t r = 0; r < rows; r++) {
         dtype_dequantize_row(t->dtype, (const unsigned char *)t->data + (size_t)(first + r) * in_row, tmp, cols);
-        dtype_quantize_row(to, tmp, dst + (size_t)r * out_row, cols);
+        if (dtype_quantize_row(to, tmp, dst + (size_t)r * out_row, cols) != 0) { /* a type with no quantizer */
+            free(dst);
+            free(tmp);
+            return NULL;
+        }
     }
     free(tmp);
     *out_bytes = out_row * (size_t)rows;
@@ -98,6 +102,10 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
         if (!t) {
             size_t used = strlen(err);
             snprintf(err + used, errlen - used, " (declared at models.lua:%d)", s->line);
+            ingot_model_free(m);
+            return NULL;
+        }
+        if (wt_check_scales(m->file, t, err, errlen) != 0) {
             ingot_model_free(m);
             return NULL;
         }

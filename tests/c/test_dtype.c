@@ -1,4 +1,4 @@
-/* test_dtype.c — unit tests for fp16/bf16 conversion and Q8_0/Q4_0/Q4_1 round trips. */
+/* test_dtype.c — unit tests for fp16/bf16 conversion, quantized round trips and hand-computed blocks of every type. */
 #include "dtype.h"
 
 #include <math.h>
@@ -140,6 +140,8 @@ static void test_quant_roundtrip(ingot_dtype t) {
         float bound;
         if (t == INGOT_Q8_0) bound = amax / 127 * 0.5f + amax * 2e-3f;
         else if (t == INGOT_Q4_0) bound = amax / 8 * 1.0f + amax * 2e-3f;  /* clamp at 15 costs one step */
+        else if (t == INGOT_Q5_0) bound = amax / 16 * 1.0f + amax * 2e-3f; /* clamp at 31 costs one step */
+        else if (t == INGOT_Q5_1) bound = (mx - mn) / 31 * 0.5f + (fabsf(mn) + (mx - mn)) * 2e-3f;
         else bound = (mx - mn) / 15 * 0.5f + (fabsf(mn) + (mx - mn)) * 2e-3f;
         for (int j = 0; j < 32; j++) {
             float e = fabsf(x[b * 32 + j] - y[b * 32 + j]);
@@ -190,12 +192,185 @@ static void test_names(void) {
     for (int i = 0; i < INGOT_DTYPE_COUNT; i++)
         CHECK(dtype_from_name(dtype_name((ingot_dtype)i), &t) == 0 && t == (ingot_dtype)i, "name round trip %d", i);
     CHECK(dtype_from_name("Q4_1", &t) == 0 && t == INGOT_Q4_1, "case-insensitive name");
-    CHECK(dtype_from_name("q5_k", &t) == -1, "unknown name rejected");
+    CHECK(dtype_from_name("q7_k", &t) == -1, "unknown name rejected");
+    CHECK(dtype_from_name("IQ4_XS", &t) == 0 && t == INGOT_IQ4_XS, "iq4_xs by name");
     size_t rb;
     CHECK(dtype_row_bytes(INGOT_Q4_0, 33, &rb) == -1, "row of 33 q4_0 rejected");
     CHECK(dtype_row_bytes(INGOT_F32, INT64_MAX, &rb) == -1, "overflowing row rejected");
     CHECK(dtype_row_bytes(INGOT_Q8_0, 64, &rb) == 0 && rb == 68, "q8_0 row of 64 = 68 bytes");
     CHECK(dtype_block_bytes(INGOT_Q4_1) == 20 && dtype_block_bytes(INGOT_Q4_0) == 18, "block sizes");
+    /* GGUF's block sizes and bytes (gguf-py GGML_QUANT_SIZES) */
+    static const struct { ingot_dtype t; int elems; size_t bytes; } sizes[] = {
+        {INGOT_Q5_0, 32, 22}, {INGOT_Q5_1, 32, 24}, {INGOT_Q2_K, 256, 84}, {INGOT_Q3_K, 256, 110},
+        {INGOT_Q4_K, 256, 144}, {INGOT_Q5_K, 256, 176}, {INGOT_Q6_K, 256, 210}, {INGOT_IQ4_NL, 32, 18},
+        {INGOT_IQ4_XS, 256, 136},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        CHECK(dtype_block_elems(sizes[i].t) == sizes[i].elems && dtype_block_bytes(sizes[i].t) == sizes[i].bytes,
+              "%s block: %d elements, %zu bytes", dtype_name(sizes[i].t), dtype_block_elems(sizes[i].t),
+              dtype_block_bytes(sizes[i].t));
+    CHECK(dtype_row_bytes(INGOT_Q4_K, 128, &rb) == -1, "row of 128 q4_k rejected (not a multiple of 256)");
+    CHECK(dtype_row_bytes(INGOT_Q6_K, 512, &rb) == 0 && rb == 420, "q6_k row of 512 = 420 bytes");
+}
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+
+/* One block of each new type built byte by byte, with values worked out by
+ * hand from GGUF's definitions (the layouts in dtype.h). Unset bytes are 0. */
+static void test_new_types_exact(void) {
+    uint8_t b[256];
+    float y[256];
+    /* Q5_0: d = 0.5; qh bits 0 and 31; qs[0] = 0x3f, qs[15] = 0xa0.
+     * e0 = (15 | 16) - 16 = 15 -> 7.5; e16 = 3 - 16 -> -6.5; e15 = 0 - 16 -> -8;
+     * e31 = (10 | 16) - 16 = 10 -> 5. */
+    memset(b, 0, sizeof b);
+    put16(b, 0x3800); b[2] = 0x01; b[5] = 0x80; b[6] = 0x3f; b[6 + 15] = 0xa0;
+    dtype_dequantize_row(INGOT_Q5_0, b, y, 32);
+    CHECK(y[0] == 7.5f && y[16] == -6.5f && y[15] == -8.0f && y[31] == 5.0f && y[1] == -8.0f,
+          "q5_0: %g %g %g %g %g", y[0], y[16], y[15], y[31], y[1]);
+    /* Q5_1: d = 0.25, m = -1, same codes unsigned: 31 -> 6.75, 3 -> -0.25, 0 -> -1, 26 -> 5.5 */
+    memset(b, 0, sizeof b);
+    put16(b, 0x3400); put16(b + 2, 0xbc00); b[4] = 0x01; b[7] = 0x80; b[8] = 0x3f; b[8 + 15] = 0xa0;
+    dtype_dequantize_row(INGOT_Q5_1, b, y, 32);
+    CHECK(y[0] == 6.75f && y[16] == -0.25f && y[15] == -1.0f && y[31] == 5.5f, "q5_1: %g %g %g %g", y[0], y[16], y[15],
+          y[31]);
+    /* IQ4_NL: d = 2; qs[0] = 0xf0: e0 = table[0] = -127 -> -254, e16 = table[15] = 113 -> 226;
+     * qs[1] = 0x78: e1 = table[8] = 1 -> 2, e17 = table[7] = -10 -> -20 */
+    memset(b, 0, sizeof b);
+    put16(b, 0x4000); b[2] = 0xf0; b[3] = 0x78;
+    dtype_dequantize_row(INGOT_IQ4_NL, b, y, 32);
+    CHECK(y[0] == -254.0f && y[16] == 226.0f && y[1] == 2.0f && y[17] == -20.0f, "iq4_nl: %g %g %g %g", y[0], y[16], y[1],
+          y[17]);
+    /* Q2_K: d = 1, dmin = 0.5, scales[i] = i | 1 << 4 (group of 16 i: x = i*q - 0.5).
+     * qs[0] = 0xe4 holds codes 0,1,2,3 of elements 0, 32, 64, 96 (groups 0, 2, 4, 6);
+     * qs[33] = 0x0c: code 3 at shift 2 -> element 32*5 + 1 = 161, group 10. */
+    memset(b, 0, sizeof b);
+    for (int i = 0; i < 16; i++) b[i] = (uint8_t)(i | 1 << 4);
+    b[16 + 0] = 0xe4; b[16 + 33] = 0x0c;
+    put16(b + 80, 0x3c00); put16(b + 82, 0x3800);
+    dtype_dequantize_row(INGOT_Q2_K, b, y, 256);
+    CHECK(y[0] == -0.5f && y[32] == 1.5f && y[64] == 7.5f && y[96] == 17.5f && y[161] == 29.5f && y[255] == -0.5f,
+          "q2_k: %g %g %g %g %g %g", y[0], y[32], y[64], y[96], y[161], y[255]);
+    /* Q3_K: d = 0.5; 6-bit scales s0 = 33, s10 = 20, s15 = 63, all others 0
+     * (low nibbles: byte 0 low = 1, byte 2 high = 4, byte 7 high = 15; high
+     * pairs: byte 8 bits 0-1 = 2, byte 10 bits 4-5 = 1, byte 11 bits 6-7 = 3).
+     * hmask all ones except element 1. e0: code 3 -> 0.5*1*3 = 1.5;
+     * e1: code 2, no high bit -> q = -2 -> -1; e163 (group 10): code 3 ->
+     * 0.5*(20-32)*3 = -18; e255 (group 15): code 3 -> 0.5*31*3 = 46.5;
+     * e197 (group 12, s = 0): code 2 -> 0.5*(-32)*2 = -32; e2: q = 0 -> 0. */
+    memset(b, 0, sizeof b);
+    memset(b, 0xff, 32); b[1] = 0xfe;
+    b[32 + 0] = 0x03; b[32 + 1] = 0x02; b[32 + 32 + 3] = 0x0c; b[32 + 32 + 31] = 0xc0; b[32 + 32 + 5] = 0x20;
+    b[96 + 0] = 0x01; b[96 + 2] = 0x40; b[96 + 7] = 0xf0; b[96 + 8] = 0x02; b[96 + 10] = 0x10; b[96 + 11] = 0xc0;
+    put16(b + 108, 0x3800);
+    dtype_dequantize_row(INGOT_Q3_K, b, y, 256);
+    CHECK(y[0] == 1.5f && y[1] == -1.0f && y[163] == -18.0f && y[255] == 46.5f && y[197] == -32.0f && y[2] == 0.0f,
+          "q3_k: %g %g %g %g %g %g", y[0], y[1], y[163], y[255], y[197], y[2]);
+    /* Q4_K: d = 0.5, dmin = 0.25; group 0: sc 10, m 4; group 5: sc 53, m 35
+     * (scales[9] = 0x35 low parts, top bits in scales[1] and scales[5]).
+     * e0: q 7 -> 0.5*10*7 - 0.25*4 = 34; e162 (group 5, high nibbles of
+     * qs[64..95]): q 15 -> 0.5*53*15 - 0.25*35 = 388.75; e1: -1; e160: -8.75;
+     * group 4 (sc = m = 0): 0. */
+    memset(b, 0, sizeof b);
+    put16(b, 0x3800); put16(b + 2, 0x3400);
+    b[4 + 0] = 10; b[4 + 4] = 4; b[4 + 9] = 0x35; b[4 + 1] = 0xc0; b[4 + 5] = 0x80;
+    b[16 + 0] = 0x07; b[16 + 64 + 2] = 0xf0;
+    dtype_dequantize_row(INGOT_Q4_K, b, y, 256);
+    CHECK(y[0] == 34.0f && y[162] == 388.75f && y[1] == -1.0f && y[160] == -8.75f && y[130] == 0.0f,
+          "q4_k: %g %g %g %g %g", y[0], y[162], y[1], y[160], y[130]);
+    /* Q5_K: the same scales and nibbles, plus fifth bits qh[0] bit 0 (e0: q
+     * 23 -> 114) and qh[2] bit 5 (e162: q 31 -> 812.75). */
+    memset(b, 0, sizeof b);
+    put16(b, 0x3800); put16(b + 2, 0x3400);
+    b[4 + 0] = 10; b[4 + 4] = 4; b[4 + 9] = 0x35; b[4 + 1] = 0xc0; b[4 + 5] = 0x80;
+    b[16 + 0] = 0x01; b[16 + 2] = 0x20;
+    b[48 + 0] = 0x07; b[48 + 64 + 2] = 0xf0;
+    dtype_dequantize_row(INGOT_Q5_K, b, y, 256);
+    CHECK(y[0] == 114.0f && y[162] == 812.75f && y[1] == -1.0f, "q5_k: %g %g %g", y[0], y[162], y[1]);
+    /* Q6_K: d = 0.5, scales[0] = 2, scales[13] = -3. e0: ql[0] = 0x0f,
+     * qh[0] = 0x03 -> q = 63 - 32 = 31 -> 31; e210 (group of 32 g = 6, l = 18):
+     * high nibble of ql[82] = 5, bits 4-5 of qh[50] = 1 -> q = 21 - 32 = -11,
+     * group of 16 13 -> 0.5*-3*-11 = 16.5; e1: q = -32 -> -32. */
+    memset(b, 0, sizeof b);
+    b[0] = 0x0f; b[82] = 0x50; b[128 + 0] = 0x03; b[128 + 50] = 0x10;
+    b[192 + 0] = 2; b[192 + 13] = (uint8_t)-3;
+    put16(b + 208, 0x3800);
+    dtype_dequantize_row(INGOT_Q6_K, b, y, 256);
+    CHECK(y[0] == 31.0f && y[210] == 16.5f && y[1] == -32.0f, "q6_k: %g %g %g", y[0], y[210], y[1]);
+    /* IQ4_XS: d = 0.25; group 3 scale 40 (scales_l[1] high nibble 8,
+     * scales_h bits 6-7 = 2) -> 0.25*8 = 2; group 0 scale 0 -> -8.
+     * qs[48] = 0x3c: e96 = 2*table[12] = 106, e112 = 2*table[3] = -130;
+     * e0 = -8*table[0] = 1016. */
+    memset(b, 0, sizeof b);
+    put16(b, 0x3400); put16(b + 2, 0x0080); b[4 + 1] = 0x80; b[8 + 48] = 0x3c;
+    dtype_dequantize_row(INGOT_IQ4_XS, b, y, 256);
+    CHECK(y[96] == 106.0f && y[112] == -130.0f && y[0] == 1016.0f, "iq4_xs: %g %g %g", y[96], y[112], y[0]);
+}
+
+/* The quantizers of the new types: errors within what each format's step
+ * allows on uniform data, exact zeros, and the packing read back by the
+ * dequantizer (a round trip through both). */
+static void test_new_quantizers(void) {
+    enum { N = 256 * 32 };
+    static float x[N], y[N];
+    static uint8_t q[N * 2];
+    static const struct { ingot_dtype t; double rmse; } cases[] = {
+        /* uniform [-1, 1): step/sqrt(12) with step = 2/(levels - 1), plus
+         * headroom for the 6/8-bit group scales (K) and fp16 scales */
+        {INGOT_Q5_0, 2.0 / 31 / 3.464 * 1.25}, {INGOT_Q5_1, 2.0 / 31 / 3.464 * 1.1},
+        {INGOT_Q4_K, 2.0 / 15 / 3.464 * 1.1}, {INGOT_Q5_K, 2.0 / 31 / 3.464 * 1.1},
+        {INGOT_Q6_K, 2.0 / 63 / 3.464 * 1.25},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const ingot_dtype t = cases[c].t;
+        for (int i = 0; i < N; i++) x[i] = frand();
+        for (int i = 256; i < 512; i++) x[i] = 0.0f; /* an all-zero super-block */
+        CHECK(dtype_can_quantize(t) && dtype_quantize_row(t, x, q, N) == 0, "%s quantizes", dtype_name(t));
+        dtype_dequantize_row(t, q, y, N);
+        double se = 0;
+        int zero_bad = 0;
+        for (int i = 0; i < N; i++) se += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+        for (int i = 256; i < 512; i++) zero_bad += y[i] != 0.0f;
+        const double rmse = sqrt(se / N);
+        CHECK(rmse <= cases[c].rmse, "%s rmse %.5f > %.5f", dtype_name(t), rmse, cases[c].rmse);
+        CHECK(zero_bad == 0, "%s zero block: %d nonzero", dtype_name(t), zero_bad);
+    }
+    /* Q4_K on groups that differ in range (x100): a group's error is at most
+     * one step (the squared-error search may clip an extreme value by up to a
+     * step when that lowers the group's total error), plus 16 half-steps of the super-block scale d (its own
+     * scale is rounded to a multiple of d, and q <= 15 multiplies that) plus
+     * half a step of dmin (its min is rounded to a multiple of dmin); d and
+     * dmin are set by the wide groups: about 200/15/63 and 100/63. */
+    for (int i = 0; i < N; i++) x[i] = frand() * ((i / 32) % 4 == 0 ? 100.0f : 1.0f);
+    dtype_quantize_row(INGOT_Q4_K, x, q, N);
+    dtype_dequantize_row(INGOT_Q4_K, q, y, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        const float range = (i / 32) % 4 == 0 ? 200.0f : 2.0f;
+        if (!(fabsf(x[i] - y[i]) <= range / 15 + 8 * (200.0f / 15 / 63) + 0.5f * (100.0f / 63) + 1e-3f)) bad++;
+    }
+    CHECK(bad == 0, "q4_k mixed ranges: %d elements beyond a step", bad);
+    CHECK(dtype_can_quantize(INGOT_Q2_K) == 0 && dtype_quantize_row(INGOT_Q3_K, x, q, 256) == -1,
+          "q2_k/q3_k have no quantizer");
+}
+
+/* Non-finite f16 scales are found, with the index of their block. */
+static void test_check_scales(void) {
+    uint8_t b[4 * 210];
+    int64_t bad = -1;
+    memset(b, 0, sizeof b);
+    CHECK(dtype_check_scales(INGOT_Q5_K, b, 4 * 256, &bad) == 0, "zero scales pass");
+    put16(b + 2 * 176 + 2, 0x7e00); /* dmin of block 2: NaN */
+    CHECK(dtype_check_scales(INGOT_Q5_K, b, 4 * 256, &bad) == -1 && bad == 2, "q5_k NaN dmin in block 2 (%lld)",
+          (long long)bad);
+    memset(b, 0, sizeof b);
+    put16(b + 3 * 210 + 208, 0xfc00); /* d of Q6_K block 3: -inf */
+    CHECK(dtype_check_scales(INGOT_Q6_K, b, 3 * 256, &bad) == 0, "only the blocks asked for are read");
+    CHECK(dtype_check_scales(INGOT_Q6_K, b, 4 * 256, &bad) == -1 && bad == 3, "q6_k -inf d in block 3");
+    memset(b, 0, sizeof b);
+    put16(b + 22, 0x7c00); /* Q5_0 block 1: inf */
+    CHECK(dtype_check_scales(INGOT_Q5_0, b, 64, &bad) == -1 && bad == 1, "q5_0 inf d in block 1");
+    CHECK(dtype_check_scales(INGOT_F16, b, 64, &bad) == 0, "f16 data is not a scale");
 }
 
 int main(void) {
@@ -207,6 +382,11 @@ int main(void) {
     test_quant_roundtrip(INGOT_Q8_0);
     test_quant_roundtrip(INGOT_Q4_0);
     test_quant_roundtrip(INGOT_Q4_1);
+    test_quant_roundtrip(INGOT_Q5_0);
+    test_quant_roundtrip(INGOT_Q5_1);
+    test_new_types_exact();
+    test_new_quantizers();
+    test_check_scales();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

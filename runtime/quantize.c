@@ -1,0 +1,213 @@
+/* quantize.c — f32 to Q5_0/Q5_1 (reference formulas) and Q4_K/Q5_K/Q6_K (least-squares scale search). */
+#include "quantize.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "dtype.h"
+
+static inline void st16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+
+/* Float to int with clamping; NaN goes to lo (a cast of an out-of-range
+ * float would be undefined behaviour). Truncates toward zero. */
+static inline int clamp_int(float v, int lo, int hi) {
+    if (!(v >= (float)lo)) return lo;
+    if (v >= (float)hi) return hi;
+    return (int)v;
+}
+/* Nearest integer (halves away from zero), clamped. */
+static inline int round_clamp(float v, int lo, int hi) { return clamp_int(roundf(v), lo, hi); }
+
+/* Q5_0: d = (the value of largest magnitude) / -16, q = trunc(x/d + 16.5)
+ * clamped to 31, as GGUF's reference; the fifth bits go to qh. */
+void quant_q5_0_block(const float *x, uint8_t *out) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+    const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint32_t qh = 0;
+    st16(out, f32_to_fp16(d));
+    for (int j = 0; j < 16; j++) {
+        const int q0 = clamp_int(x[j] * id + 16.5f, 0, 31), q1 = clamp_int(x[j + 16] * id + 16.5f, 0, 31);
+        out[offsetof(block_q5_0, qs) + j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+        qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++) out[offsetof(block_q5_0, qh) + k] = (uint8_t)(qh >> (8 * k));
+}
+
+/* Q5_1: d = (max - min)/31, m = min, q = trunc((x - min)/d + 0.5). */
+void quant_q5_1_block(const float *x, uint8_t *out) {
+    float min = x[0], max = x[0];
+    for (int j = 1; j < 32; j++) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint32_t qh = 0;
+    st16(out, f32_to_fp16(d));
+    st16(out + offsetof(block_q5_1, m), f32_to_fp16(min));
+    for (int j = 0; j < 16; j++) {
+        const int q0 = clamp_int((x[j] - min) * id + 0.5f, 0, 31), q1 = clamp_int((x[j + 16] - min) * id + 0.5f, 0, 31);
+        out[offsetof(block_q5_1, qs) + j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+        qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++) out[offsetof(block_q5_1, qh) + k] = (uint8_t)(qh >> (8 * k));
+}
+
+/* Squared error of x ~= s*q + a for the codes q that the grid step 1/iscale
+ * from `lo` gives; also returns the least-squares (s, a) for those codes,
+ * with a <= 0 (K-quants store the min as a non-negative offset) and s >= 0.
+ * Returns INFINITY for a candidate without a valid fit. */
+static float affine_candidate(const float *x, int n, int nmax, float lo, float iscale, float *s_out, float *a_out) {
+    float sq = 0, sqq = 0, sx = 0, sqx = 0;
+    int q[32];
+    for (int i = 0; i < n; i++) {
+        q[i] = round_clamp(iscale * (x[i] - lo), 0, nmax);
+        sq += (float)q[i];
+        sqq += (float)(q[i] * q[i]);
+        sx += x[i];
+        sqx += (float)q[i] * x[i];
+    }
+    const float det = (float)n * sqq - sq * sq;
+    if (!(det > 0.0f)) return INFINITY; /* every code equal: nothing to fit */
+    float s = ((float)n * sqx - sq * sx) / det, a = (sqq * sx - sq * sqx) / det;
+    if (a > 0.0f) { a = 0.0f; s = sqx / sqq; }
+    if (!(s >= 0.0f)) return INFINITY;
+    float err = 0;
+    for (int i = 0; i < n; i++) {
+        const float e = s * (float)q[i] + a - x[i];
+        err += e * e;
+    }
+    *s_out = s;
+    *a_out = a;
+    return err;
+}
+
+/* Chooses scale s >= 0 and offset a <= 0 for one group of n values (x ~=
+ * s*q + a, q in [0, nmax]): the min/max grid and 20 grid steps around it
+ * (nmax - 1 .. nmax + 1 levels over the range), each refitted by least
+ * squares for its codes; the one with the lowest squared error wins. */
+static void fit_affine(const float *x, int n, int nmax, float *s_out, float *a_out) {
+    float lo = 0.0f, hi = x[0];
+    for (int i = 0; i < n; i++) {
+        if (x[i] < lo) lo = x[i];
+        if (x[i] > hi) hi = x[i];
+    }
+    *a_out = lo;
+    *s_out = hi > lo ? (hi - lo) / (float)nmax : 0.0f;
+    if (!(hi > lo)) return;
+    float best = 0;
+    for (int i = 0; i < n; i++) {
+        const float e = *s_out * (float)round_clamp((x[i] - lo) / *s_out, 0, nmax) + lo - x[i];
+        best += e * e;
+    }
+    for (int k = -10; k <= 10; k++) {
+        float s = 0.0f, a = 0.0f;
+        const float err = affine_candidate(x, n, nmax, lo, ((float)nmax + 0.1f * (float)k) / (hi - lo), &s, &a);
+        if (err < best) { best = err; *s_out = s; *a_out = a; }
+    }
+}
+
+/* Q4_K / Q5_K: per group of 32 a scale and a min (fit_affine), quantized to
+ * 6 bits against d = max scale / 63 and dmin = max min / 63. */
+static void quant_k_affine(const float *x, uint8_t *out, int nbits) {
+    const int nmax = (1 << nbits) - 1, five = nbits == 5;
+    float s[8], m[8], smax = 0, mmax = 0;
+    for (int g = 0; g < 8; g++) {
+        float a = 0.0f;
+        fit_affine(x + 32 * g, 32, nmax, &s[g], &a);
+        m[g] = -a;
+        if (s[g] > smax) smax = s[g];
+        if (m[g] > mmax) mmax = m[g];
+    }
+    const uint16_t dh = f32_to_fp16(smax / 63.0f), mh = f32_to_fp16(mmax / 63.0f);
+    const float d = fp16_to_f32(dh), dmin = fp16_to_f32(mh);
+    uint8_t *sc = out + (five ? offsetof(block_q5_K, scales) : offsetof(block_q4_K, scales));
+    uint8_t *qs = out + (five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs));
+    uint8_t *qh = out + offsetof(block_q5_K, qh);
+    memset(out, 0, five ? sizeof(block_q5_K) : sizeof(block_q4_K));
+    st16(out, dh);
+    st16(out + 2, mh);
+    int ls[8], lm[8];
+    for (int g = 0; g < 8; g++) {
+        /* a group with any spread keeps a step: rounding its scale to 0
+         * would collapse it onto its min */
+        ls[g] = d > 0.0f ? round_clamp(s[g] / d, s[g] > 0.0f ? 1 : 0, 63) : 0;
+        lm[g] = dmin > 0.0f ? round_clamp(m[g] / dmin, 0, 63) : 0;
+        /* the packing dtype_k4_scale_min undoes */
+        if (g < 4) {
+            sc[g] = (uint8_t)ls[g];
+            sc[g + 4] = (uint8_t)lm[g];
+        } else {
+            sc[g + 4] = (uint8_t)((ls[g] & 15) | (lm[g] & 15) << 4);
+            sc[g - 4] |= (uint8_t)((ls[g] >> 4) << 6);
+            sc[g] |= (uint8_t)((lm[g] >> 4) << 6);
+        }
+    }
+    for (int g = 0; g < 8; g++) {
+        const float dl = d * (float)ls[g], ml = dmin * (float)lm[g];
+        for (int l = 0; l < 32; l++) {
+            const int q = dl > 0.0f ? round_clamp((x[32 * g + l] + ml) / dl, 0, nmax) : 0;
+            qs[32 * (g / 2) + l] |= (uint8_t)((q & 15) << (4 * (g % 2)));
+            if (five) qh[l] |= (uint8_t)(((q >> 4) & 1) << g);
+        }
+    }
+}
+
+void quant_q4_k_block(const float *x, uint8_t *out) { quant_k_affine(x, out, 4); }
+void quant_q5_k_block(const float *x, uint8_t *out) { quant_k_affine(x, out, 5); }
+
+/* Symmetric scale for 16 values, q in [-32, 31]: candidates map the value of
+ * largest magnitude to about -32 (the side with the extra level), each
+ * refitted by least squares (s = sum qx / sum qq); lowest squared error wins. */
+static float fit_symmetric16(const float *x) {
+    float amax = 0, max = 0;
+    for (int i = 0; i < 16; i++)
+        if (fabsf(x[i]) > amax) { amax = fabsf(x[i]); max = x[i]; }
+    if (amax == 0.0f) return 0.0f;
+    float best = INFINITY, best_s = -max / 32.0f;
+    for (int k = -9; k <= 9; k++) {
+        const float iscale = -(32.0f + 0.1f * (float)k) / max;
+        float sqx = 0, sqq = 0;
+        int q[16];
+        for (int i = 0; i < 16; i++) {
+            q[i] = round_clamp(iscale * x[i], -32, 31);
+            sqx += (float)q[i] * x[i];
+            sqq += (float)(q[i] * q[i]);
+        }
+        if (!(sqq > 0.0f)) continue;
+        const float s = sqx / sqq;
+        float err = 0;
+        for (int i = 0; i < 16; i++) {
+            const float e = s * (float)q[i] - x[i];
+            err += e * e;
+        }
+        if (err < best) { best = err; best_s = s; }
+    }
+    return best_s;
+}
+
+/* Q6_K: 16 signed group scales, int8 against d = -(largest-magnitude scale)/128
+ * (so that scale becomes exactly -128); q = round(x / (d*sc)) + 32. */
+void quant_q6_k_block(const float *x, uint8_t *out) {
+    float s[16], smax = 0, samax = 0;
+    for (int i = 0; i < 16; i++) {
+        s[i] = fit_symmetric16(x + 16 * i);
+        if (fabsf(s[i]) > samax) { samax = fabsf(s[i]); smax = s[i]; }
+    }
+    memset(out, 0, sizeof(block_q6_K));
+    const uint16_t dh = f32_to_fp16(smax / -128.0f);
+    const float d = fp16_to_f32(dh);
+    uint8_t *ql = out + offsetof(block_q6_K, ql), *qh = out + offsetof(block_q6_K, qh);
+    int8_t *sc = (int8_t *)(out + offsetof(block_q6_K, scales));
+    st16(out + offsetof(block_q6_K, d), dh);
+    for (int i = 0; i < 16; i++) sc[i] = (int8_t)(d != 0.0f ? round_clamp(s[i] / d, -128, 127) : 0);
+    for (int e = 0; e < INGOT_KBLOCK; e++) {
+        const float dl = d * (float)sc[e / 16];
+        const int q = (dl != 0.0f ? round_clamp(x[e] / dl, -32, 31) : 0) + 32;
+        const int g = e / 32, l = e % 32;
+        ql[64 * (g / 4) + 32 * (g % 2) + l] |= (uint8_t)((q & 15) << (4 * ((g % 4) / 2)));
+        qh[32 * (g / 4) + l] |= (uint8_t)((q >> 4) << (2 * (g % 4)));
+    }
+}

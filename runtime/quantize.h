@@ -1,0 +1,20 @@
+/* quantize.h — block quantizers for Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (runtime-internal; dtype_quantize_row is the API). */
+#ifndef INGOT_QUANTIZE_H
+#define INGOT_QUANTIZE_H
+
+#include <stdint.h>
+
+/* One 32-element block, by GGUF's reference formulas (scale from the block's
+ * extremes); out receives sizeof(block_q5_0) / sizeof(block_q5_1) bytes. */
+void quant_q5_0_block(const float *x, uint8_t *out);
+void quant_q5_1_block(const float *x, uint8_t *out);
+
+/* One 256-element super-block. Each group's scale (and min) is chosen by a
+ * search that minimizes the group's squared error (see quantize.c), then the
+ * group scales are themselves quantized against the super-block scale and
+ * the codes recomputed with the scales actually stored. */
+void quant_q4_k_block(const float *x, uint8_t *out);
+void quant_q5_k_block(const float *x, uint8_t *out);
+void quant_q6_k_block(const float *x, uint8_t *out);
+
+#endif
