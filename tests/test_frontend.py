@@ -9,6 +9,11 @@ and a mistake on the command line is one line and exit status 2.
 Whether a call built or used the cache is read from INGOT_PROGRESS=1's step
 lines ("ingot: compiling ...", "ingot: cached: ...") and from the binary's
 and manifest's bytes and mtimes, never from timings. Builds are named fe-*.
+
+The sources are part of the inputs key, so an edit of runtime/ or generator/
+between two runs (another process working in the same tree) rebuilds, as it
+should: a run expected to be cached that rebuilt anyway is accepted only if
+its manifest shows the sources changed, and the pair of runs is repeated.
 """
 import json
 import os
@@ -91,24 +96,51 @@ def snapshot():
     return binary().stat().st_mtime_ns, manifest().read_bytes()
 
 
+def recorded():
+    return json.loads(manifest().read_text())
+
+
+def building_line(r):
+    """The front end's "ingot: building ... (why)" line."""
+    return next((line for line in own_lines(r.stderr) if line.startswith("ingot: building build/")), "")
+
+
+def expect_cached(model, build_opts, *extra):
+    """Two more runs with the same inputs: the second one execs the cached
+    binary and rewrites nothing. Returns that run."""
+    for _ in range(5):
+        generate(model, build_opts, *extra)
+        before, keys = snapshot(), recorded()
+        r = generate(model, build_opts, *extra)
+        if cached(r):
+            assert not built(r), r.stderr
+            assert snapshot() == before, "a cached run rewrote the binary or its manifest"
+            return r
+        assert built(r), r.stderr
+        now = recorded()
+        assert now["sources_key"] != keys["sources_key"], f"rebuilt with unchanged inputs:\n{r.stderr}"
+        assert (now["options_key"], now["checkpoint_key"]) == (keys["options_key"], keys["checkpoint_key"]), r.stderr
+    pytest.fail("the sources changed between every pair of runs")
+
+
 def test_run_builds_once_then_uses_the_cache(fresh, build_opts):
     first = generate(fresh, build_opts)
     assert built(first) and not cached(first), first.stderr
+    assert "no binary yet" in building_line(first), first.stderr
     assert "Paris" in first.stdout, first.stdout
     assert binary().exists() and manifest().exists()
-    info = json.loads(manifest().read_text())
+    info = recorded()
     assert info["model"] == str(fresh) and info["arch"] == "llama" and info["backend"] == "cpu"
-    before = snapshot()
+    assert info["fused"] is True and info["max_tokens"] == 512
 
-    again = generate(fresh, build_opts)
-    assert cached(again) and not built(again), again.stderr
+    again = expect_cached(fresh, build_opts)
     assert again.stdout == first.stdout
-    assert snapshot() == before, "a cached run rewrote the binary or its manifest"
 
     # a prompt that spells a build option is the binary's text, not an option
     r = ingot("run", fresh, *build_opts, "-p", "--no-fuse", "-n", 1, progress="1")
-    assert r.returncode == 0 and cached(r), r.stderr
-    assert snapshot() == before
+    assert r.returncode == 0, r.stderr
+    assert recorded()["options_key"] == info["options_key"] and recorded()["fused"] is True
+    assert not (ROOT / "build" / (NAME + "-nofuse")).exists()
 
 
 def test_run_is_quiet_when_not_on_a_terminal(fresh, build_opts):
@@ -119,27 +151,28 @@ def test_run_is_quiet_when_not_on_a_terminal(fresh, build_opts):
 
 def test_a_changed_checkpoint_rebuilds(fresh, build_opts):
     generate(fresh, build_opts)
-    key = json.loads(manifest().read_text())["inputs_key"]
+    keys = recorded()
     st = fresh.stat()
     os.utime(fresh, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     r = generate(fresh, build_opts)
     assert built(r) and not cached(r), r.stderr
+    assert "checkpoint" in building_line(r) and "build options" not in building_line(r), r.stderr
     assert any(line.startswith("ingot: generating") for line in own_lines(r.stderr))
     assert "Paris" in r.stdout
-    assert json.loads(manifest().read_text())["inputs_key"] != key
-    r = generate(fresh, build_opts)
-    assert cached(r), r.stderr
+    assert recorded()["checkpoint_key"] != keys["checkpoint_key"]
+    assert recorded()["options_key"] == keys["options_key"]
+    expect_cached(fresh, build_opts)
 
 
 def test_a_changed_build_option_rebuilds(fresh, build_opts):
     generate(fresh, build_opts)
     r = generate(fresh, build_opts, "--max-tokens", 64)
-    assert built(r), r.stderr
-    assert json.loads(manifest().read_text())["max_tokens"] == 64
+    assert built(r) and "build options" in building_line(r), r.stderr
+    assert recorded()["max_tokens"] == 64
     r = generate(fresh, build_opts)
-    assert built(r), r.stderr
-    assert json.loads(manifest().read_text())["max_tokens"] == 512
-    assert cached(generate(fresh, build_opts))
+    assert built(r) and "build options" in building_line(r), r.stderr
+    assert recorded()["max_tokens"] == 512
+    expect_cached(fresh, build_opts)
 
 
 def test_serve_answers_models(fresh, build_opts):
