@@ -1120,9 +1120,33 @@ static int added_enabled(const tok_tokenizer *t, int id, int parse_special) {
     return parse_special || (t->flags[id] & TF_ALWAYS);
 }
 
+/* Where special tokens may be recognised in the text being encoded:
+ * everywhere when parse_special, except inside the plain ranges (sorted,
+ * disjoint byte ranges of base); tokens matched regardless of parse_special
+ * (TF_ALWAYS) match there too. */
+typedef struct {
+    int parse_special;
+    const char *base;
+    const tok_span *plain;
+    size_t n_plain;
+} special_scope;
+
+/* 1 if a match of token id at [at, at + len) lies (partly) in a plain range. */
+static int in_plain(const tok_tokenizer *t, const special_scope *sc, int id, const char *at, size_t len) {
+    if (!sc->n_plain || (t->flags[id] & TF_ALWAYS)) return 0;
+    const size_t a = (size_t)(at - sc->base), b = a + len;
+    size_t lo = 0, hi = sc->n_plain; /* first range ending after a */
+    while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        if (sc->plain[mid].start + sc->plain[mid].len <= a) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < sc->n_plain && sc->plain[lo].start < b;
+}
+
 /* HF added-token extraction over one text span (leftmost-longest, non-overlapping), for the
  * tokens whose normalized flag equals pass. */
-static int hf_split_span(const tok_tokenizer *t, const span *sp, int pass, int parse_special, svec *out) {
+static int hf_split_span(const tok_tokenizer *t, const span *sp, int pass, const special_scope *sc, svec *out) {
     const char *p = sp->p;
     size_t n = sp->n, start_off = 0, pos = 0;
     while (pos < n) {
@@ -1131,10 +1155,10 @@ static int hf_split_span(const tok_tokenizer *t, const span *sp, int pass, int p
         for (; mpos < n && best < 0; mpos++) {
             for (size_t k = 0; k < t->n_added; k++) {
                 const added_tok *a = &t->added[k];
-                if (a->normalized != pass || !added_enabled(t, a->id, parse_special)) continue;
+                if (a->normalized != pass || !added_enabled(t, a->id, sc->parse_special)) continue;
                 size_t len = t->text_len[a->id];
                 if (len > best_len && len <= n - mpos && p[mpos] == t->text[a->id][0] &&
-                    memcmp(p + mpos, t->text[a->id], len) == 0) {
+                    memcmp(p + mpos, t->text[a->id], len) == 0 && !in_plain(t, sc, a->id, p + mpos, len)) {
                     best = (int)k;
                     best_len = len;
                 }
@@ -1171,10 +1195,10 @@ static int hf_split_span(const tok_tokenizer *t, const span *sp, int pass, int p
 
 /* llama.cpp special-token partition: each special token in turn (longest first) splits
  * every remaining text span at all of its occurrences. */
-static int gguf_split(const tok_tokenizer *t, svec *a, svec *b, int parse_special) {
+static int gguf_split(const tok_tokenizer *t, svec *a, svec *b, const special_scope *sc) {
     for (size_t k = 0; k < t->n_added; k++) {
         int id = t->added[k].id;
-        if (!added_enabled(t, id, parse_special)) continue;
+        if (!added_enabled(t, id, sc->parse_special)) continue;
         const char *tk = t->text[id];
         size_t tl = t->text_len[id];
         b->n = 0;
@@ -1184,13 +1208,17 @@ static int gguf_split(const tok_tokenizer *t, svec *a, svec *b, int parse_specia
                 if (svec_push(b, sp.p, sp.n, sp.id)) return -1;
                 continue;
             }
-            const char *p = sp.p, *end = sp.p + sp.n;
+            const char *p = sp.p, *end = sp.p + sp.n, *from = p;
             for (;;) {
-                const char *m = memmem(p, (size_t)(end - p), tk, tl);
+                const char *m = memmem(from, (size_t)(end - from), tk, tl);
                 if (!m) break;
+                if (in_plain(t, sc, id, m, tl)) { /* text inside a plain range stays text */
+                    from = m + 1;
+                    continue;
+                }
                 if (m > p && svec_push(b, p, (size_t)(m - p), -1)) return -1;
                 if (svec_push(b, m, tl, id)) return -1;
-                p = m + tl;
+                p = from = m + tl;
             }
             if (p < end && svec_push(b, p, (size_t)(end - p), -1)) return -1;
         }
@@ -1217,8 +1245,28 @@ static char *arena_copy_prefixed(arena_blk **arena, const char *p, size_t n) {
     return b->data;
 }
 
+static int encode_scoped(const tok_tokenizer *t, const char *text, size_t len, int add_special,
+                         const special_scope *sc, int32_t **out, size_t *n_out, char *err, size_t errlen);
+
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
                int32_t **out, size_t *n_out, char *err, size_t errlen) {
+    const special_scope sc = {.parse_special = parse_special, .base = text};
+    return encode_scoped(t, text, len, add_special, &sc, out, n_out, err, errlen);
+}
+
+int tok_encode_spans(const tok_tokenizer *t, const char *text, size_t len, int add_special, const tok_span *plain,
+                     size_t n_plain, int32_t **out, size_t *n_out, char *err, size_t errlen) {
+    for (size_t i = 0; i < n_plain; i++)
+        if (plain[i].start + plain[i].len > len || (i && plain[i].start < plain[i - 1].start + plain[i - 1].len)) {
+            seterr(err, errlen, "tok_encode_spans: ranges out of order or past the text");
+            return -1;
+        }
+    const special_scope sc = {.parse_special = 1, .base = text, .plain = plain, .n_plain = n_plain};
+    return encode_scoped(t, text, len, add_special, &sc, out, n_out, err, errlen);
+}
+
+static int encode_scoped(const tok_tokenizer *t, const char *text, size_t len, int add_special,
+                         const special_scope *sc, int32_t **out, size_t *n_out, char *err, size_t errlen) {
     ivec ids = {0};
     svec a = {0}, b = {0};
     bpe_scratch s = {0};
@@ -1238,7 +1286,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int add_spe
             for (size_t i = 0; i < a.n; i++) {
                 if (a.v[i].id >= 0) {
                     if (svec_push(&b, a.v[i].p, a.v[i].n, a.v[i].id)) goto oom;
-                } else if (hf_split_span(t, &a.v[i], pass, parse_special, &b)) {
+                } else if (hf_split_span(t, &a.v[i], pass, sc, &b)) {
                     goto oom;
                 }
             }
@@ -1246,7 +1294,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int add_spe
             a = b;
             b = tmp;
         }
-    } else if (gguf_split(t, &a, &b, parse_special)) {
+    } else if (gguf_split(t, &a, &b, sc)) {
         goto oom;
     }
     /* Pre-tokenize each text span through the rules, then BPE each piece. */

@@ -42,6 +42,19 @@ int tok_find(const tok_tokenizer *t, const char *piece); /* token id for an exac
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int add_special,
                int parse_special, int32_t **out, size_t *n_out, char *err, size_t errlen);
 
+/* A byte range [start, start + len) of a text. */
+typedef struct {
+    size_t start, len;
+} tok_span;
+
+/* tok_encode with special-token parsing everywhere except inside the plain
+ * ranges (sorted, disjoint): there, text that spells a control token stays
+ * text (added tokens that are not special still match, as they do without
+ * parse_special). A chat prompt's message contents are such ranges, so only
+ * the template's own markup yields control tokens. */
+int tok_encode_spans(const tok_tokenizer *t, const char *text, size_t len, int add_special, const tok_span *plain,
+                     size_t n_plain, int32_t **out, size_t *n_out, char *err, size_t errlen);
+
 /* Raw bytes of one token (byte-level alphabet mapped back). NULL for an id out of range. */
 const char *tok_piece(const tok_tokenizer *t, int id, size_t *len);
 
