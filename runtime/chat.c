@@ -1,10 +1,12 @@
 /* chat.c — finding and rendering the chat template; see chat.h. */
 #include "chat.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "gguf.h"
 #include "jinja.h"
@@ -19,7 +21,9 @@ static const char CHATML[] =
 struct chat_template {
     jinja_template *t;
     const char *source;
+    int builtin;
     char *bos, *eos;
+    uint64_t nonce_state; /* placeholders of chat_render_prompt */
 };
 
 /* tokenizer_config.json's special-token fields: a string or {"content": "..."}. */
@@ -101,7 +105,11 @@ chat_template *chat_load(const wt_file *w, const tok_tokenizer *tok, char *err, 
     if (!src) {
         src = CHATML;
         c->source = "builtin ChatML";
+        c->builtin = 1;
     }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    c->nonce_state = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)c;
     if (!c->bos) c->bos = piece_string(tok, tok_bos(tok));
     if (!c->eos) c->eos = piece_string(tok, tok_eos(tok));
     char jerr[256];
@@ -125,6 +133,8 @@ void chat_free(chat_template *c) {
 
 const char *chat_source(const chat_template *c) { return c->source; }
 
+int chat_is_builtin(const chat_template *c) { return c->builtin; }
+
 char *chat_render(const chat_template *c, const cJSON *messages, int *user_error, char *err, size_t errlen) {
     *user_error = 0;
     cJSON *ctx = cJSON_CreateObject();
@@ -145,4 +155,189 @@ char *chat_render(const chat_template *c, const cJSON *messages, int *user_error
     cJSON_Delete(ctx);
     if (!out) *user_error = raised;
     return out;
+}
+
+/* ---- where the contents are ---------------------------------------------------
+ *
+ * Text in a message that spells a control token (<|im_end|>, ...) must stay
+ * text; the template's markup must not. To know which bytes of a rendering
+ * are whose, the template is rendered a second time with every content
+ * replaced by a placeholder no client can forge (a fresh random number
+ * between two control bytes, which no filter changes: upper/lower leave
+ * digits alone, strip/trim do not take \x02 for space). The markup between
+ * placeholders is then matched against the real rendering, each placeholder
+ * standing for its content as given or stripped of surrounding whitespace
+ * (templates that `trim` it). A template that transforms a content in
+ * another way, or branches on it, defeats that match; then each content is
+ * searched for in the rendering instead, in order, and one that does not
+ * appear verbatim is not protected. The text tokenized is always the real
+ * rendering. */
+
+#define PH_OPEN '\x02'
+#define PH_CLOSE '\x03'
+
+typedef struct {
+    tok_span *v;
+    size_t n, cap;
+} spanvec;
+
+static int span_add(spanvec *sv, size_t start, size_t len) {
+    if (!len) return 0;
+    if (sv->n && start < sv->v[sv->n - 1].start + sv->v[sv->n - 1].len) return 0; /* keep them disjoint */
+    if (sv->n == sv->cap) {
+        const size_t cap = sv->cap ? sv->cap * 2 : 16;
+        tok_span *v = realloc(sv->v, cap * sizeof *v);
+        if (!v) return -1;
+        sv->v = v;
+        sv->cap = cap;
+    }
+    sv->v[sv->n++] = (tok_span){start, len};
+    return 0;
+}
+
+static uint64_t next_nonce(chat_template *c) {
+    uint64_t z = (c->nonce_state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* If p starts a placeholder of this nonce: its message index and length. */
+static int placeholder_at(const char *p, const char *prefix, size_t plen, size_t *idx, size_t *len) {
+    if (strncmp(p, prefix, plen) != 0) return 0;
+    size_t i = plen, v = 0;
+    if (p[i] < '0' || p[i] > '9') return 0;
+    while (p[i] >= '0' && p[i] <= '9' && i < plen + 12) v = v * 10 + (size_t)(p[i++] - '0');
+    if (p[i] != PH_CLOSE) return 0;
+    *idx = v;
+    *len = i + 1;
+    return 1;
+}
+
+/* Python's str.strip() for ASCII whitespace (what trim/strip do to typical text). */
+static void stripped(const char *s, size_t *start, size_t *len) {
+    static const char WS[] = " \t\n\r\v\f\x1c\x1d\x1e\x1f";
+    size_t a = 0, b = strlen(s);
+    while (a < b && strchr(WS, s[a])) a++;
+    while (b > a && strchr(WS, s[b - 1])) b--;
+    *start = a;
+    *len = b - a;
+}
+
+/* The next placeholder at or after p, or the end of the string. */
+static const char *next_placeholder(const char *p, const char *prefix, size_t plen) {
+    size_t idx, len;
+    for (const char *q = strchr(p, PH_OPEN); q; q = strchr(q + 1, PH_OPEN))
+        if (placeholder_at(q, prefix, plen, &idx, &len)) return q;
+    return p + strlen(p);
+}
+
+/* Matches the skeleton against the real rendering; 1 with the content
+ * ranges in sv, 0 when they do not line up. */
+static int align(const char *skel, const char *real, const char *const *contents, size_t n_msgs,
+                 const char *prefix, size_t plen, spanvec *sv) {
+    const char *sp = skel;
+    size_t rp = 0;
+    const size_t rlen = strlen(real);
+    for (;;) {
+        const char *q = next_placeholder(sp, prefix, plen);
+        const size_t mlen = (size_t)(q - sp);
+        if (rlen - rp < mlen || memcmp(real + rp, sp, mlen) != 0) return 0;
+        rp += mlen;
+        if (!*q) break;
+        size_t idx, phlen;
+        placeholder_at(q, prefix, plen, &idx, &phlen);
+        if (idx >= n_msgs) return 0;
+        sp = q + phlen;
+        /* the markup that follows must follow the content too */
+        const char *after = next_placeholder(sp, prefix, plen);
+        const size_t alen = (size_t)(after - sp);
+        size_t ts, tl;
+        stripped(contents[idx], &ts, &tl);
+        const struct {
+            const char *p;
+            size_t n;
+        } cand[2] = {{contents[idx], strlen(contents[idx])}, {contents[idx] + ts, tl}};
+        int found = 0;
+        for (int k = 0; k < 2 && !found; k++) {
+            if (rlen - rp < cand[k].n || memcmp(real + rp, cand[k].p, cand[k].n) != 0) continue;
+            if (rlen - rp - cand[k].n < alen || memcmp(real + rp + cand[k].n, sp, alen) != 0) continue;
+            if (span_add(sv, rp, cand[k].n)) return -1;
+            rp += cand[k].n;
+            found = 1;
+        }
+        if (!found) return 0;
+    }
+    return rp == rlen;
+}
+
+/* The fallback: each content (or its stripped form) where it first appears
+ * after the previous one. */
+static int search(const char *real, const char *const *contents, size_t n_msgs, spanvec *sv) {
+    const size_t rlen = strlen(real);
+    size_t cursor = 0;
+    for (size_t i = 0; i < n_msgs; i++) {
+        size_t ts = 0, tl = strlen(contents[i]);
+        const char *m = tl ? memmem(real + cursor, rlen - cursor, contents[i], tl) : NULL;
+        if (!m) {
+            stripped(contents[i], &ts, &tl);
+            m = tl ? memmem(real + cursor, rlen - cursor, contents[i] + ts, tl) : NULL;
+        }
+        if (!m) continue;
+        if (span_add(sv, (size_t)(m - real), tl)) return -1;
+        cursor = (size_t)(m - real) + tl;
+    }
+    return 0;
+}
+
+char *chat_render_prompt(const chat_template *c, const cJSON *messages, tok_span **plain, size_t *n_plain,
+                         int *user_error, char *err, size_t errlen) {
+    *plain = NULL;
+    *n_plain = 0;
+    char *real = chat_render(c, messages, user_error, err, errlen);
+    if (!real) return NULL;
+    const size_t n_msgs = (size_t)cJSON_GetArraySize(messages);
+    const char **contents = calloc(n_msgs ? n_msgs : 1, sizeof *contents);
+    cJSON *skel_msgs = cJSON_Duplicate(messages, 1);
+    spanvec sv = {0};
+    char prefix[32];
+    const int plen = snprintf(prefix, sizeof prefix, "%c%020llu:", PH_OPEN,
+                              (unsigned long long)next_nonce((chat_template *)c));
+    int ok = contents && skel_msgs;
+    size_t i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, messages) {
+        if (!ok) break;
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        contents[i] = cJSON_IsString(content) ? content->valuestring : "";
+        char ph[64];
+        snprintf(ph, sizeof ph, "%s%zu%c", prefix, i, PH_CLOSE);
+        cJSON *sm = cJSON_GetArrayItem(skel_msgs, (int)i);
+        if (cJSON_IsString(content) && !cJSON_ReplaceItemInObjectCaseSensitive(sm, "content", cJSON_CreateString(ph)))
+            ok = 0;
+        i++;
+    }
+    int aligned = 0;
+    if (ok) {
+        int ue = 0;
+        char serr[64];
+        char *skel = chat_render(c, skel_msgs, &ue, serr, sizeof serr);
+        if (skel) aligned = align(skel, real, contents, n_msgs, prefix, (size_t)plen, &sv);
+        free(skel);
+        if (aligned < 0) ok = 0;
+        if (aligned <= 0) sv.n = 0;
+        if (ok && !aligned && search(real, contents, n_msgs, &sv) != 0) ok = 0;
+    }
+    cJSON_Delete(skel_msgs);
+    free(contents);
+    if (!ok) {
+        free(sv.v);
+        free(real);
+        *user_error = 0;
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    *plain = sv.v;
+    *n_plain = sv.n;
+    return real;
 }

@@ -24,11 +24,20 @@ chat_template *chat_load(const wt_file *w, const tok_tokenizer *tok, char *err, 
 void chat_free(chat_template *c);
 /* Where the template came from: "gguf", "tokenizer_config.json" or "builtin ChatML". */
 const char *chat_source(const chat_template *c);
+/* 1 when the model has no template of its own and ChatML is used. */
+int chat_is_builtin(const chat_template *c);
 
 /* Renders messages (an array of {role, content} objects with string content)
  * followed by the assistant's generation prompt. Returns a malloc'd string,
  * or NULL with err filled; *user_error = 1 when the template itself rejected
  * the conversation (raise_exception: the client's fault, a 400). */
 char *chat_render(const chat_template *c, const cJSON *messages, int *user_error, char *err, size_t errlen);
+
+/* chat_render, plus where the message contents lie in the result: *plain
+ * (malloc'd, sorted, disjoint; *n_plain of them, possibly none) are the byte
+ * ranges that came from a content rather than from the template, for
+ * tok_encode_spans. */
+char *chat_render_prompt(const chat_template *c, const cJSON *messages, tok_span **plain, size_t *n_plain,
+                         int *user_error, char *err, size_t errlen);
 
 #endif
