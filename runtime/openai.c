@@ -2,8 +2,11 @@
  *
  * Validation follows the OpenAI API reference: a field that is absent or
  * null takes its default; a present field of the wrong type or out of range
- * is a 400 naming the field in "param". Unknown fields are ignored (clients
- * send vendor extensions freely).
+ * is a 400 naming the field in "param". Text the model reads (message
+ * contents, a text prompt, stop strings) must be valid UTF-8 without NUL
+ * characters. Fields outside the OpenAI API are ignored (clients send vendor
+ * extensions freely); OpenAI fields this server does not implement are
+ * refused, never silently dropped (see check_unsupported for the rule).
  */
 #include "openai.h"
 
@@ -117,6 +120,64 @@ static const cJSON *field(const cJSON *o, const char *name) {
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
+/* ---- text the model reads ----------------------------------------------------
+ *
+ * cJSON decodes the escape \u0000 into a NUL that ends the C string, so the
+ * rest of the text would vanish unseen. Before parsing, every NUL (escaped or
+ * raw) becomes the overlong sequence C0 80, which no valid UTF-8 contains;
+ * check_text then refuses it by name. */
+
+static char *mark_nuls(const char *body, size_t len, size_t *out_len) {
+    char *o = malloc(2 * len + 1); /* a raw NUL takes two bytes */
+    if (!o) return NULL;
+    size_t w = 0;
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        const char ch = body[i];
+        if (ch == 0) {
+            o[w++] = '\xc0';
+            o[w++] = '\x80';
+            continue;
+        }
+        if (in_string && ch == '\\' && i + 1 < len) {
+            if (body[i + 1] == 'u' && i + 5 < len && !memcmp(body + i + 2, "0000", 4)) {
+                o[w++] = '\xc0';
+                o[w++] = '\x80';
+                i += 5;
+            } else { /* any other escape passes whole, so an escaped quote is no string end */
+                o[w++] = ch;
+                o[w++] = body[++i];
+            }
+            continue;
+        }
+        if (ch == '"') in_string = !in_string;
+        o[w++] = ch;
+    }
+    o[w] = 0;
+    *out_len = w;
+    return o;
+}
+
+/* 0, or -1 with a 400 naming param when s is not text a model can read. */
+static int check_text(const char *s, const char *param, oai_error *e) {
+    const unsigned char *u = (const unsigned char *)s;
+    const size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        if (u[i] == 0xc0 && i + 1 < n && u[i + 1] == 0x80) {
+            oai_error_set(e, 400, "invalid_request_error", param, NULL, "'%s' contains a NUL character", param);
+            return -1;
+        }
+        const size_t l = utf8_seq(u + i, n - i);
+        if (!l) {
+            oai_error_set(e, 400, "invalid_request_error", param, NULL,
+                          "'%s' is not valid UTF-8 (invalid byte at offset %zu)", param, i);
+            return -1;
+        }
+        i += l;
+    }
+    return 0;
+}
+
 static int get_number(const cJSON *o, const char *name, double lo, double hi, int lo_open, double *out,
                       oai_error *e) {
     const cJSON *v = field(o, name);
@@ -158,7 +219,10 @@ static int get_bool(const cJSON *o, const char *name, int *out, oai_error *e) {
 static char *content_text(const cJSON *c, int i, oai_error *e) {
     char param[48];
     snprintf(param, sizeof param, "messages[%d].content", i);
-    if (cJSON_IsString(c)) return strdup(c->valuestring);
+    if (cJSON_IsString(c)) {
+        if (check_text(c->valuestring, param, e)) return NULL;
+        return strdup(c->valuestring);
+    }
     if (!cJSON_IsArray(c)) {
         bad(e, param, "'%s' must be a string or an array of text parts%s", "");
         return NULL;
@@ -173,6 +237,10 @@ static char *content_text(const cJSON *c, int i, oai_error *e) {
             !cJSON_IsString(text)) {
             oai_buf_free(&b);
             bad(e, param, "'%s': only {\"type\": \"text\", \"text\": ...} parts are supported%s", "");
+            return NULL;
+        }
+        if (check_text(text->valuestring, param, e)) {
+            oai_buf_free(&b);
             return NULL;
         }
         if (oai_buf_add(&b, text->valuestring, strlen(text->valuestring)) != 0) {
@@ -202,8 +270,30 @@ static int parse_messages(const cJSON *root, oai_request *r, oai_error *e) {
         const char *rs = role->valuestring;
         /* "developer" is the newer name of "system" (o1 and later). */
         if (!strcmp(rs, "developer")) rs = "system";
+        if (!strcmp(rs, "tool") || !strcmp(rs, "function"))
+            return bad(e, param, "'%s': tool and function messages are not supported (this server does not "
+                                 "implement tool calls)%s", "");
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
             return bad(e, param, "'%s' must be 'system', 'user' or 'assistant'%s", "");
+        /* an assistant turn that called tools: the calls cannot be rendered or honoured */
+        const cJSON *calls = field(m, "tool_calls");
+        if (calls && !(cJSON_IsArray(calls) && cJSON_GetArraySize(calls) == 0)) {
+            snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+            return bad(e, param, "'%s' is not supported (this server does not implement tool calls)%s", "");
+        }
+        if (field(m, "function_call")) {
+            snprintf(param, sizeof param, "messages[%d].function_call", i);
+            return bad(e, param, "'%s' is not supported (this server does not implement function calls)%s", "");
+        }
+        if (field(m, "audio")) {
+            snprintf(param, sizeof param, "messages[%d].audio", i);
+            return bad(e, param, "'%s' is not supported%s", "");
+        }
+        const cJSON *name = field(m, "name");
+        if (name && !cJSON_IsString(name)) {
+            snprintf(param, sizeof param, "messages[%d].name", i);
+            return bad(e, param, "'%s' must be a string%s", "");
+        }
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         char *text;
         if ((!content || cJSON_IsNull(content)) && !strcmp(rs, "assistant")) text = strdup("");
@@ -214,6 +304,15 @@ static int parse_messages(const cJSON *root, oai_request *r, oai_error *e) {
         cJSON *nm = cJSON_CreateObject();
         cJSON_AddStringToObject(nm, "role", rs);
         cJSON_AddStringToObject(nm, "content", text ? text : "");
+        if (name) { /* participant names reach the template, which may render them */
+            snprintf(param, sizeof param, "messages[%d].name", i);
+            if (check_text(name->valuestring, param, e)) {
+                free(text);
+                cJSON_Delete(nm);
+                return -1;
+            }
+            cJSON_AddStringToObject(nm, "name", name->valuestring);
+        }
         free(text);
         cJSON_AddItemToArray(r->messages, nm);
         i++;
@@ -230,6 +329,7 @@ static int parse_prompt(const cJSON *root, int vocab, oai_request *r, oai_error 
         p = p->child;
     if (cJSON_IsString(p)) {
         if (!p->valuestring[0]) return bad(e, "prompt", "'%s' must not be empty%s", "");
+        if (check_text(p->valuestring, "prompt", e)) return -1;
         r->prompt_text = strdup(p->valuestring);
         return r->prompt_text ? 0 : -1;
     }
@@ -268,8 +368,59 @@ static int parse_stop(const cJSON *root, oai_request *r, oai_error *e) {
         const size_t l = strlen(one->valuestring);
         if (l == 0 || l > OAI_MAX_STOP_BYTES)
             return bad(e, "stop", "'%s' strings must be 1 to 256 bytes%s", "");
+        if (check_text(one->valuestring, "stop", e)) return -1;
         r->stop[r->n_stop++] = strdup(one->valuestring);
     }
+    return 0;
+}
+
+/* ---- OpenAI fields this server does not implement --------------------------------
+ *
+ * The rule: a request that uses an OpenAI field the server cannot honour is
+ * refused with a 400 whose message and param name the field, rather than
+ * answered as if the field were not there. A field is accepted when it
+ * cannot change the answer: absent or null; at the value that means "off",
+ * which OpenAI clients send routinely (tools: [], tool_choice: "none" or
+ * "auto" without tools, parallel_tool_calls: true, functions: [],
+ * function_call: "none" or "auto", response_format: {"type": "text"},
+ * logit_bias: {}, modalities: ["text"], suffix: ""); or a field that never
+ * affects the output (user, store, metadata, service_tier,
+ * prompt_cache_key, safety_identifier). stream_options is honoured. */
+
+static int is_empty_array(const cJSON *v) { return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0; }
+static int is_empty_object(const cJSON *v) { return cJSON_IsObject(v) && !v->child; }
+static int is_string(const cJSON *v, const char *s) { return cJSON_IsString(v) && !strcmp(v->valuestring, s); }
+
+static int check_unsupported(const cJSON *root, oai_kind kind, oai_error *e) {
+    const cJSON *v;
+    if ((v = field(root, "tools")) && !is_empty_array(v))
+        return bad(e, "tools", "'%s' is not supported: this server does not implement tool calls%s", "");
+    if ((v = field(root, "tool_choice")) && !is_string(v, "none") && !is_string(v, "auto"))
+        return bad(e, "tool_choice", "'%s' is not supported: this server does not implement tool calls%s", "");
+    if ((v = field(root, "parallel_tool_calls")) && !cJSON_IsTrue(v))
+        return bad(e, "parallel_tool_calls", "'%s' is not supported: this server does not implement tool calls%s",
+                   "");
+    if ((v = field(root, "functions")) && !is_empty_array(v))
+        return bad(e, "functions", "'%s' is not supported: this server does not implement function calls%s", "");
+    if ((v = field(root, "function_call")) && !is_string(v, "none") && !is_string(v, "auto"))
+        return bad(e, "function_call", "'%s' is not supported: this server does not implement function calls%s",
+                   "");
+    if ((v = field(root, "response_format")) &&
+        !(cJSON_IsObject(v) && is_string(cJSON_GetObjectItemCaseSensitive(v, "type"), "text") &&
+          cJSON_GetArraySize(v) == 1))
+        return bad(e, "response_format",
+                   "'%s' is not supported: only {\"type\": \"text\"} (structured output is not implemented)%s", "");
+    if ((v = field(root, "logit_bias")) && !is_empty_object(v))
+        return bad(e, "logit_bias", "'%s' is not supported%s", "");
+    if ((v = field(root, "modalities")) &&
+        !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && is_string(v->child, "text")))
+        return bad(e, "modalities", "'%s' is not supported: the only modality is [\"text\"]%s", "");
+    static const char *const NEVER[] = {"audio", "prediction", "reasoning_effort", "web_search_options",
+                                        "verbosity"};
+    for (size_t i = 0; i < sizeof NEVER / sizeof NEVER[0]; i++)
+        if (field(root, NEVER[i])) return bad(e, NEVER[i], "'%s' is not supported by this server%s", "");
+    if (kind == OAI_COMPLETION && (v = field(root, "suffix")) && !is_string(v, ""))
+        return bad(e, "suffix", "'%s' is not supported%s", "");
     return 0;
 }
 
@@ -282,10 +433,17 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
     /* OpenAI's default temperature is 1 (sampling); greedy needs temperature 0. */
     r->sampling.temperature = 1.0f;
     const char *end = NULL;
+    char *marked = mark_nuls(body, len, &len);
+    if (!marked) {
+        oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    body = marked;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
         oai_error_set(e, 400, "invalid_request_error", NULL, NULL,
                       "the body is not valid JSON (near byte %zu)", end && end >= body ? (size_t)(end - body) : 0);
+        free(marked);
         return -1;
     }
     int rc = -1;
@@ -312,6 +470,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
     }
     r->model = strdup(model->valuestring);
     if ((kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, vocab, r, e)) != 0) goto out;
+    if (check_unsupported(root, kind, e) != 0) goto out;
 
     long long ll;
     double d;
@@ -391,6 +550,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
     rc = 0;
 out:
     cJSON_Delete(root);
+    free(marked);
     if (rc != 0) {
         if (e->status == 0) oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
         oai_request_free(r);
