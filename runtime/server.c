@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "chat.h"
+#include "http_guard.h"
 #include "metrics.h"
 #include "openai.h"
 #include "scheduler.h"
@@ -63,6 +64,10 @@ typedef struct {
     int prefix_cache;
     long max_body;
     double grace;
+    double read_timeout;   /* seconds a request may take to arrive, and an idle connection may stay */
+    int max_connections;
+    int metrics_auth;      /* 1: /metrics needs the API key too */
+    int parse_special;     /* 1: control-token text in message contents and prompts becomes control tokens */
 } srv_config;
 
 /* ---- requests ------------------------------------------------------------- */
@@ -122,6 +127,7 @@ struct server {
     struct event_base *base;
     struct evhttp *http;
     struct evhttp_bound_socket *listener;
+    hg_guard *guard;
     struct event *wake, *sig_term, *sig_int, *grace_timer;
     srv_req *reqs;          /* in flight, most recent first */
     int n_reqs;
@@ -173,15 +179,32 @@ static void count_status(server *s, int code) {
     met_inc(s->m_requests, lv, 1);
 }
 
+/* The HTTP guard answered a request itself (malformed, over a limit, too slow). */
+static void guard_replied(int status, void *user) { count_status(user, status); }
+
+/* Sends a complete reply with body (taken over, may be NULL), uncounted. A
+ * HEAD request gets the same headers, Content-Length included, and no body
+ * (evhttp would write one). */
+static void send_body(struct evhttp_request *r, int code, const char *content_type, char *body, size_t len) {
+    struct evkeyvalq *h = evhttp_request_get_output_headers(r);
+    evhttp_add_header(h, "Content-Type", content_type);
+    struct evbuffer *buf = NULL;
+    if (evhttp_request_get_command(r) == EVHTTP_REQ_HEAD) {
+        char n[32];
+        snprintf(n, sizeof n, "%zu", body ? len : 0);
+        evhttp_add_header(h, "Content-Length", n);
+    } else if ((buf = evbuffer_new()) && body) {
+        evbuffer_add(buf, body, len);
+    }
+    free(body);
+    evhttp_send_reply(r, code, reason_phrase(code), buf);
+    if (buf) evbuffer_free(buf);
+}
+
 /* Sends a complete reply with body (taken over, may be NULL) and counts it. */
 static void reply(server *s, struct evhttp_request *r, int code, const char *content_type, char *body,
                   size_t len) {
-    struct evbuffer *buf = evbuffer_new();
-    if (buf && body) evbuffer_add(buf, body, len);
-    free(body);
-    evhttp_add_header(evhttp_request_get_output_headers(r), "Content-Type", content_type);
-    evhttp_send_reply(r, code, reason_phrase(code), buf);
-    if (buf) evbuffer_free(buf);
+    send_body(r, code, content_type, body, len);
     count_status(s, code);
 }
 
@@ -279,7 +302,9 @@ static void on_conn_close(struct evhttp_connection *conn, void *arg) {
     q->conn = NULL;
     q->http = NULL;
     if (h && evhttp_request_get_connection(h) == NULL) evhttp_request_free(h);
-    if (!q->q.stream) count_status(s, 499); /* nginx's "client closed request" */
+    /* nginx's "client closed request", streamed or not: a stream's 200 is
+     * counted only when it ends */
+    count_status(s, 499);
     met_inc(s->m_cancelled, NULL, 1);
     q->state = REQ_ABANDONED;
     for (int i = 0; i < q->n_choices; i++)
@@ -361,6 +386,7 @@ static void finish_request(server *s, srv_req *q) {
             evhttp_send_reply_chunk(h, b);
             evbuffer_free(b);
             evhttp_send_reply_end(h);
+            count_status(s, 200); /* the status its headers carried */
         } else if (q->failed) {
             reply_error_msg(s, h, 500, "server_error", NULL, q->error);
         } else {
@@ -537,12 +563,13 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- generation endpoints -------------------------------------------------- */
 
-/* Maps a sched_submit refusal to a status: a full queue is temporary (503),
- * anything else is about this request (400). */
+/* Maps a sched_submit refusal to a status: a full queue is temporary (503,
+ * and the caller adds Retry-After), anything else is about this request (400). */
 static void submit_error(oai_error *e, const char *msg) {
+    static const char FULL[] = "the waiting queue is full";
     if (strstr(msg, "context_length") || strstr(msg, "context length"))
         oai_error_set(e, 400, "invalid_request_error", "messages", "context_length_exceeded", "%s", msg);
-    else if (strstr(msg, "queue") || strstr(msg, "full"))
+    else if (!strncmp(msg, FULL, sizeof FULL - 1))
         oai_error_set(e, 503, "server_error", NULL, "server_busy", "%s", msg);
     else
         oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "%s", msg);
@@ -585,22 +612,31 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
     char err[512];
     if (kind == OAI_CHAT) {
         int user_error = 0;
-        char *text = chat_render(s->chat, q->q.messages, &user_error, err, sizeof err);
+        tok_span *plain = NULL;
+        size_t n_plain = 0;
+        char *text = chat_render_prompt(s->chat, q->q.messages, &plain, &n_plain, &user_error, err, sizeof err);
         if (!text) {
             oai_error_set(&e, user_error ? 400 : 500, user_error ? "invalid_request_error" : "server_error",
                           user_error ? "messages" : NULL, NULL, "chat template: %s", err);
             goto fail;
         }
         /* the template writes BOS itself where the model wants one (as HF's
-         * apply_chat_template, which tokenizes without adding special tokens) */
-        int rc = tok_encode(s->tok, text, strlen(text), 0, 1, &ids, &n_ids, err, sizeof err);
+         * apply_chat_template, which tokenizes without adding special tokens).
+         * Only the template's markup may yield control tokens: text in a
+         * message that spells one stays text (unless --parse-special-in-content). */
+        int rc = s->cfg.parse_special
+                     ? tok_encode(s->tok, text, strlen(text), 0, 1, &ids, &n_ids, err, sizeof err)
+                     : tok_encode_spans(s->tok, text, strlen(text), 0, plain, n_plain, &ids, &n_ids, err, sizeof err);
+        free(plain);
         free(text);
         if (rc != 0) {
             oai_error_set(&e, 400, "invalid_request_error", "messages", NULL, "tokenizer: %s", err);
             goto fail;
         }
     } else if (q->q.prompt_text) {
-        if (tok_encode(s->tok, q->q.prompt_text, strlen(q->q.prompt_text), 1, 1, &ids, &n_ids, err, sizeof err) != 0) {
+        /* a text prompt is the client's text: control-token spellings in it stay text */
+        if (tok_encode(s->tok, q->q.prompt_text, strlen(q->q.prompt_text), 1, s->cfg.parse_special, &ids, &n_ids,
+                       err, sizeof err) != 0) {
             oai_error_set(&e, 400, "invalid_request_error", "prompt", NULL, "tokenizer: %s", err);
             goto fail;
         }
@@ -666,6 +702,8 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
             q->http = NULL;
             q->state = REQ_ABANDONED;
             free(ids);
+            /* a slot frees as soon as any request ends; a second is a fair first guess */
+            if (e.status == 503) evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
             reply_error(s, r, &e);
             if (all_seqs_done(q)) req_free(s, q);
             return;
@@ -685,7 +723,6 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
         evhttp_add_header(h, "Content-Type", "text/event-stream");
         evhttp_add_header(h, "Cache-Control", "no-cache");
         evhttp_send_reply_start(r, 200, "OK");
-        count_status(s, 200);
     }
     return;
 fail:
@@ -706,32 +743,51 @@ static void handle_models(server *s, struct evhttp_request *r) {
     cJSON_AddNumberToObject(m, "created", (double)s->created);
     cJSON_AddStringToObject(m, "owned_by", "ingot");
     cJSON_AddNumberToObject(m, "max_model_len", ingot_model_desc.max_ctx);
+    /* "model": the checkpoint's own template; "builtin-chatml": it has none */
+    cJSON_AddStringToObject(m, "chat_template", chat_is_builtin(s->chat) ? "builtin-chatml" : "model");
     cJSON_AddItemToArray(data, m);
     reply_json(s, r, 200, root);
+}
+
+/* What /health and /ready report; only "ready" answers 200. A stalled
+ * scheduler (requests wait and none can be admitted) is unhealthy: a load
+ * balancer should stop sending requests and an orchestrator may restart. */
+static const char *health_state(server *s, const sched_stats *st) {
+    if (s->draining) return "draining";
+    if (st->stalled) return "stalled";
+    return "ready";
 }
 
 static void handle_health(server *s, struct evhttp_request *r) {
     sched_stats st;
     sched_get_stats(s->sched, &st);
+    const char *state = health_state(s, &st);
+    const int ok = !strcmp(state, "ready");
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "status", s->draining ? "draining" : "ok");
+    cJSON_AddStringToObject(j, "status", ok ? "ok" : state);
     cJSON_AddStringToObject(j, "model", ingot_model_desc.name);
-    cJSON_AddStringToObject(j, "state", s->draining ? "draining" : "ready");
+    cJSON_AddStringToObject(j, "state", state);
     cJSON_AddNumberToObject(j, "kv_blocks_used", st.kv_blocks_used);
     cJSON_AddNumberToObject(j, "kv_blocks_total", st.kv_blocks_total);
     cJSON_AddNumberToObject(j, "kv_blocks_cached", st.kv_blocks_cached);
     cJSON_AddNumberToObject(j, "running", st.running);
     cJSON_AddNumberToObject(j, "waiting", st.waiting);
     cJSON_AddNumberToObject(j, "requests_in_flight", s->n_reqs);
+    cJSON_AddNumberToObject(j, "connections", hg_connections(s->guard));
     cJSON_AddNumberToObject(j, "uptime_seconds", now_s() - s->t_start);
-    reply_json(s, r, 200, j);
+    reply_json(s, r, ok ? 200 : 503, j);
 }
 
 static void handle_ready(server *s, struct evhttp_request *r) {
+    sched_stats st;
+    sched_get_stats(s->sched, &st);
+    const char *state = health_state(s, &st);
+    const int ok = !strcmp(state, "ready");
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddBoolToObject(j, "ready", !s->draining);
+    cJSON_AddBoolToObject(j, "ready", ok);
+    cJSON_AddStringToObject(j, "state", state);
     cJSON_AddStringToObject(j, "model", ingot_model_desc.name);
-    reply_json(s, r, s->draining ? 503 : 200, j);
+    reply_json(s, r, ok ? 200 : 503, j);
 }
 
 static void handle_alive(server *s, struct evhttp_request *r) {
@@ -760,12 +816,7 @@ static void handle_metrics(server *s, struct evhttp_request *r) {
     count_status(s, 200);
     size_t len = 0;
     char *text = met_render(s->met, &len);
-    struct evbuffer *buf = evbuffer_new();
-    if (buf && text) evbuffer_add(buf, text, len);
-    free(text);
-    evhttp_add_header(evhttp_request_get_output_headers(r), "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-    evhttp_send_reply(r, 200, "OK", buf);
-    if (buf) evbuffer_free(buf);
+    send_body(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
 }
 
 /* ---- routing --------------------------------------------------------------- */
@@ -830,15 +881,19 @@ static void on_request(struct evhttp_request *r, void *arg) {
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
         const srv_route *rt = &ROUTES[i];
         if (strcmp(rt->path, norm) != 0) continue;
-        if (method != rt->method) {
+        /* HEAD is GET without the body (send_body) */
+        if (method != rt->method && !(method == EVHTTP_REQ_HEAD && rt->method == EVHTTP_REQ_GET)) {
             evhttp_add_header(evhttp_request_get_output_headers(r), "Allow",
-                              rt->method == EVHTTP_REQ_GET ? "GET" : "POST");
+                              rt->method == EVHTTP_REQ_GET ? "GET, HEAD" : "POST");
             char msg[96];
-            snprintf(msg, sizeof msg, "%s only accepts %s", rt->path, rt->method == EVHTTP_REQ_GET ? "GET" : "POST");
+            snprintf(msg, sizeof msg, "%s only accepts %s", rt->path,
+                     rt->method == EVHTTP_REQ_GET ? "GET and HEAD" : "POST");
             reply_error_msg(s, r, 405, "invalid_request_error", "method_not_allowed", msg);
             return;
         }
-        if (rt->auth && !authorized(s, r)) return;
+        /* scrapers reach /metrics without the key unless --metrics-auth */
+        const int auth = rt->auth || (rt->fn == handle_metrics && s->cfg.metrics_auth);
+        if (auth && !authorized(s, r)) return;
         if (rt->kind >= 0) handle_generate(s, r, (oai_kind)rt->kind);
         else rt->fn(s, r);
         return;
@@ -907,7 +962,7 @@ typedef struct {
 
 static int parse_config(srv_config *c, int argc, char **argv) {
     double port = 8080, kv_blocks = 0, kv_mem = 0, mbt = 0, running = 32, waiting = 1024, body = 4 << 20,
-           grace = 30, dev_frac = 0.90;
+           grace = 30, dev_frac = 0.90, read_timeout = 30, max_conns = 512;
     const srv_numopt opts[] = {
         {"--device-memory-fraction", "INGOT_DEVICE_MEMORY_FRACTION", 0.01, 1.0, 0, &dev_frac},
         {"--port", "INGOT_PORT", 0, 65535, 1, &port},
@@ -918,6 +973,8 @@ static int parse_config(srv_config *c, int argc, char **argv) {
         {"--max-waiting", "INGOT_MAX_WAITING", 1, 1 << 20, 1, &waiting},
         {"--max-body", "INGOT_MAX_BODY", 1024, 1 << 30, 1, &body},
         {"--grace", "INGOT_GRACE", 0, 86400, 0, &grace},
+        {"--read-timeout", "INGOT_READ_TIMEOUT", 0.05, 86400, 0, &read_timeout},
+        {"--max-connections", "INGOT_MAX_CONNECTIONS", 1, 1 << 20, 1, &max_conns},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     snprintf(c->host, sizeof c->host, "127.0.0.1");
@@ -927,6 +984,8 @@ static int parse_config(srv_config *c, int argc, char **argv) {
     if ((v = getenv("INGOT_HOST")) && *v) snprintf(c->host, sizeof c->host, "%s", v);
     if ((v = getenv("INGOT_API_KEY")) && *v) c->api_key = v;
     if ((v = getenv("INGOT_PREFIX_CACHE")) && !strcmp(v, "0")) c->prefix_cache = 0;
+    if ((v = getenv("INGOT_METRICS_AUTH")) && !strcmp(v, "1")) c->metrics_auth = 1;
+    if ((v = getenv("INGOT_PARSE_SPECIAL_IN_CONTENT")) && !strcmp(v, "1")) c->parse_special = 1;
     for (int k = 0; k < n_opts; k++)
         if ((v = getenv(opts[k].env)) && *v &&
             parse_num(v, opts[k].env, opts[k].lo, opts[k].hi, opts[k].integer, opts[k].dst) != 0)
@@ -936,6 +995,14 @@ static int parse_config(srv_config *c, int argc, char **argv) {
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-prefix-cache")) {
             c->prefix_cache = 0;
+            continue;
+        }
+        if (!strcmp(a, "--metrics-auth")) {
+            c->metrics_auth = 1;
+            continue;
+        }
+        if (!strcmp(a, "--parse-special-in-content")) {
+            c->parse_special = 1;
             continue;
         }
         if (!strcmp(a, "--host") && val) {
@@ -970,6 +1037,8 @@ static int parse_config(srv_config *c, int argc, char **argv) {
     c->max_waiting = (int)waiting;
     c->max_body = (long)body;
     c->grace = grace;
+    c->read_timeout = read_timeout;
+    c->max_connections = (int)max_conns;
     return 0;
 }
 
@@ -1061,10 +1130,16 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
     event_add(s->sig_term, NULL);
     event_add(s->sig_int, NULL);
 
-    evhttp_set_max_body_size(s->http, s->cfg.max_body);
-    evhttp_set_max_headers_size(s->http, 64 * 1024);
-    /* generations take long: the read/write timeout must not cut a slow reply */
-    evhttp_set_timeout(s->http, 3600);
+    /* the guard frames and limits requests before evhttp sees them and times
+     * reads; evhttp gets no timeout of its own, as a long generation is a long
+     * write. A reply that makes no progress for an hour is abandoned. */
+    const hg_config gc = {.max_body = (size_t)s->cfg.max_body, .read_timeout = s->cfg.read_timeout,
+                          .write_timeout = 3600, .max_connections = s->cfg.max_connections,
+                          .on_reply = guard_replied, .user = s};
+    if (!(s->guard = hg_install(s->http, s->base, &gc))) {
+        fprintf(stderr, "%s: error: out of memory\n", d->name);
+        goto out;
+    }
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(s->http, on_request, s);
@@ -1102,13 +1177,24 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
             "  max waiting       %d\n"
             "  prefix cache      %s\n"
             "  max body          %ld bytes\n"
+            "  read timeout      %g s\n"
+            "  max connections   %d\n"
+            "  metrics           %s\n"
             "  grace             %g s\n"
             "  threads           %d\n"
             "  chat template     %s\n",
             d->name, d->name, d->arch, d->max_ctx, d->vocab, s->cfg.host, port,
             s->cfg.api_key ? "required" : "none", kv_blocks, INGOT_KV_BLOCK, kv_blocks * INGOT_KV_BLOCK,
             (double)block_bytes * kv_blocks / 1048576.0, mbt, s->cfg.max_running, s->cfg.max_waiting,
-            s->cfg.prefix_cache ? "on" : "off", s->cfg.max_body, s->cfg.grace, n_threads, chat_source(s->chat));
+            s->cfg.prefix_cache ? "on" : "off", s->cfg.max_body, s->cfg.read_timeout, s->cfg.max_connections,
+            s->cfg.metrics_auth && s->cfg.api_key ? "api key required" : "open", s->cfg.grace, n_threads,
+            chat_source(s->chat));
+    if (chat_is_builtin(s->chat))
+        fprintf(stderr, "%s: the model has no chat template; chat requests use the built-in ChatML template\n",
+                d->name);
+    if (s->cfg.parse_special)
+        fprintf(stderr, "%s: --parse-special-in-content: control-token text in messages becomes control tokens\n",
+                d->name);
     fprintf(stderr, "%s: listening on http://%s:%d\n", d->name, s->cfg.host, port);
     fflush(stderr);
 
@@ -1133,6 +1219,7 @@ out:
     if (s->sig_int) event_free(s->sig_int);
     if (s->grace_timer) event_free(s->grace_timer);
     if (s->base) event_base_free(s->base);
+    hg_free(s->guard); /* connections torn down by the two calls above refer to it */
     met_free(s->met);
     chat_free(s->chat);
     free(s);

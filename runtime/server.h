@@ -2,13 +2,15 @@
  *
  *   NAME serve [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--kv-blocks N | --kv-memory MiB]
  *              [--max-batch-tokens N] [--max-running N] [--max-waiting N] [--no-prefix-cache]
- *              [--max-body BYTES] [--grace SECONDS]
+ *              [--max-body BYTES] [--grace SECONDS] [--read-timeout SECONDS]
+ *              [--max-connections N] [--metrics-auth] [--parse-special-in-content]
  *
  * Each option also reads from the environment (INGOT_HOST, INGOT_PORT,
  * INGOT_API_KEY, INGOT_KV_BLOCKS, INGOT_KV_MEMORY, INGOT_MAX_BATCH_TOKENS,
  * INGOT_MAX_RUNNING, INGOT_MAX_WAITING, INGOT_PREFIX_CACHE=0,
- * INGOT_MAX_BODY, INGOT_GRACE); the command line wins. --port 0 binds a free
- * port; the "listening on" line names it.
+ * INGOT_MAX_BODY, INGOT_GRACE, INGOT_READ_TIMEOUT, INGOT_MAX_CONNECTIONS,
+ * INGOT_METRICS_AUTH=1, INGOT_PARSE_SPECIAL_IN_CONTENT=1); the command line
+ * wins. --port 0 binds a free port; the "listening on" line names it.
  */
 #ifndef INGOT_SERVER_H
 #define INGOT_SERVER_H
@@ -20,6 +22,7 @@
     "  serve [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--kv-blocks N | --kv-memory MiB]\n"        \
     "        [--max-batch-tokens N] [--max-running N] [--max-waiting N] [--no-prefix-cache]\n"             \
     "        [--max-body BYTES] [--grace SECONDS] [--device-memory-fraction 0.90]\n"                      \
+    "        [--read-timeout 30] [--max-connections 512] [--metrics-auth] [--parse-special-in-content]\n" \
     "        OpenAI-compatible HTTP server (CUDA builds: the KV pool defaults to the fraction of free\n"   \
     "        device memory left after weights and scratch)\n"
 
