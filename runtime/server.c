@@ -67,6 +67,7 @@ typedef struct {
     double read_timeout;   /* seconds a request may take to arrive, and an idle connection may stay */
     int max_connections;
     int metrics_auth;      /* 1: /metrics needs the API key too */
+    int fault_stalled;     /* INGOT_FAULT_STALLED=1: probes answer as if the scheduler were stalled */
     int parse_special;     /* 1: control-token text in message contents and prompts becomes control tokens */
 } srv_config;
 
@@ -754,7 +755,7 @@ static void handle_models(server *s, struct evhttp_request *r) {
  * balancer should stop sending requests and an orchestrator may restart. */
 static const char *health_state(server *s, const sched_stats *st) {
     if (s->draining) return "draining";
-    if (st->stalled) return "stalled";
+    if (st->stalled || s->cfg.fault_stalled) return "stalled";
     return "ready";
 }
 
@@ -986,6 +987,10 @@ static int parse_config(srv_config *c, int argc, char **argv) {
     if ((v = getenv("INGOT_PREFIX_CACHE")) && !strcmp(v, "0")) c->prefix_cache = 0;
     if ((v = getenv("INGOT_METRICS_AUTH")) && !strcmp(v, "1")) c->metrics_auth = 1;
     if ((v = getenv("INGOT_PARSE_SPECIAL_IN_CONTENT")) && !strcmp(v, "1")) c->parse_special = 1;
+    /* a stall means something is broken, so nothing from outside can cause
+     * one; this lets the probes' answer to it (and what a load balancer or
+     * orchestrator does with that) be tried */
+    if ((v = getenv("INGOT_FAULT_STALLED")) && !strcmp(v, "1")) c->fault_stalled = 1;
     for (int k = 0; k < n_opts; k++)
         if ((v = getenv(opts[k].env)) && *v &&
             parse_num(v, opts[k].env, opts[k].lo, opts[k].hi, opts[k].integer, opts[k].dst) != 0)
@@ -1194,6 +1199,9 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
                 d->name);
     if (s->cfg.parse_special)
         fprintf(stderr, "%s: --parse-special-in-content: control-token text in messages becomes control tokens\n",
+                d->name);
+    if (s->cfg.fault_stalled)
+        fprintf(stderr, "%s: INGOT_FAULT_STALLED=1: /health and /ready answer 503 as for a stalled scheduler\n",
                 d->name);
     fprintf(stderr, "%s: listening on http://%s:%d\n", d->name, s->cfg.host, port);
     fflush(stderr);

@@ -11,6 +11,8 @@ needed, then execs it: the process is the server).
 The server binds port 0 and reports the port it got on its "listening on"
 line, so parallel servers never race for a port. Its stderr is collected in
 `log` (the sanitizer report of a --san binary lands there too).
+`wait_ready=False` returns as soon as it listens (for a server whose /ready
+is meant to answer 503).
 """
 import os
 import re
@@ -24,8 +26,9 @@ LISTEN = re.compile(r"listening on http://([^:\s]+):(\d+)")
 
 
 class ServerProc:
-    def __init__(self, binary, *args, env=None, start_timeout=120, command=("serve",)):
+    def __init__(self, binary, *args, env=None, start_timeout=120, command=("serve",), wait_ready=True):
         self.binary = str(binary)
+        self.wait_ready = wait_ready
         self.command = [str(c) for c in command]
         self.args = [str(a) for a in args]
         self.env = dict(os.environ, **(env or {}))
@@ -47,6 +50,8 @@ class ServerProc:
             if self.proc.poll() is not None or time.time() > deadline:
                 self.kill()
                 raise RuntimeError(f"server did not start: {' '.join(cmd)}\n{self.log}")
+        if not self.wait_ready:
+            return self
         while time.time() < deadline:
             try:
                 with urllib.request.urlopen(self.url + "/ready", timeout=5) as r:
