@@ -29,6 +29,17 @@ emit.ROWS_NT = 256   -- threads of a rows kernel block
 local DT = {f32 = "IG_F32", f16 = "IG_F16", bf16 = "IG_BF16", q8_0 = "IG_Q8_0", q4_0 = "IG_Q4_0", q4_1 = "IG_Q4_1"}
 local DT_BYTES = {f32 = {1, 4}, f16 = {1, 2}, bf16 = {1, 2}, q8_0 = {32, 34}, q4_0 = {32, 18}, q4_1 = {32, 20}}
 
+-- The CUDA kernels read the dtypes of DT only; a weight of another dtype (the
+-- K-quants, Q5, IQ4 of a GGUF) stops the build rather than emit wrong code.
+function emit.check_dtypes(weights)
+  for _, w in ipairs(weights) do
+    if not DT[w.dtype] then
+      util.die(string.format("not yet supported on CUDA: %s (tensor %s); build with --backend cpu, or convert with "
+        .. "--dtype q8_0|q4_0|q4_1|f16|bf16|f32", w.dtype, w.tensor or w.logical))
+    end
+  end
+end
+
 function emit.weight_bytes(w)
   local e, b = table.unpack(DT_BYTES[w.dtype])
   local n = 1

@@ -1,7 +1,7 @@
 -- generator/main.lua — the ingot generator: models.lua + a model's config → specialized sources.
 --
 -- usage: lua5.4 generator/main.lua --inspect INSPECT.json --source PATH --name NAME --out DIR
---            [--hf-config config.json] [--dtype native|f32|f16|bf16|q8_0|q4_0|q4_1]
+--            [--hf-config config.json] [--dtype native|f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]
 --            [--backend cpu] [--no-fuse] [--act-quant none|q8] [--max-tokens N]
 --            [--models models.lua] [--dry-run] [--allow-unused]
 --
@@ -51,7 +51,9 @@ local function parse_args(argv)
   end
   if o.backend ~= "cpu" and o.backend ~= "cuda" then util.die("unknown --backend " .. o.backend .. " (cpu or cuda)") end
   if o.backend == "cuda" and o.act_quant ~= "none" then util.die("--act-quant q8 is a CPU option") end
-  local ok = {native = 1, f32 = 1, f16 = 1, bf16 = 1, q8_0 = 1, q4_0 = 1, q4_1 = 1}
+  -- the dtypes a weight can be converted to at load (runtime/dtype.c has a quantizer for each)
+  local ok = {native = 1, f32 = 1, f16 = 1, bf16 = 1, q8_0 = 1, q4_0 = 1, q4_1 = 1, q5_0 = 1, q5_1 = 1,
+              q4_k = 1, q5_k = 1, q6_k = 1}
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
   if o.act_quant ~= "none" and o.act_quant ~= "q8" then util.die("--act-quant is none or q8") end
   if not o.max_tokens or o.max_tokens < 1 or o.max_tokens > 65536 then
@@ -62,15 +64,16 @@ end
 
 -- The dtype each weight's kernels are compiled for: vectors (norms, biases)
 -- are f32; matrices keep their stored dtype unless --dtype asks otherwise.
--- A matrix whose rows are not a whole number of 32-element blocks cannot be
--- block-quantized: it keeps its stored dtype (as llama.cpp's quantizer does),
--- and the build says so.
+-- A matrix whose rows are not a whole number of blocks (32 elements, 256 for
+-- the K-quants) cannot be block-quantized: it keeps its stored dtype (as
+-- llama.cpp's quantizer does), and the build says so.
 local function compiled_dtype(opts, w, stored)
   if #w.shape == 1 then return "f32" end
   if opts.dtype == "native" then return stored end
-  if plan.quantized(opts.dtype) and w.shape[2] % 32 ~= 0 then
-    io.stderr:write(string.format("ingot: note: %s (%s) has rows of %d, not a multiple of 32: kept as %s\n",
-      w.logical, w.layer and ("layer " .. w.layer) or "model", w.shape[2], stored))
+  local block = plan.block_elems(opts.dtype)
+  if w.shape[2] % block ~= 0 then
+    io.stderr:write(string.format("ingot: note: %s (%s) has rows of %d, not a multiple of %d: kept as %s\n",
+      w.logical, w.layer and ("layer " .. w.layer) or "model", w.shape[2], block, stored))
     return stored
   end
   return opts.dtype
@@ -193,6 +196,7 @@ local function main(argv)
     weights[i] = w
   end
   check_every_tensor_used(d, entry, info.tensors, consumed, opts)
+  if opts.backend == "cuda" then emit_cuda.check_dtypes(weights) end
   local summary = {}
   for _, k in ipairs(util.sorted_keys(counts)) do summary[#summary + 1] = string.format("%s (%d)", k, counts[k]) end
 

@@ -18,17 +18,32 @@ local ALIGN = 16
 
 local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end
 
+-- Elements per block of each block-quantized weight dtype (runtime/dtype.h):
+-- a row must be a whole number of blocks.
+plan.BLOCK = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, iq4_nl = 32,
+              q2_k = 256, q3_k = 256, q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256}
+
+-- The dtypes with integer-dot kernels for int8 activations (kc_mm_*).
+local INT8_KERNELS = {q8_0 = true, q4_0 = true, q4_1 = true}
+
 -- Whether a weight dtype is block-quantized.
 function plan.quantized(dtype)
-  return dtype == "q8_0" or dtype == "q4_0" or dtype == "q4_1"
+  return plan.BLOCK[dtype] ~= nil
+end
+
+-- Elements per block (1 for float dtypes).
+function plan.block_elems(dtype)
+  return plan.BLOCK[dtype] or 1
 end
 
 -- Whether a linear of this weight dtype takes int8-quantized activations:
 -- only in --act-quant q8 builds (llama.cpp's numerics, integer dot
--- products). By default activations stay f32 and quantized weights are
--- dequantized in registers, which computes exactly what the checkpoint means.
+-- products), for the dtypes that have such kernels; the others keep f32
+-- activations there too. By default activations stay f32 and quantized
+-- weights are dequantized in registers, which computes exactly what the
+-- checkpoint means.
 function plan.int8_activations(dtype, act_quant)
-  return act_quant == "q8" and plan.quantized(dtype)
+  return act_quant == "q8" and INT8_KERNELS[dtype] == true
 end
 
 function plan.run(g, groups, final_node, act_quant)

@@ -76,6 +76,15 @@ def test_dequantize_matches_gguf_py(built, tmp_path, qtype):
     assert diff.size == 0, f"{diff.size} elements differ, first {diff[0]}: {got[diff[0]]} vs {ref[diff[0]]}"
 
 
+def test_kernels(built):
+    """tests/c/test_kquant_kernels.c: kc_mmx_* of every new type (direct and
+    packed paths, partial tiles, bias, accumulate) against the dequantized
+    weights in double precision, and kc_embed_row."""
+    r = run([built / "tests" / "test_kquant_kernels"])
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert r.stdout.strip().splitlines()[-1].endswith(" 0 failed")
+
+
 # ---------------------------------------------------------------- bad tensors
 
 def assert_one_line(r, *keywords):

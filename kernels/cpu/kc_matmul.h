@@ -1,4 +1,4 @@
-/* kc_matmul.h — tiled matmul kernels Y[t][r] (+)= W[r]·X[t] (+ bias) for f32/f16/bf16/Q8_0/Q4_0/Q4_1 weights, and row dequantization. */
+/* kc_matmul.h — tiled matmul kernels Y[t][r] (+)= W[r]·X[t] (+ bias) for f32/f16/bf16/Q8_0/Q4_0/Q4_1 weights, and row dequantization (every type). */
 #ifndef INGOT_KC_MATMUL_H
 #define INGOT_KC_MATMUL_H
 
@@ -903,7 +903,9 @@ static inline void kc_mmx_q4_1(const block_q4_1 *W, const float *X, int ldx, flo
 
 /* ------------------------------------------------------------------------
  * Dequantizes row `row` (IN elements) of a [rows][IN] table of type t into
- * out, e.g. for embedding lookup. Unknown types leave out untouched. */
+ * out, e.g. for embedding lookup. Types not spelled out here (Q5, the
+ * K-quants, IQ4) take the scalar reference of dtype.c (one row per token);
+ * unknown types leave out untouched. */
 static inline void kc_embed_row(ingot_dtype t, const void *W, int64_t row, int IN, float *out) {
     size_t base = (size_t)row * (size_t)IN;
     switch (t) {
@@ -946,8 +948,11 @@ static inline void kc_embed_row(ingot_dtype t, const void *W, int64_t row, int I
         }
         break;
     }
-    default:
+    default: {
+        size_t rb;
+        if (dtype_row_bytes(t, IN, &rb) == 0) dtype_dequantize_row(t, (const uint8_t *)W + (size_t)row * rb, out, IN);
         break;
+    }
     }
 }
 

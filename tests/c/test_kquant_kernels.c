@@ -1,0 +1,183 @@
+/* test_kquant_kernels.c — kc_mmx_* for Q5_0/Q5_1/IQ4_NL/Q2_K..Q6_K/IQ4_XS and kc_embed_row against dtype.c's dequantization. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "kc_kquant.h"
+#include "kc_matmul.h"
+
+/* Tolerance relative to sum_k |w_k x_k| of the output: the kernels compute
+ * the weights exactly (bit-equal to dtype_dequantize_row) and accumulate in
+ * f32, so only summation order differs from the double reference; plus a
+ * few ulps of |bias| + |previous Y| + |result| for the final adds. */
+#define TOL 1e-5
+
+static int n_pass, n_fail;
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static void check(int ok, const char *fmt, ...) {
+    if (ok) { n_pass++; return; }
+    n_fail++;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static float rndf(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+static const ingot_dtype TYPES[] = {INGOT_Q5_0, INGOT_Q5_1, INGOT_IQ4_NL, INGOT_Q2_K, INGOT_Q3_K,
+                                    INGOT_Q4_K, INGOT_Q5_K, INGOT_Q6_K, INGOT_IQ4_XS};
+#define N_TYPES (int)(sizeof TYPES / sizeof TYPES[0])
+
+/* Byte offsets of the f16 scales of a block (-1: none). */
+static void scale_offsets(ingot_dtype t, int *a, int *b) {
+    *a = 0, *b = -1;
+    if (t == INGOT_Q5_1 || t == INGOT_Q4_K || t == INGOT_Q5_K) *b = 2;
+    if (t == INGOT_Q2_K) *a = 80, *b = 82;
+    if (t == INGOT_Q3_K) *a = 108;
+    if (t == INGOT_Q6_K) *a = 208;
+}
+
+/* Random bytes for every code and sub-scale, f16 scales of moderate size
+ * (random sign, exponent 2^-12 .. 2^-5) so sums stay far from overflow. */
+static uint8_t *rnd_weights(ingot_dtype t, int rows, int IN, size_t *row_bytes) {
+    dtype_row_bytes(t, IN, row_bytes);
+    const size_t n = *row_bytes * (size_t)rows, bb = dtype_block_bytes(t);
+    uint8_t *W = malloc(n);
+    for (size_t i = 0; i < n; i++) W[i] = (uint8_t)rnd();
+    int a, b;
+    scale_offsets(t, &a, &b);
+    for (size_t blk = 0; blk < n / bb; blk++) {
+        for (int k = 0; k < 2; k++) {
+            const int off = k ? b : a;
+            if (off < 0) continue;
+            const uint16_t h = (uint16_t)((rnd() & 1) << 15 | (uint16_t)(3 + rnd() % 8) << 10 | (rnd() & 0x3ff));
+            W[blk * bb + (size_t)off] = (uint8_t)h;
+            W[blk * bb + (size_t)off + 1] = (uint8_t)(h >> 8);
+        }
+    }
+    return W;
+}
+
+static void call_mmx(ingot_dtype t, const void *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                     int r1, const float *bias, int acc) {
+    switch (t) {
+    case INGOT_Q5_0: kc_mmx_q5_0(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q5_1: kc_mmx_q5_1(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_IQ4_NL: kc_mmx_iq4_nl(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q2_K: kc_mmx_q2_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q3_K: kc_mmx_q3_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q4_K: kc_mmx_q4_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q5_K: kc_mmx_q5_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q6_K: kc_mmx_q6_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    default: kc_mmx_iq4_xs(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    }
+}
+
+/* One case: Y rows [r0, r1) of OUT for T tokens against the double
+ * reference on dtype_dequantize_row's weights; rows outside the range and
+ * the padding of Y and X are poisoned/checked. */
+static void mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int use_bias, int acc) {
+    const int ldx = IN + 5, ldy = OUT + 3;
+    size_t rb;
+    uint8_t *W = rnd_weights(t, OUT, IN, &rb);
+    float *bias = malloc(sizeof(float) * OUT), *wf = malloc(sizeof(float) * IN);
+    float *X = malloc(sizeof(float) * (size_t)T * ldx);
+    float *Y = malloc(sizeof(float) * (size_t)T * ldy), *Y0 = malloc(sizeof(float) * (size_t)T * ldy);
+    for (int r = 0; r < OUT; r++) bias[r] = rndf();
+    for (int tt = 0; tt < T; tt++)
+        for (int k = 0; k < ldx; k++) X[(size_t)tt * ldx + k] = k < IN ? rndf() * (k % 7 == 0 ? 4.0f : 1.0f) : NAN;
+    for (size_t i = 0; i < (size_t)T * ldy; i++) Y[i] = Y0[i] = rndf() * 3.0f;
+    call_mmx(t, W, X, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
+    int bad = 0;
+    double worst = 0;
+    for (int r = 0; r < OUT; r++) {
+        dtype_dequantize_row(t, W + (size_t)r * rb, wf, IN);
+        for (int tt = 0; tt < T; tt++) {
+            const size_t yi = (size_t)tt * ldy + r;
+            if (r < r0 || r >= r1) {
+                if (memcmp(&Y[yi], &Y0[yi], sizeof(float)) != 0) bad++;
+                continue;
+            }
+            double dot = 0, mag = 0;
+            for (int k = 0; k < IN; k++) {
+                dot += (double)wf[k] * X[(size_t)tt * ldx + k];
+                mag += fabs((double)wf[k] * X[(size_t)tt * ldx + k]);
+            }
+            const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0), ref = dot + extra;
+            const double tol = TOL * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(ref)) + 1e-30;
+            const double err = fabs((double)Y[yi] - ref);
+            if (!(err <= tol) && bad++ < 3)
+                printf("  %s IN=%d T=%d r=%d t=%d: got %.9g want %.9g (err %.3g tol %.3g)\n", dtype_name(t), IN, T, r,
+                       tt, Y[yi], ref, err, tol);
+            if (mag > 0 && err / mag > worst) worst = err / mag;
+        }
+    }
+    for (int tt = 0; tt < T; tt++)
+        for (int r = OUT; r < ldy; r++)
+            if (memcmp(&Y[(size_t)tt * ldy + r], &Y0[(size_t)tt * ldy + r], sizeof(float)) != 0) bad++;
+    check(bad == 0, "kc_mmx_%s IN=%d T=%d rows [%d,%d) of %d bias=%d acc=%d: %d bad (worst rel err %.2g)",
+          dtype_name(t), IN, T, r0, r1, OUT, use_bias, acc, bad, worst);
+    free(W), free(bias), free(wf), free(X), free(Y), free(Y0);
+}
+
+/* Token counts: the direct path (T < 3), the packed path with full and
+ * partial microkernel tiles and more than one 128-token chunk. Rows: partial
+ * tiles of either path. IN: one block, several, and (32-blocks) a partial
+ * K chunk of the packed path. */
+static void test_matmul(void) {
+    const int ts[] = {1, 2, 3, 17, 133};
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const ingot_dtype t = TYPES[ti];
+        const int k = dtype_block_elems(t) == 256;
+        const int ins32[] = {32, 576, 1056}, ins256[] = {256, 768, 1536};
+        for (int ii = 0; ii < 3; ii++)
+            for (int tj = 0; tj < 5; tj++) {
+                const int IN = k ? ins256[ii] : ins32[ii], T = ts[tj];
+                mm_case(t, IN, T, 37, 0, 37, 0, 0);
+                mm_case(t, IN, T, 37, 5, 30, 1, 1);
+                mm_case(t, IN, T, 13, 3, 4, 1, 0);
+                mm_case(t, IN, T, 72, 8, 72, 1, 1);
+            }
+    }
+}
+
+/* kc_embed_row of every type equals dtype_dequantize_row of that row. */
+static void test_embed(void) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const ingot_dtype t = TYPES[ti];
+        const int IN = 512, rows = 3;
+        size_t rb;
+        uint8_t *W = rnd_weights(t, rows, IN, &rb);
+        float out[512], ref[512];
+        int bad = 0;
+        for (int r = 0; r < rows; r++) {
+            kc_embed_row(t, W, r, IN, out);
+            dtype_dequantize_row(t, W + (size_t)r * rb, ref, IN);
+            bad += memcmp(out, ref, sizeof out) != 0;
+        }
+        check(bad == 0, "kc_embed_row %s: %d rows differ", dtype_name(t), bad);
+        free(W);
+    }
+}
+
+int main(void) {
+    test_embed();
+    test_matmul();
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
