@@ -379,6 +379,7 @@ static int head_done(gconn *c) {
 /* One complete line of the head, without its line end. 0: more lines,
  * 1: the head is complete and accepted, -1: refused. */
 static int take_line(gconn *c, const char *s, size_t len) {
+    if (memchr(s, 0, len)) return refuse(c, 400, "NUL byte in the request head");
     if (memchr(s, '\r', len)) return refuse(c, 400, "bare carriage return in the request head");
     if (c->n_lines++ == 0) {
         if (len == 0) return refuse(c, 400, "empty request line");
@@ -401,9 +402,7 @@ static int scan_head(gconn *c, struct evbuffer *src) {
         if (evbuffer_ptr_set(src, &p, c->have, EVBUFFER_PTR_SET) != 0 ||
             evbuffer_copyout_from(src, &p, c->head + c->have, want - c->have) != (ev_ssize_t)(want - c->have))
             return refuse(c, 500, "cannot read the request head");
-        const size_t from = c->have;
-        c->have = want;
-        if (memchr(c->head + from, 0, want - from)) return refuse(c, 400, "NUL byte in the request head");
+        c->have = want; /* may run into the body: only complete head lines are looked at */
     }
     for (;;) {
         const char *nl = memchr(c->head + c->line, '\n', c->have - c->line);
@@ -432,7 +431,7 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
                                                 enum bufferevent_flush_mode mode, void *arg) {
     (void)limit, (void)mode;
     gconn *c = arg;
-    if (c->state == GC_CLOSING) {
+    if (c->state == GC_CLOSING || c->refuse) { /* a refused connection's 503 comes from the kick */
         evbuffer_drain(src, evbuffer_get_length(src));
         return BEV_NEED_MORE;
     }

@@ -450,6 +450,8 @@ def test_invalid_utf8_and_nul_named(server):
     err = expect_error(post(CHAT, two % b'{"role": "user", "content": "before\\u0000after"}'), 400,
                        "messages[1].content")
     assert "NUL" in err["message"]
+    err = expect_error(post(CHAT, two % b'{"role": "user", "content": "raw\x00nul"}'), 400, "messages[1].content")
+    assert "NUL" in err["message"]
     err = expect_error(post(CHAT, two % b'{"role": "user", "content": [{"type": "text", "text": "\xc0\xaf"}]}'), 400,
                        "messages[1].content")
     assert "UTF-8" in err["message"]
