@@ -23,7 +23,6 @@ struct chat_template {
     const char *source;
     int builtin;
     char *bos, *eos;
-    uint64_t nonce_state; /* placeholders of chat_render_prompt */
 };
 
 /* tokenizer_config.json's special-token fields: a string or {"content": "..."}. */
@@ -107,9 +106,6 @@ chat_template *chat_load(const wt_file *w, const tok_tokenizer *tok, char *err, 
         c->source = "builtin ChatML";
         c->builtin = 1;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    c->nonce_state = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)c;
     if (!c->bos) c->bos = piece_string(tok, tok_bos(tok));
     if (!c->eos) c->eos = piece_string(tok, tok_eos(tok));
     char jerr[256];
@@ -195,8 +191,12 @@ static int span_add(spanvec *sv, size_t start, size_t len) {
     return 0;
 }
 
-static uint64_t next_nonce(chat_template *c) {
-    uint64_t z = (c->nonce_state += 0x9e3779b97f4a7c15ULL);
+/* Unguessable from outside: the clock in nanoseconds and a counter, mixed. */
+static uint64_t next_nonce(void) {
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec + ++counter * 0x9e3779b97f4a7c15ULL;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
@@ -302,7 +302,7 @@ char *chat_render_prompt(const chat_template *c, const cJSON *messages, tok_span
     spanvec sv = {0};
     char prefix[32];
     const int plen = snprintf(prefix, sizeof prefix, "%c%020llu:", PH_OPEN,
-                              (unsigned long long)next_nonce((chat_template *)c));
+                              (unsigned long long)next_nonce());
     int ok = contents && skel_msgs;
     size_t i = 0;
     const cJSON *m;

@@ -1,6 +1,9 @@
 /* server.c — lifecycle, routes and the request state machine of `NAME serve`.
  *
  * Request path:
+ * 0. The HTTP guard (http_guard.c) beneath evhttp checks each request's
+ *    head and body, answers what is malformed, too large or too slow with a
+ *    JSON error, and passes evhttp only complete, well-formed requests.
  * 1. HTTP thread (libevent evhttp): parse the body with cJSON and validate
  *    it (openai.c), apply the chat template (chat.c), tokenize, and
  *    sched_submit one sequence per choice. Nothing here waits on the model:
@@ -585,7 +588,7 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
     }
     struct evbuffer *in = evhttp_request_get_input_buffer(r);
     const size_t len = evbuffer_get_length(in);
-    /* libevent already refused bodies over --max-body; this is belt and braces */
+    /* the HTTP guard already refused bodies over --max-body; this is belt and braces */
     if (len > (size_t)s->cfg.max_body) {
         reply_error_msg(s, r, 413, "invalid_request_error", NULL, "request body too large");
         return;
@@ -750,9 +753,10 @@ static void handle_models(server *s, struct evhttp_request *r) {
     reply_json(s, r, 200, root);
 }
 
-/* What /health and /ready report; only "ready" answers 200. A stalled
- * scheduler (requests wait and none can be admitted) is unhealthy: a load
- * balancer should stop sending requests and an orchestrator may restart. */
+/* What /health and /ready report. A stalled scheduler (requests wait and
+ * none can be admitted) fails both: a load balancer should stop sending
+ * requests and an orchestrator may restart the process. Draining fails only
+ * /ready: the process is healthy, finishing what it has. */
 static const char *health_state(server *s, const sched_stats *st) {
     if (s->draining) return "draining";
     if (st->stalled || s->cfg.fault_stalled) return "stalled";
@@ -763,9 +767,9 @@ static void handle_health(server *s, struct evhttp_request *r) {
     sched_stats st;
     sched_get_stats(s->sched, &st);
     const char *state = health_state(s, &st);
-    const int ok = !strcmp(state, "ready");
+    const int ok = strcmp(state, "stalled") != 0;
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "status", ok ? "ok" : state);
+    cJSON_AddStringToObject(j, "status", !strcmp(state, "ready") ? "ok" : state);
     cJSON_AddStringToObject(j, "model", ingot_model_desc.name);
     cJSON_AddStringToObject(j, "state", state);
     cJSON_AddNumberToObject(j, "kv_blocks_used", st.kv_blocks_used);
@@ -1198,8 +1202,8 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
         fprintf(stderr, "%s: the model has no chat template; chat requests use the built-in ChatML template\n",
                 d->name);
     if (s->cfg.parse_special)
-        fprintf(stderr, "%s: --parse-special-in-content: control-token text in messages becomes control tokens\n",
-                d->name);
+        fprintf(stderr, "%s: --parse-special-in-content: control-token text in contents and prompts becomes "
+                        "control tokens\n", d->name);
     if (s->cfg.fault_stalled)
         fprintf(stderr, "%s: INGOT_FAULT_STALLED=1: /health and /ready answer 503 as for a stalled scheduler\n",
                 d->name);
