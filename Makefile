@@ -3,7 +3,8 @@
 #   make            runtime library + tools (optimized)
 #   make SAN=1      the same under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tests      C test programs (tests/c/test_*.c)
-#   make test       the whole suite (see README)
+#   make test       the default tier, what CI runs (see README)
+#   make test-full  every test at full breadth, both passes over every file
 #
 # A model binary is built by ./ingot build (see README), which uses build/model.mk.
 
@@ -15,7 +16,7 @@ TOOLS       := $(patsubst tools/%.c,$(OBJDIR)/tools/%,$(wildcard tools/*.c))
 TESTS       := $(patsubst tests/c/%.c,$(OBJDIR)/tests/%,$(wildcard tests/c/test_*.c))
 HEADERS     := $(wildcard runtime/*.h kernels/cpu/*.h)
 
-.PHONY: all tools tests test clean
+.PHONY: all tools tests test test-full clean
 all: $(OBJDIR)/libingot.a tools
 tools: $(TOOLS)
 tests: $(TESTS)
@@ -41,6 +42,9 @@ $(OBJDIR)/tests/test_scheduler_window: tests/c/test_scheduler.c
 
 test:
 	./scripts/test.sh
+
+test-full:
+	./scripts/test.sh --full
 
 clean:
 	rm -rf build/_obj build/_obj-san

@@ -8,7 +8,7 @@
 set -euo pipefail
 
 APT_PACKAGES="gcc make lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev prometheus"
-PIP_PACKAGES="numpy pytest safetensors gguf tokenizers jinja2 openai requests"
+PIP_PACKAGES="numpy pytest pytest-xdist safetensors gguf tokenizers jinja2 openai requests"
 ORACLE_PACKAGES="torch transformers accelerate sentencepiece llama-cpp-python"
 
 missing=""

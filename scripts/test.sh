@@ -1,39 +1,77 @@
 #!/usr/bin/env bash
-# Runs every test: the C unit tests and the oracle, end-to-end and bad-input
-# tests (pytest), first optimized, then again under AddressSanitizer +
-# UndefinedBehaviorSanitizer. Prints a closing "N passed, N failed" line.
-#   scripts/test.sh            everything
-#   scripts/test.sh --fast     optimized pass only
+# Runs the tests and prints a closing "N passed, N failed" line.
+#
+#   scripts/test.sh           the default tier (`make test`, what CI runs): the C unit tests and every
+#                             pytest file optimized, then the C-heavy paths again under
+#                             AddressSanitizer + UndefinedBehaviorSanitizer (loaders, tokenizer, Jinja,
+#                             server, HTTP edges, scheduler, bad models, cudasim, one cudasim forward);
+#                             tests marked `full` (the same checks on more inputs) are skipped by name
+#   scripts/test.sh --full    every test at full breadth, both passes over every file (`make test-full`)
+#   scripts/test.sh --fast    the optimized pass of the default tier only
+#
+# Tests run on both cores through pytest-xdist (INGOT_TEST_JOBS=1 runs them one at a time).
+# Each tier's wall time is printed at the end.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
+mode=${1:-default}
+case "$mode" in default|--full|--fast) ;; *) echo "usage: scripts/test.sh [--full|--fast]" >&2; exit 2;; esac
+[ "$mode" = --full ] && export INGOT_TEST_FULL=1
+
+# The sanitizer pass of the default tier: the files whose C handles untrusted bytes or
+# concurrency (plus one CUDA model forward on cudasim under ASan).
+SAN_FILES="tests/test_loaders.py tests/test_tokenizer.py tests/test_jinja.py tests/test_server.py
+           tests/test_http_edges.py tests/test_scheduler.py tests/test_bad_models.py tests/test_cudasim.py
+           tests/test_stop_ids.py tests/test_kquants.py tests/test_kernels.py"
+SAN_EXTRA="tests/test_cuda_models.py::test_cudasim_forward_matches_cpu"
+
+tiers=""
+tier_start=0
+begin() { tier_start=$(date +%s); echo "== $1"; }
+end() { tiers="$tiers${tiers:+, }$1 $(( $(date +%s) - tier_start ))s"; }
+
+begin setup
 "$root/scripts/setup.sh"
 "$root/scripts/fetch_smollm2.sh" >/dev/null
+end setup
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
+jobs=${INGOT_TEST_JOBS:-$(nproc)}
+xdist=()
+if [ "$jobs" -gt 1 ] && python3 -c "import xdist" 2>/dev/null; then xdist=(-n "$jobs" --dist load); fi
+
 passed=0; failed=0
-run_suite() { # label, env...
-  local label=$1; shift
-  echo "== $label"
+run_suite() { # label, env assignment, pytest targets...
+  local label=$1 envset=$2; shift 2
+  begin "$label"
   local log
   log=$(mktemp)
-  env "$@" python3 -m pytest tests -q -p no:cacheprovider 2>&1 | tee "$log"
+  env "$envset" python3 -m pytest "$@" -q -p no:cacheprovider -rs "${xdist[@]}" 2>&1 | tee "$log"
   local p f
   p=$(grep -Eo '[0-9]+ passed' "$log" | tail -1 | grep -Eo '[0-9]+' || echo 0)
   f=$(grep -Eo '[0-9]+ (failed|error|errors)' "$log" | awk '{s+=$1} END {print s+0}')
   if ! grep -Eq '[0-9]+ passed' "$log"; then f=$((f + 1)); fi
   passed=$((passed + p)); failed=$((failed + f))
   rm -f "$log"
+  end "$label"
 }
 
+begin build
 make -s -j2 all tests || { echo "0 passed, 1 failed"; exit 1; }
-run_suite "optimized" INGOT_SAN=0
-if [ "${1:-}" != "--fast" ]; then
-  make -s -j2 SAN=1 all tests || { echo "$passed passed, $((failed + 1)) failed"; exit 1; }
-  run_suite "ASan+UBSan" INGOT_SAN=1
+[ "$mode" = --fast ] || make -s -j2 SAN=1 all tests || { echo "0 passed, 1 failed"; exit 1; }
+end build
+
+run_suite "optimized" INGOT_SAN=0 tests
+if [ "$mode" = --full ]; then
+  run_suite "ASan+UBSan" INGOT_SAN=1 tests
+elif [ "$mode" = default ]; then
+  san=()
+  for f in $SAN_FILES; do [ -f "$f" ] && san+=("$f"); done
+  run_suite "ASan+UBSan" INGOT_SAN=1 "${san[@]}" "$SAN_EXTRA"
 fi
+echo "tiers: $tiers"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,7 +1,14 @@
 """Shared pytest fixtures: builds the runtime, tools and C tests once per session.
 
 INGOT_SAN=1 runs the whole suite against the AddressSanitizer+UBSan build.
+
+Breadth: a test (or a parameter) marked `full` repeats what another test
+already covers on more inputs (every tiny model through nvcc, every family
+on cudasim, ...). It runs when INGOT_TEST_FULL=1 (`make test-full`); in the
+default tier it is skipped with that reason, by name.
 """
+import contextlib
+import fcntl
 import os
 import subprocess
 import pathlib
@@ -11,11 +18,43 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAN = os.environ.get("INGOT_SAN") == "1"
 OBJDIR = ROOT / "build" / ("_obj-san" if SAN else "_obj")
+FULL = os.environ.get("INGOT_TEST_FULL") == "1"
+
+# a parameter of the wider matrix: pytest.param(value, marks=BREADTH)
+BREADTH = pytest.mark.full
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "full: breadth beyond the default tier; runs in make test-full")
+
+
+def pytest_collection_modifyitems(config, items):
+    if FULL:
+        return
+    skip = pytest.mark.skip(reason="breadth: the same check on more inputs runs in make test-full")
+    for item in items:
+        if item.get_closest_marker("full"):
+            item.add_marker(skip)
+
+
+@contextlib.contextmanager
+def locked(name):
+    """An exclusive lock across processes (pytest-xdist workers build into
+    the same folders): held while the block runs."""
+    d = ROOT / "build" / ".locks"
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f"{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def make(*targets):
     cmd = ["make", "-s", "-C", str(ROOT), f"SAN={1 if SAN else 0}", *targets]
-    subprocess.run(cmd, check=True)
+    with locked("make"):
+        subprocess.run(cmd, check=True)
 
 
 @pytest.fixture(scope="session")

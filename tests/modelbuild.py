@@ -6,7 +6,7 @@ import subprocess
 
 import numpy as np
 
-from conftest import ROOT, SAN
+from conftest import ROOT, SAN, locked
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TINY = FIXTURES / "tiny"
@@ -18,7 +18,8 @@ def build(model, name, *options):
     cmd = [str(ROOT / "ingot"), "build", str(model), "--name", name, *options]
     if SAN:
         cmd.append("--san")
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    with locked(f"model-{name}{'-san' if SAN else ''}"):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, f"build failed: {' '.join(cmd)}\n{r.stderr}"
     return pathlib.Path(r.stdout.strip().splitlines()[-1])
 

@@ -26,7 +26,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import ROOT, SAN
+from conftest import BREADTH, FULL, ROOT, SAN
 from modelbuild import TINY, build, logits, run_batch
 
 TOL = 1e-3
@@ -57,6 +57,9 @@ def cpu_build(model, name, *opts):
 @pytest.mark.parametrize("fused", [True] if SAN else [True, False], ids=["fused", "unfused"][:1 if SAN else 2])
 @pytest.mark.parametrize("model", SIM_MODELS)
 def test_cudasim_forward_matches_cpu(built, tmp_path, monkeypatch, model, fused):
+    if not fused and model != "mha_untied_hd32" and not FULL:
+        pytest.skip("breadth: unfused kernels are the same for every model (mha_untied_hd32 runs them); "
+                    "the others run in make test-full")
     if model.endswith("-f16"):  # f32 activations throughout: the tiled GEMM (cuBLASLt's F16 inputs: below)
         monkeypatch.setenv("INGOT_CUBLASLT", "0")
     opts = () if fused else ("--no-fuse",)
@@ -72,7 +75,8 @@ def test_cudasim_forward_matches_cpu(built, tmp_path, monkeypatch, model, fused)
 
 
 @pytest.mark.skipif(SAN, reason="quantized builds are covered by the optimized pass (the ASan pass runs one model)")
-@pytest.mark.parametrize("dtype", ["q8_0", "q4_0", "q4_1"])
+# q8_0 weights also run in SmolLM2 (its embedding and LM head) on cudasim
+@pytest.mark.parametrize("dtype", [pytest.param("q8_0", marks=BREADTH), "q4_0", "q4_1"])
 def test_cudasim_quantized_weights_match_cpu(built, tmp_path, dtype):
     """Block-quantized weights dequantized in registers (GEMV) and in shared memory (GEMM)."""
     model = "mha_untied_hd32"
@@ -118,7 +122,10 @@ def test_cudasim_cublaslt_half_inputs(built, tmp_path, model):
     assert float(np.abs(tiled - want).max()) <= TOL
 
 
-FAMILIES = ["qwen2_gqa", "llama_bias", "qwen3_hd24", "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_sw16", "mixtral_4e_top2", "mixtral_8e_top2"]
+# qwen2_gqa (q/k/v biases: llama_bias has them on every projection) and mixtral_4e_top2 (mixtral_8e_top2
+# has more experts than threads per block) are breadth
+FAMILIES = [pytest.param("qwen2_gqa", marks=BREADTH), "llama_bias", "qwen3_hd24", "gemma2_gqa", "phi3_gqa",
+            "mistral_4h2kv_sw16", pytest.param("mixtral_4e_top2", marks=BREADTH), "mixtral_8e_top2"]
 FAMILY_DIR = ROOT / "tests" / "fixtures" / "families"
 
 
@@ -277,6 +284,11 @@ NVCC_MODELS = [(TINY / m, f"cuda-{m}", ()) for m in sorted(os.listdir(TINY))
                if (TINY / m / "config.json").exists() and not m.endswith("-sharded")]
 NVCC_MODELS += [(TINY / m, f"cuda-{m}-nf", ("--no-fuse",)) for m in ("mha_untied_hd32", "gqa_tied_hd16")]
 NVCC_MODELS += [(FAMILY_DIR / "mixtral_4e_top2", "cuda-mixtral_4e_top2", ())]  # the moe kernels
+# one model per kernel kind: f32 GEMV/GEMM and head_dim 16 attention, the generic attention kernel
+# (head_dim 40), f16 and bf16 weights, unfused kernels, the moe kernels (SmolLM2 adds Q4_1/Q8_0
+# and head_dim 64); the rest of NVCC_MODELS repeats these kinds with other shapes
+NVCC_KINDS = {"cuda-gqa_tied_hd16", "cuda-gqa_tied_hd40", "cuda-mha_untied_hd32-f16", "cuda-mha_untied_hd32-bf16",
+              "cuda-mha_untied_hd32-nf", "cuda-mixtral_4e_top2"}
 
 
 def smollm2_path():
@@ -307,9 +319,20 @@ def ptxas_table(path):
 
 @pytest.mark.skipif(SAN, reason="nvcc builds are the same under sanitizers; they run in the optimized pass")
 def test_nvcc_builds_without_spills(built):
-    models = list(NVCC_MODELS)
     gguf = smollm2_path()
-    models += [(gguf, "cuda-smollm2", ()), (gguf, "cuda-smollm2-nf", ("--no-fuse",))]
+    models = [m for m in NVCC_MODELS if m[1] in NVCC_KINDS] + [(gguf, "cuda-smollm2", ())]
+    nvcc_check(models, "cuda_models_ptxas.txt")
+
+
+@pytest.mark.full
+@pytest.mark.skipif(SAN, reason="nvcc builds are the same under sanitizers; they run in the optimized pass")
+def test_nvcc_builds_without_spills_every_model(built):
+    gguf = smollm2_path()
+    models = [m for m in NVCC_MODELS if m[1] not in NVCC_KINDS] + [(gguf, "cuda-smollm2-nf", ("--no-fuse",))]
+    nvcc_check(models, "cuda_models_ptxas_more.txt")
+
+
+def nvcc_check(models, table):
     report = []
     for model, name, opts in models:
         binary = cuda_build(model, name, *opts)
@@ -323,7 +346,7 @@ def test_nvcc_builds_without_spills(built):
         assert not spilled, f"{name}: spills {spilled}"
         for r in rows:
             report.append(f"{name:28s} {r[0]} {r[2]:4d} regs {r[3]:6d} B smem  {r[4]}/{r[5]} spill  {r[1]}")
-    out = ROOT / "build" / "_obj" / "cuda_models_ptxas.txt"
+    out = ROOT / "build" / "_obj" / table
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(report) + "\n")
     print(f"\nptxas: {len(report)} kernel compilations, 0 spills; table in {out}")

@@ -137,8 +137,9 @@ def build(sources, out, mode="plain", extra=(), workdir=None, link=()):
     rt_flags = BASE + WARN + (["-fsanitize=address"] if mode == "asan" else []) + ["-I", SHIMS]
     newest = max(os.path.getmtime(p) for p in (RUNTIME, HEADER))
     if not os.path.exists(rt_obj) or os.path.getmtime(rt_obj) < newest:
-        _run(["g++"] + rt_flags + ["-c", RUNTIME, "-o", rt_obj + ".tmp"])
-        os.replace(rt_obj + ".tmp", rt_obj)
+        tmp = "%s.%d.tmp" % (rt_obj, os.getpid())  # parallel builds may share the workdir
+        _run(["g++"] + rt_flags + ["-c", RUNTIME, "-o", tmp])
+        os.replace(tmp, rt_obj)
     objs = []
     for src in sources:
         src = os.path.abspath(src)
