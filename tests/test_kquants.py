@@ -17,7 +17,7 @@ import gguf.quants
 
 import kquant_ref
 import modelbuild
-from conftest import OBJDIR, ROOT, SAN, run
+from conftest import BREADTH, OBJDIR, ROOT, SAN, locked, run
 
 KQ = ROOT / "tests" / "fixtures" / "kquant"
 REF = json.loads((KQ / "reference.json").read_text())
@@ -147,6 +147,11 @@ def build(model, name, *opts):
     script = (ROOT / "ingot").read_text()
     if dtype == "native" or re.search(r"\|%s[|)]" % re.escape(dtype), script):
         return modelbuild.build(model, name, *opts)
+    with locked(f"model-{name}{'-san' if SAN else ''}"):
+        return build_direct(model, name, *opts)
+
+
+def build_direct(model, name, *opts):
     out = ROOT / "build" / name
     (out / "gen").mkdir(parents=True, exist_ok=True)
     r = run([OBJDIR / "tools" / "ingot-inspect", model])
@@ -190,7 +195,13 @@ def test_f32_matches_llamacpp(built, f32_gguf, tmp_path):
 FLIP = 0.2
 
 
-@pytest.mark.parametrize("preset", list(PRESETS) + list(REF["skipped"]))
+# The default tier keeps the presets that bring a type or a mix no other one
+# does; the rest (types already covered) run in make test-full.
+COVERED = {"Q5_K_M", "Q6_K", "Q8_0", "Q4_0"}
+
+
+@pytest.mark.parametrize("preset", [pytest.param(p, marks=BREADTH) if p in COVERED else p
+                                    for p in list(PRESETS) + list(REF["skipped"])])
 def test_preset_matches_llamacpp(built, preset, tmp_path):
     """Each preset file llama.cpp made builds (--dtype native) and its logits
     match llama.cpp's.
@@ -240,7 +251,8 @@ def test_preset_matches_llamacpp(built, preset, tmp_path):
 DTYPE_PRESET = {"q8_0": "Q8_0", "q5_0": "Q5_0", "q5_1": "Q5_1", "q4_k": "Q4_K_M", "q5_k": "Q5_K_M", "q6_k": "Q6_K"}
 
 
-@pytest.mark.parametrize("dtype", list(DTYPE_PRESET))
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=BREADTH) if d in ("q8_0", "q5_1", "q5_k") else d
+                                   for d in DTYPE_PRESET])
 def test_dtype_quantizes_at_load(built, f32_gguf, dtype, tmp_path):
     """--dtype q8_0/q5_0/q5_1/q4_k/q5_k/q6_k from the F32 file: every matrix
     is converted at load by runtime/quantize.c (--info says so), and the
