@@ -749,6 +749,19 @@ static void handle_models(server *s, struct evhttp_request *r) {
     cJSON_AddNumberToObject(m, "max_model_len", ingot_model_desc.max_ctx);
     /* "model": the checkpoint's own template; "builtin-chatml": it has none */
     cJSON_AddStringToObject(m, "chat_template", chat_is_builtin(s->chat) ? "builtin-chatml" : "model");
+    /* the ids that end a generation (EOS, end-of-turn, end-of-message), with their text */
+    const int32_t *stop_ids;
+    const int n_stop = tok_stop_ids(s->tok, &stop_ids);
+    cJSON *stops = cJSON_AddArrayToObject(m, "stop_token_ids");
+    cJSON *stop_text = cJSON_AddArrayToObject(m, "stop_tokens");
+    for (int i = 0; i < n_stop; i++) {
+        size_t len;
+        const char *piece = tok_piece(s->tok, stop_ids[i], &len);
+        char buf[64];
+        snprintf(buf, sizeof buf, "%.*s", piece ? (int)(len < 63 ? len : 63) : 0, piece ? piece : "");
+        cJSON_AddItemToArray(stops, cJSON_CreateNumber(stop_ids[i]));
+        cJSON_AddItemToArray(stop_text, cJSON_CreateString(buf));
+    }
     cJSON_AddItemToArray(data, m);
     reply_json(s, r, 200, root);
 }

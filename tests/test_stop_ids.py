@@ -80,6 +80,9 @@ def test_gguf_turn_end_stops_serve(smollm2, tmp_path):
         body["ignore_eos"] = True
         r = requests.post(srv.url + "/v1/completions", json=body, timeout=300)
         assert r.json()["choices"][0]["finish_reason"] == "length"
+        model = requests.get(srv.url + "/v1/models", timeout=30).json()["data"][0]
+        assert TURN_END in model["stop_token_ids"] and 2 in model["stop_token_ids"]
+        assert "<|im_end|>" in model["stop_tokens"]
 
 
 def test_generation_config_eos_list_stops(smollm2, tmp_path):
