@@ -23,8 +23,10 @@ local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end
 plan.BLOCK = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, iq4_nl = 32,
               q2_k = 256, q3_k = 256, q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256}
 
--- The dtypes with integer-dot kernels for int8 activations (kc_mm_*).
-local INT8_KERNELS = {q8_0 = true, q4_0 = true, q4_1 = true}
+-- The dtypes with integer-dot kernels for int8 activations (kc_mm_*: every
+-- block type; kc_kquant.h for those beyond Q8_0/Q4_0/Q4_1).
+local INT8_KERNELS = {}
+for dt in pairs(plan.BLOCK) do INT8_KERNELS[dt] = true end
 
 -- Whether a weight dtype is block-quantized.
 function plan.quantized(dtype)
@@ -38,10 +40,9 @@ end
 
 -- Whether a linear of this weight dtype takes int8-quantized activations:
 -- only in --act-quant q8 builds (llama.cpp's numerics, integer dot
--- products), for the dtypes that have such kernels; the others keep f32
--- activations there too. By default activations stay f32 and quantized
--- weights are dequantized in registers, which computes exactly what the
--- checkpoint means.
+-- products), for the dtypes that have such kernels (every block type). By
+-- default activations stay f32 and quantized weights are dequantized in
+-- registers, which computes exactly what the checkpoint means.
 function plan.int8_activations(dtype, act_quant)
   return act_quant == "q8" and INT8_KERNELS[dtype] == true
 end

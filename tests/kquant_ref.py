@@ -11,6 +11,9 @@ of 32 (Q8_0: for Q8_0/Q4_0/Q5_0/IQ4_NL weights; Q8_1: Q4_1/Q5_1, whose min
 term uses the block sum stored as f16) or 256 (Q8_K: the K-quants and
 IQ4_XS) a scale from the block's largest magnitude and int8 codes. Attention
 (f32 K/V cache), norms and RoPE stay in float.
+
+forward(model, tokens, act_quant="ingot") rounds them as ingot's
+--act-quant q8 does (kc_quantize_q8): blocks of 32 for every type, f32 scale.
 """
 import numpy as np
 
@@ -40,7 +43,7 @@ class Model:
 
 
 def quant_q8(x, kind):
-    """llama.cpp's activation rounding of rows x (f32): returns the rounded
+    """llama.cpp's (or ingot's, kind "ingot") activation rounding of rows x (f32): returns the rounded
     values, and for Q8_1 the per-block d (f16) * sum of codes and the block
     sum s as llama.cpp stores it (f16 of the f32 d times the sum)."""
     x = np.asarray(x, dtype=np.float32)
@@ -60,6 +63,8 @@ def quant_q8(x, kind):
     with np.errstate(divide="ignore"):
         inv = np.where(amax == 0, 0, np.float32(127) / amax).astype(np.float32)
     q = np.rint(xb * inv)
+    if kind == "ingot":  # kc_q8: the f32 scale amax/127 as is
+        return (q * d).reshape(T, n).astype(np.float64), None
     d16 = d.astype(np.float16).astype(np.float64)
     xq = (q * d16).reshape(T, n)
     if kind == "q8_0":
@@ -92,6 +97,8 @@ def forward(m, tokens, act_quant=False):
 
     def mm(h, name):
         kind = VEC_DOT.get(m.types[name]) if act_quant else None
+        if kind and act_quant == "ingot":
+            kind = "ingot"
         if kind is None:
             return h @ m.w[name].T
         hq, s_fix = quant_q8(h, kind)

@@ -247,6 +247,28 @@ def test_preset_matches_llamacpp(built, preset, tmp_path):
     assert (ours != theirs).sum() <= 6
 
 
+
+@pytest.mark.parametrize("preset", [pytest.param(p, marks=BREADTH) if p in COVERED else p for p in PRESETS])
+def test_preset_act_quant_q8(built, preset, tmp_path):
+    """--act-quant q8: int8 activations (kc_q8 blocks of 32, f32 scale) and
+    integer dot products for every type (kernels/cpu/kc_kquant.h).
+    Against the replay with that rounding: equal up to FLIP (a code that a
+    1-ulp activation difference moves a step; elsewhere 1e-6). Against
+    llama.cpp: what separates the two roundings (llama.cpp's blocks of 256
+    for the K-quants and IQ4_XS, its f16 scales), measured by the replays
+    (0.16 .. 0.60), plus FLIP on either side (observed 0.15 .. 0.60)."""
+    path = KQ / PRESETS[preset]["file"]
+    binary = build(path, "kq-" + preset.lower().replace("_", "-") + "-a8", "--act-quant", "q8")
+    got = modelbuild.logits(binary, TOKENS, tmp_path=tmp_path)
+    model = kquant_ref.Model(path)
+    ours = kquant_ref.forward(model, TOKENS, act_quant="ingot")
+    theirs = kquant_ref.forward(model, TOKENS, act_quant=True)
+    assert np.abs(got - ours).max() <= FLIP
+    assert np.abs(got - ours).mean() <= 0.02
+    bound = np.abs(ours - theirs).max() + 2 * FLIP + 1e-3
+    assert np.abs(got - reference_logits(preset)).max() <= bound
+
+
 # llama.cpp's preset whose main type each --dtype is (for its quantization error)
 DTYPE_PRESET = {"q8_0": "Q8_0", "q5_0": "Q5_0", "q5_1": "Q5_1", "q4_k": "Q4_K_M", "q5_k": "Q5_K_M", "q6_k": "Q6_K"}
 

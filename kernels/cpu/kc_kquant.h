@@ -336,11 +336,128 @@ KC_INLINE void kc__kmm(const void *W, int wt, const float *X, int ldx, float *Y,
     }
 }
 
-/* One entry point per type, the names the generator emits (kc_mmx_<dtype>). */
+/* ------------------------------------------------------------------------
+ * The same weights with int8 activations (--act-quant q8): X is kc_q8
+ * blocks of 32 (kc_quant.h), one per segment. With codes u, activation
+ * codes v and the activation scale dx, a segment contributes
+ *     dx * (d0 * sum_{l<16} u_l v_l + d1 * sum_{l>=16} u_l v_l)
+ *   + dx * (c0 * sum_{l<16} v_l   + c1 * sum_{l>=16} v_l)
+ * The first line is an integer dot product (u <= 63 unsigned, v signed: the
+ * u8 x s8 multiply-adds of kc__dot, which cannot saturate) whose 8 int32
+ * lanes are 4-element partial sums: lanes 0-3 are elements 0-15, lanes 4-7
+ * elements 16-31, so one float vector [d0 x4 | d1 x4] scales both halves.
+ * The second line is c0 * s_x (s_x = dx * sum v, precomputed in kc_q8) when
+ * the segment has one scale; for the types with groups of 16 (Q2_K, Q3_K,
+ * Q6_K) it uses the lane sums of v, computed once per token and segment.
+ * IQ4's table values are signed: their dot uses |w| against v * sign(w)
+ * (|w|, |v| <= 127, so pairs never saturate 16 bits). */
+KC_INLINE int kc__kgroups16(int wt) { return wt == KC_WQ2_K || wt == KC_WQ3_K || wt == KC_WQ6_K; }
+
+KC_INLINE void kc__kmq_tile(const void *W, int wt, const kc_q8 *X, int ldx, float *Y, int ldy, int IN, int r, int t,
+                            int NR, int NT, const float *bias, int accumulate) {
+    const int NS = IN / 32, spb = kc__kspb(wt);
+    const size_t bb = kc__kbytes(wt), rb = (size_t)(NS / spb) * bb;
+    const kc_q8 *x0 = X + (size_t)t * (size_t)ldx;
+    const uint8_t *w0 = (const uint8_t *)W + (size_t)r * rb;
+    float out[KC_FRB > 4 ? KC_FRB : 4][KC_FTB > 4 ? KC_FTB : 4];
+    float macc[KC_QRB][KC_QTB]; /* c0 * s_x of the one-scale types */
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) macc[i][j] = 0.0f;
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+    __m256 acc[KC_QRB][KC_QTB];
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)dtype_iq4_values));
+    for (int s = 0; s < NS; s++) {
+        __m256i xq[KC_QTB];
+        __m256 xd[KC_QTB], xh[KC_QTB];
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            const kc_q8 *xb = &x0[(size_t)j * (size_t)ldx + (size_t)s];
+            xq[j] = _mm256_loadu_si256((const __m256i *)(const void *)xb->qs);
+            xd[j] = _mm256_set1_ps(xb->d);
+            xh[j] = kc__kgroups16(wt) ? _mm256_cvtepi32_ps(kc__dot(_mm256_setzero_si256(), _mm256_set1_epi8(1), xq[j]))
+                                      : _mm256_setzero_ps();
+        }
+        KC_UNROLL for (int i = 0; i < NR; i++) {
+            const uint8_t *b = w0 + (size_t)i * rb + (size_t)(s / spb) * bb;
+            const int g = s % spb;
+            float d0, c0, d1, c1;
+            kc__kscales(b, wt, g, &d0, &c0, &d1, &c1);
+            __m256i u = kc__kcodes(b, wt, g), sw = u;
+            if (kc__ktable(wt)) {
+                sw = _mm256_shuffle_epi8(table, u); /* the signed values */
+                u = _mm256_sign_epi8(sw, sw);
+            }
+            const __m256 dv = _mm256_setr_ps(d0, d0, d0, d0, d1, d1, d1, d1);
+            const __m256 cv = _mm256_setr_ps(c0, c0, c0, c0, c1, c1, c1, c1);
+            KC_UNROLL for (int j = 0; j < NT; j++) {
+                const __m256i v = kc__ktable(wt) ? _mm256_sign_epi8(xq[j], sw) : xq[j];
+                const __m256i p = kc__dot(_mm256_setzero_si256(), u, v);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, xd[j]), acc[i][j]);
+                if (kc__kgroups16(wt))
+                    acc[i][j] = _mm256_fmadd_ps(xh[j], _mm256_mul_ps(cv, xd[j]), acc[i][j]);
+                else
+                    macc[i][j] += c0 * x0[(size_t)j * (size_t)ldx + (size_t)s].s;
+            }
+        }
+    }
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++)
+        out[i][j] = kc__hsum8(acc[i][j]) + macc[i][j];
+#else
+    KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) out[i][j] = 0.0f;
+    for (int s = 0; s < NS; s++) {
+        for (int i = 0; i < NR; i++) {
+            const uint8_t *b = w0 + (size_t)i * rb + (size_t)(s / spb) * bb;
+            const int g = s % spb;
+            float d0, c0, d1, c1;
+            uint8_t u[32];
+            kc__kscales(b, wt, g, &d0, &c0, &d1, &c1);
+            kc__kcodes(b, wt, g, u);
+            for (int j = 0; j < NT; j++) {
+                const kc_q8 *xb = &x0[(size_t)j * (size_t)ldx + (size_t)s];
+                int p0 = 0, p1 = 0, h0 = 0, h1 = 0;
+                for (int l = 0; l < 32; l++) {
+                    const int w = kc__ktable(wt) ? dtype_iq4_values[u[l]] : u[l];
+                    if (l < 16) p0 += w * xb->qs[l], h0 += xb->qs[l];
+                    else p1 += w * xb->qs[l], h1 += xb->qs[l];
+                }
+                out[i][j] += xb->d * (d0 * (float)p0 + d1 * (float)p1) + xb->d * (c0 * (float)h0 + c1 * (float)h1);
+            }
+        }
+    }
+    (void)macc;
+#endif
+    kc__store(Y, ldy, r, t, NR, NT, out, bias, accumulate);
+}
+
+KC_INLINE void kc__kmq(const void *W, int wt, const kc_q8 *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                       int r1, const float *bias, int accumulate) {
+    for (int t0 = 0; t0 < T; t0 += KC_QTC) {
+        const int t1 = T - t0 > KC_QTC ? t0 + KC_QTC : T;
+        int r = r0;
+        for (; r + KC_QRB <= r1; r += KC_QRB) {
+            int t = t0;
+            for (; t + KC_QTB <= t1; t += KC_QTB)
+                kc__kmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, KC_QRB, KC_QTB, bias, accumulate);
+            for (; t < t1; t++) kc__kmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, KC_QRB, 1, bias, accumulate);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + KC_QTB <= t1; t += KC_QTB)
+                kc__kmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, 1, KC_QTB, bias, accumulate);
+            for (; t < t1; t++) kc__kmq_tile(W, wt, X, ldx, Y, ldy, IN, r, t, 1, 1, bias, accumulate);
+        }
+    }
+}
+
+/* One entry point per type, the names the generator emits (kc_mmx_<dtype>
+ * for f32 activations, kc_mm_<dtype> for kc_q8 activations). */
 #define KC_KMM_ENTRY(name, block, wt)                                                                                 \
     static inline void kc_mmx_##name(const block *W, const float *X, int ldx, float *Y, int ldy, int T, int IN,      \
                                      int r0, int r1, const float *bias, int accumulate) {                            \
         kc__kmm(W, wt, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);                                              \
+    }                                                                                                                 \
+    static inline void kc_mm_##name(const block *W, const kc_q8 *X, int ldx_blocks, float *Y, int ldy, int T,       \
+                                    int IN, int r0, int r1, const float *bias, int accumulate) {                     \
+        kc__kmq(W, wt, X, ldx_blocks, Y, ldy, T, IN, r0, r1, bias, accumulate);                                       \
     }
 KC_KMM_ENTRY(q5_0, block_q5_0, KC_WQ5_0)
 KC_KMM_ENTRY(q5_1, block_q5_1, KC_WQ5_1)

@@ -1,4 +1,4 @@
-/* test_kquant_kernels.c — kc_mmx_* for Q5_0/Q5_1/IQ4_NL/Q2_K..Q6_K/IQ4_XS and kc_embed_row against dtype.c's dequantization. */
+/* test_kquant_kernels.c — kc_mmx_* and kc_mm_* for Q5_0/Q5_1/IQ4_NL/Q2_K..Q6_K/IQ4_XS and kc_embed_row against dtype.c's dequantization. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,12 +8,16 @@
 #include "dtype.h"
 #include "kc_kquant.h"
 #include "kc_matmul.h"
+#include "kc_quant.h"
 
 /* Tolerance relative to sum_k |w_k x_k| of the output: the kernels compute
  * the weights exactly (bit-equal to dtype_dequantize_row) and accumulate in
  * f32, so only summation order differs from the double reference; plus a
  * few ulps of |bias| + |previous Y| + |result| for the final adds. */
 #define TOL 1e-5
+/* int8 activations: the integer dots are exact, the scales d_w * d_x and the
+ * min terms c * s_x (s_x rounded once in kc_q8) are f32 products */
+#define TOL_Q8 2e-5
 
 static int n_pass, n_fail;
 
@@ -88,10 +92,27 @@ static void call_mmx(ingot_dtype t, const void *W, const float *X, int ldx, floa
     }
 }
 
+/* The int8-activation kernels (X as kc_q8 blocks). */
+static void call_mm(ingot_dtype t, const void *W, const kc_q8 *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                    int r1, const float *bias, int acc) {
+    switch (t) {
+    case INGOT_Q5_0: kc_mm_q5_0(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q5_1: kc_mm_q5_1(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_IQ4_NL: kc_mm_iq4_nl(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q2_K: kc_mm_q2_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q3_K: kc_mm_q3_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q4_K: kc_mm_q4_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q5_K: kc_mm_q5_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_Q6_K: kc_mm_q6_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    default: kc_mm_iq4_xs(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    }
+}
+
 /* One case: Y rows [r0, r1) of OUT for T tokens against the double
  * reference on dtype_dequantize_row's weights; rows outside the range and
- * the padding of Y and X are poisoned/checked. */
-static void mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int use_bias, int acc) {
+ * the padding of Y and X are poisoned/checked. q8: through kc_mm_* on the
+ * kc_q8 quantization of X (the reference then uses d * qs as X). */
+static void mm_case(ingot_dtype t, int q8, int IN, int T, int OUT, int r0, int r1, int use_bias, int acc) {
     const int ldx = IN + 5, ldy = OUT + 3;
     size_t rb;
     uint8_t *W = rnd_weights(t, OUT, IN, &rb);
@@ -102,7 +123,17 @@ static void mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int u
     for (int tt = 0; tt < T; tt++)
         for (int k = 0; k < ldx; k++) X[(size_t)tt * ldx + k] = k < IN ? rndf() * (k % 7 == 0 ? 4.0f : 1.0f) : NAN;
     for (size_t i = 0; i < (size_t)T * ldy; i++) Y[i] = Y0[i] = rndf() * 3.0f;
-    call_mmx(t, W, X, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
+    const int ldq = IN / 32 + 1; /* a poisoned padding block per row */
+    kc_q8 *XQ = malloc(sizeof(kc_q8) * (size_t)T * ldq);
+    for (int tt = 0; q8 && tt < T; tt++) {
+        kc_q8 *row = XQ + (size_t)tt * ldq;
+        kc_quantize_q8(X + (size_t)tt * ldx, row, IN);
+        row[IN / 32].d = row[IN / 32].s = NAN;
+        memset(row[IN / 32].qs, 0x7f, 32);
+        for (int k = 0; k < IN; k++) X[(size_t)tt * ldx + k] = row[k / 32].d * (float)row[k / 32].qs[k % 32];
+    }
+    if (q8) call_mm(t, W, XQ, ldq, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
+    else call_mmx(t, W, X, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
     int bad = 0;
     double worst = 0;
     for (int r = 0; r < OUT; r++) {
@@ -119,7 +150,7 @@ static void mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int u
                 mag += fabs((double)wf[k] * X[(size_t)tt * ldx + k]);
             }
             const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0), ref = dot + extra;
-            const double tol = TOL * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(ref)) + 1e-30;
+            const double tol = (q8 ? TOL_Q8 : TOL) * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(ref)) + 1e-30;
             const double err = fabs((double)Y[yi] - ref);
             if (!(err <= tol) && bad++ < 3)
                 printf("  %s IN=%d T=%d r=%d t=%d: got %.9g want %.9g (err %.3g tol %.3g)\n", dtype_name(t), IN, T, r,
@@ -130,9 +161,9 @@ static void mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int u
     for (int tt = 0; tt < T; tt++)
         for (int r = OUT; r < ldy; r++)
             if (memcmp(&Y[(size_t)tt * ldy + r], &Y0[(size_t)tt * ldy + r], sizeof(float)) != 0) bad++;
-    check(bad == 0, "kc_mmx_%s IN=%d T=%d rows [%d,%d) of %d bias=%d acc=%d: %d bad (worst rel err %.2g)",
-          dtype_name(t), IN, T, r0, r1, OUT, use_bias, acc, bad, worst);
-    free(W), free(bias), free(wf), free(X), free(Y), free(Y0);
+    check(bad == 0, "kc_mm%s_%s IN=%d T=%d rows [%d,%d) of %d bias=%d acc=%d: %d bad (worst rel err %.2g)",
+          q8 ? "" : "x", dtype_name(t), IN, T, r0, r1, OUT, use_bias, acc, bad, worst);
+    free(W), free(bias), free(wf), free(X), free(XQ), free(Y), free(Y0);
 }
 
 /* Token counts: the direct path (T < 3), the packed path with full and
@@ -148,10 +179,12 @@ static void test_matmul(void) {
         for (int ii = 0; ii < 3; ii++)
             for (int tj = 0; tj < 5; tj++) {
                 const int IN = k ? ins256[ii] : ins32[ii], T = ts[tj];
-                mm_case(t, IN, T, 37, 0, 37, 0, 0);
-                mm_case(t, IN, T, 37, 5, 30, 1, 1);
-                mm_case(t, IN, T, 13, 3, 4, 1, 0);
-                mm_case(t, IN, T, 72, 8, 72, 1, 1);
+                for (int q8 = 0; q8 < 2; q8++) {
+                    mm_case(t, q8, IN, T, 37, 0, 37, 0, 0);
+                    mm_case(t, q8, IN, T, 37, 5, 30, 1, 1);
+                    mm_case(t, q8, IN, T, 13, 3, 4, 1, 0);
+                    mm_case(t, q8, IN, T, 72, 8, 72, 1, 1);
+                }
             }
     }
 }
