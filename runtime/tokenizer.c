@@ -847,6 +847,28 @@ oom:
     return NULL;
 }
 
+/* The JSON file `name` in the folder of `path`: NULL when there is none, or
+ * when it is malformed (then *bad is set and err filled). */
+static cJSON *json_beside(const char *path, const char *name, int *bad, char *err, size_t errlen) {
+    char p[4096];
+    const char *slash = strrchr(path, '/');
+    const int dirlen = slash ? (int)(slash - path + 1) : 0;
+    if (snprintf(p, sizeof p, "%.*s%s", dirlen, path, name) >= (int)sizeof p) return NULL;
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    fclose(f);
+    size_t n;
+    char cerr[256];
+    char *text = read_file(p, 64u << 20, &n, cerr, sizeof cerr);
+    cJSON *j = text ? cJSON_ParseWithLength(text, n) : NULL;
+    free(text);
+    if (!j) {
+        seterr(err, errlen, "%s: malformed JSON", p);
+        *bad = 1;
+    }
+    return j;
+}
+
 tok_tokenizer *tok_from_json_file(const char *path, char *err, size_t errlen) {
     size_t n;
     char *text = read_file(path, MAX_JSON_BYTES, &n, err, errlen);
@@ -865,54 +887,31 @@ tok_tokenizer *tok_from_json_file(const char *path, char *err, size_t errlen) {
     if (!t) return NULL;
 
     /* tokenizer_config.json beside it: bos/eos strings and add_bos_token. */
-    char cfgpath[4096];
-    const char *slash = strrchr(path, '/');
-    int dirlen = slash ? (int)(slash - path + 1) : 0;
-    if (snprintf(cfgpath, sizeof cfgpath, "%.*stokenizer_config.json", dirlen, path) < (int)sizeof cfgpath) {
-        FILE *f = fopen(cfgpath, "rb");
-        if (f) {
-            fclose(f);
-            char cerr[256];
-            char *ctext = read_file(cfgpath, 64u << 20, &n, cerr, sizeof cerr);
-            cJSON *cfg = ctext ? cJSON_ParseWithLength(ctext, n) : NULL;
-            free(ctext);
-            if (!cfg) {
-                seterr(err, errlen, "%s: malformed JSON", cfgpath);
-                tok_free(t);
-                return NULL;
-            }
-            int bos = id_of(t, config_token(cfg, "bos_token"));
-            int eos = id_of(t, config_token(cfg, "eos_token"));
-            if (bos >= 0) t->bos = bos;
-            if (eos >= 0) t->eos = eos;
-            /* The post_processor decides what add_special adds (as the tokenizers library does);
-             * the config flag fills in only when the tokenizer.json template adds nothing. */
-            if (t->prefix_id < 0 && jbool(cfg, "add_bos_token", 0)) t->prefix_id = t->bos;
-            if (t->suffix_id < 0 && jbool(cfg, "add_eos_token", 0)) t->suffix_id = t->eos;
-            cJSON_Delete(cfg);
-        }
+    int bad = 0;
+    cJSON *cfg = json_beside(path, "tokenizer_config.json", &bad, err, errlen);
+    if (cfg) {
+        int bos = id_of(t, config_token(cfg, "bos_token"));
+        int eos = id_of(t, config_token(cfg, "eos_token"));
+        if (bos >= 0) t->bos = bos;
+        if (eos >= 0) t->eos = eos;
+        /* The post_processor decides what add_special adds (as the tokenizers library does);
+         * the config flag fills in only when the tokenizer.json template adds nothing. */
+        if (t->prefix_id < 0 && jbool(cfg, "add_bos_token", 0)) t->prefix_id = t->bos;
+        if (t->suffix_id < 0 && jbool(cfg, "add_eos_token", 0)) t->suffix_id = t->eos;
+        cJSON_Delete(cfg);
     }
     add_known_stops(t);
     /* generation_config.json and config.json beside it list the ids that end
      * generation (eos_token_id: one id or several) */
     static const char *const STOP_SOURCES[] = {"generation_config.json", "config.json"};
-    for (size_t i = 0; i < 2; i++) {
-        if (snprintf(cfgpath, sizeof cfgpath, "%.*s%s", dirlen, path, STOP_SOURCES[i]) >= (int)sizeof cfgpath)
-            continue;
-        FILE *f = fopen(cfgpath, "rb");
-        if (!f) continue;
-        fclose(f);
-        char cerr[256];
-        char *ctext = read_file(cfgpath, 64u << 20, &n, cerr, sizeof cerr);
-        cJSON *cfg = ctext ? cJSON_ParseWithLength(ctext, n) : NULL;
-        free(ctext);
-        if (!cfg) {
-            seterr(err, errlen, "%s: malformed JSON", cfgpath);
-            tok_free(t);
-            return NULL;
-        }
-        add_config_stops(t, cfg);
+    for (size_t i = 0; i < 2 && !bad; i++) {
+        cfg = json_beside(path, STOP_SOURCES[i], &bad, err, errlen);
+        if (cfg) add_config_stops(t, cfg);
         cJSON_Delete(cfg);
+    }
+    if (bad) {
+        tok_free(t);
+        return NULL;
     }
     return t;
 }
