@@ -1,8 +1,8 @@
 /* kernels_bench.c — micro-benchmark of the CPU matmul kernels (GB/s of weights, GFLOP/s) and of tp_parallel_for overhead.
  *
  * Not a test and not built by make. Build and run (from the repo root):
- *   cc -std=c11 -D_GNU_SOURCE -O2 -march=native -pthread -Iruntime -Ikernels/cpu \
- *      bench/kernels_bench.c runtime/threadpool.c -o /tmp/kernels_bench -lm && /tmp/kernels_bench
+ *   cc -std=c11 -D_GNU_SOURCE -O2 -march=native -pthread -Iruntime/core -Ikernels/cpu \
+ *      bench/kernels_bench.c runtime/core/threadpool.c -o /tmp/kernels_bench -lm && /tmp/kernels_bench
  * Optional arguments: seconds per measurement (default 0.3), a type-name filter.
  *
  * Shapes are SmolLM2-135M's: hidden 576, MLP 1536, vocabulary 49152. IN is a

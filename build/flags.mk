@@ -5,7 +5,9 @@ SAN     ?= 0
 ROOT    ?= .
 ARCH    ?= -march=native
 WARN    := -Wall -Wextra -Werror -Wno-unused-function
-CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -pthread -I$(ROOT)/runtime -I$(ROOT)/kernels/cpu
+# the runtime's folders (runtime/README.md): every header is included by its bare name
+RUNTIME_INC := -I$(ROOT)/runtime/core -I$(ROOT)/runtime/load -I$(ROOT)/runtime/text -I$(ROOT)/runtime/serve
+CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -pthread $(RUNTIME_INC) -I$(ROOT)/kernels/cpu
 LDLIBS  := -lcjson -lutf8proc -levent -levent_pthreads -lm -pthread
 ifeq ($(SAN),1)
 OBJDIR  := $(ROOT)/build/_obj-san

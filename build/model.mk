@@ -12,7 +12,7 @@ MODEL_DIR ?= $(error MODEL_DIR is required)
 NAME      ?= $(error NAME is required)
 SUFFIX    := $(if $(filter 1,$(SAN)),-san,)
 BIN       := $(MODEL_DIR)/$(NAME)$(SUFFIX)
-HEADERS   := $(wildcard $(ROOT)/runtime/*.h $(ROOT)/kernels/cpu/*.h $(ROOT)/templates/cpu/*.h)
+HEADERS   := $(wildcard $(ROOT)/runtime/*/*.h $(ROOT)/kernels/cpu/*.h $(ROOT)/templates/cpu/*.h)
 
 BACKEND   ?= cpu
 CUDA_HOME ?= /usr/local/cuda
@@ -22,13 +22,13 @@ CUDA_HDRS := $(wildcard $(ROOT)/kernels/cuda/*.cuh $(ROOT)/templates/cuda/*.h) $
 # Cubins for every datacenter/workstation architecture since Ampere, plus PTX for newer ones.
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
               -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=[sm_90,compute_90]
-CUDA_INC  := -I$(ROOT)/kernels/cuda -I$(ROOT)/templates/cuda -I$(ROOT)/runtime -I$(GEN)
+CUDA_INC  := -I$(ROOT)/kernels/cuda -I$(ROOT)/templates/cuda $(RUNTIME_INC) -I$(GEN)
 # cudasim mode: plain, or race (shared/global-memory race detection); asan under SAN=1
 SIM_MODE  ?= $(if $(filter 1,$(SAN)),asan,plain)
 
 ifeq ($(BACKEND),cpu)
-$(BIN): $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/main.c $(OBJDIR)/libingot.a $(HEADERS)
-	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/main.c -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
+$(BIN): $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/core/main.c $(OBJDIR)/libingot.a $(HEADERS)
+	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/core/main.c -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 
 endif
 
@@ -39,8 +39,8 @@ $(GEN)/model.cuda.o: $(GEN)/model.cu $(CUDA_HDRS) $(HEADERS)
 	  $(CUDA_INC) -c $< -o $@ 2> $(MODEL_DIR)/ptxas.txt || { cat $(MODEL_DIR)/ptxas.txt >&2; rm -f $@; exit 1; }
 $(GEN)/model_host.o: $(GEN)/model.c $(HEADERS)
 	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@
-$(BIN): $(GEN)/model.cuda.o $(GEN)/model_host.o $(ROOT)/runtime/main.c $(OBJDIR)/libingot.a $(HEADERS)
-	$(CC) $(CFLAGS) -c $(ROOT)/runtime/main.c -o $(GEN)/main.o
+$(BIN): $(GEN)/model.cuda.o $(GEN)/model_host.o $(ROOT)/runtime/core/main.c $(OBJDIR)/libingot.a $(HEADERS)
+	$(CC) $(CFLAGS) -c $(ROOT)/runtime/core/main.c -o $(GEN)/main.o
 	$(NVCC) $(CUDA_ARCHS) $(GEN)/model.cuda.o $(GEN)/model_host.o $(GEN)/main.o $(OBJDIR)/libingot.a -o $@ \
 	  -cudart static -ldl -lrt $(filter-out -pthread -fsanitize%,$(LDLIBS)) -lpthread $(if $(filter 1,$(SAN)),-Xcompiler -fsanitize=address$(comma)undefined)
 endif
@@ -50,8 +50,8 @@ BIN := $(MODEL_DIR)/$(NAME)-cudasim$(if $(filter race,$(SIM_MODE)),-race,)$(SUFF
 # The same model.cu on cudasim: every CUDA thread a fiber, on the CPU (kernels/cuda/sim).
 $(GEN)/model_host$(SUFFIX).o: $(GEN)/model.c $(HEADERS)
 	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@
-$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(wildcard $(ROOT)/kernels/cuda/sim/*.cpp $(ROOT)/kernels/cuda/sim/*.h) $(GEN)/model_host$(SUFFIX).o $(ROOT)/runtime/main.c $(OBJDIR)/libingot.a $(HEADERS)
-	$(CC) $(CFLAGS) -c $(ROOT)/runtime/main.c -o $(GEN)/main$(SUFFIX).o
+$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(wildcard $(ROOT)/kernels/cuda/sim/*.cpp $(ROOT)/kernels/cuda/sim/*.h) $(GEN)/model_host$(SUFFIX).o $(ROOT)/runtime/core/main.c $(OBJDIR)/libingot.a $(HEADERS)
+	$(CC) $(CFLAGS) -c $(ROOT)/runtime/core/main.c -o $(GEN)/main$(SUFFIX).o
 	python3 $(ROOT)/kernels/cuda/sim/cudasim_build.py --mode $(SIM_MODE) -o $@ $(GEN)/model.cu \
 	  --link-arg=$(GEN)/model_host$(SUFFIX).o --link-arg=$(GEN)/main$(SUFFIX).o --link-arg=$(OBJDIR)/libingot.a \
 	  $(foreach l,$(LDLIBS) $(if $(filter 1,$(SAN)),-fsanitize=undefined),--link-arg=$(l)) \

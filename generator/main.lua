@@ -51,7 +51,7 @@ local function parse_args(argv)
   end
   if o.backend ~= "cpu" and o.backend ~= "cuda" then util.die("unknown --backend " .. o.backend .. " (cpu or cuda)") end
   if o.backend == "cuda" and o.act_quant ~= "none" then util.die("--act-quant q8 is a CPU option") end
-  -- the dtypes a weight can be converted to at load (runtime/dtype.c has a quantizer for each)
+  -- the dtypes a weight can be converted to at load (runtime/load/dtype.c has a quantizer for each)
   local ok = {native = 1, f32 = 1, f16 = 1, bf16 = 1, q8_0 = 1, q4_0 = 1, q4_1 = 1, q5_0 = 1, q5_1 = 1,
               q4_k = 1, q5_k = 1, q6_k = 1}
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end

@@ -18,7 +18,7 @@ local ALIGN = 16
 
 local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end
 
--- Elements per block of each block-quantized weight dtype (runtime/dtype.h):
+-- Elements per block of each block-quantized weight dtype (runtime/load/dtype.h):
 -- a row must be a whole number of blocks.
 plan.BLOCK = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, iq4_nl = 32,
               q2_k = 256, q3_k = 256, q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256}

@@ -209,7 +209,7 @@ def sim_build():
             wd = os.path.join(OBJ, "sim_" + mode)
             out = os.path.join(wd, prog)
             cb.build([os.path.join(TDIR, prog + ".cu")], out, mode=mode, workdir=wd,
-                     extra=["-I", KDIR, "-I", os.path.join(ROOT, "kernels", "cpu"), "-I", os.path.join(ROOT, "runtime")])
+                     extra=["-I", KDIR, "-I", os.path.join(ROOT, "kernels", "cpu"), *[a for d in ("core", "load", "text", "serve") for a in ("-I", os.path.join(ROOT, "runtime", d))]])
             cache[(prog, mode)] = out
         return cache[(prog, mode)]
 

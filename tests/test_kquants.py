@@ -69,7 +69,7 @@ def dump(built, path, name, tmp_path):
 
 @pytest.mark.parametrize("qtype", list(NEW_TYPES) + list(OLD_TYPES), ids=lambda q: q.name)
 def test_dequantize_matches_gguf_py(built, tmp_path, qtype):
-    """Every type: ingot-inspect --dump (runtime/dtype.c) equals gguf-py's
+    """Every type: ingot-inspect --dump (runtime/load/dtype.c) equals gguf-py's
     dequantize bit for bit on random blocks (every product in the formats is
     exact in f32, and both evaluate the one rounding step in the same order)."""
     rng = np.random.default_rng(int(qtype))
@@ -277,7 +277,7 @@ DTYPE_PRESET = {"q8_0": "Q8_0", "q5_0": "Q5_0", "q5_1": "Q5_1", "q4_k": "Q4_K_M"
                                    for d in DTYPE_PRESET])
 def test_dtype_quantizes_at_load(built, f32_gguf, dtype, tmp_path):
     """--dtype q8_0/q5_0/q5_1/q4_k/q5_k/q6_k from the F32 file: every matrix
-    is converted at load by runtime/quantize.c (--info says so), and the
+    is converted at load by runtime/load/quantize.c (--info says so), and the
     logits move from the F32 build's by no more than llama.cpp's own preset
     of that type moves llama.cpp's logits from its F32 ones (mean |delta|,
     with 25% slack; llama.cpp's figure also holds its activation rounding,

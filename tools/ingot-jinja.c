@@ -1,4 +1,4 @@
-/* ingot-jinja — renders a chat template file with a JSON context (the test driver for runtime/jinja.c).
+/* ingot-jinja — renders a chat template file with a JSON context (the test driver for runtime/text/jinja.c).
  *
  * usage: ingot-jinja [--trim-blocks] [--lstrip-blocks] [--keep-trailing-newline] [--max-steps N]
  *                    TEMPLATE_FILE CONTEXT_JSON_FILE

@@ -4,10 +4,10 @@
 // (no system headers there) and with cudasim (g++). Only CUDA built-ins are used.
 #pragma once
 
-// Weight element types; the values are runtime/dtype.h's ingot_dtype.
+// Weight element types; the values are runtime/load/dtype.h's ingot_dtype.
 enum { IG_F32 = 0, IG_F16 = 1, IG_BF16 = 2, IG_Q8_0 = 3, IG_Q4_0 = 4, IG_Q4_1 = 5 };
 
-// GGUF blocks of 32 elements (byte-identical to runtime/dtype.h):
+// GGUF blocks of 32 elements (byte-identical to runtime/load/dtype.h):
 //   Q8_0 34 B: f16 d, int8 q[32]              x = d*q
 //   Q4_0 18 B: f16 d, 16 B nibbles            x = d*(q-8)
 //   Q4_1 20 B: f16 d, f16 m, 16 B nibbles     x = d*q + m
