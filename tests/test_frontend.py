@@ -28,7 +28,9 @@ from conftest import ROOT, SAN
 from serverproc import ServerProc
 
 INGOT = ROOT / "ingot"
-NAME = "fe-smollm2"
+# one build per pytest-xdist worker: tests on different workers never share a
+# binary, its manifest or the model copy whose mtime they change
+NAME = "fe-smollm2" + (f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else "")
 PROMPT = "The capital of France is"
 COMMANDS = ["build", "run", "serve", "list", "help"]
 BUILD_OPTIONS = ["--name", "--dtype", "--backend", "--cudasim", "--no-fuse", "--act-quant", "--max-tokens", "--san",
@@ -124,6 +126,7 @@ def expect_cached(model, build_opts, *extra):
 
 
 def test_run_builds_once_then_uses_the_cache(fresh, build_opts):
+    shutil.rmtree(ROOT / "build" / NAME, ignore_errors=True)  # whatever ran before on this worker
     first = generate(fresh, build_opts)
     assert built(first) and not cached(first), first.stderr
     assert "no binary yet" in building_line(first), first.stderr
