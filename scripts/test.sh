@@ -4,7 +4,8 @@
 #   scripts/test.sh           the default tier (`make test`, what CI runs): the C unit tests and every
 #                             pytest file optimized, then the C-heavy paths again under
 #                             AddressSanitizer + UndefinedBehaviorSanitizer (loaders, tokenizer, Jinja,
-#                             server, HTTP edges, scheduler, bad models, cudasim, one cudasim forward);
+#                             server, HTTP edges, scheduler (and the tight-pool serving test), bad
+#                             models, stop ids, K-quant loading, cudasim, one cudasim forward);
 #                             tests marked `full` (the same checks on more inputs) are skipped by name
 #   scripts/test.sh --full    every test at full breadth, both passes over every file (`make test-full`)
 #   scripts/test.sh --fast    the optimized pass of the default tier only
@@ -24,7 +25,7 @@ case "$mode" in default|--full|--fast) ;; *) echo "usage: scripts/test.sh [--ful
 SAN_FILES="tests/test_loaders.py tests/test_tokenizer.py tests/test_jinja.py tests/test_server.py
            tests/test_http_edges.py tests/test_scheduler.py tests/test_bad_models.py tests/test_cudasim.py
            tests/test_stop_ids.py tests/test_kquants.py tests/test_kernels.py"
-SAN_EXTRA="tests/test_cuda_models.py::test_cudasim_forward_matches_cpu"
+SAN_EXTRA="tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/test_serving_load.py::test_tight_pool_never_stalls"
 
 tiers=""
 tier_start=0
@@ -70,7 +71,8 @@ if [ "$mode" = --full ]; then
 elif [ "$mode" = default ]; then
   san=()
   for f in $SAN_FILES; do [ -f "$f" ] && san+=("$f"); done
-  run_suite "ASan+UBSan" INGOT_SAN=1 "${san[@]}" "$SAN_EXTRA"
+  # shellcheck disable=SC2086
+  run_suite "ASan+UBSan" INGOT_SAN=1 "${san[@]}" $SAN_EXTRA
 fi
 echo "tiers: $tiers"
 echo "$passed passed, $failed failed"

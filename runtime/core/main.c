@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
@@ -365,6 +366,7 @@ static int cmd_perplexity(const cli_common *c, int argc, char **argv) {
     double nll = 0.0;
     long count = 0;
     const int max = ingot_model_max_tokens(m);
+    const int progress = isatty(STDERR_FILENO);
     const double t0 = now_seconds();
     for (int w = 0; w < windows; w++) {
         cli_seq s;
@@ -386,7 +388,11 @@ static int cmd_perplexity(const cli_common *c, int argc, char **argv) {
             }
         }
         seq_free(&s);
+        if (progress) /* a terminal sees where a long file is; a pipe or a log gets only the result */
+            fprintf(stderr, "\rperplexity: window %d/%d, running perplexity %.4f ", w + 1, windows,
+                    exp(nll / (count ? count : 1)));
     }
+    if (progress) fprintf(stderr, "\n");
     const double dt = now_seconds() - t0;
     if (am) fclose(am);
     printf("tokens %zu windows %d ctx %d predicted %ld mean_nll %.6f perplexity %.4f\n", n, windows, ctx,

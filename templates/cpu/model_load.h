@@ -92,6 +92,10 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
     if (!m) { snprintf(err, errlen, "out of memory"); return NULL; }
     m->file = wt_open(path, err, errlen);
     if (!m->file) { free(m); return NULL; }
+    /* converting (or quantizing) a large checkpoint at load takes a while: a
+     * terminal is told how far it got; a pipe or a log is not */
+    const int progress = isatty(STDERR_FILENO);
+    int converted = 0;
     for (int i = 0; i < N_WEIGHTS; i++) {
         const weight_spec *s = &WEIGHTS[i];
         if (s->same_as >= 0) { m->w[i] = m->w[s->same_as]; continue; }
@@ -127,8 +131,13 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
             m->owned[i] = conv;
             m->w[i] = conv;
             m->weight_bytes += bytes;
+            converted++;
+            if (progress)
+                fprintf(stderr, "\rconverting weights at load: tensor %d of %d (%s)", i + 1, N_WEIGHTS,
+                        dtype_name(s->dtype));
         }
     }
+    if (progress && converted) fprintf(stderr, "\n");
     if (model_check_all_used(m->file, err, errlen) != 0) {
         ingot_model_free(m);
         return NULL;
