@@ -299,4 +299,108 @@ M.mixtral = {
   head = lm_head,
 }
 
+-- OLMo 2: no norm before attention or MLP; an RMSNorm on each branch's
+-- output before its residual add, and RMSNorm of the whole Q and K
+-- projections (one weight over all heads) before RoPE.
+M.olmo2 = {
+  hf = {"Olmo2ForCausalLM"},
+  gguf = "olmo2",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}),
+  rope_pairs = {hf = "halves", gguf = "halves"},
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, {
+    q_norm         = {hf = "model.layers.%d.self_attn.q_norm.weight", gguf = "blk.%d.attn_q_norm.weight", shape = {"heads * head_dim"}},
+    k_norm         = {hf = "model.layers.%d.self_attn.k_norm.weight", gguf = "blk.%d.attn_k_norm.weight", shape = {"kv_heads * head_dim"}},
+    post_attn_norm = {hf = "model.layers.%d.post_attention_layernorm.weight", gguf = "blk.%d.post_attention_norm.weight", shape = {"dim"}},
+    post_ffn_norm  = {hf = "model.layers.%d.post_feedforward_layernorm.weight", gguf = "blk.%d.post_ffw_norm.weight", shape = {"dim"}},
+  }),
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local ab = c.attention_bias
+    local q, k, v = linear(x, w.q, ab and w.q_bias), linear(x, w.k, ab and w.k_bias), linear(x, w.v, ab and w.v_bias)
+    q = rope(rmsnorm(q, w.q_norm, c.eps), rope_opts(c, c.heads))
+    k = rope(rmsnorm(k, w.k_norm, c.eps), rope_opts(c, c.kv_heads))
+    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim})
+    x = x + rmsnorm(linear(a, w.o, ab and w.o_bias), w.post_attn_norm, c.eps)
+    local m = linear(silu(linear(x, w.gate)) * linear(x, w.up), w.down)
+    return x + rmsnorm(m, w.post_ffn_norm, c.eps)
+  end,
+  head = lm_head,
+}
+
+-- Granite 3: Llama with four scalars: the embedding is multiplied by
+-- embedding_multiplier, each branch by residual_multiplier before its
+-- residual add, attention scores by attention_multiplier (instead of
+-- 1/sqrt(head_dim)), and the logits are divided by logits_scaling.
+M.granite = {
+  hf = {"GraniteForCausalLM"},
+  gguf = "granite",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, BIAS_CONFIG, {
+    embedding_multiplier = {hf = "embedding_multiplier", gguf = "%s.embedding_scale", default = 1},
+    residual_multiplier  = {hf = "residual_multiplier", gguf = "%s.residual_scale", default = 1},
+    attention_multiplier = {hf = "attention_multiplier", gguf = "%s.attention.scale", default = 1},
+    logits_scaling       = {hf = "logits_scaling", gguf = "%s.logit_scale", default = 1},
+  }),
+  rope_pairs = {hf = "halves", gguf = "adjacent"},
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, MLP_BIAS_WEIGHTS),
+  embed = function(tokens, w, c)
+    return embedding(tokens, w.embed) * c.embedding_multiplier
+  end,
+  layer = function(x, w, c)
+    local ab, mb, r = c.attention_bias, c.mlp_bias, c.residual_multiplier
+    local h = rmsnorm(x, w.attn_norm, c.eps)
+    local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
+    q = rope(q, rope_opts(c, c.heads))
+    k = rope(k, rope_opts(c, c.kv_heads))
+    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim,
+                                  scale = c.attention_multiplier})
+    x = x + linear(a, w.o, ab and w.o_bias) * r
+    h = rmsnorm(x, w.ffn_norm, c.eps)
+    local m = silu(linear(h, w.gate, mb and w.gate_bias)) * linear(h, w.up, mb and w.up_bias)
+    return x + linear(m, w.down, mb and w.down_bias) * r
+  end,
+  head = function(x, w, c)
+    return linear(rmsnorm(x, w.final_norm, c.eps), w.lm_head) * (1 / c.logits_scaling)
+  end,
+}
+
+-- SmolLM3: Llama where some layers use no positional encoding (NoPE):
+-- layer i applies RoPE iff no_rope_layers[i] is 1; without that list, every
+-- no_rope_layer_interval-th layer (i + 1 divisible by it) skips RoPE. A
+-- sliding window applies to the layers layer_types marks sliding when
+-- use_sliding_window is set.
+M.smollm3 = {
+  hf = {"SmolLM3ForCausalLM"},
+  gguf = "smollm3",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, BIAS_CONFIG, {
+    window         = {hf = "sliding_window", default = 0},
+    use_window     = {hf = "use_sliding_window", default = false},
+    layer_types    = {hf = "layer_types", default = false},
+    no_rope_layers = {hf = "no_rope_layers", default = false},
+    nope_interval  = {hf = "no_rope_layer_interval", default = 4},
+  }),
+  rope_pairs = {hf = "halves", gguf = "adjacent"},
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, MLP_BIAS_WEIGHTS),
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local ab, mb = c.attention_bias, c.mlp_bias
+    local use_rope
+    if c.no_rope_layers then use_rope = c.no_rope_layers[c.layer + 1] ~= 0
+    else use_rope = (c.layer + 1) % c.nope_interval ~= 0 end
+    local sliding = c.use_window and c.layer_types and c.layer_types[c.layer + 1] == "sliding_attention"
+    local h = rmsnorm(x, w.attn_norm, c.eps)
+    local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
+    if use_rope then
+      q = rope(q, rope_opts(c, c.heads))
+      k = rope(k, rope_opts(c, c.kv_heads))
+    end
+    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim,
+                                  window = sliding and c.window or 0})
+    x = x + linear(a, w.o, ab and w.o_bias)
+    h = rmsnorm(x, w.ffn_norm, c.eps)
+    local m = silu(linear(h, w.gate, mb and w.gate_bias)) * linear(h, w.up, mb and w.up_bias)
+    return x + linear(m, w.down, mb and w.down_bias)
+  end,
+  head = lm_head,
+}
+
 return M

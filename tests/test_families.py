@@ -31,7 +31,8 @@ def reference(name):
 def test_every_family_has_fixtures():
     families = {json.loads((FAMILIES / m / "reference.json").read_text())["architecture"] for m in MODELS}
     assert {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Gemma2ForCausalLM",
-            "Phi3ForCausalLM", "MixtralForCausalLM", "LlamaForCausalLM"} <= families
+            "Phi3ForCausalLM", "MixtralForCausalLM", "LlamaForCausalLM", "Olmo2ForCausalLM",
+            "GraniteForCausalLM", "SmolLM3ForCausalLM"} <= families
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
