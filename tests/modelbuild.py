@@ -12,6 +12,13 @@ FIXTURES = ROOT / "tests" / "fixtures"
 TINY = FIXTURES / "tiny"
 
 
+def smollm2_gguf():
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF (scripts/fetch_smollm2.sh fetches it once)."""
+    r = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
 @functools.lru_cache(maxsize=None)
 def build(model, name, *options):
     """./ingot build MODEL --name NAME OPTIONS...; returns the binary's path."""

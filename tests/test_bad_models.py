@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from modelbuild import TINY, build
+from modelbuild import TINY, build, smollm2_gguf
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +90,7 @@ def test_missing_path(tiny, tmp_path):
 
 
 def test_truncated_gguf(tmp_path, built):
-    from modelbuild import ROOT
-    gguf = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True).stdout.strip()
+    gguf = smollm2_gguf()
     binary = build(gguf, "smollm2")
     cut = tmp_path / "cut.gguf"
     with open(gguf, "rb") as f:

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from conftest import BREADTH, FULL, ROOT, SAN
-from modelbuild import TINY, build, logits, run_batch
+from modelbuild import TINY, build, logits, run_batch, smollm2_gguf
 
 TOL = 1e-3
 N_TOKENS = 24
@@ -168,7 +168,7 @@ def test_cudasim_mixtral_quantized_experts_match_cpu(built, tmp_path):
 def test_cudasim_smollm2_matches_cpu(built, tmp_path):
     """The real SmolLM2-135M Q4_1 GGUF (Q4_1 and Q8_0 weights, head_dim 64, GQA 3:1) through the
     generated CUDA kernels: one prefill step of 6 tokens and one decode step."""
-    gguf = smollm2_path()
+    gguf = smollm2_gguf()
     cpu = cpu_build(gguf, "smollm2")
     sim = sim_build(gguf, "cu-smollm2")
     toks = [504, 3458, 282, 4649, 314, 253]
@@ -187,7 +187,7 @@ def test_cudasim_smollm2_serves_the_openai_client(built):
     import concurrent.futures
     import openai
     from serverproc import ServerProc
-    gguf = smollm2_path()
+    gguf = smollm2_gguf()
     answers = {}
     for name, binary in (("cpu", cpu_build(gguf, "smollm2")), ("cuda", sim_build(gguf, "cu-smollm2"))):
         with ServerProc(binary, "--grace", "10", env={"CUDASIM_MEM_MB": "256"}) as srv:
@@ -291,12 +291,6 @@ NVCC_KINDS = {"cuda-gqa_tied_hd16", "cuda-gqa_tied_hd40", "cuda-mha_untied_hd32-
               "cuda-mha_untied_hd32-nf", "cuda-mixtral_4e_top2"}
 
 
-def smollm2_path():
-    r = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
-
-
 def ptxas_table(path):
     """[(arch, kernel, registers, smem, spill_stores, spill_loads)] from an nvcc -Xptxas -v log."""
     rows, arch, kernel = [], None, None
@@ -319,7 +313,7 @@ def ptxas_table(path):
 
 @pytest.mark.skipif(SAN, reason="nvcc builds are the same under sanitizers; they run in the optimized pass")
 def test_nvcc_builds_without_spills(built):
-    gguf = smollm2_path()
+    gguf = smollm2_gguf()
     models = [m for m in NVCC_MODELS if m[1] in NVCC_KINDS] + [(gguf, "cuda-smollm2", ())]
     nvcc_check(models, "cuda_models_ptxas.txt")
 
@@ -327,7 +321,7 @@ def test_nvcc_builds_without_spills(built):
 @pytest.mark.full
 @pytest.mark.skipif(SAN, reason="nvcc builds are the same under sanitizers; they run in the optimized pass")
 def test_nvcc_builds_without_spills_every_model(built):
-    gguf = smollm2_path()
+    gguf = smollm2_gguf()
     models = [m for m in NVCC_MODELS if m[1] not in NVCC_KINDS] + [(gguf, "cuda-smollm2-nf", ("--no-fuse",))]
     nvcc_check(models, "cuda_models_ptxas_more.txt")
 

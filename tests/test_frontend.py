@@ -25,6 +25,7 @@ import urllib.request
 import pytest
 
 from conftest import ROOT, SAN
+from modelbuild import smollm2_gguf
 from serverproc import ServerProc
 
 INGOT = ROOT / "ingot"
@@ -53,10 +54,8 @@ def own_lines(stderr):
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     """A private copy of the SmolLM2 GGUF: its mtime may be changed freely."""
-    r = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr
     copy = tmp_path_factory.mktemp("frontend") / "smollm2.gguf"
-    shutil.copyfile(r.stdout.strip(), copy)
+    shutil.copyfile(smollm2_gguf(), copy)
     return copy
 
 

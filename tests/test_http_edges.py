@@ -15,16 +15,14 @@ import re
 import select
 import shutil
 import socket
-import subprocess
-import threading
 import time
 
 import openai
 import pytest
 import requests
 
-from conftest import ROOT, SAN
-from modelbuild import build
+from conftest import SAN
+from modelbuild import build, smollm2_gguf
 from serverproc import ServerProc
 
 MODEL = "smollm2"
@@ -42,9 +40,7 @@ MAX_CONNECTIONS = 70  # the strict server's --max-connections
 
 @pytest.fixture(scope="module")
 def gguf():
-    r = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
+    return smollm2_gguf()
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ numbers for malformed templates, and bounded work/recursion/output for hostile o
 """
 import datetime
 import json
-import pathlib
 import random
 import re
 

@@ -5,7 +5,6 @@ against llama.cpp's own logits."""
 import hashlib
 import json
 import re
-import subprocess
 import sys
 
 import numpy as np

@@ -3,10 +3,8 @@ libraries (gguf, safetensors) must be read back exactly by ingot-inspect, and
 malformed files must fail with exit 1 and one clear line, never a crash or a
 sanitizer report."""
 import json
-import os
 import re
 import struct
-import subprocess
 
 import numpy as np
 import pytest

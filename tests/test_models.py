@@ -12,13 +12,12 @@ checkpoints (the reference ran in f32 on the same rounded weights; our F16/BF16
 kernels convert exactly, so the error budget is the same summation-order
 noise plus f32 rounding of the converted products).
 """
-import json
 import subprocess
 
 import numpy as np
 import pytest
 
-from modelbuild import TINY, build, logits, reference
+from modelbuild import TINY, build, logits, reference, smollm2_gguf
 
 F32_MODELS = ["mha_tied_hd24", "gqa_untied_8h2kv", "gqa_tied_hd40", "mha_untied_hd32", "gqa_tied_hd16",
               "gqa_tied_hd16-sharded"]
@@ -150,9 +149,7 @@ def test_small_step_build_generates_and_serves(tmp_path, built):
     their prompts and answer as the default build does (greedy)."""
     import requests
     from serverproc import ServerProc
-    from conftest import ROOT
-    gguf = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True,
-                          text=True).stdout.strip()
+    gguf = smollm2_gguf()
     small = build(gguf, "smollm2-mt8", "--max-tokens", "8")
     default = build(gguf, "smollm2")
     prompt = "The three primary colors are red, yellow and"

@@ -10,12 +10,11 @@ The tiny model keeps these fast; the SmolLM2 variant runs 32 real prompts.
 """
 import json
 import random
-import subprocess
 
 import pytest
 
-from conftest import ROOT, SAN
-from modelbuild import TINY, build, run_batch
+from conftest import SAN
+from modelbuild import TINY, build, run_batch, smollm2_gguf
 
 
 def solo(binary, requests, tmp_path):
@@ -89,7 +88,7 @@ def test_prefix_cache_reuses_blocks_and_changes_nothing(tiny, tmp_path):
 
 @pytest.mark.skipif(SAN, reason="32 real-model requests under ASan take too long; the tiny-model tests cover the same paths")
 def test_batch_invariance_smollm2(tmp_path, built):
-    gguf = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True).stdout.strip()
+    gguf = smollm2_gguf()
     binary = build(gguf, "smollm2")
     topics = ["the ocean", "a robot", "prime numbers", "Paris", "a lost key", "coffee", "winter", "a violin"]
     reqs = []

@@ -30,8 +30,8 @@ import time
 import pytest
 import requests
 
-from conftest import ROOT, SAN
-from modelbuild import build
+from conftest import SAN
+from modelbuild import build, smollm2_gguf
 from serverproc import ServerProc
 
 MODEL = "smollm2"
@@ -62,9 +62,7 @@ def binary(request):
     if os.environ.get("INGOT_SERVER_BIN"):
         return os.environ["INGOT_SERVER_BIN"]
     request.getfixturevalue("built")
-    r = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr
-    return build(r.stdout.strip(), MODEL)
+    return build(smollm2_gguf(), MODEL)
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import ROOT, SAN
-from modelbuild import FIXTURES, build, logits
+from conftest import SAN
+from modelbuild import FIXTURES, build, logits, smollm2_gguf
 
 REF = FIXTURES / "smollm2"
 NEAR_TIE = 0.1
@@ -35,9 +35,7 @@ NEAR_TIE = 0.1
 
 @pytest.fixture(scope="module")
 def gguf():
-    r = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
+    return smollm2_gguf()
 
 
 @pytest.fixture(scope="module")

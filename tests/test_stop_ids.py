@@ -16,8 +16,7 @@ import sys
 import pytest
 import requests
 
-from conftest import ROOT
-from modelbuild import FIXTURES, build
+from modelbuild import FIXTURES, build, smollm2_gguf
 from serverproc import ServerProc
 
 PROMPT = "The capital of France is"
@@ -27,8 +26,7 @@ TURN_END = 504  # not EOS (2), not a control token: only the metadata makes it a
 
 @pytest.fixture(scope="module")
 def smollm2(built):
-    gguf = subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True,
-                          text=True).stdout.strip()
+    gguf = smollm2_gguf()
     return build(gguf, "smollm2"), gguf
 
 
