@@ -403,4 +403,49 @@ M.smollm3 = {
   head = lm_head,
 }
 
+-- Qwen3-MoE: Qwen3's attention; the MLP of layer i is a sparse mixture of
+-- many small experts (moe_intermediate_size) when i is not in mlp_only_layers
+-- and (i + 1) is a multiple of decoder_sparse_step, a dense SwiGLU MLP
+-- (intermediate_size) otherwise. The top-k router probabilities are
+-- renormalized only when norm_topk_prob is set.
+M.qwen3moe = {
+  hf = {"Qwen3MoeForCausalLM"},
+  gguf = "qwen3moe",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}, {
+    ffn             = {hf = "intermediate_size", gguf = "%s.feed_forward_length", default = "moe_ffn"},
+    moe_ffn         = {hf = "moe_intermediate_size", gguf = "%s.expert_feed_forward_length"},
+    experts         = {hf = {"num_experts", "num_local_experts"}, gguf = "%s.expert_count"},
+    top_k           = {hf = "num_experts_per_tok", gguf = "%s.expert_used_count"},
+    norm_topk       = {hf = "norm_topk_prob", default = true},
+    sparse_step     = {hf = "decoder_sparse_step", default = 1},
+    mlp_only_layers = {hf = "mlp_only_layers", default = false},
+  }),
+  rope_pairs = {hf = "halves", gguf = "halves"},
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, {
+    q_norm      = {hf = "model.layers.%d.self_attn.q_norm.weight", gguf = "blk.%d.attn_q_norm.weight", shape = {"head_dim"}},
+    k_norm      = {hf = "model.layers.%d.self_attn.k_norm.weight", gguf = "blk.%d.attn_k_norm.weight", shape = {"head_dim"}},
+    router      = {hf = "model.layers.%d.mlp.gate.weight", gguf = "blk.%d.ffn_gate_inp.weight", shape = {"experts", "dim"}},
+    expert_gate = {hf = "model.layers.%d.mlp.experts.%d.gate_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
+    expert_up   = {hf = "model.layers.%d.mlp.experts.%d.up_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
+    expert_down = {hf = "model.layers.%d.mlp.experts.%d.down_proj.weight", shape = {"dim", "moe_ffn"}, experts = "experts"},
+  }),
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local ab = c.attention_bias
+    local dense = c.experts == 0 or (c.layer + 1) % c.sparse_step ~= 0
+    for _, i in ipairs(c.mlp_only_layers or {}) do dense = dense or i == c.layer end
+    local h = rmsnorm(x, w.attn_norm, c.eps)
+    local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
+    q = rope(rmsnorm(q, w.q_norm, c.eps, {heads = c.heads}), rope_opts(c, c.heads))
+    k = rope(rmsnorm(k, w.k_norm, c.eps, {heads = c.kv_heads}), rope_opts(c, c.kv_heads))
+    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim})
+    x = x + linear(a, w.o, ab and w.o_bias)
+    h = rmsnorm(x, w.ffn_norm, c.eps)
+    if dense then return x + linear(silu(linear(h, w.gate)) * linear(h, w.up), w.down) end
+    return x + moe(h, w.router, {gate = w.expert_gate, up = w.expert_up, down = w.expert_down},
+                   {experts = c.experts, top_k = c.top_k, normalize = c.norm_topk})
+  end,
+  head = lm_head,
+}
+
 return M

@@ -175,7 +175,7 @@ local function phase_attention(ctx, s, name, n)
 end
 
 -- The mixture-of-experts kernel: route every token (router matmul, softmax,
--- top-k, renormalize), gather the rows of each expert's tokens together, run
+-- top-k, renormalize unless the description says not), gather the rows of each expert's tokens together, run
 -- each expert's gate/up, activation and down matmuls once over all its rows
 -- (its weights are read once per step), then combine per token in expert
 -- order (as the reference accumulates).
@@ -232,7 +232,11 @@ local function moe_kernel(ctx, s, n, grp)
   L("            }")
   L("            ids[k] = arg; best[k] = logit[arg]; chosen += logit[arg];")
   L("        }")
-  L("        for (int k = 0; k < %d; k++) weights[k] = best[k] / chosen;", K)
+  if a.normalize then
+    L("        for (int k = 0; k < %d; k++) weights[k] = best[k] / chosen;", K)
+  else
+    L("        (void)chosen; for (int k = 0; k < %d; k++) weights[k] = best[k]; /* not renormalized */", K)
+  end
   L("    }")
   L("}")
   L("")

@@ -2,7 +2,7 @@
 -- kernels of kernels/cuda/moe.cuh composed with every shape a constant, and their launches.
 --
 -- The semantics are the CPU backend's moe_kernel (generator/emit_c.lua); one step runs
---   route     one block per token: router logits, softmax, top-k, renormalized weights; the last
+--   route     one block per token: router logits, softmax, top-k, weights (renormalized if asked); the last
 --             block assigns every (token, choice) a row in expert order (token order within an
 --             expert) and writes the row -> token map and the per-expert offsets;
 --   gate/up   each expert's gate and up linears over its rows (X rows through the row map), then
@@ -91,8 +91,8 @@ function moe.call(ctx, grp, final_node, lib)
       src,
       string.format("__shared__ float logit[%d];", E),
       "const int t = blockIdx.x; /* one block per token */",
-      string.format("ig_moe_route<%s, %d, %d, %d, %d>(%s, %s + (long long)t * %d, ig_moe_rec<%d>(%s, t), logit);",
-        dt_name(router.dtype), D, E, K, ROUTE_NT, s.weight(router), x, D, K, slot.route),
+      string.format("ig_moe_route<%s, %d, %d, %d, %d, %s>(%s, %s + (long long)t * %d, ig_moe_rec<%d>(%s, t), logit);",
+        dt_name(router.dtype), D, E, K, ROUTE_NT, a.normalize and "true" or "false", s.weight(router), x, D, K, slot.route),
       "if (!ig_last_block(st.done)) return; /* every token is routed: the last block numbers the rows */",
       string.format("ig_moe_assign_rows<%d, %d, %d>(%s, %s);", E, K, ROUTE_NT, slot.route, T),
     }), "route")

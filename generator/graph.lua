@@ -173,8 +173,9 @@ function G:env()
     return g:node("attention", {q, store}, q.width, q.rows, attrs)
   end
   -- Sparse mixture of experts: router logits -> softmax -> top_k experts per
-  -- token, their SwiGLU MLP outputs weighted by the top-k probabilities
-  -- renormalized to sum to 1 (Mixtral).
+  -- token, their SwiGLU MLP outputs weighted by the top-k probabilities,
+  -- renormalized to sum to 1 (Mixtral) unless o.normalize is false (the
+  -- softmax probabilities as they are: Qwen3-MoE's norm_topk_prob = false).
   function env.moe(x, router, experts, o)
     check_tensor(g, x, "moe"); check_weight(g, router, "moe router")
     local line = caller_line(g.desc.path)
@@ -188,13 +189,15 @@ function G:env()
       g:fail(line, string.format("moe: router has shape [%s], expected [%d, %d]", table.concat(router.shape, ", "), o.experts, x.width))
     end
     if o.top_k < 1 or o.top_k > o.experts then g:fail(line, "moe: top_k must be in [1, experts]") end
+    if o.normalize ~= nil and type(o.normalize) ~= "boolean" then g:fail(line, "moe: normalize must be a boolean") end
     local inputs = {x, router}
     for _, list in ipairs({gate, up, down}) do
       for _, w in ipairs(list) do inputs[#inputs + 1] = w end
     end
     g.n_moe = (g.n_moe or 0) + 1
     return g:node("moe", inputs, down[1].shape[1], x.rows, {experts = o.experts, top_k = o.top_k,
-      ffn = gate[1].shape[1], act = o.activation or "silu", moe_layer = g.n_moe - 1})
+      ffn = gate[1].shape[1], act = o.activation or "silu", moe_layer = g.n_moe - 1,
+      normalize = o.normalize ~= false})
   end
   local function unary(op)
     return function(x) check_tensor(g, x, op); return g:node(op, {x}, x.width, x.rows) end

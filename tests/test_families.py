@@ -1,5 +1,6 @@
 """Every family in models.lua against transformers: Qwen2, Qwen3, Mistral (sliding
-window), Gemma 2, Phi-3, Mixtral, and Llama with linear / llama3 / yarn rope scaling.
+window), Gemma 2, Phi-3, Mixtral, Llama with linear / llama3 / yarn rope scaling,
+OLMo 2, Granite 3, SmolLM3 (NoPE layers) and Qwen3-MoE.
 
 Fixtures: tests/fixtures/families/ (tests/fixtures/make_tiny_families.py),
 two tiny random models per family, 64 teacher-forced tokens, windows shorter
@@ -32,7 +33,7 @@ def test_every_family_has_fixtures():
     families = {json.loads((FAMILIES / m / "reference.json").read_text())["architecture"] for m in MODELS}
     assert {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Gemma2ForCausalLM",
             "Phi3ForCausalLM", "MixtralForCausalLM", "LlamaForCausalLM", "Olmo2ForCausalLM",
-            "GraniteForCausalLM", "SmolLM3ForCausalLM"} <= families
+            "GraniteForCausalLM", "SmolLM3ForCausalLM", "Qwen3MoeForCausalLM"} <= families
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
@@ -50,8 +51,9 @@ def test_family_logits_match_transformers(model, mode, fused, tmp_path, built):
     assert err <= 1e-4, f"{model} {mode}: max |delta| {err:.3g}"
 
 
-@pytest.mark.parametrize("model", [m for m in MODELS if m.startswith("mixtral")])
-def test_mixtral_routing_matches_transformers(model, tmp_path, built):
+@pytest.mark.parametrize("model", [m for m in MODELS if m.startswith(("mixtral", "qwen3moe"))])
+def test_moe_routing_matches_transformers(model, tmp_path, built):
+    """The experts each token chose, per MoE layer (routing[j]: the j-th layer with a router)."""
     ref, _ = reference(model)
     binary = build(FAMILIES / model, f"f-{model}")
     routing = tmp_path / "routing.jsonl"

@@ -38,8 +38,9 @@ template <typename... P> __device__ __forceinline__ const void* ig_moe_pick(int 
 
 // Routes token row x (D floats) through the router [E][D]: logits (a warp per expert), softmax,
 // the top K by probability (lowest id first on ties), weights renormalized over the chosen
-// ones; into rec (ig_moe_rec). logit: __shared__ float[E] of the caller. All NT threads call it.
-template <int DT, int D, int E, int K, int NT>
+// ones (NORM) or the probabilities as they are; into rec (ig_moe_rec). logit: __shared__
+// float[E] of the caller. All NT threads call it.
+template <int DT, int D, int E, int K, int NT, bool NORM = true>
 __device__ __forceinline__ void ig_moe_route(const void* __restrict__ router, const float* __restrict__ x, float* rec,
                                              float* logit) {
   for (int e = threadIdx.x >> 5; e < E; e += NT / 32)
@@ -62,7 +63,7 @@ __device__ __forceinline__ void ig_moe_route(const void* __restrict__ router, co
     best[k] = logit[arg];
     chosen += logit[arg];
   }
-  for (int k = 0; k < K; k++) rec[K + k] = best[k] / chosen;
+  for (int k = 0; k < K; k++) rec[K + k] = NORM ? best[k] / chosen : best[k];
 }
 
 // After every token is routed (the last block of the route launch): counts per expert, their
