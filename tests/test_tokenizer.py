@@ -299,3 +299,88 @@ def test_gguf_tiny_and_errors(built, tmp_path):
         bad = write_gguf(tmp_path / f"bad-{needle.strip(chr(34))}.gguf", **kw)
         r = run([tool(built), "--gguf", bad, inp])
         assert r.returncode != 0 and needle in r.stderr, r.stderr
+
+
+# ---------- SentencePiece ("llama" GGUF vocabulary) ----------
+
+SPM = TOKS / "spm"
+
+
+def spm_rows():
+    rows = [json.loads(l) for l in (SPM / "llamacpp.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert "meta" in rows[0]
+    return rows[1:]
+
+
+def spm_lines():
+    raw = (SPM / "lines.txt").read_bytes().split(b"\n")[:-1]
+    return [l.replace(b"\\\\", b"\0").replace(b"\\n", b"\n").replace(b"\0", b"\\") for l in raw]
+
+
+@pytest.mark.parametrize("option", ["plain", "special"])
+def test_spm_gguf_matches_llamacpp(built, option):
+    rows, lines = spm_rows(), spm_lines()
+    assert len(rows) == len(lines), "fixture out of date: rerun tests/fixtures/make_spm_fixtures.py"
+    flags = ["--add-special", "--parse-special"] if option == "special" else []
+    got, _ = encode(built, ["--gguf", SPM / "spm.gguf"], SPM / "lines.txt", *flags)
+    compare(f"spm/{option}", got, [r[option] for r in rows], lines)
+
+
+@pytest.mark.parametrize("option", ["plain", "special"])
+def test_spm_decode_like_llamacpp(built, option):
+    # ingot decodes a line back exactly where llama.cpp's detokenizer does, except that text which
+    # is not valid UTF-8 comes back with U+FFFD (llama.cpp returns the raw bytes).
+    rows, lines = spm_rows(), spm_lines()
+    flags = ["--add-special", "--parse-special"] if option == "special" else []
+    r = run([tool(built), "--gguf", SPM / "spm.gguf", *flags, "--decode", SPM / "lines.txt"])
+    assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr[-4000:]
+    got = {int(m) - 1 for m in re.findall(r"line (\d+): decode mismatch", r.stderr)}
+
+    def valid(b):
+        try:
+            b.decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            return False
+
+    want = {i for i, row in enumerate(rows) if not row[f"{option}_back"] or not valid(lines[i])}
+    assert got == want, f"mismatches only in ingot: {sorted(got - want)[:20]}, only in llama.cpp: {sorted(want - got)[:20]}"
+    if option == "plain":
+        # Only lines with user-defined tokens (the text after one gets a space prefix) and invalid UTF-8.
+        assert len(want) < len(rows) // 10, "most lines must round-trip without BOS"
+
+
+def write_spm_gguf(path, scores="ok", bad_type=False):
+    """A tensor-less GGUF with a tiny SentencePiece vocabulary, broken as asked."""
+    gguf = pytest.importorskip("gguf")
+    w = gguf.GGUFWriter(str(path), "llama")
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["▁", "h", "e", "he", "▁he"]
+    types = [2, 3, 3] + [6] * 256 + [1] * 5
+    if bad_type:
+        types[-1] = 9
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    if scores == "ok":
+        w.add_token_scores([0.0] * 259 + [-1.0, -2.0, -3.0, -0.5, -0.25])
+    elif scores == "short":
+        w.add_token_scores([0.0] * 10)
+    w.add_token_types(types)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_spm_tiny_and_errors(built, tmp_path):
+    inp = tmp_path / "in.txt"
+    inp.write_bytes("he hé\n".encode())
+    got, _ = encode(built, ["--gguf", write_spm_gguf(tmp_path / "ok.gguf")], inp, "--add-special")
+    # BOS (default id 1), "▁he", "▁", "h", then é as byte fallback <0xC3> <0xA9>.
+    assert got == [[1, 263, 259, 260, 3 + 0xC3, 3 + 0xA9]], got
+    for kw, needle in [({"scores": None}, "tokenizer.ggml.scores"), ({"scores": "short"}, "10 scores for 264 tokens"),
+                       ({"bad_type": True}, "token_type[263] is 9")]:
+        bad = write_spm_gguf(tmp_path / f"bad{len(needle)}.gguf", **kw)
+        r = run([tool(built), "--gguf", bad, inp])
+        assert r.returncode != 0 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr

@@ -57,6 +57,11 @@ struct tok_tokenizer {
     int prefix_id, suffix_id; /* added around the text when add_special */
     int32_t stop[TOK_MAX_STOP_IDS]; /* ids that end a generation (see tok_stop_ids) */
     int n_stop;
+    /* SentencePiece ("llama" GGUF vocabulary): merges by piece score instead of merge rank. */
+    int spm;
+    int add_space_prefix; /* prepend U+2581 to text that starts the input or follows a token */
+    float *score;
+    int32_t spm_byte[256]; /* byte-fallback token of each byte (<0xNN>), else unk, else -1 */
 };
 
 /* ---------- small helpers ---------- */
@@ -274,6 +279,7 @@ void tok_free(tok_tokenizer *t) {
     free(t->hslots);
     free(t->mslots);
     free(t->added);
+    free(t->score);
     free(t);
 }
 
@@ -387,14 +393,74 @@ static int cmp_added_len_desc(const void *pa, const void *pb, void *ctx) {
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
+/* SentencePiece pieces as text: U+2581 stands for a space in normal pieces; byte pieces
+ * <0xNN> are the byte itself; user-defined, control and unknown pieces are their text
+ * (control/unknown ones are hidden by skip_special); undefined and unused pieces render
+ * as nothing, as llama.cpp suppresses them. */
+static int finish_vocab_spm(tok_tokenizer *t, const uint8_t *ttype) {
+    for (int id = 0; id < t->n_vocab; id++) {
+        if (!t->text[id] && set_piece(t, id, "", 0, 0)) return -1;
+        const char *s = t->text[id];
+        size_t n = t->text_len[id], k = 0;
+        char *r = malloc(n + 1);
+        if (!r) return -1;
+        unsigned hi, lo;
+        switch (ttype[id]) {
+        case 1:
+            for (size_t i = 0; i < n;) {
+                if (n - i >= 3 && memcmp(s + i, "\xE2\x96\x81", 3) == 0) {
+                    r[k++] = ' ';
+                    i += 3;
+                } else {
+                    r[k++] = s[i++];
+                }
+            }
+            break;
+        case 2: case 3: case 4:
+            memcpy(r, s, n);
+            k = n;
+            break;
+        case 6:
+            if (n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>' &&
+                sscanf(s + 3, "%1x%1x", &hi, &lo) == 2)
+                r[k++] = (char)(hi << 4 | lo);
+            break;
+        default:
+            break;
+        }
+        r[k] = 0;
+        t->raw[id] = r;
+        t->raw_len[id] = (uint32_t)k;
+        t->flags[id] |= TF_RAW;
+    }
+    for (int b = 0; b < 256; b++) t->byte_id[b] = -1; /* no byte-level alphabet here */
+    return 0;
+}
+
+/* llama.cpp's byte fallback: the piece <0xNN>, else the byte as a one-byte piece, else unk. */
+static void spm_byte_tokens(tok_tokenizer *t) {
+    for (int b = 0; b < 256; b++) {
+        char hex[8];
+        snprintf(hex, sizeof hex, "<0x%02X>", b);
+        int id = lookup(t, hex, 6);
+        if (id < 0) {
+            char c = (char)b;
+            id = lookup(t, &c, 1);
+        }
+        t->spm_byte[b] = id >= 0 ? id : t->unk;
+    }
+}
+
 tok_tokenizer *tok_from_gguf(const gguf_file *g, char *err, size_t errlen) {
     const char *model = gguf_get_str(g, "tokenizer.ggml.model");
     if (!model) {
         seterr(err, errlen, "GGUF: no tokenizer.ggml.model");
         return NULL;
     }
-    if (strcmp(model, "gpt2") != 0) {
-        seterr(err, errlen, "GGUF: tokenizer.ggml.model is \"%s\"; only \"gpt2\" (byte-level BPE) is supported",
+    const int spm = strcmp(model, "llama") == 0;
+    if (!spm && strcmp(model, "gpt2") != 0) {
+        seterr(err, errlen,
+               "GGUF: tokenizer.ggml.model is \"%s\"; supported: \"gpt2\" (byte-level BPE), \"llama\" (SentencePiece BPE)",
                model);
         return NULL;
     }
@@ -412,15 +478,32 @@ tok_tokenizer *tok_from_gguf(const gguf_file *g, char *err, size_t errlen) {
         seterr(err, errlen, "GGUF: tokenizer.ggml.token_type does not match the token count");
         return NULL;
     }
-    const gguf_kv *merges = gguf_get(g, "tokenizer.ggml.merges");
+    /* SentencePiece merges by score: without one score per token there is no order to merge in. */
+    const gguf_kv *scores = gguf_get(g, "tokenizer.ggml.scores");
+    if (spm && !scores) {
+        seterr(err, errlen, "GGUF: a \"llama\" (SentencePiece) vocabulary needs tokenizer.ggml.scores");
+        return NULL;
+    }
+    if (spm && (scores->type != GGUF_TYPE_ARRAY ||
+                (scores->arr_type != GGUF_TYPE_FLOAT32 && scores->arr_type != GGUF_TYPE_FLOAT64) ||
+                scores->arr_n != toks->arr_n)) {
+        seterr(err, errlen,
+               "GGUF: tokenizer.ggml.scores must be a float array with one score per token (%llu scores for %llu tokens)",
+               scores->type == GGUF_TYPE_ARRAY ? (unsigned long long)scores->arr_n : 0ull,
+               (unsigned long long)toks->arr_n);
+        return NULL;
+    }
+    const gguf_kv *merges = spm ? NULL : gguf_get(g, "tokenizer.ggml.merges");
     if (merges && (merges->type != GGUF_TYPE_ARRAY || merges->arr_type != GGUF_TYPE_STRING ||
                    !merges->arr_str || merges->arr_n > INT_MAX)) {
         seterr(err, errlen, "GGUF: tokenizer.ggml.merges is not a string array");
         return NULL;
     }
+    uint8_t *ttype = NULL;
     tok_tokenizer *t = tok_new();
     if (!t) goto oom;
-    if (rules_from_pre(t, pre)) {
+    t->spm = spm;
+    if (!spm && rules_from_pre(t, pre)) {
         seterr(err, errlen, "GGUF: unsupported tokenizer.ggml.pre \"%s\" (known: default/gpt2, smollm, "
                             "llama-bpe/llama3, qwen2 and their aliases)", pre);
         tok_free(t);
@@ -428,13 +511,28 @@ tok_tokenizer *tok_from_gguf(const gguf_file *g, char *err, size_t errlen) {
     }
     int n = (int)toks->arr_n;
     if (vocab_alloc(t, n)) goto oom;
+    ttype = malloc((size_t)n);
+    if (!ttype || (spm && !(t->score = malloc((size_t)n * sizeof *t->score)))) goto oom;
     size_t n_special = 0, max_len = 0;
     for (int i = 0; i < n; i++) {
         int64_t ty = 1;
         if (types && gguf_arr_int(types, (uint64_t)i, &ty)) {
             seterr(err, errlen, "GGUF: tokenizer.ggml.token_type[%d] unreadable", i);
-            tok_free(t);
-            return NULL;
+            goto fail;
+        }
+        /* llama.cpp's types: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte. */
+        if (ty < 0 || ty > 6) {
+            seterr(err, errlen, "GGUF: tokenizer.ggml.token_type[%d] is %lld; token types are 0..6", i, (long long)ty);
+            goto fail;
+        }
+        ttype[i] = (uint8_t)ty;
+        if (spm) {
+            double sc;
+            if (gguf_arr_float(scores, (uint64_t)i, &sc)) {
+                seterr(err, errlen, "GGUF: tokenizer.ggml.scores[%d] unreadable", i);
+                goto fail;
+            }
+            t->score[i] = (float)sc;
         }
         /* llama.cpp: unknown (2) and control (3) tokens are matched in the text only when
          * parsing specials; user-defined (4) ones always. All three are stored as raw text. */
@@ -445,7 +543,9 @@ tok_tokenizer *tok_from_gguf(const gguf_file *g, char *err, size_t errlen) {
         if (len > max_len) max_len = len;
         if (set_piece(t, i, toks->arr_str[i], len, 1)) goto oom;
     }
-    if (finish_vocab(t)) goto oom;
+    if (spm ? finish_vocab_spm(t, ttype) : finish_vocab(t)) goto oom;
+    free(ttype);
+    ttype = NULL;
     t->added = calloc(n_special ? n_special : 1, sizeof *t->added);
     if (!t->added) goto oom;
     for (int i = 0; i < n; i++)
@@ -480,8 +580,19 @@ tok_tokenizer *tok_from_gguf(const gguf_file *g, char *err, size_t errlen) {
     int64_t v;
     if (gguf_get_int(g, "tokenizer.ggml.bos_token_id", &v) == 0 && v >= 0 && v < n) t->bos = (int)v;
     if (gguf_get_int(g, "tokenizer.ggml.eos_token_id", &v) == 0 && v >= 0 && v < n) t->eos = (int)v;
-    int add_bos = t->ignore_merges; /* llama.cpp: Llama-3 vocabularies add BOS unless told otherwise */
+    /* llama.cpp: Llama-3 and SentencePiece vocabularies add BOS unless told otherwise; a
+     * SentencePiece one without ids uses <unk>=0, <s>=1, </s>=2. */
+    int add_bos = t->ignore_merges || spm;
     int add_eos = 0, b;
+    if (spm) {
+        if (gguf_get(g, "tokenizer.ggml.bos_token_id") == NULL && n > 1) t->bos = 1;
+        if (gguf_get(g, "tokenizer.ggml.eos_token_id") == NULL && n > 2) t->eos = 2;
+        t->unk = 0;
+        if (gguf_get_int(g, "tokenizer.ggml.unknown_token_id", &v) == 0) t->unk = v >= 0 && v < n ? (int)v : -1;
+        t->add_space_prefix = 1;
+        if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == 0) t->add_space_prefix = b;
+        spm_byte_tokens(t);
+    }
     if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == 0) add_bos = b;
     if (gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == 0) add_eos = b;
     if (add_bos) t->prefix_id = t->bos;
@@ -492,6 +603,8 @@ tok_tokenizer *tok_from_gguf(const gguf_file *g, char *err, size_t errlen) {
     return t;
 oom:
     seterr(err, errlen, "tokenizer: out of memory");
+fail:
+    free(ttype);
     tok_free(t);
     return NULL;
 }
@@ -1074,6 +1187,180 @@ static int bpe_word(const tok_tokenizer *t, bpe_scratch *s, const uint8_t *w, si
     return 0;
 }
 
+/* ---------- SentencePiece BPE ---------- */
+
+/* A candidate merge of adjacent symbols l and r whose joined text (size bytes) is a piece. */
+typedef struct {
+    float score;
+    uint32_t l, r, size;
+} spm_cand;
+
+typedef struct {
+    uint32_t *start, *len, *prev, *next;
+    spm_cand *heap;
+    size_t cap, nheap, heapcap;
+    char *buf; /* the escaped text */
+    size_t bufcap;
+} spm_scratch;
+
+/* Highest score first; on equal scores the leftmost (llama.cpp's bigram order). */
+static int spm_before(const spm_cand *a, const spm_cand *b) {
+    return a->score != b->score ? a->score > b->score : a->l < b->l;
+}
+
+static int spm_push(spm_scratch *s, spm_cand c) {
+    if (s->nheap == s->heapcap) {
+        size_t nc = s->heapcap ? s->heapcap * 2 : 64;
+        spm_cand *nh = realloc(s->heap, nc * sizeof *nh);
+        if (!nh) return -1;
+        s->heap = nh;
+        s->heapcap = nc;
+    }
+    size_t i = s->nheap++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!spm_before(&c, &s->heap[p])) break;
+        s->heap[i] = s->heap[p];
+        i = p;
+    }
+    s->heap[i] = c;
+    return 0;
+}
+
+static spm_cand spm_pop(spm_scratch *s) {
+    spm_cand top = s->heap[0], last = s->heap[--s->nheap];
+    size_t i = 0, n = s->nheap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && spm_before(&s->heap[c + 1], &s->heap[c])) c++;
+        if (!spm_before(&s->heap[c], &last)) break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n) s->heap[i] = last;
+    return top;
+}
+
+static int spm_try(const tok_tokenizer *t, spm_scratch *s, uint32_t l, uint32_t r) {
+    if (l == NONE || r == NONE) return 0;
+    uint32_t size = s->len[l] + s->len[r];
+    int id = lookup(t, s->buf + s->start[l], size);
+    if (id < 0) return 0;
+    return spm_push(s, (spm_cand){t->score[id], l, r, size});
+}
+
+/* Byte length of the UTF-8 sequence a lead byte announces (llama.cpp's table: stray
+ * continuation bytes count as one, a cut sequence ends at the text's end). */
+static size_t spm_char_len(uint8_t b) {
+    static const uint8_t len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return len[b >> 4];
+}
+
+/* One text fragment: spaces become U+2581 (and one is prepended when prefix), then the
+ * characters are merged pairwise, the pair whose joined piece scores highest first. A
+ * final symbol that is no piece is spelled with byte-fallback tokens. */
+static int spm_fragment(const tok_tokenizer *t, spm_scratch *s, const char *p, size_t n, int prefix, ivec *out) {
+    size_t spaces = prefix;
+    for (size_t i = 0; i < n; i++) spaces += p[i] == ' ';
+    if (n > (SIZE_MAX - 1) / 4 || spaces > (SIZE_MAX - n) / 3 || n + 3 * spaces > UINT32_MAX) return -1;
+    size_t m = n + 3 * spaces, k = 0; /* an upper bound: the prefix adds 3 bytes, each space 2 more */
+    if (m > s->bufcap) {
+        char *nb = realloc(s->buf, m);
+        if (!nb) return -1;
+        s->buf = nb;
+        s->bufcap = m;
+    }
+    if (prefix) {
+        memcpy(s->buf, "\xE2\x96\x81", 3);
+        k = 3;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == ' ') {
+            memcpy(s->buf + k, "\xE2\x96\x81", 3);
+            k += 3;
+        } else {
+            s->buf[k++] = p[i];
+        }
+    }
+    if (k == 0) return 0;
+    if (k > s->cap) {
+        size_t nc = k + k / 2;
+        uint32_t *a = realloc(s->start, nc * sizeof *a);
+        if (a) s->start = a;
+        uint32_t *b = realloc(s->len, nc * sizeof *b);
+        if (b) s->len = b;
+        uint32_t *c = realloc(s->prev, nc * sizeof *c);
+        if (c) s->prev = c;
+        uint32_t *d = realloc(s->next, nc * sizeof *d);
+        if (d) s->next = d;
+        if (!a || !b || !c || !d) return -1;
+        s->cap = nc;
+    }
+    uint32_t nsym = 0;
+    for (size_t i = 0; i < k;) {
+        size_t l = spm_char_len((uint8_t)s->buf[i]);
+        if (l > k - i) l = k - i;
+        s->start[nsym] = (uint32_t)i;
+        s->len[nsym] = (uint32_t)l;
+        s->prev[nsym] = nsym ? nsym - 1 : NONE;
+        s->next[nsym] = NONE;
+        if (nsym) s->next[nsym - 1] = nsym;
+        nsym++;
+        i += l;
+    }
+    s->nheap = 0;
+    for (uint32_t i = 0; i + 1 < nsym; i++)
+        if (spm_try(t, s, i, i + 1)) return -1;
+    while (s->nheap) {
+        spm_cand c = spm_pop(s);
+        /* Stale when either side has changed since the candidate was queued. */
+        if (s->len[c.l] == 0 || s->len[c.r] == 0 || s->len[c.l] + s->len[c.r] != c.size) continue;
+        s->len[c.l] += s->len[c.r];
+        s->len[c.r] = 0;
+        uint32_t nx = s->next[c.r];
+        s->next[c.l] = nx;
+        if (nx != NONE) s->prev[nx] = c.l;
+        if (spm_try(t, s, s->prev[c.l], c.l) || spm_try(t, s, c.l, nx)) return -1;
+    }
+    for (uint32_t i = 0; i != NONE; i = s->next[i]) {
+        const char *sym = s->buf + s->start[i];
+        int id = lookup(t, sym, s->len[i]);
+        if (id >= 0) {
+            if (ivec_push(out, id)) return -1;
+            continue;
+        }
+        for (uint32_t j = 0; j < s->len[i]; j++) {
+            int b = t->spm_byte[(uint8_t)sym[j]];
+            if (b >= 0 && ivec_push(out, b)) return -1;
+        }
+    }
+    return 0;
+}
+
+/* The fragments left by the special-token split: a text fragment gets the space prefix
+ * when it opens the input or follows a token, as llama.cpp's SentencePiece path does. */
+static int spm_encode(const tok_tokenizer *t, const svec *a, ivec *ids) {
+    spm_scratch s = {0};
+    int prev_token = 1, rc = 0;
+    for (size_t i = 0; i < a->n && rc == 0; i++) {
+        if (a->v[i].id >= 0) {
+            rc = ivec_push(ids, a->v[i].id);
+            prev_token = 1;
+        } else {
+            rc = spm_fragment(t, &s, a->v[i].p, a->v[i].n, t->add_space_prefix && prev_token, ids);
+            prev_token = 0;
+        }
+    }
+    free(s.start);
+    free(s.len);
+    free(s.prev);
+    free(s.next);
+    free(s.heap);
+    free(s.buf);
+    return rc;
+}
+
 /* Word character for HF single_word: the regex \w of Rust (Alphabetic, marks, Nd, Pc,
  * Join_Control), approximated by general categories plus the circled letters and ZWJ/ZWNJ. */
 static int is_word_cp(uint32_t cp) {
@@ -1296,6 +1583,10 @@ static int encode_scoped(const tok_tokenizer *t, const char *text, size_t len, i
     } else if (gguf_split(t, &a, &b, sc)) {
         goto oom;
     }
+    if (t->spm) {
+        if (spm_encode(t, &a, &ids)) goto oom;
+        a.n = 0; /* every fragment is encoded */
+    }
     /* Pre-tokenize each text span through the rules, then BPE each piece. */
     for (size_t i = 0; i < a.n; i++) {
         if (a.v[i].id >= 0) {
@@ -1464,6 +1755,17 @@ char *tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, int skip_
                 return NULL;
             }
             buf = nb;
+        }
+        if (i == 0 && t->spm && t->add_space_prefix) {
+            /* llama.cpp's detokenizer drops the space the encoder prefixed: one leading
+             * space of the first token's text (a hidden first token, such as BOS, ends it). */
+            const char *p = tok_piece(t, ids[i], &pl);
+            if (pl && p[0] == ' ' && !(skip_special && tok_is_special(t, ids[i]))) {
+                sink k = {buf + len, cap - len - 1, 0};
+                for (size_t j = 1; j < pl; j++) stream_byte(&s, &k, (uint8_t)p[j]);
+                len += k.n;
+                continue;
+            }
         }
         len += tok_stream_push(&s, t, ids[i], skip_special, buf + len, cap - len - 1);
     }
