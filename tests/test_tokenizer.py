@@ -195,7 +195,7 @@ def test_stream_decode_utf8(built, tmp_path):
     src.write_text(STREAM_TEST)
     exe = tmp_path / "stream_test"
     san = "san" in built.name
-    flags = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-g", f"-I{ROOT / 'runtime'}"]
+    flags = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-g"] + [f"-I{ROOT / 'runtime' / d}" for d in ("text", "load")]
     if san:
         flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
     cc = shutil.which("cc") or "gcc"
