@@ -125,7 +125,9 @@ def test_cudasim_cublaslt_half_inputs(built, tmp_path, model):
 # qwen2_gqa (q/k/v biases: llama_bias has them on every projection) and mixtral_4e_top2 (mixtral_8e_top2
 # has more experts than threads per block) are breadth
 FAMILIES = [pytest.param("qwen2_gqa", marks=BREADTH), "llama_bias", "qwen3_hd24", "gemma2_gqa", "phi3_gqa",
-            "mistral_4h2kv_sw16", pytest.param("mixtral_4e_top2", marks=BREADTH), "mixtral_8e_top2"]
+            "mistral_4h2kv_sw16", pytest.param("mixtral_4e_top2", marks=BREADTH), "mixtral_8e_top2",
+            "olmo2_bias", pytest.param("granite_bias", marks=BREADTH), pytest.param("smollm3_list", marks=BREADTH),
+            "qwen3moe_16e_top4"]
 FAMILY_DIR = ROOT / "tests" / "fixtures" / "families"
 
 
@@ -135,7 +137,10 @@ def test_cudasim_families_match_cpu(built, tmp_path, family):
     """Biases (Qwen2 q/k/v; Llama on every projection, so with residual and activation epilogues), per-head q/k norms (Qwen3), offset norms, post-norms, softcaps and
     alternating windows (Gemma 2), row-sliced fused weights (Phi-3), a window shorter than the
     sequence (Mistral), mixtures of 4 and 8 experts (Mixtral: expert GEMM tiles in prefill, the
-    per-expert GEMV in chunks and decode): the same descriptions through the CUDA emitter."""
+    per-expert GEMV in chunks and decode), post-norms and full-width q/k norms (OLMo 2), scaled
+    embedding, branches and logits (Granite), layers without RoPE (SmolLM3), 16 experts top-4
+    without renormalization beside dense layers (Qwen3-MoE): the same descriptions through the
+    CUDA emitter."""
     model = FAMILY_DIR / family
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     toks = [(7 * i + 3) % (vocab - 1) + 1 for i in range(32)]
