@@ -7,7 +7,7 @@
 -- generator/graph.lua:
 --   embedding(tokens, W)  rmsnorm(x, W, eps [, {offset = 1, heads = n}])  linear(x, W [, bias])
 --   rope(x, {heads, head_dim, theta, scaling})  attention(q, k, v, {heads, kv_heads, head_dim,
---   window, softcap, scale})  moe(x, router, {gate, up, down}, {experts, top_k})
+--   window, softcap, scale})  moe(x, router, {gate, up, down}, {experts, top_k, normalize})
 --   silu(x)  gelu_tanh(x)  softcap(x, cap)  x + y  x * y  x * number
 -- Every entry is validated (generator/describe.lua): unknown or missing keys
 -- and shapes that do not divide are reported as models.lua:LINE: error: ...
