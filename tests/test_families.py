@@ -87,8 +87,25 @@ def test_sliding_window_changes_results(tmp_path, built):
     assert np.abs(got[16:] - expected[16:]).max() > 0.01
 
 
+def test_smollm3_nope_interval_without_list(tmp_path, built):
+    """SmolLM3 without a no_rope_layers list falls back to no_rope_layer_interval
+    (every interval-th layer without RoPE), as transformers' config does; and
+    RoPE on every layer gives other logits (so the NoPE layers are real)."""
+    import shutil
+    ref, expected = reference("smollm3_interval")
+    for name, edit, same in (("interval", lambda c: c.pop("no_rope_layers"), True),
+                             ("rope-everywhere", lambda c: c.update(no_rope_layers=[1] * c["num_hidden_layers"]), False)):
+        d = tmp_path / f"smollm3_{name}"
+        shutil.copytree(FAMILIES / "smollm3_interval", d)
+        cfg = json.loads((d / "config.json").read_text())
+        edit(cfg)
+        (d / "config.json").write_text(json.dumps(cfg))
+        err = np.abs(logits(build(d, f"f-smollm3-{name}"), ref["tokens"], tmp_path=tmp_path) - expected).max()
+        assert (err <= 1e-4) if same else (err > 0.05), f"{name}: max |delta| {err:.3g}"
+
+
 BATCH_MODELS = ["qwen2_gqa", "qwen3_hd24", "mistral_4h2kv_sw16", "gemma2_gqa", "phi3_gqa", "mixtral_8e_top2",
-                "llama_rope_yarn"]
+                "llama_rope_yarn", "qwen3moe_16e_top4"]
 
 
 @pytest.mark.parametrize("model", BATCH_MODELS)
