@@ -33,7 +33,9 @@ begin() { tier_start=$(date +%s); echo "== $1"; }
 end() { tiers="$tiers${tiers:+, }$1 $(( $(date +%s) - tier_start ))s"; }
 
 begin setup
-"$root/scripts/setup.sh"
+# the full tier also installs the oracle packages (torch, transformers, llama-cpp-python) for the
+# tests that take references live (ingot check); the default tier uses the committed fixtures
+if [ "$mode" = --full ]; then "$root/scripts/setup.sh" --oracles; else "$root/scripts/setup.sh"; fi
 "$root/scripts/fetch_smollm2.sh" >/dev/null
 end setup
 

@@ -33,7 +33,7 @@ INGOT = ROOT / "ingot"
 # binary, its manifest or the model copy whose mtime they change
 NAME = "fe-smollm2" + (f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else "")
 PROMPT = "The capital of France is"
-COMMANDS = ["build", "run", "serve", "list", "help"]
+COMMANDS = ["build", "run", "serve", "list", "check", "help"]
 BUILD_OPTIONS = ["--name", "--dtype", "--backend", "--cudasim", "--no-fuse", "--act-quant", "--max-tokens", "--san",
                  "--allow-unused"]
 

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""ingot check ENTRY: is a models.lua description right? Ask transformers.
+
+For every Hugging Face architecture the entry lists (`hf = {...}`), this
+builds tiny random models with transformers — random config values chosen to
+exercise every branch the config offers: odd head counts and GQA ratios,
+several head sizes, tied and untied embeddings, a sliding window shorter than
+the sequence where the config has one, RoPE scaling (linear, llama3, yarn)
+where it has rope parameters, biases and expert counts where it has them —
+fills every weight, norm and bias with random non-zero values (transformers'
+zeros and ones would hide a missing one), takes transformers' float32 logits
+for a random token sequence, casts the checkpoint with ./ingot build (fused
+and --no-fuse; --cudasim adds the CUDA backend on cudasim), and prints
+max |Δlogits| for the prompt in one step (prefill), in chunks of 7 (chunked)
+and token by token (decode), with the verdict against the bound:
+
+  1e-4 absolute, for f32 weights and f32 arithmetic on both sides (the engines
+  differ only in summation order, observed about 1e-5), scaled by
+  max(1, max|logit| / 8) for models whose logits are large.
+
+Needs the oracle packages (scripts/setup.sh --oracles: torch, transformers).
+Exit status 0 when every case passes, 1 when one fails, 2 on a usage error.
+
+  ingot check llama                     # every architecture of the llama entry, 3 seeds
+  ingot check qwen3 --seeds 8 --cudasim
+  ingot check gemma2 --keep /tmp/g2     # keep the checkpoints to look at
+"""
+import argparse
+import json
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+N_TOKENS = 40
+BOUND = 1e-4
+MODES = {"prefill": [], "chunked": ["--chunk", "7"], "decode": ["--decode"]}
+
+
+def entries():
+    """{entry name: [HF architectures]} read from models.lua by Lua itself."""
+    lua = ('local M = dofile(os.getenv("INGOT_MODELS")); for name, e in pairs(M) do '
+           'io.write(name, "\\t", table.concat(e.hf or {}, ","), "\\n") end')
+    r = subprocess.run(["lua5.4", "-e", lua], capture_output=True, text=True,
+                       env=dict(os.environ, INGOT_MODELS=str(ROOT / "models.lua")))
+    if r.returncode != 0:
+        sys.exit(f"ingot check: cannot read models.lua: {r.stderr.strip()}")
+    out = {}
+    for line in r.stdout.splitlines():
+        name, archs = line.split("\t")
+        out[name] = [a for a in archs.split(",") if a]
+    return out
+
+
+def rope_variant(rng, theta):
+    kind = rng.choice(["default", "default", "linear", "llama3", "yarn"])
+    p = {"rope_type": kind, "rope_theta": theta}
+    if kind == "linear":
+        p["factor"] = rng.choice([2.0, 4.0])
+    elif kind == "llama3":
+        p.update(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=32)
+    elif kind == "yarn":
+        p.update(factor=4.0, original_max_position_embeddings=64)
+    return p
+
+
+def random_config(cfg_cls, rng):
+    """A small config of cfg_cls with random values for every key it has."""
+    base = cfg_cls().to_dict()
+    heads = rng.choice([2, 3, 4, 6])
+    kv = rng.choice([k for k in range(1, heads + 1) if heads % k == 0])
+    head_dim = rng.choice([8, 12, 16, 24, 32])
+    kw = dict(hidden_size=heads * head_dim, num_attention_heads=heads, num_key_value_heads=kv,
+              intermediate_size=rng.randrange(48, 176, 16), num_hidden_layers=rng.choice([2, 3]),
+              vocab_size=rng.randrange(300, 900), max_position_embeddings=256, initializer_range=0.1,
+              rms_norm_eps=rng.choice([1e-5, 1e-6]), tie_word_embeddings=rng.random() < 0.5,
+              bos_token_id=1, eos_token_id=2, pad_token_id=None)
+    if "head_dim" in base:
+        kw["head_dim"] = head_dim
+    theta = rng.choice([10000.0, 500000.0])
+    if "rope_parameters" in base:
+        kw["rope_parameters"] = rope_variant(rng, theta)
+        if kw["rope_parameters"]["rope_type"] == "yarn":
+            kw["max_position_embeddings"] = 256
+    elif "rope_theta" in base:
+        kw["rope_theta"] = theta
+    if "sliding_window" in base:
+        kw["sliding_window"] = rng.choice([None, rng.randrange(8, 24)]) if base["sliding_window"] is None \
+            else rng.randrange(8, 24)
+    if "use_sliding_window" in base:
+        kw["use_sliding_window"] = False
+    for key in ("attention_bias", "mlp_bias"):
+        if key in base:
+            kw[key] = rng.random() < 0.5
+    if "num_local_experts" in base:
+        kw["num_local_experts"] = rng.choice([4, 8])
+        kw["num_experts_per_tok"] = 2
+        kw["router_jitter_noise"] = 0.0
+    if "query_pre_attn_scalar" in base:
+        kw["query_pre_attn_scalar"] = rng.choice([head_dim, 2 * head_dim])
+    if "attn_logit_softcapping" in base:
+        kw["attn_logit_softcapping"] = rng.choice([None, 20.0])
+    if "final_logit_softcapping" in base:
+        kw["final_logit_softcapping"] = rng.choice([None, 10.0])
+    if "original_max_position_embeddings" in base:
+        kw["original_max_position_embeddings"] = 256
+    if "layer_types" in base:
+        kw.pop("layer_types", None)  # derived from the window and the layer count
+    return kw
+
+
+def randomize(model, torch):
+    """Every norm and bias random and non-zero; weights from initializer_range."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                neutral = 0.0 if float(p.mean()) == 0.0 else 1.0  # (1 + w) norms start at 0
+                p.copy_(neutral + 0.25 * torch.randn_like(p))
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+
+
+def ingot_logits(binary, tokens, mode, out):
+    r = subprocess.run([str(binary), "logits", "--tokens", ",".join(map(str, tokens)), "--out", str(out),
+                        *MODES[mode]], capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
+    import numpy as np
+    return np.fromfile(out, dtype="<f4").reshape(len(tokens), -1), None
+
+
+def build(model_dir, name, opts):
+    r = subprocess.run([str(ROOT / "ingot"), "build", str(model_dir), "--name", name, *opts],
+                       capture_output=True, text=True, timeout=1800, env=dict(os.environ, INGOT_PROGRESS="0"))
+    if r.returncode != 0:
+        return None, r.stderr.strip()
+    return pathlib.Path(r.stdout.strip().splitlines()[-1]), None
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="ingot check", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("entry", help="a models.lua entry (llama, qwen2, ...)")
+    ap.add_argument("--seeds", type=int, default=3, help="random models per architecture (default 3)")
+    ap.add_argument("--first-seed", type=int, default=1)
+    ap.add_argument("--cudasim", action="store_true", help="also the CUDA backend on cudasim (slow)")
+    ap.add_argument("--no-unfused", action="store_true", help="skip the --no-fuse builds")
+    ap.add_argument("--keep", metavar="DIR", help="keep the checkpoints and logits in DIR")
+    args = ap.parse_args()
+    known = entries()
+    if args.entry not in known:
+        print(f"ingot check: no entry '{args.entry}' in models.lua (entries: {', '.join(sorted(known))})",
+              file=sys.stderr)
+        return 2
+    try:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        import numpy as np
+        import torch
+        import transformers
+        transformers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.set_verbosity_error()
+    except ImportError as e:
+        print(f"ingot check: needs torch and transformers ({e.name} is missing): scripts/setup.sh --oracles",
+              file=sys.stderr)
+        return 2
+    torch.set_num_threads(2)
+    work = pathlib.Path(args.keep) if args.keep else pathlib.Path(tempfile.mkdtemp(prefix="ingot-check-"))
+    work.mkdir(parents=True, exist_ok=True)
+    backends = [("cpu", [], "fused")] + ([] if args.no_unfused else [("cpu", ["--no-fuse"], "unfused")])
+    if args.cudasim:
+        backends.append(("cudasim", ["--backend", "cuda", "--cudasim"], "fused"))
+    failures = 0
+    print(f"{'architecture':24s} {'seed':>4s}  {'config':44s} {'backend':8s} {'fusion':8s} "
+          f"{'prefill':>9s} {'chunked':>9s} {'decode':>9s}  bound     verdict")
+    for arch in known[args.entry]:
+        model_cls = getattr(transformers, arch, None)
+        if model_cls is None:
+            print(f"{arch:24s} transformers {transformers.__version__} has no such class: skipped")
+            continue
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            rng = random.Random(seed * 7919 + len(arch))
+            kw = random_config(model_cls.config_class, rng)
+            torch.manual_seed(seed)
+            cfg = model_cls.config_class(attn_implementation="eager", **kw)
+            model = model_cls(cfg).eval()
+            randomize(model, torch)
+            d = work / f"{arch}-{seed}"
+            shutil.rmtree(d, ignore_errors=True)
+            model.save_pretrained(d, safe_serialization=True)
+            tokens = [rng.randrange(cfg.vocab_size) for _ in range(N_TOKENS)]
+            with torch.no_grad():
+                ref = model(torch.tensor([tokens])).logits[0].float().numpy()
+            bound = BOUND * max(1.0, float(np.abs(ref).max()) / 8)
+            summary = (f"h{cfg.num_attention_heads}/kv{cfg.num_key_value_heads} d{kw.get('head_dim', '-')} "
+                       f"L{cfg.num_hidden_layers} "
+                       f"{(kw.get('rope_parameters') or {}).get('rope_type', '')} "
+                       f"{'win' + str(kw['sliding_window']) if kw.get('sliding_window') else ''} "
+                       f"{'bias' if kw.get('attention_bias') or kw.get('mlp_bias') else ''}"
+                       f"{'tied' if kw['tie_word_embeddings'] else ''}").strip()
+            for backend, opts, fusion in backends:
+                name = f"check-{arch.lower()}-{seed}-{backend}-{fusion}"
+                binary, err = build(d, name, opts)
+                cells, verdict = [], "PASS"
+                if binary is None:
+                    verdict, cells = "FAIL (build: " + err.splitlines()[-1][:120] + ")", ["-"] * 3
+                else:
+                    for mode in MODES:
+                        got, err = ingot_logits(binary, tokens, mode, work / f"{name}-{mode}.f32")
+                        if got is None:
+                            cells.append("error")
+                            verdict = f"FAIL ({mode}: {err[:100]})"
+                            continue
+                        delta = float(np.abs(got - ref).max())
+                        cells.append(f"{delta:9.2e}")
+                        if not delta <= bound:
+                            verdict = "FAIL"
+                failures += verdict != "PASS"
+                print(f"{arch:24s} {seed:4d}  {summary[:44]:44s} {backend:8s} {fusion:8s} "
+                      f"{cells[0]:>9s} {cells[1]:>9s} {cells[2]:>9s}  {bound:.1e}  {verdict}", flush=True)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{'all passed' if failures == 0 else f'{failures} failed'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
