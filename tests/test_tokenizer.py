@@ -384,3 +384,44 @@ def test_spm_tiny_and_errors(built, tmp_path):
         r = run([tool(built), "--gguf", bad, inp])
         assert r.returncode != 0 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr
+
+
+def valid_utf8(b):
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+@pytest.mark.parametrize("name", ["hf-legacy", "hf-metaspace"])
+@pytest.mark.parametrize("add_special", [False, True])
+def test_spm_json_matches_hf(built, tmp_path, name, add_special):
+    # The same SentencePiece model as tokenizer.json (byte_fallback BPE); lines that are not valid
+    # UTF-8 cannot be given to the library as they are, so they are left out.
+    tokenizers = pytest.importorskip("tokenizers")
+    path = SPM / name / "tokenizer.json"
+    hf = tokenizers.Tokenizer.from_file(str(path))
+    lines = [l for l in spm_lines() if valid_utf8(l)]
+    inp = tmp_path / "lines.txt"
+    inp.write_bytes(b"".join(l.replace(b"\\", b"\\\\").replace(b"\n", b"\\n") + b"\n" for l in lines))
+    text = [l.decode("utf-8") for l in lines]
+    want = [e.ids for e in hf.encode_batch(text, add_special_tokens=add_special)]
+    flags = ["--parse-special"] + (["--add-special"] if add_special else [])
+    got, _ = encode(built, ["--json", path], inp, *flags)
+    compare(f"{name}/add_special={add_special}", got, want, text)
+    # Decoding gives the line back exactly where the library's decode does.
+    r = run([tool(built), "--json", path, *flags, "--decode", inp])
+    assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr[-4000:]
+    bad = {int(m) - 1 for m in re.findall(r"line (\d+): decode mismatch", r.stderr)}
+    hf_bad = {i for i, ids in enumerate(want) if hf.decode(ids, skip_special_tokens=False) != text[i]}
+    assert bad == hf_bad, f"only ingot: {sorted(bad - hf_bad)[:20]}, only HF: {sorted(hf_bad - bad)[:20]}"
+
+
+def test_spm_json_errors(built, tmp_path):
+    data = json.loads((SPM / "hf-legacy" / "tokenizer.json").read_text(encoding="utf-8"))
+    data["decoder"] = {"type": "ByteLevel"}
+    expect_error(built, write_json(tmp_path, "dec", data), tmp_path, "SentencePiece decoder")
+    data = json.loads((SPM / "hf-metaspace" / "tokenizer.json").read_text(encoding="utf-8"))
+    data["pre_tokenizer"]["replacement"] = "_"
+    expect_error(built, write_json(tmp_path, "rep", data), tmp_path, "Metaspace replacement")

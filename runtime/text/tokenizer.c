@@ -62,7 +62,17 @@ struct tok_tokenizer {
     int add_space_prefix; /* prepend U+2581 to text that starts the input or follows a token */
     float *score;
     int32_t spm_byte[256]; /* byte-fallback token of each byte (<0xNN>), else unk, else -1 */
+    /* tokenizer.json in SentencePiece style: spaces as U+2581, characters without a token
+     * spelled with <0xNN> tokens (byte_fallback), merges by rank as in any HF BPE. */
+    int hfspm;
+    int hf_prepend;       /* HF_PREPEND_*: when a text span gets a leading U+2581 */
+    int hf_meta_split;    /* Metaspace split: BPE each U+2581-led word on its own */
+    int byte_fallback, fuse_unk;
+    int strip_lead;       /* the decoder drops one leading space of the output */
+    int dec_bytes;        /* the decoder has ByteFallback: <0xNN> pieces decode to their byte */
 };
+
+enum { HF_PREPEND_NEVER, HF_PREPEND_ALWAYS, HF_PREPEND_FIRST, HF_PREPEND_UNLESS_MARKED, HF_PREPEND_FIRST_UNLESS_MARKED };
 
 /* ---------- small helpers ---------- */
 
@@ -689,6 +699,25 @@ static int parse_pretok(tok_tokenizer *t, const cJSON *p, int *bytelevel, char *
         if (jbool(p, "use_regex", 1)) t->rules[t->n_rules++] = PT_GPT2;
         return 0;
     }
+    if (!strcmp(type, "Metaspace")) {
+        const char *rp = jstr(p, "replacement"), *scheme = jstr(p, "prepend_scheme");
+        if (rp && strcmp(rp, "\xE2\x96\x81") != 0) {
+            seterr(err, errlen, "tokenizer.json: Metaspace replacement \"%s\" is not supported (only U+2581)", rp);
+            return -1;
+        }
+        /* Metaspace does not add a marker where the text already starts with one. */
+        if (!scheme) t->hf_prepend = jbool(p, "add_prefix_space", 1) ? HF_PREPEND_UNLESS_MARKED : HF_PREPEND_NEVER;
+        else if (!strcmp(scheme, "always")) t->hf_prepend = HF_PREPEND_UNLESS_MARKED;
+        else if (!strcmp(scheme, "first")) t->hf_prepend = HF_PREPEND_FIRST_UNLESS_MARKED;
+        else if (!strcmp(scheme, "never")) t->hf_prepend = HF_PREPEND_NEVER;
+        else {
+            seterr(err, errlen, "tokenizer.json: Metaspace prepend_scheme \"%s\" is not supported", scheme);
+            return -1;
+        }
+        t->hf_meta_split = jbool(p, "split", 1);
+        t->hfspm = 1;
+        return 0;
+    }
     if (!strcmp(type, "Digits")) {
         t->rules[t->n_rules++] = jbool(p, "individual_digits", 0) ? PT_DIGITS_EACH : PT_DIGITS_RUNS;
         return 0;
@@ -719,6 +748,100 @@ static int parse_pretok(tok_tokenizer *t, const cJSON *p, int *bytelevel, char *
     }
     seterr(err, errlen, "tokenizer.json: unsupported pre_tokenizer type \"%s\"", type);
     return -1;
+}
+
+/* Normalizer of a SentencePiece-style tokenizer.json: Prepend("\u2581") and Replace(" ", "\u2581"),
+ * alone or in a Sequence; anything else is refused by name. */
+static int parse_norm(tok_tokenizer *t, const cJSON *n, int *replace, char *err, size_t errlen) {
+    const char *type = jstr(n, "type");
+    if (type && !strcmp(type, "Sequence")) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers"), *it;
+        if (!cJSON_IsArray(list)) {
+            seterr(err, errlen, "tokenizer.json: Sequence normalizer without normalizers");
+            return -1;
+        }
+        cJSON_ArrayForEach(it, list) if (parse_norm(t, it, replace, err, errlen)) return -1;
+        return 0;
+    }
+    if (type && !strcmp(type, "Prepend")) {
+        const char *pp = jstr(n, "prepend");
+        if (pp && !strcmp(pp, "\xE2\x96\x81")) {
+            t->hf_prepend = HF_PREPEND_ALWAYS;
+            return 0;
+        }
+    }
+    if (type && !strcmp(type, "Replace")) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
+        const char *from = pat ? jstr(pat, "String") : NULL, *to = jstr(n, "content");
+        if (from && to && !strcmp(from, " ") && !strcmp(to, "\xE2\x96\x81")) {
+            *replace = 1;
+            return 0;
+        }
+    }
+    seterr(err, errlen, "tokenizer.json: normalizer \"%s\" is not supported (only null, or Prepend(\"\xE2\x96\x81\") and "
+                        "Replace(\" \", \"\xE2\x96\x81\"))", type ? type : "?");
+    return -1;
+}
+
+/* Decoder: ByteLevel, or the SentencePiece chain (Replace("\u2581", " "), ByteFallback, Fuse,
+ * Strip(" ", 0 or 1, 0)) or Metaspace. Sets *spm for the latter two. */
+static int parse_decoder(tok_tokenizer *t, const cJSON *d, int *spm, char *err, size_t errlen) {
+    const char *type = jstr(d, "type");
+    if (type && !strcmp(type, "ByteLevel")) return 0;
+    if (type && !strcmp(type, "Sequence")) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(d, "decoders"), *it;
+        if (!cJSON_IsArray(list)) {
+            seterr(err, errlen, "tokenizer.json: Sequence decoder without decoders");
+            return -1;
+        }
+        cJSON_ArrayForEach(it, list) {
+            const char *dt = jstr(it, "type");
+            const cJSON *pat = cJSON_GetObjectItemCaseSensitive(it, "pattern");
+            const char *from = pat ? jstr(pat, "String") : NULL, *to = jstr(it, "content");
+            const cJSON *st = cJSON_GetObjectItemCaseSensitive(it, "start"), *sp = cJSON_GetObjectItemCaseSensitive(it, "stop");
+            if (dt && !strcmp(dt, "ByteFallback")) t->dec_bytes = 1;
+            if (dt && (!strcmp(dt, "ByteFallback") || !strcmp(dt, "Fuse"))) continue;
+            if (dt && !strcmp(dt, "Replace") && from && to && !strcmp(from, "\xE2\x96\x81") && !strcmp(to, " ")) continue;
+            if (dt && !strcmp(dt, "Strip") && to && !strcmp(to, " ") && cJSON_IsNumber(st) && cJSON_IsNumber(sp) &&
+                (st->valueint == 0 || st->valueint == 1) && sp->valueint == 0) {
+                t->strip_lead = st->valueint;
+                continue;
+            }
+            seterr(err, errlen, "tokenizer.json: decoder \"%s\" in a Sequence is not supported (only Replace(\"\xE2\x96\x81\", \" \"), "
+                                "ByteFallback, Fuse, Strip(\" \", 0|1, 0))", dt ? dt : "?");
+            return -1;
+        }
+        *spm = 1;
+        return 0;
+    }
+    if (type && !strcmp(type, "Metaspace")) {
+        const char *scheme = jstr(d, "prepend_scheme");
+        t->strip_lead = scheme ? strcmp(scheme, "never") != 0 : jbool(d, "add_prefix_space", 1);
+        *spm = 1;
+        return 0;
+    }
+    seterr(err, errlen, "tokenizer.json: decoder \"%s\" is not supported (ByteLevel, Metaspace, or the SentencePiece "
+                        "Replace/ByteFallback/Fuse/Strip sequence)", type ? type : "?");
+    return -1;
+}
+
+/* Pieces as text for a SentencePiece-style tokenizer.json: added tokens as they are,
+ * <0xNN> as its byte when the decoder has ByteFallback (else as its text, as HF's
+ * Metaspace decoder leaves it), U+2581 as a space in the others. */
+static int finish_vocab_hfspm(tok_tokenizer *t) {
+    uint8_t *ty = malloc((size_t)t->n_vocab);
+    if (!ty) return -1;
+    for (int id = 0; id < t->n_vocab; id++) {
+        const char *s = t->text[id];
+        size_t n = t->text[id] ? t->text_len[id] : 0;
+        ty[id] = (t->flags[id] & TF_ADDED) ? 4 : 1;
+        if (!(t->flags[id] & TF_ADDED) && t->dec_bytes && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' &&
+            strchr("0123456789ABCDEF", s[3]) && strchr("0123456789ABCDEF", s[4]) && s[3] && s[4])
+            ty[id] = 6;
+    }
+    int rc = finish_vocab_spm(t, ty);
+    free(ty);
+    return rc;
 }
 
 /* Looks up the id of a token given as its content string (added tokens included). */
@@ -813,23 +936,9 @@ static tok_tokenizer *from_json(const cJSON *root, const char *path, char *err, 
         return NULL;
     }
     const char *cpre = jstr(model, "continuing_subword_prefix"), *eow = jstr(model, "end_of_word_suffix");
-    if ((cpre && *cpre) || (eow && *eow) || jbool(model, "byte_fallback", 0)) {
-        seterr(err, errlen, "%s: BPE continuing_subword_prefix/end_of_word_suffix/byte_fallback not supported", path);
+    if ((cpre && *cpre) || (eow && *eow)) {
+        seterr(err, errlen, "%s: BPE continuing_subword_prefix/end_of_word_suffix not supported", path);
         return NULL;
-    }
-    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
-    if (norm && !cJSON_IsNull(norm)) {
-        const char *nt = jstr(norm, "type");
-        seterr(err, errlen, "%s: normalizer \"%s\" is not supported (only null)", path, nt ? nt : "?");
-        return NULL;
-    }
-    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
-    if (dec && !cJSON_IsNull(dec)) {
-        const char *dt = jstr(dec, "type");
-        if (!dt || strcmp(dt, "ByteLevel") != 0) {
-            seterr(err, errlen, "%s: decoder \"%s\" is not supported (only ByteLevel)", path, dt ? dt : "?");
-            return NULL;
-        }
     }
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), *it;
     if (added && !cJSON_IsArray(added) && !cJSON_IsNull(added)) {
@@ -888,20 +997,40 @@ static tok_tokenizer *from_json(const cJSON *root, const char *path, char *err, 
         a->normalized = (uint8_t)jbool(it, "normalized", 0);
     }
     qsort(t->added, t->n_added, sizeof *t->added, cmp_added_id);
-    if (finish_vocab(t)) goto oom;
     t->ignore_merges = jbool(model, "ignore_merges", 0);
+    t->byte_fallback = jbool(model, "byte_fallback", 0);
+    t->fuse_unk = jbool(model, "fuse_unk", 0);
     const char *unk = jstr(model, "unk_token");
     if (unk) t->unk = id_of(t, unk);
 
-    int bytelevel = 0;
-    if (parse_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), &bytelevel, err, errlen)) {
+    int bytelevel = 0, replace = 0, spm_dec = 0;
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
+    if ((norm && !cJSON_IsNull(norm) && parse_norm(t, norm, &replace, err, errlen)) ||
+        (dec && !cJSON_IsNull(dec) && parse_decoder(t, dec, &spm_dec, err, errlen)) ||
+        parse_pretok(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), &bytelevel, err, errlen)) {
         tok_free(t);
         return NULL;
     }
-    if (!bytelevel) {
-        seterr(err, errlen, "%s: no ByteLevel pre_tokenizer: not a byte-level BPE tokenizer", path);
-        tok_free(t);
-        return NULL;
+    /* SentencePiece style: spaces become U+2581 (the normalizer's Replace or Metaspace), no
+     * byte-level alphabet, and a decoder that turns the marker back into spaces. */
+    if (replace || t->hfspm) {
+        if (bytelevel || !spm_dec || (replace && t->hfspm)) {
+            seterr(err, errlen, "%s: a U+2581 normalizer or Metaspace needs the SentencePiece decoder and no ByteLevel "
+                                "or second Metaspace step", path);
+            tok_free(t);
+            return NULL;
+        }
+        t->hfspm = 1;
+        if (finish_vocab_hfspm(t)) goto oom;
+    } else {
+        if (!bytelevel || spm_dec || t->hf_prepend != HF_PREPEND_NEVER || t->byte_fallback) {
+            seterr(err, errlen, "%s: no ByteLevel pre_tokenizer and no U+2581 normalizer: neither byte-level nor "
+                                "SentencePiece-style BPE", path);
+            tok_free(t);
+            return NULL;
+        }
+        if (finish_vocab(t)) goto oom;
     }
 
     size_t n_merges = merges ? (size_t)cJSON_GetArraySize(merges) : 0;
@@ -1134,10 +1263,7 @@ static int try_pair(const tok_tokenizer *t, bpe_scratch *s, uint32_t l, uint32_t
 
 #define NONE UINT32_MAX
 
-/* BPE of one pre-token: start from one symbol per byte (its byte-level character) and
- * repeatedly merge the adjacent pair of lowest rank, leftmost first. */
-static int bpe_word(const tok_tokenizer *t, bpe_scratch *s, const uint8_t *w, size_t n, ivec *out) {
-    if (n == 0) return 0;
+static int bpe_reserve(bpe_scratch *s, size_t n) {
     if (n > s->cap) {
         size_t nc = n + n / 2;
         int32_t *id = realloc(s->id, nc * sizeof *id);
@@ -1151,6 +1277,16 @@ static int bpe_word(const tok_tokenizer *t, bpe_scratch *s, const uint8_t *w, si
         if (!id || !pv || !nx || !bl) return -1;
         s->cap = nc;
     }
+    return 0;
+}
+
+static int bpe_run(const tok_tokenizer *t, bpe_scratch *s, size_t n, ivec *out);
+
+/* BPE of one pre-token: start from one symbol per byte (its byte-level character) and
+ * repeatedly merge the adjacent pair of lowest rank, leftmost first. */
+static int bpe_word(const tok_tokenizer *t, bpe_scratch *s, const uint8_t *w, size_t n, ivec *out) {
+    if (n == 0) return 0;
+    if (bpe_reserve(s, n)) return -1;
     if (t->ignore_merges) {
         /* Llama-3: a pre-token that is itself a token is taken whole. */
         size_t k = to_bytelevel(w, n, s->bl);
@@ -1162,6 +1298,11 @@ static int bpe_word(const tok_tokenizer *t, bpe_scratch *s, const uint8_t *w, si
         s->prev[i] = i ? (uint32_t)(i - 1) : NONE;
         s->next[i] = i + 1 < n ? (uint32_t)(i + 1) : NONE;
     }
+    return bpe_run(t, s, n, out);
+}
+
+/* Merges the n linked symbols in s (ids set), lowest rank first, leftmost on ties. */
+static int bpe_run(const tok_tokenizer *t, bpe_scratch *s, size_t n, ivec *out) {
     s->nheap = 0;
     for (size_t i = 0; i + 1 < n; i++)
         if (try_pair(t, s, (uint32_t)i, (uint32_t)(i + 1))) return -1;
@@ -1358,6 +1499,110 @@ static int spm_encode(const tok_tokenizer *t, const svec *a, ivec *ids) {
     free(s.next);
     free(s.heap);
     free(s.buf);
+    return rc;
+}
+
+/* HF BPE of one SentencePiece-style word: one symbol per character that is a token; a
+ * character that is not is spelled with its <0xNN> tokens (byte_fallback, all of them or
+ * none), else it is unk (consecutive ones fused into one with fuse_unk). Then merges by rank. */
+static int hfspm_word(const tok_tokenizer *t, bpe_scratch *s, const char *p, size_t n, ivec *out) {
+    if (n == 0) return 0;
+    if (bpe_reserve(s, n)) return -1;
+    size_t nsym = 0;
+    int prev_unk = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = spm_char_len((uint8_t)p[i]);
+        if (l > n - i) l = n - i;
+        int id = lookup(t, p + i, l), bytes[4], nb = 0;
+        if (id < 0 && t->byte_fallback) {
+            for (size_t j = 0; j < l; j++) {
+                char hex[8];
+                snprintf(hex, sizeof hex, "<0x%02X>", (uint8_t)p[i + j]);
+                bytes[nb] = lookup(t, hex, 6);
+                if (bytes[nb++] < 0) break;
+            }
+            if (bytes[nb - 1] < 0) nb = 0;
+        }
+        i += l;
+        if (id < 0 && nb == 0) { /* unk */
+            if (t->fuse_unk && prev_unk) continue;
+            prev_unk = 1;
+            bytes[nb++] = t->unk;
+        } else {
+            prev_unk = 0;
+            if (id >= 0) bytes[nb++] = id;
+        }
+        for (int j = 0; j < nb; j++) {
+            s->id[nsym] = bytes[j];
+            s->prev[nsym] = nsym ? (uint32_t)(nsym - 1) : NONE;
+            s->next[nsym] = NONE;
+            if (nsym) s->next[nsym - 1] = (uint32_t)nsym;
+            nsym++;
+        }
+    }
+    return bpe_run(t, s, nsym, out);
+}
+
+/* Text spans of a SentencePiece-style tokenizer.json: spaces to U+2581, the leading marker
+ * as the normalizer or Metaspace asks (first: only the span at the start of the text), then
+ * BPE of the whole span or, with Metaspace split, of each U+2581-led word. */
+static int hfspm_encode(const tok_tokenizer *t, const svec *a, const char *text, ivec *ids) {
+    bpe_scratch s = {0};
+    char *buf = NULL;
+    size_t bufcap = 0;
+    int rc = 0;
+    for (size_t i = 0; i < a->n && rc == 0; i++) {
+        const span *sp = &a->v[i];
+        if (sp->id >= 0) {
+            rc = ivec_push(ids, sp->id);
+            continue;
+        }
+        size_t spaces = 1;
+        for (size_t j = 0; j < sp->n; j++) spaces += sp->p[j] == ' ';
+        if (sp->n > SIZE_MAX / 4 || spaces > (SIZE_MAX - sp->n) / 3) {
+            rc = -1;
+            break;
+        }
+        size_t need = sp->n + 3 * spaces, k = 0;
+        if (need > bufcap) {
+            char *nb = realloc(buf, need);
+            if (!nb) {
+                rc = -1;
+                break;
+            }
+            buf = nb;
+            bufcap = need;
+        }
+        int marked = sp->n && (sp->p[0] == ' ' || (sp->n >= 3 && !memcmp(sp->p, "\xE2\x96\x81", 3)));
+        int prepend = t->hf_prepend == HF_PREPEND_ALWAYS ||
+                      (t->hf_prepend == HF_PREPEND_UNLESS_MARKED && !marked) ||
+                      (t->hf_prepend == HF_PREPEND_FIRST_UNLESS_MARKED && !marked && sp->p == text);
+        if (prepend) {
+            memcpy(buf, "\xE2\x96\x81", 3);
+            k = 3;
+        }
+        for (size_t j = 0; j < sp->n; j++) {
+            if (sp->p[j] == ' ') {
+                memcpy(buf + k, "\xE2\x96\x81", 3);
+                k += 3;
+            } else {
+                buf[k++] = sp->p[j];
+            }
+        }
+        size_t from = 0;
+        for (size_t j = 1; t->hf_meta_split && j + 3 <= k && rc == 0; j++)
+            if (!memcmp(buf + j, "\xE2\x96\x81", 3)) {
+                rc = hfspm_word(t, &s, buf + from, j - from, ids);
+                from = j;
+            }
+        if (rc == 0) rc = hfspm_word(t, &s, buf + from, k - from, ids);
+    }
+    free(buf);
+    free(s.id);
+    free(s.prev);
+    free(s.next);
+    free(s.heap);
+    free(s.bl);
     return rc;
 }
 
@@ -1583,8 +1828,8 @@ static int encode_scoped(const tok_tokenizer *t, const char *text, size_t len, i
     } else if (gguf_split(t, &a, &b, sc)) {
         goto oom;
     }
-    if (t->spm) {
-        if (spm_encode(t, &a, &ids)) goto oom;
+    if (t->spm || t->hfspm) {
+        if (t->spm ? spm_encode(t, &a, &ids) : hfspm_encode(t, &a, text, &ids)) goto oom;
         a.n = 0; /* every fragment is encoded */
     }
     /* Pre-tokenize each text span through the rules, then BPE each piece. */
@@ -1779,6 +2024,8 @@ char *tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, int skip_
         cap = len + 4;
     }
     len += tok_stream_flush(&s, buf + len, cap - len - 1);
+    /* HF's Strip/Metaspace decoder: one leading space of the whole text. */
+    if (t->hfspm && t->strip_lead && len && buf[0] == ' ') memmove(buf, buf + 1, --len);
     buf[len] = 0;
     return buf;
 }
