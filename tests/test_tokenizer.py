@@ -425,3 +425,74 @@ def test_spm_json_errors(built, tmp_path):
     data = json.loads((SPM / "hf-metaspace" / "tokenizer.json").read_text(encoding="utf-8"))
     data["pre_tokenizer"]["replacement"] = "_"
     expect_error(built, write_json(tmp_path, "rep", data), tmp_path, "Metaspace replacement")
+
+
+def write_spm_llama(path):
+    """A tiny random Llama (F32) carrying the SentencePiece fixture vocabulary."""
+    gguf = pytest.importorskip("gguf")
+    import sys
+    sys.path.insert(0, str(FIX))
+    from make_kquant_models import permute_qk, random_weights
+    r = gguf.GGUFReader(str(SPM / "spm.gguf"))
+    f = r.fields
+    tokens = [bytes(f["tokenizer.ggml.tokens"].parts[i]).decode() for i in f["tokenizer.ggml.tokens"].data]
+    scores = [float(f["tokenizer.ggml.scores"].parts[i][0]) for i in f["tokenizer.ggml.scores"].data]
+    types = [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data]
+    c = {"dim": 64, "ffn": 128, "layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 32, "vocab": len(tokens),
+         "ctx": 128, "rope_theta": 10000.0, "eps": 1e-5, "seed": 7}
+    w = random_weights(c)
+    wr = gguf.GGUFWriter(str(path), "llama")
+    wr.add_context_length(c["ctx"])
+    wr.add_embedding_length(c["dim"])
+    wr.add_block_count(c["layers"])
+    wr.add_feed_forward_length(c["ffn"])
+    wr.add_rope_dimension_count(c["head_dim"])
+    wr.add_head_count(c["heads"])
+    wr.add_head_count_kv(c["kv_heads"])
+    wr.add_layer_norm_rms_eps(c["eps"])
+    wr.add_rope_freq_base(c["rope_theta"])
+    wr.add_file_type(gguf.LlamaFileType.ALL_F32)
+    wr.add_tokenizer_model("llama")
+    wr.add_token_list(tokens)
+    wr.add_token_scores(scores)
+    wr.add_token_types(types)
+    wr.add_bos_token_id(1)
+    wr.add_eos_token_id(2)
+    wr.add_unk_token_id(0)
+    wr.add_add_bos_token(True)
+    wr.add_add_space_prefix(True)
+    wr.add_tensor("token_embd.weight", w["embed"])
+    wr.add_tensor("output_norm.weight", w["final_norm"])
+    wr.add_tensor("output.weight", w["lm_head"])
+    for i, L in enumerate(w["layers"]):
+        wr.add_tensor(f"blk.{i}.attn_norm.weight", L["attn_norm"])
+        wr.add_tensor(f"blk.{i}.attn_q.weight", permute_qk(L["q"], c["heads"]))
+        wr.add_tensor(f"blk.{i}.attn_k.weight", permute_qk(L["k"], c["kv_heads"]))
+        for name, key in [("attn_v", "v"), ("attn_output", "o"), ("ffn_norm", "ffn_norm"), ("ffn_gate", "gate"),
+                          ("ffn_up", "up"), ("ffn_down", "down")]:
+            wr.add_tensor(f"blk.{i}.{name}.weight", L[key])
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return path
+
+
+def test_spm_model_binary_tokenizes_like_llamacpp(built, tmp_path):
+    # A model built from a GGUF with a "llama" vocabulary uses it: `NAME tokenize` (BOS, control
+    # tokens parsed) gives llama.cpp's "special" ids, and generation decodes without error.
+    model = write_spm_llama(tmp_path / "spm-tiny.gguf")
+    san = "san" in built.name
+    name = "spm-tiny-tok"
+    r = run([ROOT / "ingot", "build", model, "--name", name, *(["--san"] if san else [])])
+    assert r.returncode == 0, r.stderr[-4000:]
+    exe = ROOT / "build" / name / (name + ("-san" if san else ""))
+    rows, lines = spm_rows(), spm_lines()
+    picks = [i for i, l in enumerate(lines) if valid_utf8(l) and l and b"\n" not in l and b"\0" not in l]
+    picks = picks[:8] + [i for i in picks if b"<|im_start|>" in lines[i] or "😀".encode() in lines[i]][:8]
+    for i in picks:
+        r = run([exe, "tokenize", "-p", lines[i].decode()])
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert [int(x) for x in r.stdout.split()] == rows[i]["special"], f"line {i + 1} {lines[i]!r}: {r.stdout}"
+    r = run([exe, "generate", "-p", "Hello", "-n", "8"])
+    assert r.returncode == 0 and "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr[-2000:]
