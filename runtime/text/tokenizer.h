@@ -1,10 +1,13 @@
-/* tokenizer.h — byte-level BPE tokenizer (tok_ prefix).
+/* tokenizer.h — BPE tokenizer (tok_ prefix): byte-level and SentencePiece.
  *
  * Loaded from a Hugging Face tokenizer.json or from GGUF metadata
- * (tokenizer.ggml.*). Encoding: split out added/special tokens (when asked),
- * pre-tokenize with the model's split rules, map bytes to the byte-level
- * alphabet, apply BPE merges by rank. Decoding maps back to raw bytes;
- * tok_stream releases only complete UTF-8 sequences.
+ * (tokenizer.ggml.*). Byte-level encoding: split out added/special tokens
+ * (when asked), pre-tokenize with the model's split rules, map bytes to the
+ * byte-level alphabet, apply BPE merges by rank. SentencePiece (GGUF "llama",
+ * or tokenizer.json with U+2581 and byte_fallback): spaces become U+2581,
+ * UTF-8 characters are merged by piece score (GGUF) or merge rank (JSON), and
+ * what has no piece is spelled with <0xNN> byte tokens. Decoding maps back to
+ * raw bytes; tok_stream releases only complete UTF-8 sequences.
  */
 #ifndef INGOT_TOKENIZER_H
 #define INGOT_TOKENIZER_H
