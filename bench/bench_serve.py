@@ -51,7 +51,7 @@ import requests
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from serverproc import ServerProc  # noqa: E402
+from serverproc import Poller, ServerProc  # noqa: E402
 
 PROMPTS = [
     "The history of the lighthouse begins",
@@ -159,41 +159,27 @@ def one_request(url, prompt, max_tokens, timeout):
             "tpot": (times[-1] - times[0]) / (n - 1) if n > 1 else float("nan")}
 
 
-class StepSampler:
+class StepSampler(Poller):
     """Polls ingot's /metrics; one sample per new scheduler step seen."""
 
     def __init__(self, url, period=0.02):
-        self.url, self.period = url, period
+        super().__init__(self._sample, period)
+        self.url = url
         self.steps, self.sched = [], []
         self.exposes_forward = False
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._loop, daemon=True)
+        self._last = None
 
-    def _loop(self):
-        last = None
-        while not self._stop.is_set():
-            try:
-                text = requests.get(self.url + "/metrics", timeout=5).text
-                m = dict(re.findall(r"^(ingot_[a-z_]+) (\S+)$", text, re.M))
-                n = m.get("ingot_scheduler_steps_total")
-                if n is not None and n != last and last is not None and float(m.get("ingot_batch_size", 0)) > 0:
-                    step = float(m["ingot_last_step_seconds"])
-                    self.steps.append(step)
-                    if "ingot_last_forward_seconds" in m:
-                        self.exposes_forward = True
-                        self.sched.append(step - float(m["ingot_last_forward_seconds"]))
-                last = n
-            except (requests.RequestException, KeyError, ValueError):
-                pass
-            self._stop.wait(self.period)
-
-    def __enter__(self):
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join(10)
+    def _sample(self):
+        text = requests.get(self.url + "/metrics", timeout=5).text
+        m = dict(re.findall(r"^(ingot_[a-z_]+) (\S+)$", text, re.M))
+        n = m.get("ingot_scheduler_steps_total")
+        if n is not None and n != self._last and self._last is not None and float(m.get("ingot_batch_size", 0)) > 0:
+            step = float(m["ingot_last_step_seconds"])
+            self.steps.append(step)
+            if "ingot_last_forward_seconds" in m:
+                self.exposes_forward = True
+                self.sched.append(step - float(m["ingot_last_forward_seconds"]))
+        self._last = n
 
 
 def gen_tokens_total(url):

@@ -14,6 +14,7 @@ line, so parallel servers never race for a port. Its stderr is collected in
 `wait_ready=False` returns as soon as it listens (for a server whose /ready
 is meant to answer 503).
 """
+import json
 import os
 import re
 import signal
@@ -115,7 +116,58 @@ class ServerProc:
     def log(self):
         return "".join(self.lines)
 
+    def health(self):
+        """GET /health as a dict (it must answer 200)."""
+        with urllib.request.urlopen(self.url + "/health", timeout=10) as r:
+            assert r.status == 200, r.status
+            return json.loads(r.read())
+
+    def metrics(self):
+        """GET /metrics: ({(name, labels): value}, the text); every sample line must parse."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+            assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain"), r.status
+            text = r.read().decode()
+        return parse_metrics(text), text
+
     def sanitizer_report(self):
         """Lines of an ASan/UBSan/LSan report in the log, if any."""
         pat = re.compile(r"ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: .*Sanitizer")
         return [l for l in self.lines if pat.search(l)]
+
+
+def parse_metrics(text):
+    """Prometheus text exposition → {(name, labels): value}."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)", line)
+        assert m, f"bad sample line: {line!r}"
+        out[(m.group(1), m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+class Poller:
+    """Calls poll() every `period` seconds on a background thread while the
+    with block runs (errors of one poll are ignored: the server may be busy)."""
+
+    def __init__(self, poll, period=0.05):
+        self.poll, self.period = poll, period
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except Exception:
+                pass
+            self._stop.wait(self.period)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join(10)

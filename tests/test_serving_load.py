@@ -20,7 +20,6 @@ instead of 32) and the time limits scaled up; the assertions are the same.
 """
 import json
 import os
-import re
 import socket
 import struct
 import subprocess
@@ -32,7 +31,7 @@ import requests
 
 from conftest import SAN
 from modelbuild import build, smollm2_gguf
-from serverproc import ServerProc
+from serverproc import Poller, ServerProc
 
 MODEL = "smollm2"
 SLOW = 8 if SAN else 1           # the sanitizer build is several times slower
@@ -181,49 +180,27 @@ def run_concurrent(srv, reqs, timeout=None):
     return results
 
 
-class Sampler:
+class Sampler(Poller):
     """Polls /health in the background: the largest running / waiting counts seen."""
 
     def __init__(self, srv, period=0.05):
-        self.srv, self.period = srv, period
+        super().__init__(self._sample, period)
+        self.srv = srv
         self.max_running = self.max_waiting = 0
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._loop, daemon=True)
 
-    def _loop(self):
-        while not self._stop.is_set():
-            try:
-                h = health(self.srv)
-                self.max_running = max(self.max_running, h["running"])
-                self.max_waiting = max(self.max_waiting, h["waiting"])
-            except Exception:
-                pass
-            self._stop.wait(self.period)
-
-    def __enter__(self):
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join(10)
+    def _sample(self):
+        h = self.srv.health()
+        self.max_running = max(self.max_running, h["running"])
+        self.max_waiting = max(self.max_waiting, h["waiting"])
 
 
 def health(srv):
-    r = requests.get(srv.url + "/health", timeout=10)
-    assert r.status_code == 200
-    return r.json()
+    return srv.health()
 
 
 def metrics(srv):
-    r = requests.get(srv.url + "/metrics", timeout=10)
-    assert r.status_code == 200
-    out = {}
-    for line in r.text.splitlines():
-        m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)", line)
-        if m:
-            out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-    return out
+    """{"name{labels}": value} of /metrics."""
+    return {n + labels: v for (n, labels), v in srv.metrics()[0].items()}
 
 
 def assert_same(got, want, i, what):
