@@ -1201,64 +1201,75 @@ static int svec_push(svec *a, const char *p, size_t n, int32_t id) {
     return 0;
 }
 
-/* Heap entry of a candidate merge of the symbols at l and r. */
+/* A candidate merge of the symbols at l and r, for both BPE flavours: a
+ * byte-level merge by rank (key = rank) and a SentencePiece merge by score
+ * (key = -score). Lower keys go first, equal keys leftmost first. a and b are
+ * the flavour's own record of the pair when it was pushed (byte-level: the
+ * two token ids; SentencePiece: the joined length), checked when it is popped
+ * because a neighbour may have merged meanwhile. Ranks stay below 2^24, so a
+ * float key holds them exactly. */
 typedef struct {
-    int32_t rank;
+    float key;
     uint32_t l, r;
-    int32_t lid, rid;
+    int32_t a, b;
 } cand;
+
+typedef struct {
+    cand *v;
+    size_t n, cap;
+} cand_heap;
+
+static int cand_less(const cand *x, const cand *y) {
+    return x->key != y->key ? x->key < y->key : x->l < y->l;
+}
+
+static int cand_push(cand_heap *h, cand c) {
+    if (h->n == h->cap) {
+        size_t nc = h->cap ? h->cap * 2 : 64;
+        cand *nv = realloc(h->v, nc * sizeof *nv);
+        if (!nv) return -1;
+        h->v = nv;
+        h->cap = nc;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!cand_less(&c, &h->v[p])) break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = c;
+    return 0;
+}
+
+static cand cand_pop(cand_heap *h) {
+    cand top = h->v[0], last = h->v[--h->n];
+    size_t i = 0, n = h->n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && cand_less(&h->v[c + 1], &h->v[c])) c++;
+        if (!cand_less(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (n) h->v[i] = last;
+    return top;
+}
 
 typedef struct {
     int32_t *id;
     uint32_t *prev, *next;
-    cand *heap;
-    size_t nheap, cap, heapcap;
+    cand_heap heap;
+    size_t cap;
     char *bl; /* byte-level form of a word (ignore_merges lookups) */
 } bpe_scratch;
-
-static int cand_less(const cand *a, const cand *b) {
-    return a->rank != b->rank ? a->rank < b->rank : a->l < b->l;
-}
-
-static int heap_push(bpe_scratch *s, cand c) {
-    if (s->nheap == s->heapcap) {
-        size_t nc = s->heapcap ? s->heapcap * 2 : 64;
-        cand *nh = realloc(s->heap, nc * sizeof *nh);
-        if (!nh) return -1;
-        s->heap = nh;
-        s->heapcap = nc;
-    }
-    size_t i = s->nheap++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!cand_less(&c, &s->heap[p])) break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = c;
-    return 0;
-}
-
-static cand heap_pop(bpe_scratch *s) {
-    cand top = s->heap[0], last = s->heap[--s->nheap];
-    size_t i = 0, n = s->nheap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && cand_less(&s->heap[c + 1], &s->heap[c])) c++;
-        if (!cand_less(&s->heap[c], &last)) break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n) s->heap[i] = last;
-    return top;
-}
 
 static int try_pair(const tok_tokenizer *t, bpe_scratch *s, uint32_t l, uint32_t r) {
     if (s->id[l] < 0 || s->id[r] < 0) return 0;
     const merge_slot *m = merge_find(t, s->id[l], s->id[r]);
     if (!m) return 0;
-    return heap_push(s, (cand){m->rank, l, r, s->id[l], s->id[r]});
+    return cand_push(&s->heap, (cand){(float)m->rank, l, r, s->id[l], s->id[r]});
 }
 
 #define NONE UINT32_MAX
@@ -1303,14 +1314,14 @@ static int bpe_word(const tok_tokenizer *t, bpe_scratch *s, const uint8_t *w, si
 
 /* Merges the n linked symbols in s (ids set), lowest rank first, leftmost on ties. */
 static int bpe_run(const tok_tokenizer *t, bpe_scratch *s, size_t n, ivec *out) {
-    s->nheap = 0;
+    s->heap.n = 0;
     for (size_t i = 0; i + 1 < n; i++)
         if (try_pair(t, s, (uint32_t)i, (uint32_t)(i + 1))) return -1;
-    while (s->nheap) {
-        cand c = heap_pop(s);
+    while (s->heap.n) {
+        cand c = cand_pop(&s->heap);
         /* Stale when either side has merged since the candidate was queued. */
-        if (s->next[c.l] != c.r || s->id[c.l] != c.lid || s->id[c.r] != c.rid) continue;
-        const merge_slot *m = merge_find(t, c.lid, c.rid);
+        if (s->next[c.l] != c.r || s->id[c.l] != c.a || s->id[c.r] != c.b) continue;
+        const merge_slot *m = merge_find(t, c.a, c.b);
         s->id[c.l] = m->result;
         s->id[c.r] = -2; /* dead */
         uint32_t nx = s->next[c.r];
@@ -1330,65 +1341,20 @@ static int bpe_run(const tok_tokenizer *t, bpe_scratch *s, size_t n, ivec *out) 
 
 /* ---------- SentencePiece BPE ---------- */
 
-/* A candidate merge of adjacent symbols l and r whose joined text (size bytes) is a piece. */
-typedef struct {
-    float score;
-    uint32_t l, r, size;
-} spm_cand;
-
 typedef struct {
     uint32_t *start, *len, *prev, *next;
-    spm_cand *heap;
-    size_t cap, nheap, heapcap;
+    cand_heap heap; /* candidates: key -score, a the joined length */
+    size_t cap;
     char *buf; /* the escaped text */
     size_t bufcap;
 } spm_scratch;
-
-/* Highest score first; on equal scores the leftmost (llama.cpp's bigram order). */
-static int spm_before(const spm_cand *a, const spm_cand *b) {
-    return a->score != b->score ? a->score > b->score : a->l < b->l;
-}
-
-static int spm_push(spm_scratch *s, spm_cand c) {
-    if (s->nheap == s->heapcap) {
-        size_t nc = s->heapcap ? s->heapcap * 2 : 64;
-        spm_cand *nh = realloc(s->heap, nc * sizeof *nh);
-        if (!nh) return -1;
-        s->heap = nh;
-        s->heapcap = nc;
-    }
-    size_t i = s->nheap++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!spm_before(&c, &s->heap[p])) break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = c;
-    return 0;
-}
-
-static spm_cand spm_pop(spm_scratch *s) {
-    spm_cand top = s->heap[0], last = s->heap[--s->nheap];
-    size_t i = 0, n = s->nheap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && spm_before(&s->heap[c + 1], &s->heap[c])) c++;
-        if (!spm_before(&s->heap[c], &last)) break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n) s->heap[i] = last;
-    return top;
-}
 
 static int spm_try(const tok_tokenizer *t, spm_scratch *s, uint32_t l, uint32_t r) {
     if (l == NONE || r == NONE) return 0;
     uint32_t size = s->len[l] + s->len[r];
     int id = lookup(t, s->buf + s->start[l], size);
     if (id < 0) return 0;
-    return spm_push(s, (spm_cand){t->score[id], l, r, size});
+    return cand_push(&s->heap, (cand){-t->score[id], l, r, (int32_t)size, 0});
 }
 
 /* Byte length of the UTF-8 sequence a lead byte announces (llama.cpp's table: stray
@@ -1450,13 +1416,13 @@ static int spm_fragment(const tok_tokenizer *t, spm_scratch *s, const char *p, s
         nsym++;
         i += l;
     }
-    s->nheap = 0;
+    s->heap.n = 0;
     for (uint32_t i = 0; i + 1 < nsym; i++)
         if (spm_try(t, s, i, i + 1)) return -1;
-    while (s->nheap) {
-        spm_cand c = spm_pop(s);
+    while (s->heap.n) {
+        cand c = cand_pop(&s->heap);
         /* Stale when either side has changed since the candidate was queued. */
-        if (s->len[c.l] == 0 || s->len[c.r] == 0 || s->len[c.l] + s->len[c.r] != c.size) continue;
+        if (s->len[c.l] == 0 || s->len[c.r] == 0 || s->len[c.l] + s->len[c.r] != (uint32_t)c.a) continue;
         s->len[c.l] += s->len[c.r];
         s->len[c.r] = 0;
         uint32_t nx = s->next[c.r];
@@ -1497,7 +1463,7 @@ static int spm_encode(const tok_tokenizer *t, const svec *a, ivec *ids) {
     free(s.len);
     free(s.prev);
     free(s.next);
-    free(s.heap);
+    free(s.heap.v);
     free(s.buf);
     return rc;
 }
@@ -1601,7 +1567,7 @@ static int hfspm_encode(const tok_tokenizer *t, const svec *a, const char *text,
     free(s.id);
     free(s.prev);
     free(s.next);
-    free(s.heap);
+    free(s.heap.v);
     free(s.bl);
     return rc;
 }
@@ -1890,7 +1856,7 @@ done:
     free(s.id);
     free(s.prev);
     free(s.next);
-    free(s.heap);
+    free(s.heap.v);
     free(s.bl);
     while (arena) {
         arena_blk *nx = arena->next;
