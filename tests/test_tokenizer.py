@@ -4,7 +4,6 @@ Fixtures come from tests/fixtures/make_corpus.py and make_tokenizer_fixtures.py 
 """
 import json
 import re
-import pathlib
 import shutil
 import time
 
@@ -428,53 +427,31 @@ def test_spm_json_errors(built, tmp_path):
 
 
 def write_spm_llama(path):
-    """A tiny random Llama (F32) carrying the SentencePiece fixture vocabulary."""
+    """A tiny random Llama (F32) carrying the SentencePiece fixture vocabulary
+    (written by tests/fixtures/make_kquant_models.py's GGUF writer)."""
     gguf = pytest.importorskip("gguf")
     import sys
     sys.path.insert(0, str(FIX))
-    from make_kquant_models import permute_qk, random_weights
-    r = gguf.GGUFReader(str(SPM / "spm.gguf"))
-    f = r.fields
+    from make_kquant_models import write_f32_gguf
+    f = gguf.GGUFReader(str(SPM / "spm.gguf")).fields
     tokens = [bytes(f["tokenizer.ggml.tokens"].parts[i]).decode() for i in f["tokenizer.ggml.tokens"].data]
     scores = [float(f["tokenizer.ggml.scores"].parts[i][0]) for i in f["tokenizer.ggml.scores"].data]
     types = [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data]
+
+    def spm_vocabulary(wr, c):
+        wr.add_tokenizer_model("llama")
+        wr.add_token_list(tokens)
+        wr.add_token_scores(scores)
+        wr.add_token_types(types)
+        wr.add_bos_token_id(1)
+        wr.add_eos_token_id(2)
+        wr.add_unk_token_id(0)
+        wr.add_add_bos_token(True)
+        wr.add_add_space_prefix(True)
+
     c = {"dim": 64, "ffn": 128, "layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 32, "vocab": len(tokens),
          "ctx": 128, "rope_theta": 10000.0, "eps": 1e-5, "seed": 7}
-    w = random_weights(c)
-    wr = gguf.GGUFWriter(str(path), "llama")
-    wr.add_context_length(c["ctx"])
-    wr.add_embedding_length(c["dim"])
-    wr.add_block_count(c["layers"])
-    wr.add_feed_forward_length(c["ffn"])
-    wr.add_rope_dimension_count(c["head_dim"])
-    wr.add_head_count(c["heads"])
-    wr.add_head_count_kv(c["kv_heads"])
-    wr.add_layer_norm_rms_eps(c["eps"])
-    wr.add_rope_freq_base(c["rope_theta"])
-    wr.add_file_type(gguf.LlamaFileType.ALL_F32)
-    wr.add_tokenizer_model("llama")
-    wr.add_token_list(tokens)
-    wr.add_token_scores(scores)
-    wr.add_token_types(types)
-    wr.add_bos_token_id(1)
-    wr.add_eos_token_id(2)
-    wr.add_unk_token_id(0)
-    wr.add_add_bos_token(True)
-    wr.add_add_space_prefix(True)
-    wr.add_tensor("token_embd.weight", w["embed"])
-    wr.add_tensor("output_norm.weight", w["final_norm"])
-    wr.add_tensor("output.weight", w["lm_head"])
-    for i, L in enumerate(w["layers"]):
-        wr.add_tensor(f"blk.{i}.attn_norm.weight", L["attn_norm"])
-        wr.add_tensor(f"blk.{i}.attn_q.weight", permute_qk(L["q"], c["heads"]))
-        wr.add_tensor(f"blk.{i}.attn_k.weight", permute_qk(L["k"], c["kv_heads"]))
-        for name, key in [("attn_v", "v"), ("attn_output", "o"), ("ffn_norm", "ffn_norm"), ("ffn_gate", "gate"),
-                          ("ffn_up", "up"), ("ffn_down", "down")]:
-            wr.add_tensor(f"blk.{i}.{name}.weight", L[key])
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
+    write_f32_gguf(path, c, spm_vocabulary, name="spm-tiny")
     return path
 
 
