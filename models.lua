@@ -448,4 +448,62 @@ M.qwen3moe = {
   head = lm_head,
 }
 
+-- Gemma 3 (text): Gemma 2's layer with a (1 + w) RMSNorm of every query and
+-- key head before RoPE and no attention softcap by default; sliding and full
+-- layers (layer_types) use different RoPE: the full layers rope_parameters'
+-- full_attention (theta, scaling), the sliding ones sliding_attention's theta
+-- (transformers 4: rope_theta / rope_scaling and rope_local_base_freq).
+M.gemma3 = {
+  hf = {"Gemma3ForCausalLM"},
+  gguf = "gemma3",
+  config = merge(M.gemma2.config, {
+    rope_theta       = {hf = {"rope_parameters.full_attention.rope_theta", "rope_theta"}, gguf = "%s.rope.freq_base", default = 10000},
+    rope_type        = {hf = {"rope_parameters.full_attention.rope_type", "rope_scaling.rope_type", "rope_scaling.type"},
+                        gguf = "%s.rope.scaling.type", default = "default"},
+    rope_factor      = {hf = {"rope_parameters.full_attention.factor", "rope_scaling.factor"}, gguf = "%s.rope.scaling.factor", default = 1},
+    rope_low_freq    = {hf = {"rope_parameters.full_attention.low_freq_factor", "rope_scaling.low_freq_factor"}, default = 1},
+    rope_high_freq   = {hf = {"rope_parameters.full_attention.high_freq_factor", "rope_scaling.high_freq_factor"}, default = 4},
+    rope_orig_ctx    = {hf = {"rope_parameters.full_attention.original_max_position_embeddings",
+                              "rope_scaling.original_max_position_embeddings"}, default = "ctx"},
+    rope_beta_fast   = {hf = {"rope_parameters.full_attention.beta_fast", "rope_scaling.beta_fast"}, default = 32},
+    rope_beta_slow   = {hf = {"rope_parameters.full_attention.beta_slow", "rope_scaling.beta_slow"}, default = 1},
+    rope_attn_factor = {hf = {"rope_parameters.full_attention.attention_factor", "rope_scaling.attention_factor"}, default = 0},
+    window          = {hf = "sliding_window", gguf = "%s.attention.sliding_window", default = 4096},
+    window_pattern  = {hf = "sliding_window_pattern", default = 6},
+    local_theta     = {hf = {"rope_parameters.sliding_attention.rope_theta", "rope_local_base_freq"}, default = 10000},
+    local_rope_type = {hf = "rope_parameters.sliding_attention.rope_type", default = "default"},
+  }),
+  rope_pairs = {hf = "halves", gguf = "halves"},
+  weights = merge(M.gemma2.weights, {
+    q_norm = {hf = "model.layers.%d.self_attn.q_norm.weight", gguf = "blk.%d.attn_q_norm.weight", shape = {"head_dim"}},
+    k_norm = {hf = "model.layers.%d.self_attn.k_norm.weight", gguf = "blk.%d.attn_k_norm.weight", shape = {"head_dim"}},
+  }),
+  embed = M.gemma2.embed,
+  layer = function(x, w, c)
+    local sliding
+    if c.layer_types then sliding = c.layer_types[c.layer + 1] == "sliding_attention"
+    else sliding = (c.layer + 1) % c.window_pattern ~= 0 end
+    if sliding and c.local_rope_type ~= "default" then error("gemma3: RoPE scaling on sliding layers is not supported") end
+    local function rope_of(heads)
+      local o = rope_opts(c, heads)
+      if sliding then o.theta, o.scaling = c.local_theta, merge(o.scaling, {type = "default"}) end
+      return o
+    end
+    local norm = {offset = c.norm_offset}
+    local ab = c.attention_bias
+    local h = rmsnorm(x, w.attn_norm, c.eps, norm)
+    local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
+    q = rope(rmsnorm(q, w.q_norm, c.eps, {heads = c.heads, offset = c.norm_offset}), rope_of(c.heads))
+    k = rope(rmsnorm(k, w.k_norm, c.eps, {heads = c.kv_heads, offset = c.norm_offset}), rope_of(c.kv_heads))
+    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim,
+                                  window = sliding and c.window or 0, softcap = c.attn_softcap,
+                                  scale = c.query_scalar ^ -0.5})
+    x = x + rmsnorm(linear(a, w.o, ab and w.o_bias), w.post_attn_norm, c.eps, norm)
+    h = rmsnorm(x, w.ffn_norm, c.eps, norm)
+    local m = linear(gelu_tanh(linear(h, w.gate)) * linear(h, w.up), w.down)
+    return x + rmsnorm(m, w.post_ffn_norm, c.eps, norm)
+  end,
+  head = M.gemma2.head,
+}
+
 return M

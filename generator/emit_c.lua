@@ -83,8 +83,9 @@ local function row_op(ctx, s, n)
     local a = n.attrs
     local pre = ""
     if inp(1) ~= out then pre = string.format("memcpy(%s, %s, sizeof(float) * %d); ", row(out, "t", W), row(inp(1), "t", W), W) end
-    return pre .. string.format("kc_rope(%s, %d, %d, %d, a->m->rope, b->pos[t], %d);", row(out, "t", W),
-      a.heads, a.head_dim, a.rot_dim, a.pairs == "adjacent" and 1 or 0)
+    local tbl = (a.table_offset or 0) > 0 and string.format(" + %d /* RoPE table %d */", a.table_offset, a.table) or ""
+    return pre .. string.format("kc_rope(%s, %d, %d, %d, a->m->rope%s, b->pos[t], %d);", row(out, "t", W),
+      a.heads, a.head_dim, a.rot_dim, tbl, a.pairs == "adjacent" and 1 or 0)
   elseif op == "silu" or op == "gelu_tanh" then
     return string.format("{ const float *x = %s; float *y = %s; for (int i = 0; i < %d; i++) y[i] = kc_%s(x[i]); }",
       row(inp(1), "t", W), row(out, "t", W), W, op)

@@ -70,8 +70,9 @@ local function row_stmt(ctx, s, n, t, NT)
     return loop(string.format("(%s)[i] = (%s)[i];", row(out, t, W), row(inp(1), "st.logit_rows[" .. t .. "]", W)))
   elseif op == "rope" then
     local a = n.attrs
-    return string.format("ig_row_rope<%d, %d, %d, %s>(%s, %s, st.rope + (long long)st.pos[%s] * %d);", a.heads,
-      a.head_dim, a.rot_dim, a.pairs == "adjacent" and "true" or "false", row(inp(1), t, W), row(out, t, W), t, a.rot_dim)
+    local tbl = (a.table_offset or 0) > 0 and string.format("%d /* RoPE table %d */ + ", a.table_offset, a.table) or ""
+    return string.format("ig_row_rope<%d, %d, %d, %s>(%s, %s, st.rope + %s(long long)st.pos[%s] * %d);", a.heads,
+      a.head_dim, a.rot_dim, a.pairs == "adjacent" and "true" or "false", row(inp(1), t, W), row(out, t, W), tbl, t, a.rot_dim)
   elseif op == "silu" or op == "gelu_tanh" then
     return loop(string.format("(%s)[i] = ig_%s((%s)[i]);", row(out, t, W), op, row(inp(1), t, W)))
   elseif op == "add" or op == "mul" then
@@ -665,6 +666,7 @@ struct ig_step {
              string.format("#define VOCAB %d", c.vocab),
              string.format("#define MAX_CTX %d", c.ctx),
              string.format("#define ROPE_DIM %d", env.rope.rot_dim),
+             string.format("#define N_ROPE %d", env.rope.count),
              string.format("#define ARENA_BYTES_PER_TOKEN %d", env.plan.bytes_per_token),
              string.format("#define N_HEADS_MAX %d", heads_max),
              string.format("#define HEAD_DIM_MAX %d", hd_max),

@@ -79,12 +79,14 @@ local function compiled_dtype(opts, w, stored)
   return opts.dtype
 end
 
--- The RoPE table parameters of the model (every rope op must agree: the
--- runtime builds one table at load).
+-- The RoPE tables of the model: one per distinct parameter set among its
+-- rope ops (Gemma 3: one for the sliding layers, one for the full ones), each
+-- op told its table (attrs.table); the runtime builds every table at load.
+-- They share one rotary width.
 local ROPE_TYPES = {default = "KC_ROPE_DEFAULT", none = "KC_ROPE_DEFAULT", linear = "KC_ROPE_LINEAR",
                     llama3 = "KC_ROPE_LLAMA3", yarn = "KC_ROPE_YARN"}
 local function rope_params(g, d)
-  local found
+  local found, tables, index = nil, {}, {}
   for _, n in ipairs(g.nodes) do
     if n.op == "rope" then
       local sc = n.attrs.scaling or {}
@@ -98,14 +100,30 @@ local function rope_params(g, d)
                  beta_slow = sc.beta_slow or 1, attn_factor = sc.attn_factor or 0, rot_dim = n.attrs.rot_dim}
       local key = table.concat({p.type, p.theta, p.factor, p.low_freq, p.high_freq, p.orig_ctx, p.beta_fast,
                                 p.beta_slow, p.attn_factor, p.rot_dim}, ",")
-      if found and found.key ~= key then
-        util.die(string.format("%s:%d: error: every rope op of a model must use the same parameters", d.path, n.line))
+      if found and found.rot_dim ~= p.rot_dim then
+        util.die(string.format("%s:%d: error: every rope op of a model must rotate the same width", d.path, n.line))
       end
       p.key = key
       found = found or p
+      if not index[key] then
+        tables[#tables + 1] = p
+        index[key] = #tables - 1
+      end
+      n.attrs.table = index[key]
+      -- where its table starts in the tables' array: MAX_CTX * ROPE_DIM floats each
+      n.attrs.table_offset = index[key] * g.cfg.values.ctx * p.rot_dim
     end
   end
-  return found or {type = "KC_ROPE_DEFAULT", theta = 10000, factor = 1, low_freq = 1, high_freq = 4, orig_ctx = 0,
+  if found then
+    local list = {}
+    for _, t in ipairs(tables) do
+      list[#list + 1] = string.format("{%s, %s, %s, %s, %s, %s, %s, %s, %s}", t.type, t.theta, t.factor, t.low_freq,
+        t.high_freq, t.orig_ctx, t.beta_fast, t.beta_slow, t.attn_factor)
+    end
+    found.count, found.list = #tables, table.concat(list, ", ")
+    return found
+  end
+  return {count = 1, list = "{KC_ROPE_DEFAULT, 10000, 1, 1, 4, 0, 32, 1, 0}", type = "KC_ROPE_DEFAULT", theta = 10000, factor = 1, low_freq = 1, high_freq = 4, orig_ctx = 0,
                    beta_fast = 32, beta_slow = 1, attn_factor = 0, rot_dim = 2}
 end
 
@@ -205,6 +223,7 @@ local function main(argv)
   local ctx = {desc_lines = {}, act_quant = opts.act_quant}
   for line in (d.text .. "\n"):gmatch("(.-)\n") do ctx.desc_lines[#ctx.desc_lines + 1] = line end
   local kernels, calls
+  local rope = rope_params(g, d) -- before the kernels: each rope op's table is part of its kernel's text
   if opts.backend == "cuda" then kernels, calls = emit_cuda.kernels(ctx, groups, g.logits)
   else kernels, calls = emit_c.kernels(ctx, groups, g.logits) end
 
@@ -242,7 +261,7 @@ local function main(argv)
     end
   end
   local env = {
-    _escape = "@", model_name = opts.name, c = c, arch = entry.name, rope = rope_params(g, d),
+    _escape = "@", model_name = opts.name, c = c, arch = entry.name, rope = rope,
     -- the arena is planned for a multiple of 4 tokens (every buffer 16-byte
     -- aligned); a step takes at most what --max-tokens said
     max_tokens = (opts.max_tokens + 3) // 4 * 4, step_tokens = opts.max_tokens, n_kv_layers = kv_layers, plan = p, kv_window = kv_window or 0,

@@ -127,7 +127,7 @@ def test_cudasim_cublaslt_half_inputs(built, tmp_path, model):
 FAMILIES = [pytest.param("qwen2_gqa", marks=BREADTH), "llama_bias", "qwen3_hd24", "gemma2_gqa", "phi3_gqa",
             "mistral_4h2kv_sw16", pytest.param("mixtral_4e_top2", marks=BREADTH), "mixtral_8e_top2",
             "olmo2_bias", pytest.param("granite_bias", marks=BREADTH), pytest.param("smollm3_list", marks=BREADTH),
-            "qwen3moe_16e_top4"]
+            "qwen3moe_16e_top4", "gemma3_gqa"]
 FAMILY_DIR = ROOT / "tests" / "fixtures" / "families"
 
 

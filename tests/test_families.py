@@ -1,6 +1,6 @@
 """Every family in models.lua against transformers: Qwen2, Qwen3, Mistral (sliding
 window), Gemma 2, Phi-3, Mixtral, Llama with linear / llama3 / yarn rope scaling,
-OLMo 2, Granite 3, SmolLM3 (NoPE layers) and Qwen3-MoE.
+OLMo 2, Granite 3, SmolLM3 (NoPE layers), Qwen3-MoE and Gemma 3 (two RoPE tables).
 
 Fixtures: tests/fixtures/families/ (tests/fixtures/make_tiny_families.py),
 two tiny random models per family, 64 teacher-forced tokens, windows shorter
@@ -33,7 +33,7 @@ def test_every_family_has_fixtures():
     families = {json.loads((FAMILIES / m / "reference.json").read_text())["architecture"] for m in MODELS}
     assert {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Gemma2ForCausalLM",
             "Phi3ForCausalLM", "MixtralForCausalLM", "LlamaForCausalLM", "Olmo2ForCausalLM",
-            "GraniteForCausalLM", "SmolLM3ForCausalLM", "Qwen3MoeForCausalLM"} <= families
+            "GraniteForCausalLM", "SmolLM3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM"} <= families
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])

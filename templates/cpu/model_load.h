@@ -143,15 +143,15 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
         return NULL;
     }
     m->arena = model_aligned_alloc((size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS);
-    m->rope = model_aligned_alloc(sizeof(float) * (size_t)MAX_CTX * ROPE_DIM);
+    m->rope = model_aligned_alloc(sizeof(float) * (size_t)N_ROPE * MAX_CTX * ROPE_DIM);
     m->scratch = model_aligned_alloc(sizeof(float) * MAX_THREADS * SCRATCH_PER_THREAD);
     if (!m->arena || !m->rope || !m->scratch) {
         snprintf(err, errlen, "out of memory allocating scratch");
         ingot_model_free(m);
         return NULL;
     }
-    const kc_rope_params rope = ROPE_PARAMS;
-    kc_rope_table_ex(m->rope, MAX_CTX, ROPE_DIM, &rope);
+    const kc_rope_params ropes[N_ROPE] = ROPE_TABLES;
+    for (int i = 0; i < N_ROPE; i++) kc_rope_table_ex(m->rope + (size_t)i * MAX_CTX * ROPE_DIM, MAX_CTX, ROPE_DIM, &ropes[i]);
 #ifdef MODEL_AFTER_LOAD
     if (MODEL_AFTER_LOAD(m, err, errlen) != 0) {
         ingot_model_free(m);

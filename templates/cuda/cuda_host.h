@@ -573,14 +573,14 @@ extern "C" int cu_model_init(cu_model** out, const void* const* host_w, const si
   const size_t parts = (size_t)MAX_TOKENS * N_HEADS_MAX * IG_ATTN_MAX_SPLITS;
   if ((e = cudaMalloc((void**)&d->arena, (size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS)) != cudaSuccess ||
       (e = cudaMalloc((void**)&d->logits, sizeof(float) * (size_t)MAX_TOKENS * VOCAB)) != cudaSuccess ||
-      (e = cudaMalloc((void**)&d->rope, sizeof(float) * (size_t)MAX_CTX * ROPE_DIM)) != cudaSuccess ||
+      (e = cudaMalloc((void**)&d->rope, sizeof(float) * (size_t)N_ROPE * MAX_CTX * ROPE_DIM)) != cudaSuccess ||
       (e = cudaMalloc((void**)&d->part_o, sizeof(float) * parts * HEAD_DIM_MAX)) != cudaSuccess ||
       (e = cudaMalloc((void**)&d->part_ml, sizeof(float) * parts * 2)) != cudaSuccess ||
       (e = cudaMalloc((void**)&d->done, sizeof(unsigned))) != cudaSuccess ||
       (e = cudaMemset(d->done, 0, sizeof(unsigned))) != cudaSuccess ||
       (e = cudaMalloc((void**)&d->meta, sizeof(int) * META_INTS)) != cudaSuccess ||
       (e = cudaMallocHost((void**)&d->meta_host, sizeof(int) * META_INTS)) != cudaSuccess ||
-      (e = cudaMemcpy(d->rope, rope, sizeof(float) * (size_t)MAX_CTX * ROPE_DIM, cudaMemcpyHostToDevice)) != cudaSuccess) {
+      (e = cudaMemcpy(d->rope, rope, sizeof(float) * (size_t)N_ROPE * MAX_CTX * ROPE_DIM, cudaMemcpyHostToDevice)) != cudaSuccess) {
     cu_model_free(d);
     return ig_fail(err, errlen, "scratch allocation", e);
   }
