@@ -321,16 +321,7 @@ KC_INLINE void kc__kmm(const void *W, int wt, const float *X, int ldx, float *Y,
                 const int init = s0 == 0 && !accumulate;
                 const float *bi = s0 + ns == NS && bias ? bias + r : NULL;
                 const float *xk = X + 32 * (size_t)s0;
-                int t = t0;
-                for (; t + KC_XNT <= t1; t += KC_XNT)
-                    kc__mmx_kern_n(buf, 32 * ns, xk + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r,
-                                   ldy, nr, init, bi);
-                for (; t + 4 <= t1; t += 4)
-                    kc__mmx_kern_4(buf, 32 * ns, xk + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r,
-                                   ldy, nr, init, bi);
-                for (; t < t1; t++)
-                    kc__mmx_kern_1(buf, 32 * ns, xk + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r,
-                                   ldy, nr, init, bi);
+                kc__mmx_kern_tokens(buf, 32 * ns, xk, ldx, Y, ldy, r, nr, t0, t1, init, bi);
             }
         }
     }

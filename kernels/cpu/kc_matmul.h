@@ -836,6 +836,18 @@ static void kc__mmx_kern_1(const float *buf, int kk, const float *X, int ldx, fl
                            const float *bias) {
     kc__mmx_kern(buf, kk, X, ldx, Y, ldy, nr, 1, init, bias);
 }
+/* Tokens [t0, t1) of the packed rows r .. r + nr (X and Y at token 0): full
+ * tiles, then 4 tokens, then one at a time. Every packed-weight GEMM uses it. */
+static void kc__mmx_kern_tokens(const float *buf, int kk, const float *X, int ldx, float *Y, int ldy, int r, int nr,
+                                int t0, int t1, int init, const float *bias) {
+    int t = t0;
+    for (; t + KC_XNT <= t1; t += KC_XNT)
+        kc__mmx_kern_n(buf, kk, X + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r, ldy, nr, init, bias);
+    for (; t + 4 <= t1; t += 4)
+        kc__mmx_kern_4(buf, kk, X + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r, ldy, nr, init, bias);
+    for (; t < t1; t++)
+        kc__mmx_kern_1(buf, kk, X + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r, ldy, nr, init, bias);
+}
 
 KC_INLINE void kc__mmx(const void *W, int wt, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
                        int r1, const float *bias, int accumulate) {
@@ -871,16 +883,7 @@ KC_INLINE void kc__mmx(const void *W, int wt, const float *X, int ldx, float *Y,
                 const int init = b0 == 0 && !accumulate;
                 const float *bi = b0 + nb == NB && bias ? bias + r : NULL;
                 const float *xk = X + 32 * (size_t)b0;
-                int t = t0;
-                for (; t + KC_XNT <= t1; t += KC_XNT)
-                    kc__mmx_kern_n(buf, 32 * nb, xk + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r,
-                                   ldy, nr, init, bi);
-                for (; t + 4 <= t1; t += 4)
-                    kc__mmx_kern_4(buf, 32 * nb, xk + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r,
-                                   ldy, nr, init, bi);
-                for (; t < t1; t++)
-                    kc__mmx_kern_1(buf, 32 * nb, xk + (size_t)t * (size_t)ldx, ldx, Y + (size_t)t * (size_t)ldy + r,
-                                   ldy, nr, init, bi);
+                kc__mmx_kern_tokens(buf, 32 * nb, xk, ldx, Y, ldy, r, nr, t0, t1, init, bi);
             }
         }
     }
