@@ -17,7 +17,8 @@ ORACLES = all(importlib.util.find_spec(m) for m in ("torch", "transformers"))
 pytestmark = pytest.mark.skipif(not ORACLES, reason="needs torch and transformers (scripts/setup.sh --oracles)")
 
 ENTRIES = ["llama"] + [pytest.param(e, marks=BREADTH) for e in
-                       ("qwen2", "qwen3", "gemma2", "phi3", "mixtral", "olmo2", "granite", "smollm3", "qwen3moe")]
+                       ("qwen2", "qwen3", "gemma2", "phi3", "mixtral", "olmo2", "granite", "smollm3", "qwen3moe",
+                        "gemma3")]
 
 
 def entries():
