@@ -63,8 +63,10 @@ local ROPE_CONFIG = {
   rope_attn_factor = {hf = {"rope_scaling.attention_factor", "rope_parameters.attention_factor"}, default = 0},
 }
 
-local function rope_opts(c, heads)
-  return {heads = heads, head_dim = c.head_dim, theta = c.rope_theta,
+-- freq_factors: a weight dividing each RoPE frequency (a GGUF's rope_freqs,
+-- where llama.cpp's converter stores Llama 3.1's frequency scaling).
+local function rope_opts(c, heads, freq_factors)
+  return {heads = heads, head_dim = c.head_dim, theta = c.rope_theta, freq_factors = freq_factors or nil,
           scaling = {type = c.rope_type, factor = c.rope_factor, low_freq = c.rope_low_freq,
                      high_freq = c.rope_high_freq, orig_ctx = c.rope_orig_ctx, beta_fast = c.rope_beta_fast,
                      beta_slow = c.rope_beta_slow, attn_factor = c.rope_attn_factor}}
@@ -115,22 +117,26 @@ local function lm_head(x, w, c)
 end
 
 -- Llama 2/3, SmolLM2, Mistral (with or without sliding window), with the
--- optional attention and MLP biases.
+-- optional attention and MLP biases; a GGUF's RoPE frequency factors.
 M.llama = {
   hf = {"LlamaForCausalLM", "MistralForCausalLM"},
   gguf = "llama",
-  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, BIAS_CONFIG),
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, BIAS_CONFIG,
+                 {rope_freqs = {default = "has_tensor:rope_freqs"}}),
   -- HF checkpoints rotate (i, i + d/2); the GGUF converter permutes Q/K rows
   -- so that llama.cpp rotates adjacent pairs (2i, 2i+1).
   rope_pairs = {hf = "halves", gguf = "adjacent"},
-  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, MLP_BIAS_WEIGHTS),
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, MLP_BIAS_WEIGHTS, {
+    rope_freqs = {gguf = "rope_freqs.weight", shape = {"head_dim / 2"}},
+  }),
   embed = embed_tokens,
   layer = function(x, w, c)
     local ab, mb = c.attention_bias, c.mlp_bias
+    local ff = c.rope_freqs and w.rope_freqs
     local h = rmsnorm(x, w.attn_norm, c.eps)
     local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
-    q = rope(q, rope_opts(c, c.heads))
-    k = rope(k, rope_opts(c, c.kv_heads))
+    q = rope(q, rope_opts(c, c.heads, ff))
+    k = rope(k, rope_opts(c, c.kv_heads, ff))
     local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim, window = c.window})
     x = x + linear(a, w.o, ab and w.o_bias)
     h = rmsnorm(x, w.ffn_norm, c.eps)
@@ -249,7 +255,8 @@ M.phi3 = {
   gguf = "phi3",
   -- the layer is Llama's; Phi-3's projections have no biases
   config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {attention_bias = {hf = "attention_bias", default = false},
-                                                   mlp_bias = {hf = "mlp_bias", default = false}}),
+                                                   mlp_bias = {hf = "mlp_bias", default = false},
+                                                   rope_freqs = {by_format = {hf = false, gguf = false}}}),
   rope_pairs = {hf = "halves", gguf = "halves"},
   weights = merge(LLAMA_WEIGHTS, {
     q    = {hf = "model.layers.%d.self_attn.qkv_proj.weight", gguf = "blk.%d.attn_qkv.weight", shape = {"heads * head_dim", "dim"},

@@ -248,7 +248,8 @@ function describe.validate(d, name, e)
   for key, spec in pairs(e.config) do
     if type(spec) ~= "table" then describe.fail(d, name, key, "config '" .. key .. "' must be a table", "config") end
     check_keys(d, name, spec, CONFIG_KEYS, "config '" .. key .. "'", key, "config")
-    if not spec.hf and not spec.gguf and not spec.by_format then
+    local from_checkpoint = type(spec.default) == "string" and spec.default:match("^has_tensor:") ~= nil
+    if not spec.hf and not spec.gguf and not spec.by_format and not from_checkpoint then
       describe.fail(d, name, key, "config '" .. key .. "' needs an hf, gguf or by_format key", "config")
     end
   end

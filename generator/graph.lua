@@ -153,8 +153,11 @@ function G:env()
     if o.heads * o.head_dim ~= x.width then
       g:fail(caller_line(g.desc.path), string.format("rope: %d heads x %d != width %d", o.heads, o.head_dim, x.width))
     end
+    -- o.freq_factors: a weight of rot_dim / 2 values dividing each frequency (GGUF rope_freqs)
+    if o.freq_factors then check_weight(g, o.freq_factors, "rope freq_factors") end
     return g:node("rope", {x}, x.width, x.rows, {heads = o.heads, head_dim = o.head_dim,
-      rot_dim = o.rot_dim or o.head_dim, theta = o.theta, pairs = g.cfg.rope_pairs, scaling = o.scaling})
+      rot_dim = o.rot_dim or o.head_dim, theta = o.theta, pairs = g.cfg.rope_pairs, scaling = o.scaling,
+      freq_factors = o.freq_factors or nil})
   end
   function env.attention(q, k, v, o)
     check_tensor(g, q, "attention"); check_tensor(g, k, "attention"); check_tensor(g, v, "attention")

@@ -98,8 +98,13 @@ local function rope_params(g, d)
       local p = {type = kind, theta = n.attrs.theta, factor = sc.factor or 1, low_freq = sc.low_freq or 1,
                  high_freq = sc.high_freq or 4, orig_ctx = sc.orig_ctx or 0, beta_fast = sc.beta_fast or 32,
                  beta_slow = sc.beta_slow or 1, attn_factor = sc.attn_factor or 0, rot_dim = n.attrs.rot_dim}
+      p.factors = n.attrs.freq_factors
+      if p.factors and p.factors.shape[1] * 2 ~= p.rot_dim then
+        util.die(string.format("%s:%d: error: rope freq_factors %s has %d values, not rot_dim / 2 = %d", d.path,
+          n.line, p.factors.logical, p.factors.shape[1], p.rot_dim // 2))
+      end
       local key = table.concat({p.type, p.theta, p.factor, p.low_freq, p.high_freq, p.orig_ctx, p.beta_fast,
-                                p.beta_slow, p.attn_factor, p.rot_dim}, ",")
+                                p.beta_slow, p.attn_factor, p.rot_dim, p.factors and p.factors.key or "-"}, ",")
       if found and found.rot_dim ~= p.rot_dim then
         util.die(string.format("%s:%d: error: every rope op of a model must rotate the same width", d.path, n.line))
       end
@@ -115,15 +120,16 @@ local function rope_params(g, d)
     end
   end
   if found then
-    local list = {}
+    local list, slots = {}, {}
     for _, t in ipairs(tables) do
       list[#list + 1] = string.format("{%s, %s, %s, %s, %s, %s, %s, %s, %s}", t.type, t.theta, t.factor, t.low_freq,
         t.high_freq, t.orig_ctx, t.beta_fast, t.beta_slow, t.attn_factor)
+      slots[#slots + 1] = t.factors and tostring(t.factors.slot) or "-1"
     end
-    found.count, found.list = #tables, table.concat(list, ", ")
+    found.count, found.list, found.factor_slots = #tables, table.concat(list, ", "), table.concat(slots, ", ")
     return found
   end
-  return {count = 1, list = "{KC_ROPE_DEFAULT, 10000, 1, 1, 4, 0, 32, 1, 0}", type = "KC_ROPE_DEFAULT", theta = 10000, factor = 1, low_freq = 1, high_freq = 4, orig_ctx = 0,
+  return {count = 1, list = "{KC_ROPE_DEFAULT, 10000, 1, 1, 4, 0, 32, 1, 0}", factor_slots = "-1", type = "KC_ROPE_DEFAULT", theta = 10000, factor = 1, low_freq = 1, high_freq = 4, orig_ctx = 0,
                    beta_fast = 32, beta_slow = 1, attn_factor = 0, rot_dim = 2}
 end
 

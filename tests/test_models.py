@@ -12,6 +12,7 @@ checkpoints (the reference ran in f32 on the same rounded weights; our F16/BF16
 kernels convert exactly, so the error budget is the same summation-order
 noise plus f32 rounding of the converted products).
 """
+import json
 import subprocess
 
 import numpy as np
@@ -164,3 +165,22 @@ def test_small_step_build_generates_and_serves(tmp_path, built):
                                                              "temperature": 0}, timeout=300)
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["text"] in outs[0]
+
+
+def test_gguf_rope_freqs_match_llamacpp(tmp_path, built):
+    """A GGUF carrying rope_freqs (Llama 3.1's RoPE scaling as a tensor of
+    frequency divisors, no scaling keys in the metadata): the llama entry
+    reads it into its RoPE table, and the logits match llama.cpp's on the
+    same F32 file within 1e-4 (f32 weights and arithmetic on both sides, as
+    the F32 K-quant fixture matches to 1e-5; the factors themselves move the
+    logits by up to 4.5, tests/fixtures/rope_freqs/reference.json)."""
+    from modelbuild import FIXTURES
+    d = FIXTURES / "rope_freqs"
+    ref = json.loads((d / "reference.json").read_text())
+    want = np.fromfile(d / ref["logits_file"], dtype="<f4").reshape(ref["shape"])
+    binary = build(d / "model.gguf", "t-rope-freqs")
+    for mode in MODES.values():
+        got = logits(binary, ref["tokens"], *mode, tmp_path=tmp_path)
+        err = float(np.abs(got - want).max())
+        assert err <= 1e-4, f"max |delta| {err:.3g} against llama.cpp"
+    assert ref["max_abs_diff_logits_without_rope_freqs"] > 0.05

@@ -78,10 +78,16 @@ static inline double kc_rope_attention_scale(const kc_rope_params *p) {
 
 /* Fills [max_ctx][rot_dim/2][2] (cos, sin) for positions 0..max_ctx-1:
  * angle = f32(pos) * inv_freq, as the reference's f32 outer product. */
-static inline void kc_rope_table_ex(float *cos_sin, int max_ctx, int rot_dim, const kc_rope_params *p) {
+/* freq_factors (rot_dim / 2 values, or NULL): each frequency divided by its
+ * factor, as llama.cpp applies a GGUF's rope_freqs tensor (Llama 3.1's
+ * frequency scaling stored as data rather than config). */
+static inline void kc_rope_table_ex(float *cos_sin, int max_ctx, int rot_dim, const kc_rope_params *p,
+                                    const float *freq_factors) {
     const int half = rot_dim / 2;
     float inv_freq[512];
     kc_rope_inv_freq(p, rot_dim < 1024 ? rot_dim : 1024, inv_freq);
+    if (freq_factors)
+        for (int i = 0; i < half && i < 512; i++) inv_freq[i] /= freq_factors[i];
     const float scale = (float)kc_rope_attention_scale(p);
     for (int i = 0; i < half && i < 512; i++) {
         for (int pos = 0; pos < max_ctx; pos++) {

@@ -151,7 +151,11 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
         return NULL;
     }
     const kc_rope_params ropes[N_ROPE] = ROPE_TABLES;
-    for (int i = 0; i < N_ROPE; i++) kc_rope_table_ex(m->rope + (size_t)i * MAX_CTX * ROPE_DIM, MAX_CTX, ROPE_DIM, &ropes[i]);
+    /* a table whose frequencies the checkpoint scales (GGUF rope_freqs): the weight slot, else -1 */
+    const int factor_slots[N_ROPE] = ROPE_FACTOR_SLOTS;
+    for (int i = 0; i < N_ROPE; i++)
+        kc_rope_table_ex(m->rope + (size_t)i * MAX_CTX * ROPE_DIM, MAX_CTX, ROPE_DIM, &ropes[i],
+                         factor_slots[i] >= 0 ? (const float *)m->w[factor_slots[i]] : NULL);
 #ifdef MODEL_AFTER_LOAD
     if (MODEL_AFTER_LOAD(m, err, errlen) != 0) {
         ingot_model_free(m);
