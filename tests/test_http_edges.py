@@ -484,8 +484,6 @@ UNSUPPORTED = [
     (CHAT, "function_call", "none", {"name": "f"}),
     (CHAT, "response_format", {"type": "text"}, {"type": "json_object"}),
     (CHAT, "response_format", {"type": "text"}, {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}}),
-    (CHAT, "logit_bias", {}, {"50256": -100}),
-    (COMPL, "logit_bias", {}, {"50256": -100}),
     (CHAT, "modalities", ["text"], ["text", "audio"]),
     (CHAT, "reasoning_effort", None, "high"),
     (CHAT, "prediction", None, {"type": "content", "content": "x"}),

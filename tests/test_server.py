@@ -522,3 +522,28 @@ def test_sigterm_idle_exits_promptly(binary):
     rc = srv.stop()
     check_clean_exit(srv, rc)
     assert time.time() - t0 < 10 * SLOW
+
+
+def test_logit_bias(client, server):
+    """logit_bias adds to the raw logits before sampling: -100 bans the
+    greedy answer's first token (" Paris", id 7042), +100 forces another
+    (id 504, "The"); ids outside the vocabulary or biases outside
+    [-100, 100] are a 400 naming the field, on both endpoints."""
+    prompt = "The capital of France is"
+    plain = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0)
+    assert plain.choices[0].text == " Paris"
+    banned = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0,
+                                       logit_bias={"7042": -100})
+    assert banned.choices[0].text not in ("", " Paris")
+    forced = client.completions.create(model=MODEL, prompt=prompt, max_tokens=3, temperature=0.9, seed=3,
+                                       logit_bias={"504": 100})
+    assert forced.choices[0].text == "TheTheThe"
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say hi"}],
+                                          max_tokens=2, temperature=0, logit_bias={"504": 100})
+    assert chat.choices[0].message.content == "TheThe"
+    for path, base in (("/v1/completions", {"prompt": prompt}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
+        for lb in ({"999999": 1}, {"7042": 101}, {"x": 1}, [1, 2]):
+            r = requests.post(server.url + path, json={"model": MODEL, "max_tokens": 1, "logit_bias": lb, **base},
+                              timeout=60)
+            assert r.status_code == 400 and r.json()["error"]["param"] == "logit_bias", (lb, r.text)

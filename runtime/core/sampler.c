@@ -36,6 +36,18 @@ int samp_init(samp_sampler *s, int vocab, const samp_params *p) {
         samp_free(s);
         return -1;
     }
+    if (p->n_bias > 0) { /* the caller's arrays need not outlive this call */
+        s->bias_ids = malloc(sizeof(int32_t) * (size_t)p->n_bias);
+        s->bias_values = malloc(sizeof(float) * (size_t)p->n_bias);
+        if (!s->bias_ids || !s->bias_values) {
+            samp_free(s);
+            return -1;
+        }
+        memcpy(s->bias_ids, p->bias_ids, sizeof(int32_t) * (size_t)p->n_bias);
+        memcpy(s->bias_values, p->bias_values, sizeof(float) * (size_t)p->n_bias);
+    }
+    s->p.bias_ids = s->bias_ids;
+    s->p.bias_values = s->bias_values;
     return 0;
 }
 
@@ -43,9 +55,13 @@ void samp_free(samp_sampler *s) {
     free(s->probs);
     free(s->order);
     free(s->counts);
+    free(s->bias_ids);
+    free(s->bias_values);
     s->probs = NULL;
     s->order = NULL;
     s->counts = NULL;
+    s->bias_ids = NULL;
+    s->bias_values = NULL;
 }
 
 int samp_argmax(const float *logits, int vocab) {
@@ -90,6 +106,8 @@ static int samp_by_prob_desc(const void *a, const void *b) {
 }
 
 int samp_sample(samp_sampler *s, float *logits, const int32_t *history, size_t n_history) {
+    for (int i = 0; i < s->p.n_bias; i++)
+        if (s->bias_ids[i] >= 0 && s->bias_ids[i] < s->vocab) logits[s->bias_ids[i]] += s->bias_values[i];
     samp_penalize(s, logits, history, n_history);
     const int V = s->vocab;
     if (s->p.temperature <= 0.0f) return samp_argmax(logits, V);

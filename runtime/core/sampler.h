@@ -1,7 +1,7 @@
 /* sampler.h — next-token selection from logits (samp_ prefix).
  *
- * Order of operations (as the common engines apply them): penalties on the
- * raw logits (repetition, presence, frequency, over the tokens seen so far),
+ * Order of operations (as the common engines apply them): the request's
+ * logit biases added to the raw logits, then penalties on them (repetition, presence, frequency, over the tokens seen so far),
  * then temperature; temperature 0 is greedy (argmax, lowest id on ties);
  * otherwise top-k, top-p and min-p filter the softmax and one token is drawn
  * with the sampler's own seeded generator, so a seed reproduces a run.
@@ -21,6 +21,9 @@ typedef struct {
     float presence_penalty;   /* 0: off; subtracted once per seen token */
     float frequency_penalty;  /* 0: off; subtracted per occurrence */
     uint64_t seed;
+    const int32_t *bias_ids;  /* logit_bias: bias_values[i] is added to the logit of bias_ids[i] */
+    const float *bias_values; /* (copied by samp_init; -100 bans a token, +100 all but forces it) */
+    int n_bias;
 } samp_params;
 
 typedef struct {
@@ -30,6 +33,8 @@ typedef struct {
     float *probs; /* [vocab] scratch */
     int *order;   /* [vocab] scratch */
     int *counts;  /* [vocab] occurrences in the history, for penalties */
+    int32_t *bias_ids; /* owned copies of p.bias_* */
+    float *bias_values;
 } samp_sampler;
 
 samp_params samp_default_params(void);

@@ -383,13 +383,50 @@ static int parse_stop(const cJSON *root, oai_request *r, oai_error *e) {
  * which OpenAI clients send routinely (tools: [], tool_choice: "none" or
  * "auto" without tools, parallel_tool_calls: true, functions: [],
  * function_call: "none" or "auto", response_format: {"type": "text"},
- * logit_bias: {}, modalities: ["text"], suffix: ""); or a field that never
+ * modalities: ["text"], suffix: ""); or a field that never
  * affects the output (user, store, metadata, service_tier,
  * prompt_cache_key, safety_identifier). stream_options is honoured. */
 
 static int is_empty_array(const cJSON *v) { return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0; }
 static int is_empty_object(const cJSON *v) { return cJSON_IsObject(v) && !v->child; }
 static int is_string(const cJSON *v, const char *s) { return cJSON_IsString(v) && !strcmp(v->valuestring, s); }
+
+/* logit_bias: {"token id": bias, ...}, ids in the vocabulary, biases in
+ * [-100, 100] (OpenAI's range), at most OAI_MAX_LOGIT_BIAS entries. */
+#define OAI_MAX_LOGIT_BIAS 1024
+static int parse_logit_bias(const cJSON *root, int vocab, oai_request *r, oai_error *e) {
+    const cJSON *lb = field(root, "logit_bias");
+    if (!lb) return 0;
+    if (!cJSON_IsObject(lb))
+        return bad(e, "logit_bias", "'%s' must be an object mapping token ids to biases%s", "");
+    const int n = cJSON_GetArraySize(lb);
+    if (n == 0) return 0;
+    if (n > OAI_MAX_LOGIT_BIAS)
+        return bad(e, "logit_bias", "'%s' has too many entries (at most 1024)%s", "");
+    r->bias_ids = malloc(sizeof(int32_t) * (size_t)n);
+    r->bias_values = malloc(sizeof(float) * (size_t)n);
+    if (!r->bias_ids || !r->bias_values) {
+        oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    int k = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, lb) {
+        char *end;
+        const long id = strtol(it->string, &end, 10);
+        if (end == it->string || *end || id < 0 || id >= vocab)
+            return bad(e, "logit_bias", "'%s' keys must be token ids of this model's vocabulary%s", "");
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100 && it->valuedouble <= 100))
+            return bad(e, "logit_bias", "'%s' values must be numbers from -100 to 100%s", "");
+        r->bias_ids[k] = (int32_t)id;
+        r->bias_values[k] = (float)it->valuedouble;
+        k++;
+    }
+    r->sampling.bias_ids = r->bias_ids;
+    r->sampling.bias_values = r->bias_values;
+    r->sampling.n_bias = k;
+    return 0;
+}
 
 static int check_unsupported(const cJSON *root, oai_kind kind, oai_error *e) {
     const cJSON *v;
@@ -410,8 +447,6 @@ static int check_unsupported(const cJSON *root, oai_kind kind, oai_error *e) {
           cJSON_GetArraySize(v) == 1))
         return bad(e, "response_format",
                    "'%s' is not supported: only {\"type\": \"text\"} (structured output is not implemented)%s", "");
-    if ((v = field(root, "logit_bias")) && !is_empty_object(v))
-        return bad(e, "logit_bias", "'%s' is not supported%s", "");
     if ((v = field(root, "modalities")) &&
         !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && is_string(v->child, "text")))
         return bad(e, "modalities", "'%s' is not supported: the only modality is [\"text\"]%s", "");
@@ -520,6 +555,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
         if (get_bool(so, "include_usage", &r->include_usage, e) < 0) goto out;
     }
     if (parse_stop(root, r, e) != 0) goto out;
+    if (parse_logit_bias(root, vocab, r, e) != 0) goto out;
     if (kind == OAI_CHAT) {
         b = 0;
         if (get_bool(root, "logprobs", &b, e) < 0) goto out;
@@ -559,6 +595,8 @@ out:
 }
 
 void oai_request_free(oai_request *r) {
+    free(r->bias_ids);
+    free(r->bias_values);
     free(r->model);
     cJSON_Delete(r->messages);
     free(r->prompt_text);

@@ -47,6 +47,8 @@ typedef struct {
     int logprobs;          /* 1: return the chosen tokens' logprobs */
     int top_logprobs;      /* alternatives per token (0..OAI_MAX_TOP_LOGPROBS) */
     int ignore_eos;
+    int32_t *bias_ids;     /* logit_bias (owned; sampling.bias_* point here) */
+    float *bias_values;
 } oai_request;
 
 /* Fills e: status, type, message (printf-style), param (may be NULL), code (may be NULL). */
