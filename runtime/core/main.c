@@ -136,14 +136,6 @@ static void seq_step(cli_seq *s, const int32_t *tokens, int n, int want) {
 
 /* ---- loading ----------------------------------------------------------- */
 
-static int is_stop_id(const tok_tokenizer *t, int id) {
-    const int32_t *ids;
-    const int n = tok_stop_ids(t, &ids);
-    for (int i = 0; i < n; i++)
-        if (ids[i] == id) return 1;
-    return 0;
-}
-
 static ingot_model *load_model(const cli_common *c) {
     char err[1024];
     const char *path = c->weights ? c->weights : ingot_model_desc.source;
@@ -493,7 +485,7 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
         int next = samp_sample(&smp, s.logits, history, (size_t)n_hist);
         history[n_hist++] = next;
         if (ids_file) fprintf(ids_file, ", \"id\": %d}\n", next);
-        if (!ignore_eos && is_stop_id(tok, next)) {
+        if (!ignore_eos && tok_is_stop(tok, next)) {
             generated++;
             break;
         }

@@ -341,6 +341,12 @@ static void add_config_stops(tok_tokenizer *t, const cJSON *cfg) {
         cJSON_ArrayForEach(it, e) if (cJSON_IsNumber(it)) add_stop(t, (int64_t)it->valuedouble);
 }
 
+int tok_is_stop(const tok_tokenizer *t, int id) {
+    for (int i = 0; i < t->n_stop; i++)
+        if (t->stop[i] == id) return 1;
+    return 0;
+}
+
 int tok_stop_ids(const tok_tokenizer *t, const int32_t **ids) {
     *ids = t->stop;
     return t->n_stop;

@@ -34,6 +34,7 @@ int tok_add_bos(const tok_tokenizer *t); /* whether encoding with add_special pr
  * <end_of_turn>, <|end|>, ...). Returns the count; *ids stays valid with t. */
 #define TOK_MAX_STOP_IDS 16
 int tok_stop_ids(const tok_tokenizer *t, const int32_t **ids);
+int tok_is_stop(const tok_tokenizer *t, int id); /* id is one of tok_stop_ids */
 int tok_is_special(const tok_tokenizer *t, int id); /* control/special token (not printed by default) */
 int tok_find(const tok_tokenizer *t, const char *piece); /* token id for an exact piece (as stored), -1 if none */
 

@@ -46,32 +46,39 @@ void ingot_model_free(ingot_model *m) {
     free(m);
 }
 
-/* Whether a stored tensor is read by some weight of the description, or is
- * one the description recomputes from the config (RoPE inverse frequencies
- * that older transformers saved). */
-static int model_tensor_used(const char *name) {
-    static const char derived_suffix[] = ".rotary_emb.inv_freq";
-    const size_t n = strlen(name), ns = sizeof derived_suffix - 1;
-    if (n >= ns && !strcmp(name + n - ns, derived_suffix)) return 1;
-    for (int i = 0; i < N_WEIGHTS; i++) {
-        if (!strcmp(WEIGHTS[i].name, name)) return 1;
-        if (WEIGHTS[i].tied_to && !strcmp(WEIGHTS[i].tied_to, name)) return 1;
-    }
-    return 0;
-}
-
 /* Every tensor of the file must be read (the generator checked the file the
  * binary was built from; --weights may point at one with more in it): a
- * weight the description does not know would otherwise be dropped silently. */
+ * weight the description does not know would otherwise be dropped silently.
+ * Marks what each weight reads through wt_find's sorted index, so a file of
+ * tens of thousands of expert tensors costs a few lookups each. The RoPE
+ * inverse frequencies older transformers saved are recomputed from the
+ * config and accepted. */
 static int model_check_all_used(const wt_file *f, char *err, size_t errlen) {
+    const size_t n = wt_count(f);
+    if (n == 0) return 0;
+    unsigned char *used = calloc(n, 1);
+    if (!used) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    const wt_tensor *base = wt_at(f, 0);
+    for (int i = 0; i < N_WEIGHTS; i++) {
+        const wt_tensor *t = wt_find(f, WEIGHTS[i].name);
+        if (!t && WEIGHTS[i].tied_to) t = wt_find(f, WEIGHTS[i].tied_to);
+        if (t) used[t - base] = 1;
+    }
+    static const char derived_suffix[] = ".rotary_emb.inv_freq";
+    const size_t ns = sizeof derived_suffix - 1;
     size_t unused = 0;
     const char *first = NULL;
-    for (size_t i = 0; i < wt_count(f); i++) {
-        const wt_tensor *t = wt_at(f, i);
-        if (model_tensor_used(t->name)) continue;
-        if (!first) first = t->name;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = wt_at(f, i)->name;
+        const size_t len = strlen(name);
+        if (used[i] || (len >= ns && !strcmp(name + len - ns, derived_suffix))) continue;
+        if (!first) first = name;
         unused++;
     }
+    free(used);
     if (unused == 0) return 0;
     if (ALLOW_UNUSED_TENSORS) {
         fprintf(stderr, "warning: %s: %zu tensors the description does not use, first '%s' (ignored: built with "

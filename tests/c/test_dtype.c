@@ -6,13 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int n_pass, n_fail;
-
-/* Records one check; prints only failures (and at most a few per test) to keep output short. */
-#define CHECK(cond, ...) do { \
-    if (cond) n_pass++; \
-    else { n_fail++; if (n_fail <= 40) { printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } \
-} while (0)
+#include "check.h"
 
 static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -387,6 +381,5 @@ int main(void) {
     test_new_types_exact();
     test_new_quantizers();
     test_check_scales();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_summary();
 }

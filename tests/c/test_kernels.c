@@ -23,34 +23,8 @@
 #define TOL_FLOAT 1e-5
 #define TOL_QUANT 1e-4
 
-static int n_pass, n_fail;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#include <stdarg.h>
-static void check(int ok, const char *fmt, ...) {
-    if (ok) {
-        n_pass++;
-        return;
-    }
-    n_fail++;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
-
-/* ---- deterministic random numbers ---- */
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-static float rndf(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); } /* [-1,1) */
-static int rndi(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }        /* [lo,hi] */
+#include "check.h"
+#include "xorshift.h"
 
 /* ---- reference conversions (independent of the kernels and of dtype.c) ---- */
 static double ref_fp16(uint16_t h) {
@@ -594,6 +568,5 @@ int main(void) {
     test_attend();
     test_threadpool();
     test_parallel_matmul();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_summary();
 }

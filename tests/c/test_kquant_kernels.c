@@ -19,29 +19,8 @@
  * min terms c * s_x (s_x rounded once in kc_q8) are f32 products */
 #define TOL_Q8 2e-5
 
-static int n_pass, n_fail;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#include <stdarg.h>
-static void check(int ok, const char *fmt, ...) {
-    if (ok) { n_pass++; return; }
-    n_fail++;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-static float rndf(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+#include "check.h"
+#include "xorshift.h"
 
 static const ingot_dtype TYPES[] = {INGOT_Q5_0, INGOT_Q5_1, INGOT_IQ4_NL, INGOT_Q2_K, INGOT_Q3_K,
                                     INGOT_Q4_K, INGOT_Q5_K, INGOT_Q6_K, INGOT_IQ4_XS};
@@ -209,8 +188,8 @@ static void test_embed(void) {
 }
 
 int main(void) {
+    rng_state = 0x2545f4914f6cdd1dull; /* this file's own sequence */
     test_embed();
     test_matmul();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_summary();
 }

@@ -159,11 +159,7 @@ static void expected_output(request *r) {
 
 /* ---- harness ------------------------------------------------------------- */
 
-static int n_pass, n_fail;
-#define CHECK(cond, ...) do { \
-    if (cond) n_pass++; \
-    else { n_fail++; if (n_fail <= 30) { printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } \
-} while (0)
+#include "check.h"
 
 static uint64_t rng_state;
 static uint32_t rnd(void) {
@@ -378,6 +374,5 @@ int main(int argc, char **argv) {
     rng_state = 42;
     if (argc <= 2) test_tight_pool_all_finish();
     test_randomized(first, seeds);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_summary();
 }
