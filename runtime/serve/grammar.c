@@ -1,0 +1,1085 @@
+/* grammar.c — GBNF parsing, the pushdown matcher and the token mask; see grammar.h.
+ *
+ * Compiled form (the layout llama.cpp uses): every rule is a run of
+ * elements, its alternatives separated by ALT and the last one closed by
+ * END. A character class is CHAR or CHAR_NOT followed by CHAR_RNG_UPPER
+ * (the top of a range) and CHAR_ALT (more characters or ranges); RULE_REF
+ * names another rule. Characters are Unicode code points; the matcher
+ * decodes UTF-8 itself and, in the middle of a code point, keeps only the
+ * stacks whose class contains some code point starting with those bytes.
+ *
+ * A stack is a linked list of element positions in an arena (top first):
+ * the top is always a character element still to be matched; the rest are
+ * where to continue when the rules above it end. Lists share their tails, so
+ * splitting on alternatives copies nothing. A stack is the empty list (-1)
+ * when the whole grammar has been matched. Repetition is right recursion
+ * (x* is R ::= x R | ""), and a reference in tail position pushes nothing,
+ * so loops do not grow stacks.
+ */
+#include "grammar.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    G_END,            /* end of a rule */
+    G_ALT,            /* start of the next alternative */
+    G_RULE_REF,       /* value: rule id */
+    G_CHAR,           /* value: code point; starts a class */
+    G_CHAR_NOT,       /* value: code point; starts a negated class */
+    G_CHAR_RNG_UPPER, /* value: upper end of the range begun by the element before */
+    G_CHAR_ALT,       /* value: one more code point (or range start) of the class */
+    G_CHAR_ANY,       /* any code point: "." */
+};
+
+typedef struct {
+    uint32_t type, value;
+} gelem;
+
+struct gram_grammar {
+    atomic_int refs;
+    gelem *elems;
+    int n_elems;
+    int n_rules;
+    int32_t *alt_off;  /* [n_rules + 1]: rule r's alternatives are alts[alt_off[r] .. alt_off[r + 1]) */
+    int32_t *alts;     /* element position of each alternative's first element */
+    int32_t *after;    /* [n_elems]: for a class start, the position after the class */
+    uint32_t *ascii;   /* [n_elems * 4]: for a class start, which ASCII bytes it matches */
+    int root;
+};
+
+static int is_class_start(uint32_t t) { return t == G_CHAR || t == G_CHAR_NOT || t == G_CHAR_ANY; }
+
+/* ---- parsing ------------------------------------------------------------ */
+
+typedef struct {
+    gelem *e;
+    int n, cap;
+} gseq;
+
+typedef struct {
+    const char *src, *end;
+    gseq *rules;        /* per symbol: its definition (e == NULL until defined) */
+    char **names;
+    const char **first_ref, **def_at;
+    int n_syms, cap_syms;
+    size_t total;       /* elements in all rules */
+    char *err;
+    size_t errlen;
+    int failed;
+} parser;
+
+static void line_col(const char *src, const char *at, int *line, int *col) {
+    *line = 1;
+    *col = 1;
+    for (const char *s = src; s < at; s++) {
+        if (*s == '\n') {
+            ++*line;
+            *col = 1;
+        } else {
+            ++*col;
+        }
+    }
+}
+
+static const char *fail(parser *p, const char *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static const char *fail(parser *p, const char *at, const char *fmt, ...) {
+    if (p->failed) return NULL;
+    p->failed = 1;
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int line, col;
+    line_col(p->src, at ? at : p->end, &line, &col);
+    snprintf(p->err, p->errlen, "line %d, column %d: %s", line, col, msg);
+    return NULL;
+}
+
+static int seq_push(parser *p, gseq *s, uint32_t type, uint32_t value) {
+    if (p->total >= GRAM_MAX_ELEMS) {
+        fail(p, NULL, "the grammar expands to more than %d elements", GRAM_MAX_ELEMS);
+        return -1;
+    }
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 16;
+        gelem *e = realloc(s->e, sizeof *e * (size_t)cap);
+        if (!e) {
+            fail(p, NULL, "out of memory");
+            return -1;
+        }
+        s->e = e;
+        s->cap = cap;
+    }
+    s->e[s->n++] = (gelem){type, value};
+    p->total++;
+    return 0;
+}
+
+static int sym_add(parser *p, const char *name, size_t n) {
+    if (p->n_syms == p->cap_syms) {
+        int cap = p->cap_syms ? p->cap_syms * 2 : 32;
+        gseq *r = realloc(p->rules, sizeof *r * (size_t)cap);
+        if (r) p->rules = r;
+        char **nm = realloc(p->names, sizeof *nm * (size_t)cap);
+        if (nm) p->names = nm;
+        const char **fr = realloc(p->first_ref, sizeof *fr * (size_t)cap);
+        if (fr) p->first_ref = fr;
+        const char **da = realloc(p->def_at, sizeof *da * (size_t)cap);
+        if (da) p->def_at = da;
+        if (!r || !nm || !fr || !da) return -1;
+        p->cap_syms = cap;
+    }
+    char *copy = strndup(name, n);
+    if (!copy) return -1;
+    const int id = p->n_syms++;
+    memset(&p->rules[id], 0, sizeof p->rules[id]);
+    p->names[id] = copy;
+    p->first_ref[id] = NULL;
+    p->def_at[id] = NULL;
+    return id;
+}
+
+static int sym_id(parser *p, const char *name, size_t n) {
+    for (int i = 0; i < p->n_syms; i++)
+        if (strlen(p->names[i]) == n && !memcmp(p->names[i], name, n)) return i;
+    const int id = sym_add(p, name, n);
+    if (id < 0) fail(p, NULL, "out of memory");
+    return id;
+}
+
+/* A fresh rule for a group or a repetition inside rule `base`: "base-N". */
+static int sym_generated(parser *p, int base) {
+    char name[160];
+    snprintf(name, sizeof name, "%.120s-%d", p->names[base], p->n_syms);
+    const int id = sym_add(p, name, strlen(name));
+    if (id < 0) fail(p, NULL, "out of memory");
+    return id;
+}
+
+static int is_name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+static const char *skip_space(const parser *p, const char *s, int newline_ok) {
+    while (s < p->end) {
+        if (*s == ' ' || *s == '\t') {
+            s++;
+        } else if (*s == '#') {
+            while (s < p->end && *s != '\n' && *s != '\r') s++;
+        } else if (newline_ok && (*s == '\n' || *s == '\r')) {
+            s++;
+        } else {
+            break;
+        }
+    }
+    return s;
+}
+
+static int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* One character of a literal or class (an escape or one UTF-8 code point). */
+static const char *parse_char(parser *p, const char *s, uint32_t *cp) {
+    if (s >= p->end) return fail(p, s, "unexpected end of the grammar");
+    const unsigned char c = (unsigned char)*s;
+    if (c == '\\') {
+        if (s + 1 >= p->end) return fail(p, s, "unexpected end of the grammar after '\\'");
+        const char e = s[1];
+        int digits = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
+        if (digits) {
+            uint32_t v = 0;
+            for (int i = 0; i < digits; i++) {
+                const int h = s + 2 + i < p->end ? hex_value(s[2 + i]) : -1;
+                if (h < 0) return fail(p, s, "'\\%c' needs %d hexadecimal digits", e, digits);
+                v = v << 4 | (uint32_t)h;
+            }
+            if (v > 0x10ffff) return fail(p, s, "code point U+%X is beyond U+10FFFF", v);
+            *cp = v;
+            return s + 2 + digits;
+        }
+        switch (e) {
+        case 'n': *cp = '\n'; break;
+        case 'r': *cp = '\r'; break;
+        case 't': *cp = '\t'; break;
+        case '\\': case '"': case '[': case ']': case '-': case '^': case '\'': *cp = (uint32_t)e; break;
+        default: return fail(p, s, "unknown escape '\\%c'", e);
+        }
+        return s + 2;
+    }
+    int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (!len || s + len > p->end) return fail(p, s, "invalid UTF-8");
+    uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1fu) : len == 3 ? (c & 0x0fu) : (c & 0x07u);
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return fail(p, s, "invalid UTF-8");
+        v = v << 6 | ((unsigned char)s[i] & 0x3fu);
+    }
+    *cp = v;
+    return s + len;
+}
+
+static const char *parse_alternates(parser *p, const char *s, int rule, int id, int nested);
+
+/* Replaces the last item (elements [start, n) of out) by min..max (max < 0:
+ * unbounded) copies of it: min copies inline, then nested optional rules
+ * x (x (x)?)? for a bounded rest, or R ::= x R | "" for an unbounded one. */
+static int repeat_last(parser *p, gseq *out, int start, int rule, long min, long max, const char *at) {
+    const int item_n = out->n - start;
+    if (item_n <= 0) {
+        fail(p, at, "a repetition must follow an item");
+        return -1;
+    }
+    const long copies = min + (max < 0 ? 1 : max - min);
+    if (copies * item_n > GRAM_MAX_ELEMS) {
+        fail(p, at, "the repetition expands to more than %d elements", GRAM_MAX_ELEMS);
+        return -1;
+    }
+    gelem *item = malloc(sizeof *item * (size_t)item_n);
+    if (!item) {
+        fail(p, at, "out of memory");
+        return -1;
+    }
+    memcpy(item, out->e + start, sizeof *item * (size_t)item_n);
+    out->n = start;
+    int rc = 0;
+    for (long i = 0; i < min && rc == 0; i++)
+        for (int k = 0; k < item_n && rc == 0; k++) rc = seq_push(p, out, item[k].type, item[k].value);
+    if (rc == 0 && max < 0) {
+        const int r = sym_generated(p, rule);
+        rc = r < 0 ? -1 : 0;
+        gseq *def = rc == 0 ? &p->rules[r] : NULL;
+        for (int k = 0; k < item_n && rc == 0; k++) rc = seq_push(p, def, item[k].type, item[k].value);
+        if (rc == 0) rc = seq_push(p, def, G_RULE_REF, (uint32_t)r);
+        if (rc == 0) rc = seq_push(p, def, G_ALT, 0);
+        if (rc == 0) rc = seq_push(p, def, G_END, 0);
+        if (rc == 0) p->def_at[r] = at;
+        if (rc == 0) rc = seq_push(p, out, G_RULE_REF, (uint32_t)r);
+    } else if (rc == 0 && max > min) {
+        int inner = -1;
+        for (long i = 0; i < max - min && rc == 0; i++) {
+            const int r = sym_generated(p, rule);
+            if (r < 0) {
+                rc = -1;
+                break;
+            }
+            gseq *def = &p->rules[r];
+            for (int k = 0; k < item_n && rc == 0; k++) rc = seq_push(p, def, item[k].type, item[k].value);
+            if (rc == 0 && inner >= 0) rc = seq_push(p, def, G_RULE_REF, (uint32_t)inner);
+            if (rc == 0) rc = seq_push(p, def, G_ALT, 0);
+            if (rc == 0) rc = seq_push(p, def, G_END, 0);
+            p->def_at[r] = at;
+            inner = r;
+        }
+        if (rc == 0) rc = seq_push(p, out, G_RULE_REF, (uint32_t)inner);
+    }
+    free(item);
+    return rc;
+}
+
+static const char *parse_count(parser *p, const char *s, long *v) {
+    if (s >= p->end || *s < '0' || *s > '9') return fail(p, s, "expected a number");
+    long x = 0;
+    while (s < p->end && *s >= '0' && *s <= '9') {
+        x = x * 10 + (*s++ - '0');
+        if (x > 100000) return fail(p, s, "a repetition count is limited to 100000");
+    }
+    *v = x;
+    return s;
+}
+
+/* One alternative: items and their repetition suffixes, up to '|', ')' or
+ * (outside parentheses) the end of the line. */
+static const char *parse_sequence(parser *p, const char *s, int rule, gseq *out, int nested) {
+    int last = out->n;
+    while (s && s < p->end) {
+        const char *at = s;
+        if (*s == '"') {
+            s++;
+            last = out->n;
+            while (s && *s != '"') {
+                if (s >= p->end || *s == '\n') return fail(p, at, "unterminated literal");
+                uint32_t cp;
+                s = parse_char(p, s, &cp);
+                if (s && seq_push(p, out, G_CHAR, cp)) return NULL;
+            }
+            if (!s) return NULL;
+            s = skip_space(p, s + 1, nested);
+        } else if (*s == '[') {
+            s++;
+            uint32_t type = G_CHAR;
+            if (s < p->end && *s == '^') {
+                type = G_CHAR_NOT;
+                s++;
+            }
+            last = out->n;
+            int first = 1;
+            while (s && (s >= p->end || *s != ']')) {
+                if (s >= p->end || *s == '\n') return fail(p, at, "unterminated character class");
+                uint32_t lo, hi;
+                s = parse_char(p, s, &lo);
+                if (!s || seq_push(p, out, first ? type : G_CHAR_ALT, lo)) return NULL;
+                first = 0;
+                if (s + 1 < p->end && s[0] == '-' && s[1] != ']') {
+                    const char *rng = s;
+                    s = parse_char(p, s + 1, &hi);
+                    if (!s) return NULL;
+                    if (hi < lo) return fail(p, rng, "the range's end is below its start");
+                    if (seq_push(p, out, G_CHAR_RNG_UPPER, hi)) return NULL;
+                }
+            }
+            if (!s) return NULL;
+            if (first) return fail(p, at, "empty character class");
+            s = skip_space(p, s + 1, nested);
+        } else if (is_name_char(*s)) {
+            const char *n0 = s;
+            while (s < p->end && is_name_char(*s)) s++;
+            const int id = sym_id(p, n0, (size_t)(s - n0));
+            if (id < 0) return NULL;
+            if (!p->first_ref[id]) p->first_ref[id] = n0;
+            last = out->n;
+            if (seq_push(p, out, G_RULE_REF, (uint32_t)id)) return NULL;
+            s = skip_space(p, s, nested);
+        } else if (*s == '(') {
+            const int id = sym_generated(p, rule);
+            if (id < 0) return NULL;
+            p->def_at[id] = s;
+            s = parse_alternates(p, skip_space(p, s + 1, 1), rule, id, 1);
+            if (!s) return NULL;
+            if (s >= p->end || *s != ')') return fail(p, s, "expected ')'");
+            last = out->n;
+            if (seq_push(p, out, G_RULE_REF, (uint32_t)id)) return NULL;
+            s = skip_space(p, s + 1, nested);
+        } else if (*s == '.') {
+            last = out->n;
+            if (seq_push(p, out, G_CHAR_ANY, 0)) return NULL;
+            s = skip_space(p, s + 1, nested);
+        } else if (*s == '*' || *s == '+' || *s == '?') {
+            const long min = *s == '+' ? 1 : 0, max = *s == '?' ? 1 : -1;
+            if (repeat_last(p, out, last, rule, min, max, at)) return NULL;
+            s = skip_space(p, s + 1, nested);
+        } else if (*s == '{') {
+            long min, max;
+            s = parse_count(p, skip_space(p, s + 1, 1), &min);
+            if (!s) return NULL;
+            s = skip_space(p, s, 1);
+            max = min;
+            if (s < p->end && *s == ',') {
+                s = skip_space(p, s + 1, 1);
+                if (s < p->end && *s == '}') {
+                    max = -1;
+                } else {
+                    s = parse_count(p, s, &max);
+                    if (!s) return NULL;
+                    if (max < min) return fail(p, at, "{m,n} needs m <= n");
+                    s = skip_space(p, s, 1);
+                }
+            }
+            if (s >= p->end || *s != '}') return fail(p, s, "expected '}'");
+            if (repeat_last(p, out, last, rule, min, max, at)) return NULL;
+            s = skip_space(p, s + 1, nested);
+        } else {
+            break;
+        }
+    }
+    return s;
+}
+
+/* Alternatives separated by '|' (a '|' may start a continuation line) into rule id. */
+static const char *parse_alternates(parser *p, const char *s, int rule, int id, int nested) {
+    gseq def = {0};
+    s = parse_sequence(p, s, rule, &def, nested);
+    while (s) {
+        const char *t = nested ? s : skip_space(p, s, 1);
+        if (t >= p->end || *t != '|') break;
+        if (seq_push(p, &def, G_ALT, 0)) s = NULL;
+        else s = parse_sequence(p, skip_space(p, t + 1, 1), rule, &def, nested);
+    }
+    if (s && seq_push(p, &def, G_END, 0)) s = NULL;
+    if (!s) {
+        free(def.e);
+        return NULL;
+    }
+    p->rules[id] = def;
+    return s;
+}
+
+static const char *parse_rule(parser *p, const char *s) {
+    const char *n0 = s;
+    while (s < p->end && is_name_char(*s)) s++;
+    if (s == n0) return fail(p, s, "expected a rule name");
+    const int id = sym_id(p, n0, (size_t)(s - n0));
+    if (id < 0) return NULL;
+    if (p->rules[id].e) return fail(p, n0, "rule '%.*s' is defined twice", (int)(s - n0), n0);
+    s = skip_space(p, s, 0);
+    if (p->end - s < 3 || memcmp(s, "::=", 3)) return fail(p, s, "expected '::='");
+    p->def_at[id] = n0;
+    s = parse_alternates(p, skip_space(p, s + 3, 1), id, id, 0);
+    if (!s) return NULL;
+    if (s < p->end && *s == '\r') s++;
+    if (s < p->end && *s != '\n') return fail(p, s, "unexpected '%c'", *s);
+    return skip_space(p, s, 1);
+}
+
+/* ---- checks and the compiled form ---------------------------------------- */
+
+/* Left recursion (a rule reaching itself before consuming input) would make
+ * the matcher's expansion loop forever; it is found here as a cycle in the
+ * "can begin with" graph, where nullable rules let the walk go on. */
+static int check_left_recursion(parser *p) {
+    const int n = p->n_syms;
+    char *nullable = calloc((size_t)n, 1), *color = calloc((size_t)n, 1);
+    int *stack = malloc(sizeof(int) * (size_t)n * 2), rc = 0;
+    if (!nullable || !color || !stack) {
+        fail(p, NULL, "out of memory");
+        rc = -1;
+        goto out;
+    }
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int r = 0; r < n; r++) {
+            if (nullable[r]) continue;
+            const gelem *e = p->rules[r].e;
+            int all = 1;
+            for (int i = 0;; i++) {
+                if (e[i].type == G_ALT || e[i].type == G_END) {
+                    if (all) {
+                        nullable[r] = 1;
+                        changed = 1;
+                        break;
+                    }
+                    if (e[i].type == G_END) break;
+                    all = 1;
+                } else if (e[i].type != G_RULE_REF || !nullable[e[i].value]) {
+                    all = 0;
+                }
+            }
+        }
+    }
+    /* iterative DFS: stack holds (rule, element index) pairs; color 1 = on the path */
+    for (int root = 0; root < n && rc == 0; root++) {
+        if (color[root]) continue;
+        int sp = 0;
+        stack[sp++] = root;
+        stack[sp++] = 0;
+        color[root] = 1;
+        while (sp > 0 && rc == 0) {
+            const int r = stack[sp - 2];
+            int i = stack[sp - 1];
+            const gelem *e = p->rules[r].e;
+            int next = -1;
+            while (e[i].type != G_END) {
+                /* element i begins the input iff everything before it in its alternative is nullable */
+                int j = i;
+                while (j > 0 && e[j - 1].type != G_ALT && e[j - 1].type == G_RULE_REF && nullable[e[j - 1].value]) j--;
+                const int at_start = j == 0 || e[j - 1].type == G_ALT;
+                if (e[i].type == G_RULE_REF && at_start) {
+                    const int q = (int)e[i].value;
+                    if (color[q] == 1) {
+                        fail(p, p->def_at[q], "left recursion: rule '%s' can reach itself before matching input",
+                             p->names[q]);
+                        rc = -1;
+                        break;
+                    }
+                    if (color[q] == 0) {
+                        next = q;
+                        i++;
+                        break;
+                    }
+                }
+                i++;
+            }
+            if (rc) break;
+            stack[sp - 1] = i;
+            if (next >= 0) {
+                color[next] = 1;
+                stack[sp++] = next;
+                stack[sp++] = 0;
+            } else if (e[i].type == G_END) {
+                color[r] = 2;
+                sp -= 2;
+            }
+        }
+    }
+out:
+    free(nullable);
+    free(color);
+    free(stack);
+    return rc;
+}
+
+static void grammar_destroy(gram_grammar *g) {
+    if (!g) return;
+    free(g->elems);
+    free(g->alt_off);
+    free(g->alts);
+    free(g->after);
+    free(g->ascii);
+    free(g);
+}
+
+/* Does the class starting at pos contain cp? *after: the position past the class. */
+static int class_match(const gelem *e, int pos, uint32_t cp, int *after) {
+    if (e[pos].type == G_CHAR_ANY) {
+        *after = pos + 1;
+        return 1;
+    }
+    const int negate = e[pos].type == G_CHAR_NOT;
+    int found = 0, i = pos;
+    do {
+        const uint32_t lo = e[i].value;
+        uint32_t hi = lo;
+        if (e[i + 1].type == G_CHAR_RNG_UPPER) {
+            hi = e[i + 1].value;
+            i++;
+        }
+        if (cp >= lo && cp <= hi) found = 1;
+        i++;
+    } while (e[i].type == G_CHAR_ALT);
+    *after = i;
+    return found != negate;
+}
+
+/* Could the class at pos contain some code point in [lo, hi]? (Exact for
+ * positive classes; for a negated one, unless a single range covers it.) */
+static int class_may_match(const gelem *e, int pos, uint32_t lo, uint32_t hi) {
+    if (e[pos].type == G_CHAR_ANY) return 1;
+    const int negate = e[pos].type == G_CHAR_NOT;
+    int i = pos;
+    do {
+        const uint32_t a = e[i].value;
+        uint32_t b = a;
+        if (e[i + 1].type == G_CHAR_RNG_UPPER) {
+            b = e[i + 1].value;
+            i++;
+        }
+        if (!negate && a <= hi && b >= lo) return 1;
+        if (negate && a <= lo && b >= hi) return 0;
+        i++;
+    } while (e[i].type == G_CHAR_ALT);
+    return negate;
+}
+
+static gram_grammar *build(parser *p) {
+    gram_grammar *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    atomic_init(&g->refs, 1);
+    g->n_rules = p->n_syms;
+    g->n_elems = (int)p->total;
+    g->elems = malloc(sizeof *g->elems * p->total);
+    g->alt_off = malloc(sizeof(int32_t) * (size_t)(g->n_rules + 1));
+    g->alts = malloc(sizeof(int32_t) * p->total);
+    g->after = malloc(sizeof(int32_t) * p->total);
+    g->ascii = calloc(p->total * 4, sizeof(uint32_t));
+    if (!g->elems || !g->alt_off || !g->alts || !g->after || !g->ascii) {
+        grammar_destroy(g);
+        return NULL;
+    }
+    int pos = 0, n_alts = 0;
+    for (int r = 0; r < g->n_rules; r++) {
+        const gseq *def = &p->rules[r];
+        g->alt_off[r] = n_alts;
+        g->alts[n_alts++] = pos;
+        for (int i = 0; i < def->n; i++) {
+            g->elems[pos + i] = def->e[i];
+            if (def->e[i].type == G_ALT) g->alts[n_alts++] = pos + i + 1;
+        }
+        pos += def->n;
+    }
+    g->alt_off[g->n_rules] = n_alts;
+    for (int i = 0; i < g->n_elems; i++) {
+        g->after[i] = -1;
+        if (!is_class_start(g->elems[i].type)) continue;
+        int after = i;
+        for (uint32_t c = 0; c < 128; c++)
+            if (class_match(g->elems, i, c, &after)) g->ascii[i * 4 + c / 32] |= 1u << (c % 32);
+        g->after[i] = after;
+    }
+    return g;
+}
+
+gram_grammar *gram_compile(const char *text, size_t len, char *err, size_t errlen) {
+    if (len > GRAM_MAX_TEXT) {
+        snprintf(err, errlen, "the grammar is %zu bytes; at most %d are accepted", len, GRAM_MAX_TEXT);
+        return NULL;
+    }
+    parser p = {.src = text, .end = text + len, .err = err, .errlen = errlen};
+    gram_grammar *g = NULL;
+    const char *s = skip_space(&p, text, 1);
+    while (s && s < p.end) s = parse_rule(&p, s);
+    if (!p.failed) {
+        for (int i = 0; i < p.n_syms; i++)
+            if (!p.rules[i].e) {
+                fail(&p, p.first_ref[i], "undefined rule '%s'", p.names[i]);
+                break;
+            }
+    }
+    int root = -1;
+    if (!p.failed) {
+        for (int i = 0; i < p.n_syms; i++)
+            if (!strcmp(p.names[i], "root")) root = i;
+        if (root < 0) fail(&p, text, "the grammar has no rule named 'root'");
+    }
+    if (!p.failed) check_left_recursion(&p);
+    if (!p.failed) {
+        g = build(&p);
+        if (!g) fail(&p, NULL, "out of memory");
+        else g->root = root;
+    }
+    for (int i = 0; i < p.n_syms; i++) {
+        free(p.rules[i].e);
+        free(p.names[i]);
+    }
+    free(p.rules);
+    free(p.names);
+    free(p.first_ref);
+    free(p.def_at);
+    return g;
+}
+
+void gram_free(gram_grammar *g) {
+    if (g && atomic_fetch_sub(&g->refs, 1) == 1) grammar_destroy(g);
+}
+
+int gram_rule_count(const gram_grammar *g) { return g->n_rules; }
+
+/* ---- the matcher ------------------------------------------------------------ */
+
+typedef struct {
+    int32_t pos, next; /* element position; the node below (-1: bottom) */
+} gnode;
+
+struct gram_matcher {
+    gram_grammar *g;
+    gnode *nodes;      /* arena; the current state's nodes come first */
+    int n_nodes, cap_nodes;
+    int32_t *stacks;   /* current state: each stack's top node (-1: the grammar is complete) */
+    int n_stacks;
+    uint32_t cp;       /* a code point's bits so far ... */
+    int rem;           /* ... and its continuation bytes still due (0: between code points) */
+    int overflow;      /* a limit was hit in the current operation */
+    int work;          /* expansions in the current step (bounded: ambiguity can be exponential) */
+    int32_t *scratch;  /* sets for accept (2) and the trie walk (one per depth) */
+    int scratch_sets;
+};
+
+#define GRAM_MAX_NODES (1 << 22)
+#define GRAM_MAX_DEPTH 10000   /* rules entered at once without matching input */
+#define GRAM_MAX_WORK 100000   /* expansions for one code point */
+
+static int32_t node_new(gram_matcher *m, int32_t pos, int32_t next) {
+    if (m->n_nodes == m->cap_nodes) {
+        if (m->cap_nodes >= GRAM_MAX_NODES) {
+            m->overflow = 1;
+            return -1;
+        }
+        const int cap = m->cap_nodes ? m->cap_nodes * 2 : 256;
+        gnode *n = realloc(m->nodes, sizeof *n * (size_t)cap);
+        if (!n) {
+            m->overflow = 1;
+            return -1;
+        }
+        m->nodes = n;
+        m->cap_nodes = cap;
+    }
+    m->nodes[m->n_nodes] = (gnode){pos, next};
+    return m->n_nodes++;
+}
+
+static int same_stack(const gram_matcher *m, int32_t a, int32_t b) {
+    while (a != b) {
+        if (a < 0 || b < 0 || m->nodes[a].pos != m->nodes[b].pos) return 0;
+        a = m->nodes[a].next;
+        b = m->nodes[b].next;
+    }
+    return 1;
+}
+
+static void set_add(gram_matcher *m, int32_t *set, int *n, int32_t top) {
+    for (int i = 0; i < *n; i++)
+        if (same_stack(m, set[i], top)) return;
+    if (*n >= GRAM_MAX_STACKS) {
+        m->overflow = 1;
+        return;
+    }
+    set[(*n)++] = top;
+}
+
+/* Adds to set every stack that continues at element pos with rest below,
+ * expanded until each top is a character class: the end of a rule pops,
+ * a rule reference splits into its alternatives (pushing the element after
+ * the reference, unless the reference was the last of its alternative). */
+static void expand(gram_matcher *m, int32_t pos, int32_t rest, int32_t *set, int *n, int depth) {
+    const gram_grammar *g = m->g;
+    if (m->overflow) return;
+    if (depth > GRAM_MAX_DEPTH || ++m->work > GRAM_MAX_WORK) {
+        m->overflow = 1;
+        return;
+    }
+    for (;;) {
+        const uint32_t t = g->elems[pos].type;
+        if (t == G_END || t == G_ALT) {
+            if (rest < 0) {
+                set_add(m, set, n, -1);
+                return;
+            }
+            pos = m->nodes[rest].pos;
+            rest = m->nodes[rest].next;
+            continue;
+        }
+        if (t == G_RULE_REF) {
+            const int r = (int)g->elems[pos].value;
+            const uint32_t nt = g->elems[pos + 1].type;
+            int32_t below = rest;
+            if (nt != G_END && nt != G_ALT) {
+                below = node_new(m, pos + 1, rest);
+                if (below < 0) return;
+            }
+            for (int a = g->alt_off[r]; a < g->alt_off[r + 1]; a++) expand(m, g->alts[a], below, set, n, depth + 1);
+            return;
+        }
+        const int32_t top = node_new(m, pos, rest);
+        if (top >= 0) set_add(m, set, n, top);
+        return;
+    }
+}
+
+/* The stacks after one more code point. */
+static int step_cp(gram_matcher *m, const int32_t *in, int n_in, uint32_t cp, int32_t *out) {
+    const gram_grammar *g = m->g;
+    int n = 0;
+    m->work = 0;
+    for (int i = 0; i < n_in; i++) {
+        if (in[i] < 0) continue;
+        const int32_t pos = m->nodes[in[i]].pos;
+        int after;
+        if (cp < 128) {
+            if (!(g->ascii[pos * 4 + cp / 32] >> (cp % 32) & 1)) continue;
+            after = g->after[pos];
+        } else if (!class_match(g->elems, pos, cp, &after)) {
+            continue;
+        }
+        expand(m, after, m->nodes[in[i]].next, out, &n, 0);
+    }
+    return m->overflow ? 0 : n;
+}
+
+/* The stacks after one more byte; *cp / *rem carry a partial code point. */
+static int step_byte(gram_matcher *m, const int32_t *in, int n_in, uint32_t *cp, int *rem, unsigned char b,
+                     int32_t *out) {
+    if (*rem == 0) {
+        if (b < 0x80) return step_cp(m, in, n_in, b, out);
+        if (b >= 0xc2 && b <= 0xdf) *cp = b & 0x1fu, *rem = 1;
+        else if ((b & 0xf0) == 0xe0) *cp = b & 0x0fu, *rem = 2;
+        else if (b >= 0xf0 && b <= 0xf4) *cp = b & 0x07u, *rem = 3;
+        else return 0;
+    } else {
+        if ((b & 0xc0) != 0x80) return 0;
+        *cp = *cp << 6 | (b & 0x3fu);
+        if (--*rem == 0) {
+            if (*cp > 0x10ffff || (*cp >= 0xd800 && *cp <= 0xdfff)) return 0;
+            return step_cp(m, in, n_in, *cp, out);
+        }
+    }
+    /* inside a code point: keep the stacks that some completion could satisfy */
+    const uint32_t shift = 6u * (uint32_t)*rem, lo = *cp << shift, hi = lo | ((1u << shift) - 1);
+    int n = 0;
+    for (int i = 0; i < n_in; i++)
+        if (in[i] >= 0 && class_may_match(m->g->elems, m->nodes[in[i]].pos, lo, hi)) out[n++] = in[i];
+    return n;
+}
+
+static int reserve_scratch(gram_matcher *m, int sets) {
+    if (sets <= m->scratch_sets) return 0;
+    int32_t *s = realloc(m->scratch, sizeof(int32_t) * GRAM_MAX_STACKS * (size_t)sets);
+    if (!s) return -1;
+    m->scratch = s;
+    m->scratch_sets = sets;
+    return 0;
+}
+
+/* Copies the current state's stacks to the front of the arena, dropping
+ * the nodes of earlier states and of abandoned branches. */
+static int compact(gram_matcher *m) {
+    int32_t *map = malloc(sizeof(int32_t) * (size_t)(m->n_nodes + 1));
+    gnode *fresh = malloc(sizeof(gnode) * (size_t)(m->n_nodes + 1));
+    int32_t *chain = malloc(sizeof(int32_t) * (size_t)(m->n_nodes + 1));
+    if (!map || !fresh || !chain) {
+        free(map);
+        free(fresh);
+        free(chain);
+        return -1;
+    }
+    for (int i = 0; i < m->n_nodes; i++) map[i] = -1;
+    int n_fresh = 0;
+    for (int s = 0; s < m->n_stacks; s++) {
+        int len = 0;
+        for (int32_t t = m->stacks[s]; t >= 0 && map[t] < 0; t = m->nodes[t].next) chain[len++] = t;
+        for (int k = len - 1; k >= 0; k--) {
+            const int32_t old = chain[k], below = m->nodes[old].next;
+            fresh[n_fresh] = (gnode){m->nodes[old].pos, below < 0 ? -1 : map[below]};
+            map[old] = n_fresh++;
+        }
+        if (m->stacks[s] >= 0) m->stacks[s] = map[m->stacks[s]];
+    }
+    memcpy(m->nodes, fresh, sizeof(gnode) * (size_t)n_fresh);
+    m->n_nodes = n_fresh;
+    free(map);
+    free(fresh);
+    free(chain);
+    return 0;
+}
+
+gram_matcher *gram_matcher_new(gram_grammar *g, char *err, size_t errlen) {
+    gram_matcher *m = calloc(1, sizeof *m);
+    m = m && reserve_scratch(m, 2) == 0 ? m : (free(m), NULL);
+    if (m) m->stacks = malloc(sizeof(int32_t) * GRAM_MAX_STACKS);
+    if (!m || !m->stacks) {
+        if (m) free(m->scratch);
+        free(m);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    atomic_fetch_add(&g->refs, 1);
+    m->g = g;
+    m->work = 0;
+    for (int a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++)
+        expand(m, g->alts[a], -1, m->stacks, &m->n_stacks, 0);
+    if (m->overflow) {
+        snprintf(err, errlen, "the grammar's start splits into more than %d alternatives", GRAM_MAX_STACKS);
+        gram_matcher_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+gram_matcher *gram_matcher_clone(const gram_matcher *m) {
+    gram_matcher *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    *c = *m;
+    c->nodes = malloc(sizeof(gnode) * (size_t)(m->cap_nodes ? m->cap_nodes : 1));
+    c->stacks = malloc(sizeof(int32_t) * GRAM_MAX_STACKS);
+    c->scratch = NULL;
+    c->scratch_sets = 0;
+    if (!c->nodes || !c->stacks || reserve_scratch(c, 2) != 0) {
+        free(c->nodes);
+        free(c->stacks);
+        free(c->scratch);
+        free(c);
+        return NULL;
+    }
+    if (m->n_nodes) memcpy(c->nodes, m->nodes, sizeof(gnode) * (size_t)m->n_nodes);
+    memcpy(c->stacks, m->stacks, sizeof(int32_t) * (size_t)m->n_stacks);
+    atomic_fetch_add(&m->g->refs, 1);
+    return c;
+}
+
+void gram_matcher_free(gram_matcher *m) {
+    if (!m) return;
+    gram_free(m->g);
+    free(m->nodes);
+    free(m->stacks);
+    free(m->scratch);
+    free(m);
+}
+
+int gram_accept_bytes(gram_matcher *m, const char *bytes, size_t n) {
+    const int mark = m->n_nodes;
+    int32_t *a = m->scratch, *b = m->scratch + GRAM_MAX_STACKS;
+    memcpy(a, m->stacks, sizeof(int32_t) * (size_t)m->n_stacks);
+    int n_cur = m->n_stacks, rem = m->rem;
+    uint32_t cp = m->cp;
+    m->overflow = 0;
+    for (size_t i = 0; i < n; i++) {
+        n_cur = step_byte(m, a, n_cur, &cp, &rem, (unsigned char)bytes[i], b);
+        if (n_cur == 0 || m->overflow) {
+            m->n_nodes = mark;
+            m->overflow = 0;
+            return -1;
+        }
+        int32_t *t = a;
+        a = b;
+        b = t;
+    }
+    memcpy(m->stacks, a, sizeof(int32_t) * (size_t)n_cur);
+    m->n_stacks = n_cur;
+    m->cp = cp;
+    m->rem = rem;
+    if (m->n_nodes > 1024 && compact(m) != 0) return -1;
+    return 0;
+}
+
+int gram_is_complete(const gram_matcher *m) {
+    if (m->rem) return 0;
+    for (int i = 0; i < m->n_stacks; i++)
+        if (m->stacks[i] < 0) return 1;
+    return 0;
+}
+
+int gram_can_continue(const gram_matcher *m) {
+    for (int i = 0; i < m->n_stacks; i++)
+        if (m->stacks[i] >= 0) return 1;
+    return 0;
+}
+
+/* ---- the vocabulary trie and the mask --------------------------------------- */
+
+struct gram_vocab {
+    int n_tokens;
+    char **piece;      /* [n_tokens]: each id's bytes (copied) */
+    size_t *len;
+    uint8_t *usable;   /* [n_tokens]: not excluded and not empty */
+    /* the trie in depth-first pre-order: node i's subtree is [i, end[i]),
+     * its first child i + 1, the child after c is end[c]; node 0 is the root */
+    int n_nodes;
+    unsigned char *byte;
+    int32_t *end;
+    int32_t *tok_first, *tok_n; /* ids spelled exactly by node i: tok_ids[tok_first .. + tok_n) */
+    int32_t *tok_ids;
+    int max_len;
+};
+
+typedef struct {
+    const unsigned char *p;
+    size_t len;
+    int32_t id;
+} vocab_entry;
+
+static int entry_cmp(const void *a, const void *b) {
+    const vocab_entry *x = a, *y = b;
+    const size_t n = x->len < y->len ? x->len : y->len;
+    const int c = memcmp(x->p, y->p, n);
+    if (c) return c;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+void gram_vocab_free(gram_vocab *v) {
+    if (!v) return;
+    if (v->piece)
+        for (int i = 0; i < v->n_tokens; i++) free(v->piece[i]);
+    free(v->piece);
+    free(v->len);
+    free(v->usable);
+    free(v->byte);
+    free(v->end);
+    free(v->tok_first);
+    free(v->tok_n);
+    free(v->tok_ids);
+    free(v);
+}
+
+gram_vocab *gram_vocab_new(int n_tokens, const char *const *pieces, const size_t *lens, const uint8_t *excluded) {
+    gram_vocab *v = calloc(1, sizeof *v);
+    vocab_entry *ents = malloc(sizeof *ents * (size_t)(n_tokens + 1));
+    if (!v || !ents) goto oom;
+    v->n_tokens = n_tokens;
+    v->piece = calloc((size_t)n_tokens + 1, sizeof *v->piece);
+    v->len = calloc((size_t)n_tokens + 1, sizeof *v->len);
+    v->usable = calloc((size_t)n_tokens + 1, 1);
+    if (!v->piece || !v->len || !v->usable) goto oom;
+    size_t total = 1;
+    int n_ents = 0;
+    for (int i = 0; i < n_tokens; i++) {
+        const size_t len = pieces[i] ? lens[i] : 0;
+        v->piece[i] = malloc(len + 1);
+        if (!v->piece[i]) goto oom;
+        if (len) memcpy(v->piece[i], pieces[i], len);
+        v->len[i] = len;
+        if (len == 0 || (excluded && excluded[i])) continue;
+        v->usable[i] = 1;
+        ents[n_ents++] = (vocab_entry){(const unsigned char *)v->piece[i], len, i};
+        total += len;
+        if ((int)len > v->max_len) v->max_len = (int)len;
+    }
+    qsort(ents, (size_t)n_ents, sizeof *ents, entry_cmp);
+    v->byte = malloc(total);
+    v->end = malloc(sizeof(int32_t) * total);
+    v->tok_first = calloc(total, sizeof(int32_t));
+    v->tok_n = calloc(total, sizeof(int32_t));
+    v->tok_ids = malloc(sizeof(int32_t) * (size_t)(n_ents + 1));
+    int32_t *path = malloc(sizeof(int32_t) * (size_t)(v->max_len + 1));
+    if (!v->byte || !v->end || !v->tok_first || !v->tok_n || !v->tok_ids || !path) {
+        free(path);
+        goto oom;
+    }
+    v->byte[0] = 0;
+    v->n_nodes = 1;
+    path[0] = 0;
+    int depth = 0, n_ids = 0;
+    const unsigned char *prev = NULL;
+    for (int k = 0; k < n_ents; k++) {
+        const unsigned char *s = ents[k].p;
+        const int len = (int)ents[k].len;
+        int common = 0;
+        while (prev && common < depth && common < len && prev[common] == s[common]) common++;
+        while (depth > common) v->end[path[depth--]] = v->n_nodes;
+        for (int i = common; i < len; i++) {
+            const int nd = v->n_nodes++;
+            v->byte[nd] = s[i];
+            path[++depth] = nd;
+        }
+        const int nd = path[depth];
+        if (v->tok_n[nd] == 0) v->tok_first[nd] = n_ids;
+        v->tok_ids[n_ids++] = ents[k].id;
+        v->tok_n[nd]++;
+        prev = s;
+    }
+    while (depth >= 0) v->end[path[depth--]] = v->n_nodes;
+    free(path);
+    free(ents);
+    return v;
+oom:
+    free(ents);
+    gram_vocab_free(v);
+    return NULL;
+}
+
+int gram_vocab_size(const gram_vocab *v) { return v->n_tokens; }
+
+int gram_accept_token(gram_matcher *m, const gram_vocab *v, int id) {
+    if (id < 0 || id >= v->n_tokens || !v->usable[id]) return -1;
+    return gram_accept_bytes(m, v->piece[id], v->len[id]);
+}
+
+/* Visits node's children with the state (set, cp, rem) reached by node's
+ * bytes: a child whose byte is rejected prunes its subtree; otherwise the
+ * ids it spells are allowed and its children are visited in turn. The
+ * arena above the current state is reclaimed after each child. */
+static void walk(gram_matcher *m, const gram_vocab *v, int node, const int32_t *set, int n, uint32_t cp, int rem,
+                 int depth, uint32_t *allowed, int *count) {
+    int32_t *out = m->scratch + (size_t)(depth + 2) * GRAM_MAX_STACKS;
+    for (int c = node + 1; c < v->end[node]; c = v->end[c]) {
+        const int mark = m->n_nodes;
+        uint32_t ncp = cp;
+        int nrem = rem;
+        const int k = step_byte(m, set, n, &ncp, &nrem, v->byte[c], out);
+        if (m->overflow) {
+            m->overflow = 0; /* a branch past the limits is not allowed */
+        } else if (k > 0) {
+            for (int t = v->tok_first[c]; t < v->tok_first[c] + v->tok_n[c]; t++) {
+                const int32_t id = v->tok_ids[t];
+                allowed[id >> 5] |= 1u << (id & 31);
+                ++*count;
+            }
+            if (c + 1 < v->end[c]) walk(m, v, c, out, k, ncp, nrem, depth + 1, allowed, count);
+        }
+        m->n_nodes = mark;
+    }
+}
+
+int gram_mask(gram_matcher *m, const gram_vocab *v, uint32_t *allowed) {
+    memset(allowed, 0, sizeof(uint32_t) * (size_t)((v->n_tokens + 31) / 32));
+    if (reserve_scratch(m, v->max_len + 3) != 0) return 0;
+    int count = 0;
+    m->overflow = 0;
+    walk(m, v, 0, m->stacks, m->n_stacks, m->cp, m->rem, 0, allowed, &count);
+    return count;
+}

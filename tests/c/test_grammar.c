@@ -1,0 +1,275 @@
+/* test_grammar.c — the GBNF compiler, the matcher and the token mask (runtime/serve/grammar.h).
+ *
+ * Parser errors carry a position and name their cause; the matcher accepts
+ * exactly the sentences of small grammars (UTF-8, classes, repetition
+ * counts, nesting); pathological grammars hit a limit instead of running
+ * away; and gram_mask agrees, token for token, with feeding each token's
+ * bytes to a copy of the matcher, on a synthetic vocabulary of random byte
+ * strings (ASCII, multi-byte characters, lone UTF-8 fragments) along random
+ * accepted paths through several grammars.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "grammar.h"
+#include "xorshift.h"
+
+static gram_grammar *compile(const char *text, char *err) {
+    return gram_compile(text, strlen(text), err, 256);
+}
+
+static void expect_error(const char *text, const char *needle) {
+    char err[256] = "";
+    gram_grammar *g = compile(text, err);
+    check(g == NULL && strstr(err, needle) != NULL, "grammar %s: expected an error with '%s', got '%s'", text, needle,
+          g ? "(compiled)" : err);
+    gram_free(g);
+}
+
+/* 1 if the whole string s is a sentence of the grammar (fed in pieces of `step` bytes). */
+static int matches(gram_grammar *g, const char *s, size_t step) {
+    char err[256];
+    gram_matcher *m = gram_matcher_new(g, err, sizeof err);
+    if (!m) return -1;
+    int ok = 1;
+    const size_t n = strlen(s);
+    for (size_t i = 0; i < n && ok; i += step) {
+        const size_t k = n - i < step ? n - i : step;
+        if (gram_accept_bytes(m, s + i, k) != 0) ok = 0;
+    }
+    if (ok) ok = gram_is_complete(m);
+    gram_matcher_free(m);
+    return ok;
+}
+
+static void expect_matches(const char *grammar, const char *const *yes, const char *const *no) {
+    char err[256] = "";
+    gram_grammar *g = compile(grammar, err);
+    check(g != NULL, "grammar %s: %s", grammar, err);
+    if (!g) return;
+    for (int i = 0; yes[i]; i++)
+        for (size_t step = 1; step <= 3; step++)
+            check(matches(g, yes[i], step) == 1, "grammar %s should accept '%s' (step %zu)", grammar, yes[i], step);
+    for (int i = 0; no[i]; i++)
+        check(matches(g, no[i], 1) == 0, "grammar %s should reject '%s'", grammar, no[i]);
+    gram_free(g);
+}
+
+static void test_errors(void) {
+    expect_error("foo ::= \"a\"\n", "no rule named 'root'");
+    expect_error("root ::= foo\n", "undefined rule 'foo'");
+    expect_error("root ::= \"a\"\nroot ::= \"b\"\n", "defined twice");
+    expect_error("root ::= root \"a\" | \"b\"\n", "left recursion");
+    expect_error("root ::= a\na ::= b \"x\"\nb ::= a | \"y\"\n", "left recursion");
+    expect_error("root ::= e root \"x\" | \"y\"\ne ::= \"\" | \"z\"\n", "left recursion");
+    expect_error("root ::= (\"a\"?)*\n", "left recursion");
+    expect_error("root ::= \"abc\n", "unterminated literal");
+    expect_error("root ::= [abc\n", "unterminated character class");
+    expect_error("root ::= []\n", "empty character class");
+    expect_error("root ::= [z-a]\n", "below its start");
+    expect_error("root ::= \"\\q\"\n", "unknown escape");
+    expect_error("root ::= \"\\x4\"\n", "hexadecimal digits");
+    expect_error("root \"a\"\n", "expected '::='");
+    expect_error("root ::= (\"a\" \"b\"\n", "expected ')'");
+    expect_error("root ::= \"a\"{3,1}\n", "m <= n");
+    expect_error("root ::= \"a\"{2\n", "expected '}'");
+    expect_error("root ::= \"a\" )\n", "unexpected ')'");
+    expect_error("root ::= *\n", "must follow an item");
+    expect_error("root ::= \"a\"{100001}\n", "limited to 100000");
+    expect_error("root ::= \"abcdefghijk\"{99999}\n", "more than");
+    /* the position is where the problem is */
+    char err[256] = "";
+    gram_grammar *g = compile("root ::= \"a\"\n\nx ::= \"b\" y\n", err);
+    check(!g && strstr(err, "line 3, column 11") && strstr(err, "undefined rule 'y'"), "position: %s", err);
+    gram_free(g);
+    g = compile("# a comment\nroot ::= \"a\" \\z\n", err);
+    check(!g && strstr(err, "line 2, column 14"), "position of an unexpected character: %s", err);
+    gram_free(g);
+    static const char big[] = "root ::= \"a\"\n";
+    char *huge = malloc(GRAM_MAX_TEXT + 2);
+    memset(huge, ' ', GRAM_MAX_TEXT + 1);
+    memcpy(huge, big, sizeof big - 1);
+    g = gram_compile(huge, GRAM_MAX_TEXT + 1, err, sizeof err);
+    check(!g && strstr(err, "at most"), "oversized grammar: %s", err);
+    free(huge);
+}
+
+static void test_matching(void) {
+    expect_matches("root ::= \"yes\" | \"no\"\n", (const char *[]){"yes", "no", NULL},
+                   (const char *[]){"", "ye", "yess", "No", NULL});
+    expect_matches("root ::= [a-c]+ [0-9]* # trailing comment\n", (const char *[]){"a", "abc9", "cc012", NULL},
+                   (const char *[]){"", "9", "ad", "a9a", NULL});
+    expect_matches("root ::= [^\"\\\\]{2,4}\n", (const char *[]){"ab", "x y", "\xc3\xa9t\xc3\xa9", NULL},
+                   (const char *[]){"a", "abcde", "a\"", NULL});
+    expect_matches("root ::= \"(\" inner \")\"\ninner ::= \"x\" | \"(\" inner \")\"\n",
+                   (const char *[]){"(x)", "((x))", "(((((x)))))", NULL},
+                   (const char *[]){"((x)", "(x))", "()", NULL});
+    expect_matches("root ::= item (\",\" item)*\nitem ::= [0-9]+\n  | \"-\" [0-9]+\n",
+                   (const char *[]){"1", "1,-22,333", NULL}, (const char *[]){"1,", ",1", "--1", NULL});
+    expect_matches("root ::= \"\\u00e9\" [\\u0400-\\u04FF] \"\\U0001F600\" .\n",
+                   (const char *[]){"\xc3\xa9\xd0\x96\xf0\x9f\x98\x80z", "\xc3\xa9\xd0\x80\xf0\x9f\x98\x80\xe2\x82\xac",
+                                    NULL},
+                   (const char *[]){"e\xd0\x96\xf0\x9f\x98\x80z", "\xc3\xa9z\xf0\x9f\x98\x80z", "\xc3\xa9\xd0\x96\xf0\x9f\x98\x81z",
+                                    NULL});
+    expect_matches("root ::= \"a\"? \"b\"{3} \"c\"{1,} \"d\"{0,2}\n",
+                   (const char *[]){"bbbc", "abbbccdd", "abbbcccd", NULL},
+                   (const char *[]){"bbc", "abbbdd", "bbbcddd", "aabbbc", NULL});
+    expect_matches("root ::= (\n  \"x\" |\n  \"y\"\n) \"!\"\n", (const char *[]){"x!", "y!", NULL},
+                   (const char *[]){"xy!", "!", NULL});
+    expect_matches("root ::= [^a-z]\n", (const char *[]){"A", "\xc3\xa9", NULL}, (const char *[]){"q", "", NULL});
+
+    /* invalid UTF-8 is never accepted, even by "." */
+    char err[256];
+    gram_grammar *g = compile("root ::= .*\n", err);
+    gram_matcher *m = gram_matcher_new(g, err, sizeof err);
+    check(gram_accept_bytes(m, "\xff", 1) != 0, "0xFF accepted");
+    check(gram_accept_bytes(m, "\xc3", 1) == 0 && !gram_is_complete(m), "a lead byte leaves the matcher incomplete");
+    check(gram_accept_bytes(m, "a", 1) != 0, "a lead byte followed by ASCII accepted");
+    check(gram_accept_bytes(m, "\xa9", 1) == 0 && gram_is_complete(m), "the completed character");
+    check(gram_can_continue(m), ".* can continue");
+    gram_matcher_free(m);
+    gram_free(g);
+
+    /* a rejected input leaves the matcher where it was */
+    g = compile("root ::= \"ab\" \"c\"\n", err);
+    m = gram_matcher_new(g, err, sizeof err);
+    gram_free(g); /* the matcher holds its own reference */
+    check(gram_accept_bytes(m, "ax", 2) != 0, "ax rejected");
+    check(gram_accept_bytes(m, "abc", 3) == 0 && gram_is_complete(m) && !gram_can_continue(m),
+          "abc accepted after a rejection; complete, nothing more");
+    gram_matcher_free(m);
+
+    /* long inputs through a loop do not grow memory without bound (the arena is compacted) */
+    g = compile("root ::= (\"[\" [a-z]* \"]\")*\n", err);
+    m = gram_matcher_new(g, err, sizeof err);
+    int ok = gram_accept_bytes(m, "[", 1) == 0;
+    for (int i = 0; i < 20000 && ok; i++) ok = gram_accept_bytes(m, i % 10 == 9 ? "][" : "q", i % 10 == 9 ? 2 : 1) == 0;
+    check(ok && gram_accept_bytes(m, "]", 1) == 0 && gram_is_complete(m), "20000 loop iterations");
+    gram_matcher_free(m);
+    gram_free(g);
+}
+
+static void test_limits(void) {
+    char err[256];
+    /* every prefix x^n has 2^n distinct stacks (a y or z owed per x): the stack limit fails it */
+    gram_grammar *g = compile("root ::= a\na ::= \"x\" a \"y\" | \"x\" a \"z\" | \"\"\n", err);
+    check(g != NULL, "ambiguous grammar compiles: %s", err);
+    gram_matcher *m = gram_matcher_new(g, err, sizeof err);
+    int accepted = 0;
+    while (accepted < 40 && gram_accept_bytes(m, "x", 1) == 0) accepted++;
+    check(accepted >= 5 && accepted < 40, "the stack limit stops an exploding grammar (accepted %d)", accepted);
+    gram_matcher_free(m);
+    gram_free(g);
+    /* 2^40 derivations of the same stack: the work limit, not a hang */
+    char text[2048] = "root ::= ";
+    for (int i = 0; i < 40; i++) strcat(text, "e ");
+    strcat(text, "\"b\"\ne ::= \"\" | \"\"\n");
+    g = compile(text, err);
+    m = g ? gram_matcher_new(g, err, sizeof err) : NULL;
+    check(g && !m && strstr(err, "more than"), "exponential start: %s", err);
+    gram_matcher_free(m);
+    gram_free(g);
+}
+
+/* ---- mask against brute force ------------------------------------------- */
+
+#define N_TOK 3000
+
+static const char *const ALPHABET[] = {"a", "b", "x", "0", "1", "9", "\"", "{", "}", "[", "]", ":", ",", " ", "\n",
+                                       "-", ".", "e", "t", "r", "u", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+                                       "\xc3", "\xa9", "\x82\xac", "\\", "n", "l"};
+
+static void test_mask(void) {
+    rng_state = 42;
+    char *pieces[N_TOK];
+    size_t lens[N_TOK];
+    uint8_t excluded[N_TOK] = {0};
+    const size_t n_alpha = sizeof ALPHABET / sizeof ALPHABET[0];
+    for (int i = 0; i < N_TOK; i++) {
+        char buf[64];
+        size_t n = 0;
+        if (i < (int)n_alpha) { /* every single piece, so a path never dead-ends for lack of tokens */
+            n = strlen(ALPHABET[i]);
+            memcpy(buf, ALPHABET[i], n);
+        } else if (i % 97 == 0) {
+            n = 0; /* empty tokens are never allowed */
+        } else {
+            const int parts = rndi(1, 6);
+            for (int k = 0; k < parts; k++) {
+                const char *a = ALPHABET[rnd() % n_alpha];
+                if (n + strlen(a) < sizeof buf) {
+                    memcpy(buf + n, a, strlen(a));
+                    n += strlen(a);
+                }
+            }
+        }
+        pieces[i] = malloc(n + 1);
+        memcpy(pieces[i], buf, n);
+        lens[i] = n;
+        if (i % 53 == 7) excluded[i] = 1;
+    }
+    gram_vocab *v = gram_vocab_new(N_TOK, (const char *const *)pieces, lens, excluded);
+    check(v != NULL && gram_vocab_size(v) == N_TOK, "vocabulary built");
+
+    static const char *const GRAMMARS[] = {
+        "root ::= obj\nobj ::= \"{\" ws (pair (\",\" ws pair)*)? \"}\"\npair ::= str \":\" ws val ws\n"
+        "val ::= str | num | obj | \"[\" ws (val (\",\" ws val)*)? \"]\" | \"true\" | \"null\"\n"
+        "str ::= \"\\\"\" ([^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\n])* \"\\\"\"\n"
+        "num ::= \"-\"? [0-9]+ (\".\" [0-9]+)? ([eE] [0-9]+)?\nws ::= [ \\n]{0,2}\n",
+        "root ::= (\"a\" | \"\\u00e9\" | \"\\u20ac\")+ \"x\" [^a-z]{1,3}\n",
+        "root ::= \"tr\" \"ue\" | \"[\" [0-9]{2,5} \"]\" | .{1,8} \"!\"\n",
+    };
+    uint32_t bits[(N_TOK + 31) / 32];
+    for (size_t gi = 0; gi < sizeof GRAMMARS / sizeof GRAMMARS[0]; gi++) {
+        char err[256];
+        gram_grammar *g = compile(GRAMMARS[gi], err);
+        check(g != NULL, "mask grammar %zu: %s", gi, err);
+        if (!g) continue;
+        for (int path = 0; path < 6; path++) {
+            gram_matcher *m = gram_matcher_new(g, err, sizeof err);
+            for (int step = 0; step < 30; step++) {
+                const int count = gram_mask(m, v, bits);
+                int brute = 0, mismatches = 0, first_bad = -1;
+                int allowed_ids[N_TOK];
+                for (int id = 0; id < N_TOK; id++) {
+                    gram_matcher *c = gram_matcher_clone(m);
+                    const int ok = gram_accept_token(c, v, id) == 0;
+                    gram_matcher_free(c);
+                    const int bit = bits[id >> 5] >> (id & 31) & 1;
+                    if (ok) allowed_ids[brute++] = id;
+                    if (ok != bit && mismatches++ == 0) first_bad = id;
+                }
+                check(mismatches == 0 && count == brute,
+                      "grammar %zu path %d step %d: mask %d vs brute force %d, %d differ (first id %d)", gi, path,
+                      step, count, brute, mismatches, first_bad);
+                if (brute == 0) break;
+                const int pick = allowed_ids[rnd() % (uint64_t)brute];
+                check(gram_accept_token(m, v, pick) == 0, "accept of an allowed token");
+                if (gram_is_complete(m) && rnd() % 3 == 0) break;
+            }
+            gram_matcher_free(m);
+        }
+        gram_free(g);
+    }
+    /* excluded and empty ids are never accepted as tokens */
+    char err[256];
+    gram_grammar *g = compile("root ::= .*\n", err);
+    gram_matcher *m = gram_matcher_new(g, err, sizeof err);
+    check(gram_accept_token(m, v, 7) != 0 && gram_accept_token(m, v, 97) != 0 && gram_accept_token(m, v, -1) != 0 &&
+              gram_accept_token(m, v, N_TOK) != 0,
+          "excluded, empty and out-of-range ids are refused");
+    gram_matcher_free(m);
+    gram_free(g);
+    gram_vocab_free(v);
+    for (int i = 0; i < N_TOK; i++) free(pieces[i]);
+}
+
+int main(void) {
+    test_errors();
+    test_matching();
+    test_limits();
+    test_mask();
+    return check_summary();
+}

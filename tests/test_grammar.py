@@ -1,0 +1,15 @@
+"""The GBNF grammar engine (runtime/serve/grammar.h) through its C unit test.
+
+tests/c/test_grammar.c checks parser errors and their positions, accept and
+reject on small grammars (UTF-8, classes, counted repetition, nesting), the
+limits that stop pathological grammars, and the token mask against a brute
+force (every token's bytes fed to a copy of the matcher) on a synthetic
+vocabulary along random accepted paths.
+"""
+from conftest import run
+
+
+def test_grammar_unit(built):
+    r = run([built / "tests" / "test_grammar"])
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " 0 failed" in r.stdout
