@@ -152,6 +152,18 @@ def test_fused_and_unfused_agree(gguf, smollm2, tmp_path):
     assert np.abs(a - b).max() <= 1e-3
 
 
+def test_weights_in_place_and_copied_agree(smollm2, tmp_path):
+    """The default copies the weights into huge pages; --mmap reads the
+    mapping. Same bytes, same kernels: the logits are bit-identical."""
+    ids = json.loads((REF / "gpl3_reference.json").read_text())["tokens"][:24]
+    a = logits(smollm2, ids, tmp_path=tmp_path)
+    b = logits(smollm2, ids, "--mmap", tmp_path=tmp_path)
+    assert np.array_equal(a, b)
+    info = subprocess.run([str(smollm2), "--mmap", "--info"], capture_output=True, text=True, timeout=120)
+    assert info.returncode == 0, info.stderr
+    assert "read in place from the file (--mmap)" in info.stdout
+
+
 def test_generate_streams_text_and_reports_speed(smollm2):
     r = subprocess.run([str(smollm2), "generate", "-p", "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
                         "<|im_start|>assistant\n", "-n", "12"], capture_output=True, text=True, timeout=300)
@@ -183,4 +195,4 @@ def test_info_describes_the_model(smollm2):
     assert re.search(r"KV cache: +46080 bytes/token", out)
     # fused: embed + 5 per layer + head
     assert "kernels:         152 launches per step" in out
-    assert re.search(r"weights: +\d+\.\d MiB", out)
+    assert re.search(r"weights: +\d+\.\d MiB in memory, copied from the file", out)

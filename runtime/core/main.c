@@ -7,7 +7,8 @@
  *   NAME tokenize -p TEXT
  * Common options: --weights PATH (default: the checkpoint it was built from),
  * --tokenizer PATH (tokenizer.json; default: the GGUF's own, or tokenizer.json
- * beside the safetensors), --threads N (default 2).
+ * beside the safetensors), --threads N (default 2), --mmap (read the weights
+ * in place from the file mapping instead of copying them into huge pages).
  */
 #include <errno.h>
 #include <math.h>
@@ -21,6 +22,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "hugealloc.h"
 #include "model_api.h"
 #include "sampler.h"
 #include "scheduler.h"
@@ -32,6 +34,7 @@ typedef struct {
     const char *weights;
     const char *tokenizer;
     int threads;
+    int mmap;       /* --mmap: INGOT_LOAD_MMAP */
 } cli_common;
 
 static double now_seconds(void) {
@@ -47,7 +50,9 @@ static void die(const char *msg) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: %s [--weights PATH] [--tokenizer PATH] [--threads N] COMMAND [options]\n"
+            "usage: %s [--weights PATH] [--tokenizer PATH] [--threads N] [--mmap] COMMAND [options]\n"
+            "  --mmap                          read the weights in place from the file (less memory when\n"
+            "                                  processes share it; decode is faster from huge pages, the default)\n"
             "  --info                          print the model descriptor\n"
             "  generate -p TEXT [-n 64] [--temp 0] [--top-k 0] [--top-p 1] [--min-p 0] [--seed S]\n"
             "           [--repeat-penalty 1] [--ignore-eos] [--ids-out FILE]\n"
@@ -141,7 +146,7 @@ static ingot_model *load_model(const cli_common *c) {
     const char *path = c->weights ? c->weights : ingot_model_desc.source;
     /* 0: the most tokens per step this build was planned for; every command
      * chunks longer inputs to ingot_model_max_tokens() */
-    ingot_model *m = ingot_model_load(path, 0, err, sizeof err);
+    ingot_model *m = ingot_model_load(path, 0, c->mmap ? INGOT_LOAD_MMAP : 0, err, sizeof err);
     if (!m) die(err);
     return m;
 }
@@ -200,7 +205,11 @@ static int cmd_info(const cli_common *c, int load) {
     printf("generator:       %s\n", d->generator);
     if (load) {
         ingot_model *m = load_model(c);
-        printf("weights:         %.1f MiB in memory\n", (double)ingot_model_weight_bytes(m) / (1 << 20));
+        const long long huge = ha_process_huge_bytes();
+        printf("weights:         %.1f MiB in memory, %s", (double)ingot_model_weight_bytes(m) / (1 << 20),
+               c->mmap ? "read in place from the file (--mmap)" : "copied from the file");
+        if (huge >= 0) printf("; %.1f MiB of the process on huge pages", (double)huge / (1 << 20));
+        printf("\n");
         char err[512];
         tok_tokenizer *tok = try_load_tokenizer(c, m, err, sizeof err);
         if (tok) {
@@ -652,7 +661,7 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    cli_common c = {NULL, NULL, 2};
+    cli_common c = {NULL, NULL, 2, 0};
     const char *env_threads = getenv("INGOT_THREADS");
     if (env_threads) c.threads = (int)parse_long(env_threads, "INGOT_THREADS", 1, 64);
     int i = 1;
@@ -660,6 +669,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--weights") && i + 1 < argc) c.weights = argv[++i];
         else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) c.tokenizer = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) c.threads = (int)parse_long(argv[++i], "--threads", 1, 64);
+        else if (!strcmp(argv[i], "--mmap")) c.mmap = 1;
         else break;
     }
     if (i >= argc) {
@@ -678,6 +688,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[j], "--weights") && j + 1 < argc) c.weights = argv[++j];
         else if (!strcmp(argv[j], "--tokenizer") && j + 1 < argc) c.tokenizer = argv[++j];
         else if (!strcmp(argv[j], "--threads") && j + 1 < argc) c.threads = (int)parse_long(argv[++j], "--threads", 1, 64);
+        else if (!strcmp(argv[j], "--mmap")) c.mmap = 1;
         else argv[i + n_rest++] = argv[j];
     }
     argc = i + n_rest;

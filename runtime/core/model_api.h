@@ -75,7 +75,11 @@ typedef struct ingot_model ingot_model;
  * allocates the scratch arena for up to max_tokens tokens per step (<= 0: the
  * build's --max-tokens, which ingot_model_max_tokens reports; callers chunk
  * longer inputs). NULL and err filled on failure. */
-ingot_model *ingot_model_load(const char *weights_path, int max_tokens, char *err, size_t errlen);
+ingot_model *ingot_model_load(const char *weights_path, int max_tokens, unsigned flags, char *err, size_t errlen);
+/* flags of ingot_model_load. By default the CPU backend copies the weights
+ * out of the file mapping into huge pages (hugealloc.h: faster decode, a
+ * slower start, memory of its own); INGOT_LOAD_MMAP reads them in place. */
+#define INGOT_LOAD_MMAP 1u
 void ingot_model_free(ingot_model *m);
 const wt_file *ingot_model_weights(const ingot_model *m);
 size_t ingot_model_weight_bytes(const ingot_model *m);

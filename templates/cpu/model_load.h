@@ -6,31 +6,35 @@
  * others are converted once at load, row by row through f32.
  */
 
+#ifndef MODEL_HOST_WEIGHTS_IN_PLACE
+#define MODEL_HOST_WEIGHTS_IN_PLACE 0 /* 1: a backend that uploads the weights reads them from the mapping */
+#endif
+
+#define MODEL_ARENA_BYTES ((size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS)
+
 static void *model_aligned_alloc(size_t bytes) {
     size_t rounded = (bytes + 63) / 64 * 64;
     return aligned_alloc(64, rounded ? rounded : 64);
 }
 
-/* Converts rows [first, first + rows) of a tensor to dtype `to`; NULL on
- * allocation failure or rows that cannot be converted. */
-static void *model_convert(const wt_tensor *t, int64_t first, int64_t rows, ingot_dtype to, size_t *out_bytes) {
+/* Converts rows [first, first + rows) of a tensor to dtype `to` into dst
+ * (rows x the row bytes of `to`); -1 on allocation failure or rows that
+ * cannot be converted. */
+static int model_convert(const wt_tensor *t, int64_t first, int64_t rows, ingot_dtype to, unsigned char *dst) {
     const int64_t cols = t->shape[t->n_dims - 1];
     size_t in_row, out_row;
-    if (dtype_row_bytes(t->dtype, cols, &in_row) != 0 || dtype_row_bytes(to, cols, &out_row) != 0) return NULL;
-    unsigned char *dst = model_aligned_alloc(out_row * (size_t)rows);
+    if (dtype_row_bytes(t->dtype, cols, &in_row) != 0 || dtype_row_bytes(to, cols, &out_row) != 0) return -1;
     float *tmp = malloc(sizeof(float) * (size_t)cols);
-    if (!dst || !tmp) { free(dst); free(tmp); return NULL; }
+    if (!tmp) return -1;
     for (int64_t r = 0; r < rows; r++) {
         dtype_dequantize_row(t->dtype, (const unsigned char *)t->data + (size_t)(first + r) * in_row, tmp, cols);
         if (dtype_quantize_row(to, tmp, dst + (size_t)r * out_row, cols) != 0) { /* a type with no quantizer */
-            free(dst);
             free(tmp);
-            return NULL;
+            return -1;
         }
     }
     free(tmp);
-    *out_bytes = out_row * (size_t)rows;
-    return dst;
+    return 0;
 }
 
 void ingot_model_free(ingot_model *m) {
@@ -38,8 +42,8 @@ void ingot_model_free(ingot_model *m) {
 #ifdef MODEL_BEFORE_FREE
     MODEL_BEFORE_FREE(m);
 #endif
-    for (int i = 0; i < N_WEIGHTS; i++) free(m->owned[i]);
-    free(m->arena);
+    ha_free(m->wmem, m->wmem_bytes);
+    ha_free(m->arena, MODEL_ARENA_BYTES);
     free(m->rope);
     free(m->scratch);
     wt_close(m->file);
@@ -90,7 +94,7 @@ static int model_check_all_used(const wt_file *f, char *err, size_t errlen) {
     return -1;
 }
 
-ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_t errlen) {
+ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, char *err, size_t errlen) {
     if (max_tokens > STEP_TOKENS) {
         snprintf(err, errlen, "this build plans for at most %d tokens per step, %d requested", STEP_TOKENS, max_tokens);
         return NULL;
@@ -99,13 +103,24 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
     if (!m) { snprintf(err, errlen, "out of memory"); return NULL; }
     m->file = wt_open(path, err, errlen);
     if (!m->file) { free(m); return NULL; }
-    /* converting (or quantizing) a large checkpoint at load takes a while: a
-     * terminal is told how far it got; a pipe or a log is not */
-    const int progress = isatty(STDERR_FILENO);
-    int converted = 0;
+    /* Pass 1: find and check every weight, and lay out the ones that get a
+     * copy in one huge-page buffer (hugealloc.h): all of them by default,
+     * only those converted to another dtype with INGOT_LOAD_MMAP (the rest
+     * are read in place from the file mapping: less memory when processes
+     * share the file, slower decode). */
+    const int in_place = (flags & INGOT_LOAD_MMAP) || MODEL_HOST_WEIGHTS_IN_PLACE;
+    const wt_tensor **src = calloc(N_WEIGHTS, sizeof *src);
+    size_t *offset = calloc(N_WEIGHTS, sizeof *offset), *src_row = calloc(N_WEIGHTS, sizeof *src_row);
+    if (!src || !offset || !src_row) {
+        free(src), free(offset), free(src_row);
+        snprintf(err, errlen, "out of memory");
+        ingot_model_free(m);
+        return NULL;
+    }
+    size_t wmem_bytes = 0;
     for (int i = 0; i < N_WEIGHTS; i++) {
         const weight_spec *s = &WEIGHTS[i];
-        if (s->same_as >= 0) { m->w[i] = m->w[s->same_as]; continue; }
+        if (s->same_as >= 0) continue;
         const char *name = s->name;
         if (!wt_find(m->file, name) && s->tied_to) name = s->tied_to;
         int64_t shape[2] = {s->stored_rows ? s->stored_rows : s->shape[0], s->shape[1]};
@@ -113,43 +128,72 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
         if (!t) {
             size_t used = strlen(err);
             snprintf(err + used, errlen - used, " (declared at models.lua:%d)", s->line);
-            ingot_model_free(m);
-            return NULL;
+            break;
         }
-        if (wt_check_scales(m->file, t, err, errlen) != 0) {
-            ingot_model_free(m);
-            return NULL;
+        if (wt_check_scales(m->file, t, err, errlen) != 0) break;
+        const int64_t rows = s->n_dims == 1 ? 1 : s->shape[0], cols = t->shape[t->n_dims - 1];
+        size_t out_row = 0;
+        if (dtype_row_bytes(t->dtype, cols, &src_row[i]) != 0 || dtype_row_bytes(s->dtype, cols, &out_row) != 0) {
+            snprintf(err, errlen, "%s: tensor '%s': rows of %lld cannot be stored as %s", wt_path(m->file), name,
+                     (long long)cols, dtype_name(s->dtype));
+            break;
         }
+        src[i] = t;
+        m->weight_bytes += out_row * (size_t)rows;
+        if (t->dtype == s->dtype && in_place) continue;
+        offset[i] = wmem_bytes;
+        wmem_bytes += (out_row * (size_t)rows + 63) / 64 * 64; /* every weight 64-byte aligned */
+    }
+    int ok = 1;
+    for (int i = 0; i < N_WEIGHTS; i++) ok &= WEIGHTS[i].same_as >= 0 || src[i] != NULL;
+    if (ok && !(m->wmem = ha_alloc(wmem_bytes))) {
+        snprintf(err, errlen, "out of memory for %zu bytes of weights", wmem_bytes);
+        ok = 0;
+    }
+    m->wmem_bytes = wmem_bytes;
+    /* Pass 2: point at, copy or convert each weight. Converting (or
+     * quantizing) a large checkpoint takes a while: a terminal is told how
+     * far it got; a pipe or a log is not. */
+    const int progress = isatty(STDERR_FILENO);
+    int converted = 0;
+    for (int i = 0; ok && i < N_WEIGHTS; i++) {
+        const weight_spec *s = &WEIGHTS[i];
+        if (s->same_as >= 0) { m->w[i] = m->w[s->same_as]; continue; }
+        const wt_tensor *t = src[i];
         const int64_t rows = s->n_dims == 1 ? 1 : s->shape[0];
+        const unsigned char *from = (const unsigned char *)t->data + (size_t)s->first_row * src_row[i];
+        unsigned char *to = m->wmem + offset[i];
         if (t->dtype == s->dtype) {
-            size_t row_bytes = 0;
-            dtype_row_bytes(t->dtype, t->shape[t->n_dims - 1], &row_bytes);
-            m->w[i] = (const unsigned char *)t->data + (size_t)s->first_row * row_bytes;
-            m->weight_bytes += row_bytes * (size_t)rows;
-        } else {
-            size_t bytes = 0;
-            void *conv = model_convert(t, s->first_row, rows, s->dtype, &bytes);
-            if (!conv) {
-                snprintf(err, errlen, "%s: cannot convert tensor '%s' from %s to %s", wt_path(m->file), name,
-                         dtype_name(t->dtype), dtype_name(s->dtype));
-                ingot_model_free(m);
-                return NULL;
+            if (in_place) m->w[i] = from;
+            else {
+                m->w[i] = memcpy(to, from, src_row[i] * (size_t)rows);
+                ha_forget_mapped(from, src_row[i] * (size_t)rows);
             }
-            m->owned[i] = conv;
-            m->w[i] = conv;
-            m->weight_bytes += bytes;
-            converted++;
-            if (progress)
-                fprintf(stderr, "\rconverting weights at load: tensor %d of %d (%s)", i + 1, N_WEIGHTS,
-                        dtype_name(s->dtype));
+            continue;
         }
+        if (model_convert(t, s->first_row, rows, s->dtype, to) != 0) {
+            snprintf(err, errlen, "%s: cannot convert tensor '%s' from %s to %s", wt_path(m->file), t->name,
+                     dtype_name(t->dtype), dtype_name(s->dtype));
+            ok = 0;
+            break;
+        }
+        m->w[i] = to;
+        converted++;
+        if (progress)
+            fprintf(stderr, "\rconverting weights at load: tensor %d of %d (%s)", i + 1, N_WEIGHTS, dtype_name(s->dtype));
+    }
+    free(src), free(offset), free(src_row);
+    if (!ok) {
+        if (progress && converted) fprintf(stderr, "\n");
+        ingot_model_free(m);
+        return NULL;
     }
     if (progress && converted) fprintf(stderr, "\n");
     if (model_check_all_used(m->file, err, errlen) != 0) {
         ingot_model_free(m);
         return NULL;
     }
-    m->arena = model_aligned_alloc((size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS);
+    m->arena = ha_alloc(MODEL_ARENA_BYTES);
     m->rope = model_aligned_alloc(sizeof(float) * (size_t)N_ROPE * MAX_CTX * ROPE_DIM);
     m->scratch = model_aligned_alloc(sizeof(float) * MAX_THREADS * SCRATCH_PER_THREAD);
     if (!m->arena || !m->rope || !m->scratch) {
@@ -175,10 +219,14 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, char *err, size_
 const wt_file *ingot_model_weights(const ingot_model *m) { return m->file; }
 
 #ifndef MODEL_DEVICE_KV
+static size_t model_kv_bytes(int n_blocks) {
+    return (size_t)n_blocks * INGOT_KV_BLOCK * ingot_model_desc.kv_bytes_per_token;
+}
 int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen) {
     (void)m;
     kv->n_blocks = n_blocks;
-    kv->data = n_blocks > 0 ? calloc((size_t)n_blocks * INGOT_KV_BLOCK, ingot_model_desc.kv_bytes_per_token) : NULL;
+    /* huge pages: attention streams the KV of every position it reads */
+    kv->data = n_blocks > 0 ? ha_alloc(model_kv_bytes(n_blocks)) : NULL;
     if (!kv->data) {
         snprintf(err, errlen, "out of memory for a KV pool of %d blocks (%zu bytes each)", n_blocks,
                  ingot_model_desc.kv_bytes_per_token * INGOT_KV_BLOCK);
@@ -188,7 +236,7 @@ int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t
 }
 void ingot_kv_release(ingot_model *m, ingot_kv *kv) {
     (void)m;
-    free(kv->data);
+    ha_free(kv->data, model_kv_bytes(kv->n_blocks));
     kv->data = NULL;
 }
 int ingot_kv_fit_blocks(ingot_model *m, double fraction) { (void)m; (void)fraction; return 0; }
