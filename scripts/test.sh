@@ -25,7 +25,8 @@ case "$mode" in default|--full|--fast) ;; *) echo "usage: scripts/test.sh [--ful
 SAN_FILES="tests/test_loaders.py tests/test_tokenizer.py tests/test_jinja.py tests/test_server.py
            tests/test_http_edges.py tests/test_scheduler.py tests/test_bad_models.py tests/test_cudasim.py
            tests/test_stop_ids.py tests/test_kquants.py tests/test_kernels.py tests/test_grammar.py"
-SAN_EXTRA="tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/test_serving_load.py::test_tight_pool_never_stalls"
+SAN_EXTRA="tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/test_serving_load.py::test_tight_pool_never_stalls
+           tests/test_tools.py::test_parser_c tests/test_tools.py::test_bad_tools_are_400_naming_the_field"
 
 tiers=""
 tier_start=0

@@ -120,6 +120,10 @@ static const cJSON *field(const cJSON *o, const char *name) {
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
+static int is_empty_array(const cJSON *v) { return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0; }
+static int is_empty_object(const cJSON *v) { return cJSON_IsObject(v) && !v->child; }
+static int is_string(const cJSON *v, const char *s) { return cJSON_IsString(v) && !strcmp(v->valuestring, s); }
+
 /* ---- text the model reads ----------------------------------------------------
  *
  * cJSON decodes the escape \u0000 into a NUL that ends the C string, so the
@@ -252,6 +256,176 @@ static char *content_text(const cJSON *c, int i, oai_error *e) {
     return b.p;
 }
 
+/* ---- tools ---------------------------------------------------------------- */
+
+/* OpenAI's rule for function names: 1 to 64 of a-z, A-Z, 0-9, '_' and '-'. */
+static int valid_function_name(const char *s) {
+    const size_t n = strlen(s);
+    return n >= 1 && n <= 64 &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == n;
+}
+
+/* An assistant message's tool_calls, normalized for the template:
+ * [{"id", "type": "function", "function": {"name", "arguments"}}] where
+ * arguments is the object the client's JSON string holds (Hugging Face
+ * templates write it with `| tojson`), or the string itself when it holds no
+ * object. NULL with e filled on a malformed call. */
+static cJSON *parse_tool_calls(const cJSON *calls, int i, oai_error *e) {
+    char param[96];
+    snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+    if (!cJSON_IsArray(calls)) {
+        bad(e, param, "'%s' must be an array%s", "");
+        return NULL;
+    }
+    cJSON *out = cJSON_CreateArray();
+    int k = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, calls) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(c, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        const char *what = NULL;
+        if (!cJSON_IsObject(c)) what = "";
+        else if (!cJSON_IsString(id)) what = ".id";
+        else if (type && !cJSON_IsNull(type) && !is_string(type, "function")) what = ".type";
+        else if (!cJSON_IsObject(fn)) what = ".function";
+        else if (!cJSON_IsString(name)) what = ".function.name";
+        else if (!cJSON_IsString(args) && !cJSON_IsObject(args)) what = ".function.arguments";
+        if (what) {
+            cJSON_Delete(out);
+            snprintf(param, sizeof param, "messages[%d].tool_calls[%d]%s", i, k, what);
+            bad(e, param,
+                !*what ? "'%s' must be an object%s"
+                : !strcmp(what, ".type") ? "'%s' must be \"function\"%s"
+                : !strcmp(what, ".function") ? "'%s' must be an object with name and arguments%s"
+                : !strcmp(what, ".function.arguments") ? "'%s' must be a string (JSON of the arguments)%s"
+                                                       : "'%s' must be a string%s",
+                "");
+            return NULL;
+        }
+        snprintf(param, sizeof param, "messages[%d].tool_calls[%d].id", i, k);
+        if (check_text(id->valuestring, param, e)) goto fail;
+        snprintf(param, sizeof param, "messages[%d].tool_calls[%d].function.name", i, k);
+        if (check_text(name->valuestring, param, e)) goto fail;
+        cJSON *parsed = NULL;
+        if (cJSON_IsString(args)) {
+            snprintf(param, sizeof param, "messages[%d].tool_calls[%d].function.arguments", i, k);
+            if (check_text(args->valuestring, param, e)) goto fail;
+            parsed = cJSON_Parse(args->valuestring);
+            if (!cJSON_IsObject(parsed)) {
+                cJSON_Delete(parsed);
+                parsed = cJSON_CreateString(args->valuestring);
+            }
+        } else {
+            parsed = cJSON_Duplicate(args, 1);
+        }
+        cJSON *nc = cJSON_CreateObject(), *nf;
+        cJSON_AddStringToObject(nc, "id", id->valuestring);
+        cJSON_AddStringToObject(nc, "type", "function");
+        nf = cJSON_AddObjectToObject(nc, "function");
+        cJSON_AddStringToObject(nf, "name", name->valuestring);
+        cJSON_AddItemToObject(nf, "arguments", parsed);
+        cJSON_AddItemToArray(out, nc);
+        k++;
+    }
+    return out;
+fail:
+    cJSON_Delete(out);
+    return NULL;
+}
+
+/* tools: [{"type": "function", "function": {"name", "description"?,
+ * "parameters"? (a JSON Schema object), "strict"?}}], at most
+ * OAI_MAX_TOOLS, names unique. Kept as given for the template. */
+static int parse_tools(const cJSON *root, oai_request *r, oai_error *e) {
+    const cJSON *tools = field(root, "tools");
+    if (!tools) return 0;
+    if (!cJSON_IsArray(tools)) return bad(e, "tools", "'%s' must be an array%s", "");
+    const int n = cJSON_GetArraySize(tools);
+    if (n > OAI_MAX_TOOLS) return bad(e, "tools", "'%s' has too many entries (at most 128)%s", "");
+    char param[64];
+    int k = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        snprintf(param, sizeof param, "tools[%d]", k);
+        if (!cJSON_IsObject(t)) return bad(e, param, "'%s' must be an object%s", "");
+        snprintf(param, sizeof param, "tools[%d].type", k);
+        if (!is_string(cJSON_GetObjectItemCaseSensitive(t, "type"), "function"))
+            return bad(e, param, "'%s' must be \"function\"%s", "");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        snprintf(param, sizeof param, "tools[%d].function", k);
+        if (!cJSON_IsObject(fn)) return bad(e, param, "'%s' must be an object%s", "");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        snprintf(param, sizeof param, "tools[%d].function.name", k);
+        if (!cJSON_IsString(name) || !valid_function_name(name->valuestring))
+            return bad(e, param, "'%s' must be 1 to 64 letters, digits, '_' or '-'%s", "");
+        for (const cJSON *o = tools->child; o != t; o = o->next)
+            if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "function"), "name")
+                            ->valuestring,
+                        name->valuestring))
+                return bad(e, param, "'%s' repeats the name of an earlier tool%s", "");
+        const cJSON *desc = field(fn, "description");
+        snprintf(param, sizeof param, "tools[%d].function.description", k);
+        if (desc && !cJSON_IsString(desc)) return bad(e, param, "'%s' must be a string%s", "");
+        if (desc && check_text(desc->valuestring, param, e)) return -1;
+        const cJSON *params = field(fn, "parameters");
+        snprintf(param, sizeof param, "tools[%d].function.parameters", k);
+        if (params && !cJSON_IsObject(params)) return bad(e, param, "'%s' must be a JSON Schema object%s", "");
+        const cJSON *type = params ? cJSON_GetObjectItemCaseSensitive(params, "type") : NULL;
+        if (type && !is_string(type, "object"))
+            return bad(e, param, "'%s' must describe an object (\"type\": \"object\")%s", "");
+        const cJSON *strict = field(fn, "strict");
+        snprintf(param, sizeof param, "tools[%d].function.strict", k);
+        if (strict && !cJSON_IsBool(strict)) return bad(e, param, "'%s' must be a boolean%s", "");
+        k++;
+    }
+    if (n) r->tools = cJSON_Duplicate(tools, 1);
+    return 0;
+}
+
+/* tool_choice: "none" | "auto" | "required" | {"type": "function",
+ * "function": {"name": one of the tools}}; parallel_tool_calls: a boolean. */
+static int parse_tool_choice(const cJSON *root, oai_request *r, oai_error *e) {
+    r->parallel_tool_calls = 1;
+    if (get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, e) < 0) return -1;
+    r->tool_choice = r->tools ? OAI_TOOLS_AUTO : OAI_TOOLS_NONE;
+    const cJSON *tc = field(root, "tool_choice");
+    if (!tc) return 0;
+    if (is_string(tc, "none")) r->tool_choice = OAI_TOOLS_NONE;
+    else if (is_string(tc, "auto")) r->tool_choice = r->tools ? OAI_TOOLS_AUTO : OAI_TOOLS_NONE;
+    else if (is_string(tc, "required")) r->tool_choice = OAI_TOOLS_REQUIRED;
+    else if (cJSON_IsObject(tc)) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!is_string(cJSON_GetObjectItemCaseSensitive(tc, "type"), "function") || !cJSON_IsString(name))
+            return bad(e, "tool_choice",
+                       "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+                       "{\"name\": ...}}%s",
+                       "");
+        const cJSON *t;
+        int found = 0;
+        if (r->tools)
+            cJSON_ArrayForEach(t, r->tools) {
+                const cJSON *tn = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"),
+                                                                   "name");
+                if (!strcmp(tn->valuestring, name->valuestring)) found = 1;
+            }
+        if (!found) return bad(e, "tool_choice", "'%s' names a function that is not in 'tools'%s", "");
+        r->tool_choice = OAI_TOOLS_NAMED;
+        if (!(r->tool_choice_name = strdup(name->valuestring))) return -1;
+    } else {
+        return bad(e, "tool_choice",
+                   "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+                   "{\"name\": ...}}%s",
+                   "");
+    }
+    if (r->tool_choice == OAI_TOOLS_REQUIRED && !r->tools)
+        return bad(e, "tool_choice", "'%s' \"required\" needs 'tools'%s", "");
+    return 0;
+}
+
 static int parse_messages(const cJSON *root, oai_request *r, oai_error *e) {
     const cJSON *msgs = field(root, "messages");
     if (!msgs) return bad(e, "messages", "'%s' is required%s", "");
@@ -270,40 +444,63 @@ static int parse_messages(const cJSON *root, oai_request *r, oai_error *e) {
         const char *rs = role->valuestring;
         /* "developer" is the newer name of "system" (o1 and later). */
         if (!strcmp(rs, "developer")) rs = "system";
-        if (!strcmp(rs, "tool") || !strcmp(rs, "function"))
-            return bad(e, param, "'%s': tool and function messages are not supported (this server does not "
-                                 "implement tool calls)%s", "");
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
-            return bad(e, param, "'%s' must be 'system', 'user' or 'assistant'%s", "");
-        /* an assistant turn that called tools: the calls cannot be rendered or honoured */
+        if (!strcmp(rs, "function"))
+            return bad(e, param, "'%s': 'function' messages (the deprecated function calling) are not supported; "
+                                 "use 'tool' messages%s", "");
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
+            return bad(e, param, "'%s' must be 'system', 'user', 'assistant' or 'tool'%s", "");
+        const int is_tool = !strcmp(rs, "tool");
         const cJSON *calls = field(m, "tool_calls");
-        if (calls && !(cJSON_IsArray(calls) && cJSON_GetArraySize(calls) == 0)) {
+        if (calls && strcmp(rs, "assistant")) {
             snprintf(param, sizeof param, "messages[%d].tool_calls", i);
-            return bad(e, param, "'%s' is not supported (this server does not implement tool calls)%s", "");
+            return bad(e, param, "'%s' is only allowed in assistant messages%s", "");
+        }
+        if (calls && cJSON_IsArray(calls) && cJSON_GetArraySize(calls) == 0) calls = NULL;
+        const cJSON *call_id = field(m, "tool_call_id");
+        if (is_tool && !cJSON_IsString(call_id)) {
+            snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
+            return bad(e, param, call_id ? "'%s' must be a string%s" : "'%s' is required in tool messages%s", "");
+        }
+        if (call_id) {
+            snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
+            if (check_text(call_id->valuestring, param, e)) return -1;
         }
         if (field(m, "function_call")) {
             snprintf(param, sizeof param, "messages[%d].function_call", i);
-            return bad(e, param, "'%s' is not supported (this server does not implement function calls)%s", "");
+            return bad(e, param, "'%s' (the deprecated function calling) is not supported; use 'tool_calls'%s", "");
         }
         if (field(m, "audio")) {
             snprintf(param, sizeof param, "messages[%d].audio", i);
             return bad(e, param, "'%s' is not supported%s", "");
         }
+        cJSON *norm_calls = NULL;
+        if (calls && !(norm_calls = parse_tool_calls(calls, i, e))) return -1;
         const cJSON *name = field(m, "name");
         if (name && !cJSON_IsString(name)) {
+            cJSON_Delete(norm_calls);
             snprintf(param, sizeof param, "messages[%d].name", i);
             return bad(e, param, "'%s' must be a string%s", "");
         }
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        char *text;
-        if ((!content || cJSON_IsNull(content)) && !strcmp(rs, "assistant")) text = strdup("");
-        else if (!content || cJSON_IsNull(content)) {
-            snprintf(param, sizeof param, "messages[%d].content", i);
-            return bad(e, param, "'%s' is required%s", "");
-        } else if (!(text = content_text(content, i, e))) return -1;
+        char *text = NULL;
+        if (!content || cJSON_IsNull(content)) {
+            /* an assistant turn may have no content; one that called tools keeps
+             * null, as Hugging Face passes it to the template */
+            if (strcmp(rs, "assistant")) {
+                snprintf(param, sizeof param, "messages[%d].content", i);
+                return bad(e, param, "'%s' is required%s", "");
+            }
+            if (!norm_calls) text = strdup("");
+        } else if (!(text = content_text(content, i, e))) {
+            cJSON_Delete(norm_calls);
+            return -1;
+        }
         cJSON *nm = cJSON_CreateObject();
         cJSON_AddStringToObject(nm, "role", rs);
-        cJSON_AddStringToObject(nm, "content", text ? text : "");
+        if (text) cJSON_AddStringToObject(nm, "content", text);
+        else cJSON_AddNullToObject(nm, "content");
+        if (norm_calls) cJSON_AddItemToObject(nm, "tool_calls", norm_calls);
+        if (call_id) cJSON_AddStringToObject(nm, "tool_call_id", call_id->valuestring);
         if (name) { /* participant names reach the template, which may render them */
             snprintf(param, sizeof param, "messages[%d].name", i);
             if (check_text(name->valuestring, param, e)) {
@@ -380,16 +577,12 @@ static int parse_stop(const cJSON *root, oai_request *r, oai_error *e) {
  * refused with a 400 whose message and param name the field, rather than
  * answered as if the field were not there. A field is accepted when it
  * cannot change the answer: absent or null; at the value that means "off",
- * which OpenAI clients send routinely (tools: [], tool_choice: "none" or
- * "auto" without tools, parallel_tool_calls: true, functions: [],
+ * which OpenAI clients send routinely (functions: [],
  * function_call: "none" or "auto", response_format: {"type": "text"},
  * modalities: ["text"], suffix: ""); or a field that never
  * affects the output (user, store, metadata, service_tier,
  * prompt_cache_key, safety_identifier). stream_options is honoured. */
 
-static int is_empty_array(const cJSON *v) { return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0; }
-static int is_empty_object(const cJSON *v) { return cJSON_IsObject(v) && !v->child; }
-static int is_string(const cJSON *v, const char *s) { return cJSON_IsString(v) && !strcmp(v->valuestring, s); }
 
 /* logit_bias: {"token id": bias, ...}, ids in the vocabulary, biases in
  * [-100, 100] (OpenAI's range), at most OAI_MAX_LOGIT_BIAS entries. */
@@ -430,17 +623,16 @@ static int parse_logit_bias(const cJSON *root, int vocab, oai_request *r, oai_er
 
 static int check_unsupported(const cJSON *root, oai_kind kind, oai_error *e) {
     const cJSON *v;
-    if ((v = field(root, "tools")) && !is_empty_array(v))
-        return bad(e, "tools", "'%s' is not supported: this server does not implement tool calls%s", "");
-    if ((v = field(root, "tool_choice")) && !is_string(v, "none") && !is_string(v, "auto"))
-        return bad(e, "tool_choice", "'%s' is not supported: this server does not implement tool calls%s", "");
-    if ((v = field(root, "parallel_tool_calls")) && !cJSON_IsTrue(v))
-        return bad(e, "parallel_tool_calls", "'%s' is not supported: this server does not implement tool calls%s",
-                   "");
+    if (kind == OAI_COMPLETION) {
+        static const char *const CHAT_ONLY[] = {"tools", "tool_choice", "parallel_tool_calls"};
+        for (size_t i = 0; i < sizeof CHAT_ONLY / sizeof CHAT_ONLY[0]; i++)
+            if (field(root, CHAT_ONLY[i]))
+                return bad(e, CHAT_ONLY[i], "'%s' is only available on /v1/chat/completions%s", "");
+    }
     if ((v = field(root, "functions")) && !is_empty_array(v))
-        return bad(e, "functions", "'%s' is not supported: this server does not implement function calls%s", "");
+        return bad(e, "functions", "'%s' (the deprecated function calling) is not supported; use 'tools'%s", "");
     if ((v = field(root, "function_call")) && !is_string(v, "none") && !is_string(v, "auto"))
-        return bad(e, "function_call", "'%s' is not supported: this server does not implement function calls%s",
+        return bad(e, "function_call", "'%s' (the deprecated function calling) is not supported; use 'tool_choice'%s",
                    "");
     if ((v = field(root, "response_format")) &&
         !(cJSON_IsObject(v) && is_string(cJSON_GetObjectItemCaseSensitive(v, "type"), "text") &&
@@ -506,6 +698,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
     r->model = strdup(model->valuestring);
     if ((kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, vocab, r, e)) != 0) goto out;
     if (check_unsupported(root, kind, e) != 0) goto out;
+    if (kind == OAI_CHAT && (parse_tools(root, r, e) != 0 || parse_tool_choice(root, r, e) != 0)) goto out;
 
     long long ll;
     double d;
@@ -599,6 +792,8 @@ void oai_request_free(oai_request *r) {
     free(r->bias_values);
     free(r->model);
     cJSON_Delete(r->messages);
+    cJSON_Delete(r->tools);
+    free(r->tool_choice_name);
     free(r->prompt_text);
     free(r->prompt_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
@@ -741,6 +936,29 @@ void oai_set_usage(cJSON *obj, int prompt_tokens, int completion_tokens) {
     cJSON_AddNumberToObject(u, "total_tokens", prompt_tokens + completion_tokens);
 }
 
+cJSON *oai_tool_call(const char *id, const char *name, const char *arguments) {
+    cJSON *c = cJSON_CreateObject(), *f;
+    cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "type", "function");
+    f = cJSON_AddObjectToObject(c, "function");
+    add_text(f, "name", name, strlen(name));
+    add_text(f, "arguments", arguments, strlen(arguments));
+    return c;
+}
+
+void oai_response_set_tool_calls(cJSON *resp, int index, cJSON *tool_calls) {
+    cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItem(resp, "choices"), index);
+    cJSON *msg = cJSON_GetObjectItem(choice, "message");
+    if (!msg) {
+        cJSON_Delete(tool_calls);
+        return;
+    }
+    const cJSON *content = cJSON_GetObjectItem(msg, "content");
+    if (cJSON_IsString(content) && !content->valuestring[0])
+        cJSON_ReplaceItemInObject(msg, "content", cJSON_CreateNull());
+    cJSON_AddItemToObject(msg, "tool_calls", tool_calls);
+}
+
 static char *sse(cJSON *o) {
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -771,6 +989,30 @@ char *oai_chunk(const oai_meta *m, int index, int first, const char *text, size_
     else cJSON_AddNullToObject(c, "logprobs");
     if (finish_reason) cJSON_AddStringToObject(c, "finish_reason", finish_reason);
     else cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(cJSON_GetObjectItem(o, "choices"), c);
+    if (with_usage_null) cJSON_AddNullToObject(o, "usage");
+    return sse(o);
+}
+
+char *oai_tool_call_chunk(const oai_meta *m, int index, int first, int call_index, const char *id, const char *name,
+                          const char *arguments, int with_usage_null) {
+    cJSON *o = envelope(m, 1), *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", index);
+    cJSON *delta = cJSON_AddObjectToObject(c, "delta");
+    if (first) cJSON_AddStringToObject(delta, "role", "assistant");
+    if (first) cJSON_AddNullToObject(delta, "content");
+    cJSON *calls = cJSON_AddArrayToObject(delta, "tool_calls"), *call = cJSON_CreateObject();
+    cJSON_AddNumberToObject(call, "index", call_index);
+    if (id) {
+        cJSON_AddStringToObject(call, "id", id);
+        cJSON_AddStringToObject(call, "type", "function");
+    }
+    cJSON *f = cJSON_AddObjectToObject(call, "function");
+    if (name) add_text(f, "name", name, strlen(name));
+    add_text(f, "arguments", arguments, strlen(arguments));
+    cJSON_AddItemToArray(calls, call);
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddNullToObject(c, "finish_reason");
     cJSON_AddItemToArray(cJSON_GetObjectItem(o, "choices"), c);
     if (with_usage_null) cJSON_AddNullToObject(o, "usage");
     return sse(o);

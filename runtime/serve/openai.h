@@ -22,6 +22,16 @@
 
 typedef enum { OAI_CHAT, OAI_COMPLETION } oai_kind;
 
+#define OAI_MAX_TOOLS 128 /* OpenAI's limit */
+
+/* tool_choice: what the model may or must do with the tools. */
+typedef enum {
+    OAI_TOOLS_AUTO,     /* call tools or answer, as the model decides (the default when tools are given) */
+    OAI_TOOLS_NONE,     /* answer only: the tools are not shown to the model and no call is parsed */
+    OAI_TOOLS_REQUIRED, /* call at least one tool */
+    OAI_TOOLS_NAMED,    /* call the tool named tool_choice_name */
+} oai_tool_choice;
+
 typedef struct {
     int status;        /* HTTP status */
     char message[320];
@@ -33,7 +43,13 @@ typedef struct {
 typedef struct {
     oai_kind kind;
     char *model;
-    cJSON *messages;       /* chat: normalized copy, every content a string (owned) */
+    cJSON *messages;       /* chat: normalized copy (owned): every content a string, except null in an
+                              assistant turn with tool_calls; tool_calls[i].function.arguments an object
+                              when the client's string held one (what chat templates expect) */
+    cJSON *tools;          /* chat: the tools as given, validated (owned), or NULL when there are none */
+    oai_tool_choice tool_choice;
+    char *tool_choice_name;  /* OAI_TOOLS_NAMED: the function's name */
+    int parallel_tool_calls; /* 0: at most one call per reply */
     char *prompt_text;     /* completions: string prompt, or NULL */
     int32_t *prompt_ids;   /* completions: token-array prompt, or NULL */
     size_t n_prompt_ids;
@@ -112,12 +128,24 @@ void oai_response_add_choice(cJSON *resp, oai_kind kind, int index, const char *
                              cJSON *logprobs, const char *finish_reason);
 void oai_set_usage(cJSON *obj, int prompt_tokens, int completion_tokens);
 
+/* One tool call of a reply: {"id", "type": "function", "function": {"name", "arguments"}}. */
+cJSON *oai_tool_call(const char *id, const char *name, const char *arguments);
+/* Gives choice index of a chat response its tool calls (taken over): the
+ * message gets "tool_calls", and a content that is empty becomes null. */
+void oai_response_set_tool_calls(cJSON *resp, int index, cJSON *tool_calls);
+
 /* One SSE event "data: {...}\n\n" (malloc'd) for a stream chunk of one
  * choice: role only on a chat stream's first chunk, text (may be empty),
  * logprobs (taken over, may be NULL), finish_reason (NULL while generating).
  * with_usage_null: add "usage": null (stream_options.include_usage). */
 char *oai_chunk(const oai_meta *m, int index, int first, const char *text, size_t len, cJSON *logprobs,
                 const char *finish_reason, int with_usage_null);
+/* A chat stream chunk with one tool call's delta: delta.tool_calls =
+ * [{"index": call_index, "id", "type", "function": {"name", "arguments"}}],
+ * where id and name are sent (with "type") only when not NULL (the call's
+ * first chunk) and arguments is the next fragment. role as in oai_chunk. */
+char *oai_tool_call_chunk(const oai_meta *m, int index, int first, int call_index, const char *id, const char *name,
+                          const char *arguments, int with_usage_null);
 /* The closing usage chunk: "choices": [] and the usage object. */
 char *oai_usage_chunk(const oai_meta *m, int prompt_tokens, int completion_tokens);
 

@@ -51,6 +51,8 @@
 #include "metrics.h"
 #include "openai.h"
 #include "scheduler.h"
+#include "tool_calls.h"
+#include "tool_prompt.h"
 
 /* ---- configuration -------------------------------------------------------- */
 
@@ -99,6 +101,9 @@ typedef struct {
     size_t emitted;          /* bytes of text released so far (completions text_offset) */
     cJSON *logprobs;         /* non-streaming logprobs accumulator */
     int sent_first;          /* streaming: the chunk carrying the role went out */
+    int tools;               /* tool calls are parsed out of this choice's text */
+    tc_parser tc;            /* the text after stop strings, split into content and calls */
+    cJSON *calls;            /* the calls so far (oai_tool_call objects) */
 } srv_choice;
 
 typedef struct server server;
@@ -126,6 +131,9 @@ struct server {
     ingot_model *model;
     tok_tokenizer *tok;
     chat_template *chat;
+    tc_format tool_format;  /* how this model writes tool calls (from its template) */
+    int tools_native;       /* the template renders tools itself (else tool_prompt.h) */
+    int tool_marker_id;     /* the special token that opens a call, or -1 */
     sched *sched;
     int n_threads;
     struct event_base *base;
@@ -246,6 +254,8 @@ static void req_free(server *s, srv_req *q) {
         oai_buf_free(&q->choices[i].held);
         oai_buf_free(&q->choices[i].text);
         cJSON_Delete(q->choices[i].logprobs);
+        tc_free(&q->choices[i].tc);
+        cJSON_Delete(q->choices[i].calls);
     }
     free(q->choices);
     oai_request_free(&q->q);
@@ -399,6 +409,10 @@ static void finish_request(server *s, srv_req *q) {
                 srv_choice *c = &q->choices[i];
                 oai_response_add_choice(resp, q->q.kind, i, c->text.p, c->text.len, c->logprobs, c->finish_reason);
                 c->logprobs = NULL; /* taken over */
+                if (c->calls && cJSON_GetArraySize(c->calls) > 0) {
+                    oai_response_set_tool_calls(resp, i, c->calls);
+                    c->calls = NULL;
+                }
             }
             oai_set_usage(resp, q->n_prompt, completion);
             reply_json(s, h, 200, resp);
@@ -428,20 +442,59 @@ static void emit_text(srv_req *q, int i, const char *text, size_t n, cJSON *lp, 
     }
 }
 
-/* Passes new text through the stop-string matcher; returns 1 on a stop. */
-static int feed_text(srv_req *q, int i, const char *text, size_t n, cJSON *lp) {
+/* Text past the stop-string matcher: straight out, or through the tool-call
+ * parser (final: the choice's text is complete, flush it). Calls go out as
+ * delta.tool_calls chunks (name first, then the arguments) or are kept for
+ * the reply. Returns 1 when the choice has made the one call that
+ * parallel_tool_calls=false allows. */
+static int release_text(server *s, srv_req *q, int i, const char *text, size_t n, cJSON *lp, int final) {
+    srv_choice *c = &q->choices[i];
+    if (!c->tools) {
+        emit_text(q, i, text, n, lp, NULL);
+        return 0;
+    }
+    tc_out o = {.calls = cJSON_CreateArray()};
+    tc_feed(&c->tc, text, n, &o);
+    if (final) tc_finish(&c->tc, &o);
+    emit_text(q, i, o.content.p ? o.content.p : "", o.content.len, lp, NULL);
+    const cJSON *call;
+    cJSON_ArrayForEach(call, o.calls) {
+        const int k = cJSON_GetArraySize(c->calls);
+        if (!q->q.parallel_tool_calls && k >= 1) break;
+        const char *name = cJSON_GetObjectItem(call, "name")->valuestring;
+        const char *args = cJSON_GetObjectItem(call, "arguments")->valuestring;
+        char id[32];
+        tc_call_id(s->tool_format, &s->rng, id);
+        if (q->q.stream) {
+            write_chunk(q, oai_tool_call_chunk(&q->meta, i, !c->sent_first, k, id, name, "", q->q.include_usage));
+            c->sent_first = 1;
+            write_chunk(q, oai_tool_call_chunk(&q->meta, i, 0, k, NULL, NULL, args, q->q.include_usage));
+        }
+        cJSON_AddItemToArray(c->calls, oai_tool_call(id, name, args));
+    }
+    oai_buf_free(&o.content);
+    cJSON_Delete(o.calls);
+    return !q->q.parallel_tool_calls && cJSON_GetArraySize(c->calls) >= 1;
+}
+
+/* Passes new text through the stop-string matcher; returns 1 on a stop, 2
+ * when the choice made its one allowed tool call. */
+static int feed_text(server *s, srv_req *q, int i, const char *text, size_t n, cJSON *lp) {
     srv_choice *c = &q->choices[i];
     oai_buf out = {0};
     oai_buf_add(&out, "", 0);
     const int stopped = oai_stop_feed(q->q.stop, q->q.n_stop, &c->held, text, n, &out);
-    emit_text(q, i, out.p ? out.p : "", out.len, lp, NULL);
+    const int one_call = release_text(s, q, i, out.p ? out.p : "", out.len, lp, stopped);
     oai_buf_free(&out);
-    return stopped;
+    return stopped ? 1 : one_call ? 2 : 0;
 }
 
+/* A choice that made tool calls and ended on its own (EOS or a stop string)
+ * finishes with "tool_calls", as OpenAI's do. */
 static void choice_finish(srv_req *q, int i, const char *reason) {
     srv_choice *c = &q->choices[i];
     c->finished = 1;
+    if (c->calls && cJSON_GetArraySize(c->calls) > 0 && !strcmp(reason, "stop")) reason = "tool_calls";
     c->finish_reason = reason;
     if (q->q.stream && q->http) emit_text(q, i, "", 0, NULL, reason);
 }
@@ -479,9 +532,16 @@ static void on_token(server *s, srv_req *q, int i, const sched_event *ev) {
             oai_logprobs_add(q->q.kind, c->logprobs, &t, c->emitted + c->held.len);
         }
     }
-    const int stopped = feed_text(q, i, buf ? buf : "", n, lp);
+    int stopped = feed_text(s, q, i, buf ? buf : "", n, lp);
     if (buf != small) free(buf);
+    /* the token that opens a call is a control token, which the detokenizer skips */
+    if (!stopped && c->tools && ev->token == s->tool_marker_id) {
+        const char *marker = tc_open_marker(s->tool_format);
+        stopped = feed_text(s, q, i, marker, strlen(marker), NULL);
+    }
     if (stopped) {
+        /* a stop string ends the text (the parser was flushed); so does the one allowed call */
+        if (stopped == 2) release_text(s, q, i, "", 0, NULL, 1);
         choice_finish(q, i, "stop");
         sched_cancel(s->sched, c->seq_id);
         if (all_finished(q)) finish_request(s, q);
@@ -500,9 +560,9 @@ static void on_done(server *s, srv_req *q, int i, const sched_event *ev) {
          * the held-back text (no stop string can complete any more) */
         char tail[16];
         const size_t n = tok_stream_flush(&c->ts, tail, sizeof tail);
-        const int stopped = feed_text(q, i, tail, n, NULL);
-        if (!stopped && c->held.len) {
-            emit_text(q, i, c->held.p, c->held.len, NULL, NULL);
+        const int stopped = feed_text(s, q, i, tail, n, NULL);
+        if (!stopped && (c->held.len || c->tools)) {
+            release_text(s, q, i, c->held.p ? c->held.p : "", c->held.len, NULL, 1);
             c->held.len = 0;
         }
         const char *reason = "length";
@@ -618,7 +678,23 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
         int user_error = 0;
         tok_span *plain = NULL;
         size_t n_plain = 0;
-        char *text = chat_render_prompt(s->chat, q->q.messages, &plain, &n_plain, &user_error, err, sizeof err);
+        /* tool_choice "none": the tools are neither shown to the model nor parsed */
+        const int tools_on = q->q.tools && q->q.tool_choice != OAI_TOOLS_NONE;
+        if (q->q.tool_choice == OAI_TOOLS_REQUIRED || q->q.tool_choice == OAI_TOOLS_NAMED) {
+            oai_error_set(&e, 400, "invalid_request_error", "tool_choice", NULL,
+                          "'tool_choice' \"required\" or a named function is not supported yet (it needs "
+                          "constrained decoding); use \"auto\"");
+            goto fail;
+        }
+        cJSON *own = s->tools_native ? NULL : tp_messages(q->q.messages, tools_on ? q->q.tools : NULL);
+        if (!s->tools_native && !own) {
+            oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+            goto fail;
+        }
+        char *text = chat_render_prompt(s->chat, own ? own : q->q.messages,
+                                        s->tools_native && tools_on ? q->q.tools : NULL, &plain, &n_plain,
+                                        &user_error, err, sizeof err);
+        cJSON_Delete(own);
         if (!text) {
             oai_error_set(&e, user_error ? 400 : 500, user_error ? "invalid_request_error" : "server_error",
                           user_error ? "messages" : NULL, NULL, "chat template: %s", err);
@@ -695,6 +771,11 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
     for (int i = 0; i < q->n_choices; i++) {
         srv_choice *c = &q->choices[i];
         tok_stream_init(&c->ts);
+        tc_init(&c->tc, s->tool_format);
+        if (kind == OAI_CHAT && q->q.tools && q->q.tool_choice != OAI_TOOLS_NONE) {
+            c->tools = 1;
+            c->calls = cJSON_CreateArray();
+        }
         sched_request sr = {.prompt = ids, .n_prompt = n_ids, .sampling = q->q.sampling, .max_tokens = max_tokens,
                             .top_logprobs = q->q.logprobs ? q->q.top_logprobs : -1, .ignore_eos = q->q.ignore_eos};
         /* n choices from one seed must differ, yet the same request must repeat */
@@ -749,6 +830,9 @@ static void handle_models(server *s, struct evhttp_request *r) {
     cJSON_AddNumberToObject(m, "max_model_len", ingot_model_desc.max_ctx);
     /* "model": the checkpoint's own template; "builtin-chatml": it has none */
     cJSON_AddStringToObject(m, "chat_template", chat_is_builtin(s->chat) ? "builtin-chatml" : "model");
+    /* how tool calls are parsed, and whether the template or the server describes the tools */
+    cJSON_AddStringToObject(m, "tool_call_format", tc_format_name(s->tool_format));
+    cJSON_AddStringToObject(m, "tool_prompt", s->tools_native ? "template" : "server");
     /* the ids that end a generation (EOS, end-of-turn, end-of-message), with their text */
     const int32_t *stop_ids;
     const int n_stop = tok_stop_ids(s->tok, &stop_ids);
@@ -1116,6 +1200,9 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
         fprintf(stderr, "%s: error: %s\n", d->name, err);
         goto out;
     }
+    s->tool_format = tc_detect(chat_text(s->chat), &s->tools_native);
+    s->tool_marker_id = tok_find(tok, tc_open_marker(s->tool_format));
+    if (s->tool_marker_id >= 0 && !tok_is_special(tok, s->tool_marker_id)) s->tool_marker_id = -1;
     const size_t block_bytes = d->kv_bytes_per_token * INGOT_KV_BLOCK;
     const int ctx_blocks = (d->max_ctx + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
     int kv_blocks = s->cfg.kv_blocks;
@@ -1214,6 +1301,8 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
     if (chat_is_builtin(s->chat))
         fprintf(stderr, "%s: the model has no chat template; chat requests use the built-in ChatML template\n",
                 d->name);
+    fprintf(stderr, "%s: tool calls: %s format, tools described by the %s\n", d->name,
+            tc_format_name(s->tool_format), s->tools_native ? "chat template" : "server (the template has no tools)");
     if (s->cfg.parse_special)
         fprintf(stderr, "%s: --parse-special-in-content: control-token text in contents and prompts becomes "
                         "control tokens\n", d->name);

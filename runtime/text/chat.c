@@ -23,6 +23,7 @@ struct chat_template {
     const char *source;
     int builtin;
     char *bos, *eos;
+    char *text; /* the template's source, for what it says about tools */
 };
 
 /* tokenizer_config.json's special-token fields: a string or {"content": "..."}. */
@@ -110,8 +111,9 @@ chat_template *chat_load(const wt_file *w, const tok_tokenizer *tok, char *err, 
     if (!c->eos) c->eos = piece_string(tok, tok_eos(tok));
     char jerr[256];
     c->t = jinja_parse_ex(src, strlen(src), JINJA_HF, jerr, sizeof jerr);
+    c->text = strdup(src);
     cJSON_Delete(cfg);
-    if (!c->t || !c->bos || !c->eos) {
+    if (!c->t || !c->bos || !c->eos || !c->text) {
         snprintf(err, errlen, "chat template (%s): %s", c->source, c->t ? "out of memory" : jerr);
         chat_free(c);
         return NULL;
@@ -124,6 +126,7 @@ void chat_free(chat_template *c) {
     if (c->t) jinja_free(c->t);
     free(c->bos);
     free(c->eos);
+    free(c->text);
     free(c);
 }
 
@@ -131,7 +134,10 @@ const char *chat_source(const chat_template *c) { return c->source; }
 
 int chat_is_builtin(const chat_template *c) { return c->builtin; }
 
-char *chat_render(const chat_template *c, const cJSON *messages, int *user_error, char *err, size_t errlen) {
+const char *chat_text(const chat_template *c) { return c->text; }
+
+char *chat_render(const chat_template *c, const cJSON *messages, const cJSON *tools, int *user_error, char *err,
+                  size_t errlen) {
     *user_error = 0;
     cJSON *ctx = cJSON_CreateObject();
     if (!ctx) {
@@ -140,6 +146,10 @@ char *chat_render(const chat_template *c, const cJSON *messages, int *user_error
     }
     /* a reference, not a copy: the context is deleted below without touching messages */
     cJSON_AddItemReferenceToObject(ctx, "messages", (cJSON *)messages);
+    /* as apply_chat_template: tools and documents are always defined, None when not given */
+    if (tools) cJSON_AddItemReferenceToObject(ctx, "tools", (cJSON *)tools);
+    else cJSON_AddNullToObject(ctx, "tools");
+    cJSON_AddNullToObject(ctx, "documents");
     cJSON_AddTrueToObject(ctx, "add_generation_prompt");
     cJSON_AddStringToObject(ctx, "bos_token", c->bos);
     cJSON_AddStringToObject(ctx, "eos_token", c->eos);
@@ -290,11 +300,11 @@ static int search(const char *real, const char *const *contents, size_t n_msgs, 
     return 0;
 }
 
-char *chat_render_prompt(const chat_template *c, const cJSON *messages, tok_span **plain, size_t *n_plain,
-                         int *user_error, char *err, size_t errlen) {
+char *chat_render_prompt(const chat_template *c, const cJSON *messages, const cJSON *tools, tok_span **plain,
+                         size_t *n_plain, int *user_error, char *err, size_t errlen) {
     *plain = NULL;
     *n_plain = 0;
-    char *real = chat_render(c, messages, user_error, err, errlen);
+    char *real = chat_render(c, messages, tools, user_error, err, errlen);
     if (!real) return NULL;
     const size_t n_msgs = (size_t)cJSON_GetArraySize(messages);
     const char **contents = calloc(n_msgs ? n_msgs : 1, sizeof *contents);
@@ -321,7 +331,7 @@ char *chat_render_prompt(const chat_template *c, const cJSON *messages, tok_span
     if (ok) {
         int ue = 0;
         char serr[64];
-        char *skel = chat_render(c, skel_msgs, &ue, serr, sizeof serr);
+        char *skel = chat_render(c, skel_msgs, tools, &ue, serr, sizeof serr);
         if (skel) aligned = align(skel, real, contents, n_msgs, prefix, (size_t)plen, &sv);
         free(skel);
         if (aligned < 0) ok = 0;

@@ -4,8 +4,8 @@
  * or "chat_template" in the tokenizer_config.json beside a safetensors
  * checkpoint (a string, or a list of {name, template} of which "default" is
  * taken). Rendered by the jinja interpreter with Hugging Face's lexer options
- * (trim_blocks, lstrip_blocks) and HF's context: messages,
- * add_generation_prompt, bos_token, eos_token. A model without a template
+ * (trim_blocks, lstrip_blocks) and HF's context: messages, tools,
+ * documents (None), add_generation_prompt, bos_token, eos_token. A model without a template
  * gets ChatML, which Hugging Face used as its default.
  */
 #ifndef INGOT_CHAT_H
@@ -27,17 +27,23 @@ const char *chat_source(const chat_template *c);
 /* 1 when the model has no template of its own and ChatML is used. */
 int chat_is_builtin(const chat_template *c);
 
-/* Renders messages (an array of {role, content} objects with string content)
- * followed by the assistant's generation prompt. Returns a malloc'd string,
- * or NULL with err filled; *user_error = 1 when the template itself rejected
- * the conversation (raise_exception: the client's fault, a 400). */
-char *chat_render(const chat_template *c, const cJSON *messages, int *user_error, char *err, size_t errlen);
+/* The template's source text. */
+const char *chat_text(const chat_template *c);
+
+/* Renders messages (an array of {role, content} objects with string content;
+ * assistant turns may carry tool_calls, tool turns tool_call_id) followed by
+ * the assistant's generation prompt, with tools (an OpenAI tools array, or
+ * NULL for None) in the context. Returns a malloc'd string, or NULL with err
+ * filled; *user_error = 1 when the template itself rejected the conversation
+ * (raise_exception: the client's fault, a 400). */
+char *chat_render(const chat_template *c, const cJSON *messages, const cJSON *tools, int *user_error, char *err,
+                  size_t errlen);
 
 /* chat_render, plus where the message contents lie in the result: *plain
  * (malloc'd, sorted, disjoint; *n_plain of them, possibly none) are the byte
  * ranges that came from a content rather than from the template, for
  * tok_encode_spans. */
-char *chat_render_prompt(const chat_template *c, const cJSON *messages, tok_span **plain, size_t *n_plain,
-                         int *user_error, char *err, size_t errlen);
+char *chat_render_prompt(const chat_template *c, const cJSON *messages, const cJSON *tools, tok_span **plain,
+                         size_t *n_plain, int *user_error, char *err, size_t errlen);
 
 #endif
