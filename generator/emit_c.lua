@@ -29,7 +29,7 @@ end
 function emit.slots(grp, final_node)
   local s = {bufs = {}, buf_index = {}, weights = {}, weight_index = {}}
   local function buf(n)
-    local key = (n == final_node) and "logits" or n.buffer.id
+    local key = n.output or n.buffer.id -- "logits" / "hidden": the batch's arrays
     if not s.buf_index[key] then
       s.bufs[#s.bufs + 1] = {key = key, node = n}
       s.buf_index[key] = #s.bufs - 1
@@ -78,7 +78,8 @@ local function row_op(ctx, s, n)
     return string.format("{ const float *x = %s; float *y = %s; for (int i = 0; i < %d; i++) y[i] = %s * tanhf(x[i] / %s); }",
       row(inp(1), "t", W), row(out, "t", W), W, util.cfloat(n.attrs.cap), util.cfloat(n.attrs.cap))
   elseif op == "select_rows" then
-    return string.format("memcpy(%s, %s, sizeof(float) * %d);", row(out, "t", W), row(inp(1), "b->logit_rows[t]", W), W)
+    local from = n.attrs.hidden and "b->hidden_rows[t]" or "b->logit_rows[t]"
+    return string.format("memcpy(%s, %s, sizeof(float) * %d);", row(out, "t", W), row(inp(1), from, W), W)
   elseif op == "rope" then
     local a = n.attrs
     local pre = ""
@@ -327,7 +328,7 @@ local function decls(s, body_text)
   for i, b in ipairs(s.bufs) do
     local nm = "b" .. (i - 1)
     if body_text:find("%f[%w]" .. nm .. "%f[^%w]") then
-      local what = b.key == "logits" and "logits" or string.format("rows of %d floats", b.node.width)
+      local what = b.node.output or string.format("rows of %d floats", b.node.width)
       d[#d + 1] = string.format("    float *%s = a->buf[%d]; /* %s */", nm, i - 1, what)
     end
   end
@@ -424,15 +425,18 @@ function emit.call(ctx, c)
   local grp, s = c.grp, c.slots
   local bufs = {}
   for _, b in ipairs(s.bufs) do
-    if b.key == "logits" then bufs[#bufs + 1] = "b->logits"
+    if b.node.output then bufs[#bufs + 1] = "b->" .. b.node.output
     else bufs[#bufs + 1] = string.format("ARENA(%d)", b.node.buffer.offset) end
   end
   local ws = {}
   for _, w in ipairs(s.weights) do ws[#ws + 1] = string.format("m->w[%d]", w.slot) end
   local kv_layer = 0
   for _, n in ipairs(grp.nodes) do kv_layer = n.attrs.kv_layer or n.attrs.moe_layer or kv_layer end
-  return string.format("    RUN(%s, %s, %d, ((float *[]){%s}), ((const void *[]){%s}), %s);",
-    c.kernel.name, grp.rows == "logits" and "L" or "T", kv_layer,
+  local rows = ({logits = "L", hidden = "H"})[grp.rows] or "T"
+  -- the head runs only for steps that want logits, the hidden rows only when asked for
+  local guard = rows ~= "T" and string.format("if (%s > 0) ", rows) or ""
+  return string.format("    %sRUN(%s, %s, %d, ((float *[]){%s}), ((const void *[]){%s}), %s);", guard,
+    c.kernel.name, rows, kv_layer,
     #bufs > 0 and table.concat(bufs, ", ") or "NULL", #ws > 0 and table.concat(ws, ", ") or "NULL",
     grp.q8 and string.format("ARENA(%d)", grp.q8.offset) or "NULL")
 end

@@ -67,7 +67,8 @@ local function row_stmt(ctx, s, n, t, NT)
     return loop(string.format("{ const float *x = %s; %s[i] = %s * tanhf(x[i] / %s); }", row(inp(1), t, W),
       "(" .. row(out, t, W) .. ")", c, c))
   elseif op == "select_rows" then
-    return loop(string.format("(%s)[i] = (%s)[i];", row(out, t, W), row(inp(1), "st.logit_rows[" .. t .. "]", W)))
+    local from = n.attrs.hidden and "st.hidden_rows[" or "st.logit_rows["
+    return loop(string.format("(%s)[i] = (%s)[i];", row(out, t, W), row(inp(1), from .. t .. "]", W)))
   elseif op == "rope" then
     local a = n.attrs
     local tbl = (a.table_offset or 0) > 0 and string.format("%d /* RoPE table %d */ + ", a.table_offset, a.table) or ""
@@ -404,7 +405,10 @@ function emit.call(ctx, c, kid)
   local s = c.slots
   if c.kind == "attention" then s.buf(c.node.inputs[1].node); s.buf(c.node) end -- q, out: slots b0, b1
   -- the host expression of a slot's buffer, and a kernel's argument list after its fixed parameters
-  local function host_ptr(b) return b.key == "logits" and "d->logits" or string.format("A(%d)", b.node.buffer.offset) end
+  local function host_ptr(b)
+    if b.node.output then return "d->" .. b.node.output end -- "logits" / "hidden": the step's device outputs
+    return string.format("A(%d)", b.node.buffer.offset)
+  end
   local function arg_list(slots)
     local a = {}
     for _, b in ipairs(slots.bufs) do a[#a + 1] = host_ptr(b) end
@@ -416,7 +420,7 @@ function emit.call(ctx, c, kid)
     return #a > 0 and (", " .. table.concat(a, ", ")) or ""
   end
   local args = arg_list(s)
-  local rows = c.grp.rows == "logits" and "L" or "T"
+  local rows = ({logits = "L", hidden = "H"})[c.grp.rows] or "T"
   local tail = argl(s)
   -- a rows kernel over the step's rows: one block per row
   local function rows_launch(k, slots)
@@ -621,6 +625,7 @@ function emit.files(ctx, env, calls, kernels, aux)
 struct ig_step {
   const int *tokens, *pos, *seq;      // [n_tokens]
   const int *logit_rows;              // [n_logits]: token rows whose logits are wanted
+  const int *hidden_rows;             // [n_hidden]: token rows whose final hidden state is wanted
   const int *tok0, *pos0, *ntok;      // [n_seqs]: first token row, its position, token count
   const int *dec_pos;                 // [n_seqs]: position of a decode step's token
   const int *block_tables;            // [n_seqs][BT_STRIDE]
@@ -629,7 +634,7 @@ struct ig_step {
   int n_blocks;
   const float *rope;                  // [MAX_CTX][ROPE_DIM/2][2] cos, sin
   unsigned *done;                     // blocks finished, for the last-block epilogues
-  int n_tokens, n_logits, n_seqs;
+  int n_tokens, n_logits, n_hidden, n_seqs;
 };
 ]]
   for _, k in ipairs(kernels) do
@@ -664,6 +669,7 @@ struct ig_step {
              string.format("#define N_WEIGHTS %d", #env.weights),
              string.format("#define MAX_TOKENS %d", env.max_tokens),
              string.format("#define VOCAB %d", c.vocab),
+             string.format("#define HIDDEN_DIM %d /* width of the final hidden state (embeddings) */", c.dim),
              string.format("#define MAX_CTX %d", c.ctx),
              string.format("#define ROPE_DIM %d", env.rope.rot_dim),
              string.format("#define N_ROPE %d", env.rope.count),
@@ -685,17 +691,24 @@ struct ig_step {
   M[#M + 1] = '#include "cuda_host.h"'
   M[#M + 1] = ""
   M[#M + 1] = "static int cu_run(cu_model *d, const ig_step &st, const ig_step_info &si) {"
-  M[#M + 1] = "    const int T = st.n_tokens, L = st.n_logits;"
-  M[#M + 1] = "    (void)T; (void)L; (void)si;"
+  M[#M + 1] = "    const int T = st.n_tokens, L = st.n_logits, H = st.n_hidden;"
+  M[#M + 1] = "    (void)T; (void)L; (void)H; (void)si;"
   local last_layer = "none"
   local function kid(k) return table.unpack(kid_of[k]) end
   local launch_names = {}
   for _, call in ipairs(calls) do
     local n = call.grp.nodes[1]
     local layer = n.layer and ("layer " .. n.layer) or (n.op == "embedding" and "embed" or "head")
+    if call.grp.rows == "hidden" then layer = "final hidden state (embeddings: only steps that ask for it)" end
     if layer ~= last_layer then M[#M + 1] = "    /* " .. layer .. " */"; last_layer = layer end
-    for _, l in ipairs(emit.call(ctx, call, kid)) do M[#M + 1] = l end
-    if call.kind == "attention" then
+    -- the head runs only for steps that want logits, the hidden rows only when asked for
+    local guard = ({logits = "L", hidden = "H"})[call.grp.rows]
+    if guard then M[#M + 1] = string.format("    if (%s > 0) {", guard) end
+    for _, l in ipairs(emit.call(ctx, call, kid)) do M[#M + 1] = (guard and "    " or "") .. l end
+    if guard then M[#M + 1] = "    }" end
+    if call.grp.rows == "hidden" then
+      -- not part of a generation step: launch counts and estimates leave it out
+    elseif call.kind == "attention" then
       local p = call.plan
       launch_names[#launch_names + 1] = p.decode and lib[call.k_decode - lib_base + 1] or
         (p.prefill_bq and lib[call.k_prefill - lib_base + 1] or lib[call.k_rows - lib_base + 1])
@@ -711,7 +724,11 @@ struct ig_step {
 
   -- model.c and the --info notes
   local ctx_len = math.min(1024, c.ctx)
-  local fused_cost = emit.decode_cost(calls, aux.kv_bytes_per_pos, ctx_len)
+  local step_calls = {}
+  for _, call in ipairs(calls) do
+    if call.grp.rows ~= "hidden" then step_calls[#step_calls + 1] = call end
+  end
+  local fused_cost = emit.decode_cost(step_calls, aux.kv_bytes_per_pos, ctx_len)
   local in_layers = 0
   for _, call in ipairs(calls) do
     if call.grp.nodes[1].layer then in_layers = in_layers + (call.decode_kernels and #call.decode_kernels or 1) end

@@ -3,7 +3,8 @@
 -- The description's embed/layer/head functions run once per layer against
 -- symbolic tensors: every op call appends a node that records its inputs,
 -- its width (columns per row), which rows it spans ("tokens": every token of
--- the step; "logits": only the rows whose logits are wanted) and the
+-- the step; "logits": only the rows whose logits are wanted; "hidden": the
+-- rows whose final hidden state is wanted, see trace_hidden) and the
 -- models.lua line that called it. Shapes are checked as they are traced, so a
 -- mismatch is reported at the line of the description that caused it.
 
@@ -265,7 +266,57 @@ function G:trace()
     util.die(string.format("%s: error: head must return a tensor of width vocab (%d)", self.desc.path, c.vocab))
   end
   self.logits = logits.node
+  self.logits.output = "logits"
+  self:trace_hidden(x.node)
   return self
+end
+
+-- The embedding path: the head's ops from its row selection up to the input
+-- of its last linear (the final norm: transformers' last_hidden_state),
+-- copied onto the rows whose hidden state is wanted ("hidden" rows, chosen by
+-- the batch's hidden_rows). They run after the head and only when a step
+-- asks for hidden rows, so the LM head is skipped when only those are wanted.
+function G:trace_hidden(select)
+  local lm_head
+  for i = #self.nodes, select.id, -1 do
+    if self.nodes[i].op == "linear" then lm_head = self.nodes[i]; break end
+  end
+  if not lm_head then
+    util.die(string.format("%s: error: head must end in a linear (the LM head)", self.desc.path))
+  end
+  local last = lm_head.inputs[1].node
+  -- the nodes of the head that the final hidden state depends on
+  local needed = {[last] = true}
+  for i = last.id, select.id, -1 do
+    local n = self.nodes[i]
+    if needed[n] then
+      for _, t in ipairs(n.inputs) do
+        if getmetatable(t) == Tensor and t.node.id >= select.id then needed[t.node] = true end
+      end
+    end
+  end
+  local copy = {}
+  for i = select.id, last.id do
+    local n = self.nodes[i]
+    if needed[n] then
+      local inputs = {}
+      for k, t in ipairs(n.inputs) do
+        inputs[k] = (getmetatable(t) == Tensor and copy[t.node]) and copy[t.node].out or t
+      end
+      local attrs = {}
+      for k, v in pairs(n.attrs) do attrs[k] = v end
+      if n.op == "select_rows" then attrs.hidden = true end
+      local c = self:node(n.op, inputs, n.width, "hidden", attrs)
+      c.node.line = n.line
+      copy[n] = c.node
+    end
+  end
+  if last.width ~= self.cfg.values.dim then
+    util.die(string.format("%s: error: the LM head's input has width %d, not dim (%d)", self.desc.path, last.width,
+      self.cfg.values.dim))
+  end
+  self.hidden = copy[last]
+  self.hidden.output = "hidden"
 end
 
 return graph

@@ -284,12 +284,14 @@ local function main(argv)
     for _, call in ipairs(calls) do
       local n = call.grp.nodes[1]
       local layer = n.layer and ("layer " .. n.layer) or (n.op == "embedding" and "embed" or "head")
+      if call.grp.rows == "hidden" then layer = "final hidden state (embeddings: only steps that ask for it)" end
       if layer ~= last_layer then
         forward_lines[#forward_lines + 1] = "    /* " .. layer .. " */"
         last_layer = layer
       end
       forward_lines[#forward_lines + 1] = emit_c.call(ctx, call)
-      names[#names + 1] = call.kernel.name
+      -- kernels_per_step counts a generation step's kernels
+      if call.grp.rows ~= "hidden" then names[#names + 1] = call.kernel.name end
     end
     env.forward_lines, env.launch_names = forward_lines, names
     env.banner = banner_for("emit_c.lua", "templates/cpu/model.c.in")

@@ -56,14 +56,14 @@ function plan.run(g, groups, final_node, act_quant)
   end
   for _, grp in ipairs(groups) do
     for _, n in ipairs(grp.nodes) do
-      if n.out and n ~= final_node then
+      if n.out and not n.output then -- the logits and hidden rows go to the caller's arrays
         -- In place: an elementwise op takes over the buffer of an input it
         -- reads last (every other reader comes earlier in execution order).
         local donor
         if graph.ELEMENTWISE[n.op] and n.op ~= "kv_store" then
           for _, x in ipairs(n.inputs) do
             if not donor and type(x) == "table" and x.node and x.node.buffer and x.node.rows == n.rows
-               and x.width == n.width and x.node ~= final_node then
+               and x.width == n.width and not x.node.output then
               local last_reader = true
               for _, c in ipairs(x.node.consumers) do
                 if c.id > n.id then last_reader = false end

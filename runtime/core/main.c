@@ -524,9 +524,11 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
 
 /* Runs many requests through the continuous-batching scheduler at once.
  * Each input line: {"prompt": [ids] | "text", "max_tokens": N, "temperature": T,
- * "seed": S, "top_k": K, "top_p": P, "ignore_eos": bool}. Prints one JSON line
- * per request, in input order: {"index", "tokens": [...], "finish", "cached_tokens"},
- * then a stats line. For tests and benchmarks of the scheduler without HTTP. */
+ * "seed": S, "top_k": K, "top_p": P, "ignore_eos": bool}, or {"prompt": ...,
+ * "embed": "last" | "mean"} for an embedding. Prints one JSON line per request,
+ * in input order: {"index", "tokens": [...], "finish", "cached_tokens"} (plus
+ * "embedding": [dim floats] for an embedding), then a stats line. For tests
+ * and benchmarks of the scheduler without HTTP. */
 static int cmd_batch(const cli_common *c, int argc, char **argv) {
     const char *file = NULL;
     sched_config cfg = {.n_threads = c->threads, .kv_blocks = 0, .max_batch_tokens = 0, .max_running = 64,
@@ -579,6 +581,11 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
         if ((v = cJSON_GetObjectItem(j, "top_p")) && cJSON_IsNumber(v)) r->sampling.top_p = (float)v->valuedouble;
         if ((v = cJSON_GetObjectItem(j, "seed")) && cJSON_IsNumber(v)) r->sampling.seed = (uint64_t)v->valuedouble;
         if ((v = cJSON_GetObjectItem(j, "ignore_eos")) && cJSON_IsBool(v)) r->ignore_eos = cJSON_IsTrue(v);
+        if ((v = cJSON_GetObjectItem(j, "embed"))) {
+            if (cJSON_IsString(v) && !strcmp(v->valuestring, "last")) r->task = SCHED_EMBED_LAST;
+            else if (cJSON_IsString(v) && !strcmp(v->valuestring, "mean")) r->task = SCHED_EMBED_MEAN;
+            else die("batch: \"embed\" is \"last\" or \"mean\"");
+        }
         cJSON_Delete(j);
     }
     char err[512];
@@ -633,6 +640,12 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
         printf("{\"index\": %d, \"tokens\": [", i);
         for (int k = 0; k < n_out[i]; k++) printf("%s%d", k ? ", " : "", out[i][k]);
         printf("], \"finish\": \"%s\", \"cached_tokens\": %d", why[done[i].finish], done[i].cached_tokens);
+        if (done[i].embedding) {
+            printf(", \"embedding\": [");
+            for (int k = 0; k < ingot_model_desc.dim; k++) printf("%s%.9g", k ? ", " : "", done[i].embedding[k]);
+            printf("]");
+            free(done[i].embedding);
+        }
         if (done[i].error[0]) printf(", \"error\": \"%s\"", done[i].error);
         printf("}\n");
         total += n_out[i];

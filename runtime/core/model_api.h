@@ -5,7 +5,8 @@
  * model or backend it drives. One forward call is one step for many
  * sequences: each sequence brings its new tokens (1 for decode, a chunk for
  * prefill), their positions, and the block table that maps its positions to
- * blocks of the paged KV pool.
+ * blocks of the paged KV pool. A step returns next-token logits for the rows
+ * that ask for them and, for embeddings, the final hidden state of others.
  */
 #ifndef INGOT_MODEL_API_H
 #define INGOT_MODEL_API_H
@@ -66,6 +67,11 @@ typedef struct {
     int n_logits;             /* rows of logits wanted */
     const int32_t *logit_rows;/* [n_logits] indices of tokens whose next-token logits are wanted */
     float *logits;            /* [n_logits][vocab], written by the step */
+    int n_hidden;             /* rows of final hidden states wanted (embeddings); 0: none */
+    const int32_t *hidden_rows;/* [n_hidden] indices of tokens whose hidden state is wanted */
+    float *hidden;            /* [n_hidden][dim]: the last layer's output after the final norm (what
+                                 the LM head reads; transformers' last_hidden_state), written by the
+                                 step. A step with n_logits == 0 skips the LM head. */
 } ingot_batch;
 
 typedef struct ingot_model ingot_model;

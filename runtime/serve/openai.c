@@ -1023,3 +1023,9 @@ char *oai_usage_chunk(const oai_meta *m, int prompt_tokens, int completion_token
     oai_set_usage(o, prompt_tokens, completion_tokens);
     return sse(o);
 }
+
+/* ---- shared with the other endpoints' parsers ----------------------------- */
+
+char *oai_mark_nuls(const char *body, size_t len, size_t *out_len) { return mark_nuls(body, len, out_len); }
+
+int oai_check_text(const char *s, const char *param, oai_error *e) { return check_text(s, param, e); }

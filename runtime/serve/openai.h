@@ -149,6 +149,14 @@ char *oai_tool_call_chunk(const oai_meta *m, int index, int first, int call_inde
 /* The closing usage chunk: "choices": [] and the usage object. */
 char *oai_usage_chunk(const oai_meta *m, int prompt_tokens, int completion_tokens);
 
+/* For other endpoints' parsers (embeddings.c): a copy of a request body in
+ * which every NUL, raw or escaped (\u0000), became C0 80, so that cJSON keeps
+ * the text after it (malloc'd, NUL-terminated; *out_len its length); and the
+ * check that then refuses such text, or invalid UTF-8, with a 400 naming
+ * param (0 when s is text a model can read). */
+char *oai_mark_nuls(const char *body, size_t len, size_t *out_len);
+int oai_check_text(const char *s, const char *param, oai_error *e);
+
 /* A malloc'd copy of s[0..n) that is valid UTF-8 without NULs (invalid bytes
  * become U+FFFD), for JSON strings. */
 char *oai_utf8_clean(const char *s, size_t n);

@@ -45,6 +45,8 @@ typedef struct sched_seq {
     uint64_t admit_order;
     samp_sampler sampler;
     int top_logprobs, ignore_eos;
+    sched_task task;
+    double *pool_sum;    /* embeddings: running sum of hidden rows (mean) or the last row, [dim] */
     int cancelled;
     struct sched_seq *next; /* waiting list / submission list */
 } sched_seq;
@@ -87,6 +89,9 @@ struct sched {
     int *b_first, *b_count;   /* per slot: first token index, token count */
     float *logits;            /* [max_running][vocab] */
     float *raw_logits;        /* [vocab]: a row before sampling modifies it, for logprobs */
+    int32_t *b_hidden_rows;   /* [max_batch_tokens]: rows whose final hidden state is wanted */
+    float *hidden;            /* [max_batch_tokens][dim] */
+    int dim;
 };
 
 static double now_s(void) {
@@ -97,20 +102,21 @@ static double now_s(void) {
 
 /* ---- events ------------------------------------------------------------ */
 
-static void push_event(sched *s, const sched_event *ev) {
+static int push_event(sched *s, const sched_event *ev) {
     pthread_mutex_lock(&s->mu);
     if (s->n_events == s->cap_events) {
         size_t cap = s->cap_events ? s->cap_events * 2 : 256;
         sched_event *e = realloc(s->events, cap * sizeof *e);
         if (!e) { /* out of memory: drop; the consumer sees the DONE of a later retry */
             pthread_mutex_unlock(&s->mu);
-            return;
+            return -1;
         }
         s->events = e;
         s->cap_events = cap;
     }
     s->events[s->n_events++] = *ev;
     pthread_mutex_unlock(&s->mu);
+    return 0;
 }
 
 size_t sched_poll(sched *s, sched_event *out, size_t cap) {
@@ -131,6 +137,7 @@ static void seq_free(sched_seq *q) {
     if (!q) return;
     free(q->tokens);
     free(q->blocks);
+    free(q->pool_sum);
     samp_free(&q->sampler);
     free(q);
 }
@@ -140,12 +147,14 @@ static void release_blocks(sched *s, sched_seq *q) {
         if (q->blocks[i] >= 0) kv_unref(s->blocks, q->blocks[i]); /* -1: released out of the window */
     q->n_blocks = 0;
     q->n_computed = 0;
+    /* a recomputed embedding pools its rows again from the first */
+    if (q->pool_sum) memset(q->pool_sum, 0, sizeof(double) * (size_t)ingot_model_desc.dim);
     q->n_published = 0;
     q->last_hash = 0;
     q->matched = 0;
 }
 
-static void finish(sched *s, sched_seq *q, sched_finish why, const char *error) {
+static void finish(sched *s, sched_seq *q, sched_finish why, const char *error, float *embedding) {
     pthread_mutex_lock(&s->mu);
     s->n_live--;
     pthread_mutex_unlock(&s->mu);
@@ -157,8 +166,9 @@ static void finish(sched *s, sched_seq *q, sched_finish why, const char *error) 
     ev.prompt_tokens = q->n_prompt;
     ev.completion_tokens = q->generated;
     ev.cached_tokens = q->cached_tokens;
+    ev.embedding = embedding;
     if (error) snprintf(ev.error, sizeof ev.error, "%s", error);
-    push_event(s, &ev);
+    if (push_event(s, &ev) != 0) free(embedding);
     release_blocks(s, q);
     seq_free(q);
 }
@@ -201,11 +211,17 @@ int sched_submit(sched *s, const sched_request *r, uint64_t *id, char *err, size
         snprintf(err, errlen, "the prompt is empty");
         return -1;
     }
-    if (r->max_tokens < 1) {
+    const int embed = r->task != SCHED_GENERATE;
+    if (!embed && r->max_tokens < 1) {
         snprintf(err, errlen, "max_tokens must be at least 1");
         return -1;
     }
-    if (r->n_prompt >= (size_t)s->max_ctx) {
+    if (embed && r->n_prompt > (size_t)s->max_ctx) {
+        snprintf(err, errlen, "context_length_exceeded: the input has %zu tokens; this model's context is %d",
+                 r->n_prompt, s->max_ctx);
+        return -1;
+    }
+    if (!embed && r->n_prompt >= (size_t)s->max_ctx) {
         snprintf(err, errlen, "context_length_exceeded: the prompt has %zu tokens; this model's context is %d",
                  r->n_prompt, s->max_ctx);
         return -1;
@@ -216,7 +232,7 @@ int sched_submit(sched *s, const sched_request *r, uint64_t *id, char *err, size
             return -1;
         }
     }
-    long capacity = (long)r->n_prompt + r->max_tokens;
+    long capacity = (long)r->n_prompt + (embed ? 0 : r->max_tokens);
     if (capacity > s->max_ctx) capacity = s->max_ctx;
     /* the most blocks it holds at once: all of them, or with a sliding
      * window, its prompt (admitted whole) and then a window plus a step */
@@ -241,6 +257,8 @@ int sched_submit(sched *s, const sched_request *r, uint64_t *id, char *err, size
     q->max_tokens = r->max_tokens;
     q->top_logprobs = r->top_logprobs > SCHED_MAX_TOP_LOGPROBS ? SCHED_MAX_TOP_LOGPROBS : r->top_logprobs;
     q->ignore_eos = r->ignore_eos;
+    q->task = r->task;
+    if (embed && !(q->pool_sum = calloc((size_t)s->dim, sizeof(double)))) goto oom;
 
     pthread_mutex_lock(&s->mu);
     /* What counts is what is live, not a snapshot of the queue: requests that
@@ -325,7 +343,7 @@ static void intake(sched *s) {
         if (s->running[i]->cancelled) {
             sched_seq *q = s->running[i];
             running_remove(s, i);
-            finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+            finish(s, q, SCHED_FINISH_CANCELLED, NULL, NULL);
         }
     }
     sched_seq *keep_head = NULL, *keep_tail = NULL;
@@ -333,7 +351,7 @@ static void intake(sched *s) {
     while (s->waiting_head) {
         sched_seq *q = waiting_pop(s);
         if (q->cancelled) {
-            finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+            finish(s, q, SCHED_FINISH_CANCELLED, NULL, NULL);
             continue;
         }
         if (keep_tail) keep_tail->next = q;
@@ -349,7 +367,7 @@ static void intake(sched *s) {
 /* Reuses cached blocks for the sequence's leading full blocks. The last
  * token is never matched: its logits are needed to sample. */
 static void match_prefix(sched *s, sched_seq *q) {
-    if (q->matched || !s->cfg.prefix_cache) return;
+    if (q->matched || !s->cfg.prefix_cache || q->task == SCHED_EMBED_MEAN) return;
     q->matched = 1;
     const int full = (q->n_tokens - 1) / s->block;
     uint64_t h = 0;
@@ -495,6 +513,38 @@ static int is_stop(const sched *s, int tok) {
     return 0;
 }
 
+/* Takes an embedding sequence's hidden rows of this step (the next ones from
+ * *hrow on: every row of its chunk for mean pooling, the last for last-token
+ * pooling once its prompt is complete); when the prompt is complete, ends
+ * it with its pooled, L2-normalised vector. */
+static void pool_rows(sched *s, sched_seq *q, int chunk, int *hrow) {
+    const int D = s->dim;
+    const int rows = q->task == SCHED_EMBED_MEAN ? chunk : (q->n_computed == q->n_tokens);
+    for (int r = 0; r < rows; r++) {
+        const float *h = s->hidden + (size_t)(*hrow)++ * D;
+        if (q->task == SCHED_EMBED_MEAN)
+            for (int i = 0; i < D; i++) q->pool_sum[i] += h[i];
+        else
+            for (int i = 0; i < D; i++) q->pool_sum[i] = h[i];
+    }
+    if (q->n_computed != q->n_tokens) return;
+    double norm = 0.0;
+    for (int i = 0; i < D; i++) norm += q->pool_sum[i] * q->pool_sum[i];
+    norm = sqrt(norm);
+    /* a zero vector stays zero rather than becoming NaN */
+    const double scale = norm > 0.0 ? 1.0 / norm : 0.0;
+    float *v = malloc(sizeof(float) * (size_t)D);
+    int i_run = 0;
+    while (s->running[i_run] != q) i_run++;
+    running_remove(s, i_run);
+    if (!v) {
+        finish(s, q, SCHED_FINISH_ERROR, "out of memory", NULL);
+        return;
+    }
+    for (int i = 0; i < D; i++) v[i] = (float)(q->pool_sum[i] * scale);
+    finish(s, q, SCHED_FINISH_LENGTH, NULL, v);
+}
+
 static int step(sched *s) {
     const double t0 = now_s();
     intake(s);
@@ -556,6 +606,7 @@ restart:
     }
     if (n_tokens == 0) return 0;
 
+    int n_hidden = 0;
     for (int j = 0; j < n_slots; j++) {
         sched_seq *q = s->b_seqs[j];
         for (int t = 0; t < s->b_count[j]; t++) {
@@ -566,18 +617,24 @@ restart:
         }
         s->b_tables[j] = q->blocks;
         s->b_seq_len[j] = q->n_computed + s->b_count[j];
-        if (q->n_computed + s->b_count[j] == q->n_tokens)
+        const int completes = q->n_computed + s->b_count[j] == q->n_tokens;
+        if (q->task == SCHED_EMBED_MEAN) /* every row of the chunk is pooled */
+            for (int t = 0; t < s->b_count[j]; t++) s->b_hidden_rows[n_hidden++] = s->b_first[j] + t;
+        else if (q->task == SCHED_EMBED_LAST && completes)
+            s->b_hidden_rows[n_hidden++] = s->b_first[j] + s->b_count[j] - 1;
+        else if (q->task == SCHED_GENERATE && completes)
             s->b_rows[n_logits++] = s->b_first[j] + s->b_count[j] - 1;
     }
     ingot_batch b = {.n_tokens = n_tokens, .tokens = s->b_tokens, .pos = s->b_pos, .seq = s->b_seq,
                      .n_seqs = n_slots, .block_tables = s->b_tables, .seq_len = s->b_seq_len,
-                     .n_logits = n_logits, .logit_rows = s->b_rows, .logits = s->logits};
+                     .n_logits = n_logits, .logit_rows = s->b_rows, .logits = s->logits,
+                     .n_hidden = n_hidden, .hidden_rows = s->b_hidden_rows, .hidden = n_hidden ? s->hidden : NULL};
     char err[256];
     const double tf = now_s();
     const int rc = ingot_forward(s->model, &s->kv, &b, s->pool, err, sizeof err);
     const double tf1 = now_s();
 
-    int row = 0;
+    int row = 0, hrow = 0;
     for (int j = 0; j < n_slots; j++) {
         sched_seq *q = s->b_seqs[j];
         if (rc != 0) { /* a broken batch is a bug in this file: end its sequences, keep serving */
@@ -586,12 +643,16 @@ restart:
                     running_remove(s, i);
                     break;
                 }
-            finish(s, q, SCHED_FINISH_ERROR, err);
+            finish(s, q, SCHED_FINISH_ERROR, err, NULL);
             continue;
         }
         q->n_computed += s->b_count[j];
         publish_blocks(s, q);
         release_out_of_window(s, q);
+        if (q->task != SCHED_GENERATE) {
+            pool_rows(s, q, s->b_count[j], &hrow);
+            continue;
+        }
         if (q->n_computed != q->n_tokens) continue;
         float *lg = s->logits + (size_t)row++ * s->vocab;
         int i_run = 0;
@@ -599,14 +660,14 @@ restart:
         if (q->generated >= q->max_tokens || q->n_tokens >= q->capacity) {
             /* recomputed after a preemption that came right after its last token */
             running_remove(s, i_run);
-            finish(s, q, SCHED_FINISH_LENGTH, NULL);
+            finish(s, q, SCHED_FINISH_LENGTH, NULL, NULL);
             continue;
         }
         if (q->top_logprobs >= 0) memcpy(s->raw_logits, lg, sizeof(float) * (size_t)s->vocab);
         const int tok = samp_sample(&q->sampler, lg, q->tokens, (size_t)q->n_tokens);
         if (is_stop(s, tok) && !q->ignore_eos) {
             running_remove(s, i_run);
-            finish(s, q, SCHED_FINISH_EOS, NULL);
+            finish(s, q, SCHED_FINISH_EOS, NULL, NULL);
             continue;
         }
         emit_token(s, q, s->raw_logits, tok);
@@ -617,7 +678,7 @@ restart:
         pthread_mutex_unlock(&s->mu);
         if (q->generated >= q->max_tokens || q->n_tokens >= q->capacity) {
             running_remove(s, i_run);
-            finish(s, q, SCHED_FINISH_LENGTH, NULL);
+            finish(s, q, SCHED_FINISH_LENGTH, NULL, NULL);
         }
     }
     const double t1 = now_s();
@@ -670,9 +731,9 @@ static void *sched_main(void *arg) {
     while (s->n_running > 0) {
         sched_seq *q = s->running[0];
         running_remove(s, 0);
-        finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+        finish(s, q, SCHED_FINISH_CANCELLED, NULL, NULL);
     }
-    while (s->waiting_head) finish(s, waiting_pop(s), SCHED_FINISH_CANCELLED, NULL);
+    while (s->waiting_head) finish(s, waiting_pop(s), SCHED_FINISH_CANCELLED, NULL, NULL);
     publish_queue_stats(s);
     if (s->cfg.notify) s->cfg.notify(s->cfg.notify_user);
     return NULL;
@@ -699,6 +760,7 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     s->cfg.stop_ids = s->stop_ids;
     s->max_ctx = ingot_model_desc.max_ctx;
     s->vocab = ingot_model_desc.vocab;
+    s->dim = ingot_model_desc.dim;
     s->block = INGOT_KV_BLOCK;
     if (s->cfg.n_threads < 1) s->cfg.n_threads = 1;
     if (s->cfg.max_running < 1) s->cfg.max_running = 64;
@@ -729,12 +791,14 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     s->b_count = malloc(sizeof(int) * (size_t)R);
     s->logits = malloc(sizeof(float) * (size_t)R * s->vocab);
     s->raw_logits = malloc(sizeof(float) * (size_t)s->vocab);
+    s->b_hidden_rows = malloc(sizeof(int32_t) * (size_t)B);
+    s->hidden = malloc(sizeof(float) * (size_t)B * s->dim);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->stats.kv_blocks_total = s->cfg.kv_blocks;
     if (!s->kv.data || !s->blocks || !s->pool || !s->running || !s->b_tokens || !s->b_pos || !s->b_seq ||
         !s->b_rows || !s->b_seq_len || !s->b_tables || !s->b_seqs || !s->b_first || !s->b_count || !s->logits ||
-        !s->raw_logits || pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+        !s->raw_logits || !s->b_hidden_rows || !s->hidden || pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         if (kv_err[0]) snprintf(err, errlen, "%s", kv_err);
         else snprintf(err, errlen, "out of memory for a KV pool of %d blocks (%zu bytes each)", s->cfg.kv_blocks,
                       block_bytes);
@@ -774,6 +838,8 @@ void sched_destroy(sched *s) {
     free(s->b_count);
     free(s->logits);
     free(s->raw_logits);
+    free(s->b_hidden_rows);
+    free(s->hidden);
     free(s->cancels);
     free(s->events);
     free(s->stop_ids);

@@ -35,6 +35,18 @@ typedef struct {
     void *notify_user;
 } sched_config;
 
+/* What a request computes: generated tokens, or one embedding of its prompt
+ * (a prefill-only sequence: its prompt goes through in chunks like any
+ * other, no token is sampled, the final hidden states after the final norm
+ * are pooled, and its KV blocks are freed when it ends; full blocks stay in
+ * the prefix cache). */
+typedef enum {
+    SCHED_GENERATE = 0,
+    SCHED_EMBED_LAST,       /* the last token's hidden state (prefix-cache hits still apply) */
+    SCHED_EMBED_MEAN,       /* the mean over every prompt token (no prefix-cache lookup: each token's
+                               hidden state is needed) */
+} sched_task;
+
 typedef struct {
     const int32_t *prompt;  /* copied by sched_submit */
     size_t n_prompt;
@@ -42,6 +54,7 @@ typedef struct {
     int max_tokens;         /* new tokens at most (>= 1) */
     int top_logprobs;       /* -1: no logprobs; 0..SCHED_MAX_TOP_LOGPROBS: chosen token's logprob + that many alternatives */
     int ignore_eos;
+    sched_task task;        /* SCHED_GENERATE (0), or an embedding: then max_tokens and sampling are unused */
 } sched_request;
 
 typedef enum {
@@ -68,6 +81,8 @@ typedef struct {
     /* SCHED_EV_DONE */
     sched_finish finish;
     int prompt_tokens, completion_tokens, cached_tokens;
+    float *embedding;       /* an embedding request that completed: [dim] floats, L2-normalised
+                               (owned by the consumer, which frees it); NULL otherwise */
     char error[160];
 } sched_event;
 
@@ -91,7 +106,8 @@ void sched_destroy(sched *s);
 
 /* Queues a request; 0 and *id on success. -1 with err filled if it can never
  * run: empty prompt, prompt + max_tokens beyond the context
- * ("context_length_exceeded"), more KV blocks than the whole pool; or if the
+ * ("context_length_exceeded"; an embedding may fill the whole context), more
+ * KV blocks than the whole pool; or if the
  * queue is full: max_running + max_waiting requests are already live
  * (submitted and not finished), an error starting "the waiting queue is full".
  * Thread-safe. */

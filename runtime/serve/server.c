@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "chat.h"
+#include "embeddings.h"
 #include "http_guard.h"
 #include "metrics.h"
 #include "openai.h"
@@ -74,6 +75,7 @@ typedef struct {
     int metrics_auth;      /* 1: /metrics needs the API key too */
     int fault_stalled;     /* INGOT_FAULT_STALLED=1: probes answer as if the scheduler were stalled */
     int parse_special;     /* 1: control-token text in message contents and prompts becomes control tokens */
+    sched_task pooling;    /* /v1/embeddings: SCHED_EMBED_LAST (default) or SCHED_EMBED_MEAN */
 } srv_config;
 
 /* ---- requests ------------------------------------------------------------- */
@@ -104,6 +106,7 @@ typedef struct {
     int tools;               /* tool calls are parsed out of this choice's text */
     tc_parser tc;            /* the text after stop strings, split into content and calls */
     cJSON *calls;            /* the calls so far (oai_tool_call objects) */
+    float *embedding;        /* an embedding request: this input's pooled vector, once DONE */
 } srv_choice;
 
 typedef struct server server;
@@ -116,6 +119,7 @@ typedef struct srv_req {
     struct evhttp_connection *conn;   /* its close callback points at this request while http is set */
     struct event *watch;              /* readable socket while we generate: the client hung up */
     oai_request q;
+    emb_request *emb;                 /* an embedding request (one sequence per input), else NULL */
     char id[48];
     oai_meta meta;
     int n_prompt;
@@ -256,9 +260,12 @@ static void req_free(server *s, srv_req *q) {
         cJSON_Delete(q->choices[i].logprobs);
         tc_free(&q->choices[i].tc);
         cJSON_Delete(q->choices[i].calls);
+        free(q->choices[i].embedding);
     }
     free(q->choices);
     oai_request_free(&q->q);
+    if (q->emb) emb_request_free(q->emb);
+    free(q->emb);
     free(q);
     check_drained(s);
 }
@@ -373,7 +380,21 @@ static void finish_request(server *s, srv_req *q) {
         detach_http(q);
         evhttp_request_set_on_complete_cb(h, on_reply_complete, s);
         s->unflushed++;
-        if (q->q.stream) {
+        if (q->emb) {
+            if (q->failed) {
+                reply_error_msg(s, h, 500, "server_error", NULL, q->error);
+            } else {
+                float **vecs = malloc(sizeof(float *) * (size_t)q->n_choices);
+                char *body = NULL;
+                if (vecs) {
+                    for (int i = 0; i < q->n_choices; i++) vecs[i] = q->choices[i].embedding;
+                    body = emb_response_json(q->emb, ingot_model_desc.name, vecs, ingot_model_desc.dim, q->n_prompt);
+                    free(vecs);
+                }
+                if (body) reply(s, h, 200, "application/json", body, strlen(body));
+                else reply_error_msg(s, h, 500, "server_error", NULL, "out of memory");
+            }
+        } else if (q->q.stream) {
             if (q->failed) {
                 oai_error e;
                 oai_error_set(&e, 500, "server_error", NULL, NULL, "%s", q->error);
@@ -548,11 +569,33 @@ static void on_token(server *s, srv_req *q, int i, const sched_event *ev) {
     }
 }
 
+/* An embedding request's input i is done: keep its vector; the reply goes
+ * out when every input has one. */
+static void on_embedding_done(server *s, srv_req *q, int i, const sched_event *ev) {
+    srv_choice *c = &q->choices[i];
+    c->embedding = ev->embedding; /* taken over */
+    c->finished = 1;
+    if (!c->embedding && !q->failed) {
+        q->failed = 1;
+        snprintf(q->error, sizeof q->error, "embedding failed: %s",
+                 ev->finish == SCHED_FINISH_ERROR ? ev->error : "cancelled");
+        for (int k = 0; k < q->n_choices; k++)
+            if (!q->choices[k].seq_done) sched_cancel(s->sched, q->choices[k].seq_id);
+        for (int k = 0; k < q->n_choices; k++) q->choices[k].finished = 1;
+    }
+    if (all_finished(q)) finish_request(s, q);
+}
+
 static void on_done(server *s, srv_req *q, int i, const sched_event *ev) {
     srv_choice *c = &q->choices[i];
     c->seq_done = 1;
     if (q->state == REQ_ABANDONED || q->state == REQ_LINGERING) {
+        free(ev->embedding);
         if (all_seqs_done(q)) req_free(s, q);
+        return;
+    }
+    if (q->emb) {
+        on_embedding_done(s, q, i, ev);
         return;
     }
     if (!c->finished) {
@@ -618,7 +661,10 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
         for (size_t k = 0; k < n; k++) {
             int i;
             srv_req *q = find_seq(s, evs[k].id, &i);
-            if (!q) continue; /* a request already freed (e.g. its reply failed to start) */
+            if (!q) { /* a request already freed (e.g. its reply failed to start) */
+                if (evs[k].kind == SCHED_EV_DONE) free(evs[k].embedding);
+                continue;
+            }
             if (evs[k].kind == SCHED_EV_TOKEN) on_token(s, q, i, &evs[k]);
             else on_done(s, q, i, &evs[k]);
         }
@@ -816,6 +862,127 @@ fail:
     reply_error(s, r, &e);
 }
 
+/* ---- embeddings ------------------------------------------------------------- */
+
+/* POST /v1/embeddings: each input becomes one prefill-only sequence (see
+ * sched_task); the reply waits for all of them. Text goes through the
+ * tokenizer as a completions prompt does (BOS where the model wants one). */
+static void handle_embeddings(server *s, struct evhttp_request *r) {
+    const double t0 = now_s();
+    const ingot_desc *d = &ingot_model_desc;
+    oai_error e = {0};
+    if (s->draining) {
+        reply_error_msg(s, r, 503, "server_error", "shutting_down", "the server is shutting down");
+        return;
+    }
+    struct evbuffer *in = evhttp_request_get_input_buffer(r);
+    const size_t len = evbuffer_get_length(in);
+    if (len > (size_t)s->cfg.max_body) {
+        reply_error_msg(s, r, 413, "invalid_request_error", NULL, "request body too large");
+        return;
+    }
+    const char *body = len ? (const char *)evbuffer_pullup(in, (ev_ssize_t)len) : "";
+    srv_req *q = calloc(1, sizeof *q);
+    emb_request *er = calloc(1, sizeof *er);
+    if (!q || !er) {
+        free(q);
+        free(er);
+        reply_error_msg(s, r, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    /* every input is a live sequence: a request must fit in the queue */
+    int max_inputs = s->cfg.max_running + s->cfg.max_waiting;
+    if (max_inputs > EMB_MAX_INPUTS) max_inputs = EMB_MAX_INPUTS;
+    if (emb_parse(body ? body : "", len, tok_vocab_size(s->tok), d->dim, max_inputs, er, &e) != 0) {
+        free(q);
+        free(er);
+        reply_error(s, r, &e);
+        return;
+    }
+    q->emb = er;
+    if (strcmp(er->model, d->name) != 0) {
+        oai_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
+                      "The model '%.100s' does not exist; this server serves '%s'", er->model, d->name);
+        goto fail;
+    }
+    /* tokenize every input first: a bad one refuses the request before anything runs */
+    for (int i = 0; i < er->n_inputs; i++) {
+        emb_input *x = &er->inputs[i];
+        char param[32], err[512];
+        snprintf(param, sizeof param, er->n_inputs == 1 ? "input" : "input[%d]", i);
+        if (x->text) {
+            if (tok_encode(s->tok, x->text, strlen(x->text), 1, s->cfg.parse_special, &x->ids, &x->n_ids, err,
+                           sizeof err) != 0) {
+                oai_error_set(&e, 400, "invalid_request_error", param, NULL, "tokenizer: %s", err);
+                goto fail;
+            }
+            free(x->text);
+            x->text = NULL;
+        }
+        if (x->n_ids == 0) {
+            oai_error_set(&e, 400, "invalid_request_error", param, NULL, "'%s' encodes to no tokens", param);
+            goto fail;
+        }
+        if ((long)x->n_ids > d->max_ctx) {
+            oai_error_set(&e, 400, "invalid_request_error", param, "context_length_exceeded",
+                          "This model's maximum context length is %d tokens. However, '%s' is %zu tokens.",
+                          d->max_ctx, param, x->n_ids);
+            goto fail;
+        }
+        q->n_prompt += (int)x->n_ids;
+    }
+    q->srv = s;
+    q->http = r;
+    q->t_arrival = t0;
+    q->n_choices = er->n_inputs;
+    q->choices = calloc((size_t)q->n_choices, sizeof *q->choices);
+    if (!q->choices) {
+        oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    q->next = s->reqs;
+    if (s->reqs) s->reqs->prev = q;
+    s->reqs = q;
+    s->n_reqs++;
+    for (int i = 0; i < q->n_choices; i++) {
+        char err[512];
+        sched_request sr = {.prompt = er->inputs[i].ids, .n_prompt = er->inputs[i].n_ids,
+                            .sampling = samp_default_params(), .top_logprobs = -1, .task = s->cfg.pooling};
+        if (sched_submit(s->sched, &sr, &q->choices[i].seq_id, err, sizeof err) != 0) {
+            submit_error(&e, err);
+            if (e.status == 400) snprintf(e.param, sizeof e.param, "input");
+            for (int k = i; k < q->n_choices; k++) q->choices[k].seq_done = 1;
+            for (int k = 0; k < i; k++) sched_cancel(s->sched, q->choices[k].seq_id);
+            q->http = NULL;
+            q->state = REQ_ABANDONED;
+            if (e.status == 503) evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
+            reply_error(s, r, &e);
+            if (all_seqs_done(q)) req_free(s, q);
+            return;
+        }
+    }
+    /* the ids were copied by sched_submit */
+    for (int i = 0; i < er->n_inputs; i++) {
+        free(er->inputs[i].ids);
+        er->inputs[i].ids = NULL;
+    }
+    q->state = REQ_WAITING;
+    q->conn = evhttp_request_get_connection(r);
+    if (q->conn) {
+        evhttp_connection_set_closecb(q->conn, on_conn_close, q);
+        const evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(q->conn));
+        if (fd >= 0 && (q->watch = event_new(s->base, fd, EV_READ | EV_PERSIST, on_peer_readable, q)))
+            event_add(q->watch, NULL);
+    }
+    return;
+fail:
+    emb_request_free(er);
+    free(er);
+    free(q->choices);
+    free(q);
+    reply_error(s, r, &e);
+}
+
 /* ---- other endpoints ------------------------------------------------------- */
 
 static void handle_models(server *s, struct evhttp_request *r) {
@@ -934,6 +1101,7 @@ typedef struct {
 static const srv_route ROUTES[] = {
     {"/v1/chat/completions", EVHTTP_REQ_POST, 1, OAI_CHAT, NULL},
     {"/v1/completions", EVHTTP_REQ_POST, 1, OAI_COMPLETION, NULL},
+    {"/v1/embeddings", EVHTTP_REQ_POST, 1, -1, handle_embeddings},
     {"/v1/models", EVHTTP_REQ_GET, 1, -1, handle_models},
     {"/health", EVHTTP_REQ_GET, 0, -1, handle_health},
     {"/ready", EVHTTP_REQ_GET, 0, -1, handle_ready},
@@ -1054,6 +1222,16 @@ static int parse_num(const char *s, const char *what, double lo, double hi, int 
     return 0;
 }
 
+static int parse_pooling(const char *v, const char *what, sched_task *out) {
+    if (!strcmp(v, "last")) *out = SCHED_EMBED_LAST;
+    else if (!strcmp(v, "mean")) *out = SCHED_EMBED_MEAN;
+    else {
+        fprintf(stderr, "%s: error: %s must be last or mean, got '%s'\n", ingot_model_desc.name, what, v);
+        return -1;
+    }
+    return 0;
+}
+
 /* One option: its flag, its environment variable, and where it goes. */
 typedef struct {
     const char *flag, *env;
@@ -1088,6 +1266,8 @@ static int parse_config(srv_config *c, int argc, char **argv) {
     if ((v = getenv("INGOT_PREFIX_CACHE")) && !strcmp(v, "0")) c->prefix_cache = 0;
     if ((v = getenv("INGOT_METRICS_AUTH")) && !strcmp(v, "1")) c->metrics_auth = 1;
     if ((v = getenv("INGOT_PARSE_SPECIAL_IN_CONTENT")) && !strcmp(v, "1")) c->parse_special = 1;
+    c->pooling = SCHED_EMBED_LAST;
+    if ((v = getenv("INGOT_POOLING")) && *v && parse_pooling(v, "INGOT_POOLING", &c->pooling) != 0) return -1;
     /* a stall means something is broken, so nothing from outside can cause
      * one; this lets the probes' answer to it (and what a load balancer or
      * orchestrator does with that) be tried */
@@ -1113,6 +1293,11 @@ static int parse_config(srv_config *c, int argc, char **argv) {
         }
         if (!strcmp(a, "--host") && val) {
             snprintf(c->host, sizeof c->host, "%s", val);
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--pooling") && val) {
+            if (parse_pooling(val, "--pooling", &c->pooling) != 0) return -1;
             i++;
             continue;
         }
@@ -1291,13 +1476,14 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
             "  metrics           %s\n"
             "  grace             %g s\n"
             "  threads           %d\n"
-            "  chat template     %s\n",
+            "  chat template     %s\n"
+            "  embeddings        %s pooling, L2-normalised\n",
             d->name, d->name, d->arch, d->max_ctx, d->vocab, s->cfg.host, port,
             s->cfg.api_key ? "required" : "none", kv_blocks, INGOT_KV_BLOCK, kv_blocks * INGOT_KV_BLOCK,
             (double)block_bytes * kv_blocks / 1048576.0, mbt, s->cfg.max_running, s->cfg.max_waiting,
             s->cfg.prefix_cache ? "on" : "off", s->cfg.max_body, s->cfg.read_timeout, s->cfg.max_connections,
             s->cfg.metrics_auth && s->cfg.api_key ? "api key required" : "open", s->cfg.grace, n_threads,
-            chat_source(s->chat));
+            chat_source(s->chat), s->cfg.pooling == SCHED_EMBED_MEAN ? "mean" : "last-token");
     if (chat_is_builtin(s->chat))
         fprintf(stderr, "%s: the model has no chat template; chat requests use the built-in ChatML template\n",
                 d->name);

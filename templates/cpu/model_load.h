@@ -256,6 +256,15 @@ static int model_check_batch(const ingot_kv *kv, const ingot_batch *b, const tp_
         snprintf(err, errlen, "n_logits %d out of range", b->n_logits);
         return -1;
     }
+    if (b->n_hidden < 0 || b->n_hidden > b->n_tokens || (b->n_hidden > 0 && (!b->hidden || !b->hidden_rows))) {
+        snprintf(err, errlen, "n_hidden %d out of range", b->n_hidden);
+        return -1;
+    }
+    for (int i = 0; i < b->n_hidden; i++)
+        if (b->hidden_rows[i] < 0 || b->hidden_rows[i] >= b->n_tokens) {
+            snprintf(err, errlen, "hidden row %d: token %d out of range", i, b->hidden_rows[i]);
+            return -1;
+        }
     if (tp_size(pool) > MAX_THREADS) {
         snprintf(err, errlen, "at most %d threads", MAX_THREADS);
         return -1;

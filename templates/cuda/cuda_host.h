@@ -50,9 +50,9 @@ struct cu_model {
   cudaStream_t stream;
   void* w[N_WEIGHTS];
   unsigned char* arena;
-  float *logits, *rope, *part_o, *part_ml;
+  float *logits, *hidden, *rope, *part_o, *part_ml; // hidden: [MAX_TOKENS][HIDDEN_DIM] (embeddings)
   unsigned* done;
-  int* meta;       // device: [8][MAX_TOKENS] per-token and per-sequence arrays, then block tables
+  int* meta;       // device: [META_ARRAYS][MAX_TOKENS] per-token and per-sequence arrays, then block tables
   int* meta_host;  // pinned host copy
   size_t weight_bytes;
   long long launches; // kernels launched so far (--info / tests read the per-step count)
@@ -82,7 +82,8 @@ struct cu_model {
   long long steps, graph_replays; // INGOT_CUDA_STATS=1 prints them at exit
 };
 
-enum { META_TOKENS, META_POS, META_SEQ, META_LOGIT_ROWS, META_TOK0, META_POS0, META_NTOK, META_DEC_POS, META_ARRAYS };
+enum { META_TOKENS, META_POS, META_SEQ, META_LOGIT_ROWS, META_HIDDEN_ROWS, META_TOK0, META_POS0, META_NTOK, META_DEC_POS,
+       META_ARRAYS };
 #define META_INTS ((size_t)META_ARRAYS * MAX_TOKENS + (size_t)MAX_TOKENS * BT_STRIDE)
 
 template <class T> struct ig_same { typedef T type; };
@@ -505,6 +506,7 @@ extern "C" void cu_model_free(cu_model* d) {
   }
   cudaFree(d->arena);
   cudaFree(d->logits);
+  cudaFree(d->hidden);
   cudaFree(d->rope);
   cudaFree(d->part_o);
   cudaFree(d->part_ml);
@@ -573,6 +575,7 @@ extern "C" int cu_model_init(cu_model** out, const void* const* host_w, const si
   const size_t parts = (size_t)MAX_TOKENS * N_HEADS_MAX * IG_ATTN_MAX_SPLITS;
   if ((e = cudaMalloc((void**)&d->arena, (size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS)) != cudaSuccess ||
       (e = cudaMalloc((void**)&d->logits, sizeof(float) * (size_t)MAX_TOKENS * VOCAB)) != cudaSuccess ||
+      (e = cudaMalloc((void**)&d->hidden, sizeof(float) * (size_t)MAX_TOKENS * HIDDEN_DIM)) != cudaSuccess ||
       (e = cudaMalloc((void**)&d->rope, sizeof(float) * (size_t)N_ROPE * MAX_CTX * ROPE_DIM)) != cudaSuccess ||
       (e = cudaMalloc((void**)&d->part_o, sizeof(float) * parts * HEAD_DIM_MAX)) != cudaSuccess ||
       (e = cudaMalloc((void**)&d->part_ml, sizeof(float) * parts * 2)) != cudaSuccess ||
@@ -624,7 +627,7 @@ extern "C" int cu_kv_fit_blocks(cu_model* d, size_t block_bytes, double fraction
 // ---- one step ----------------------------------------------------------------------------------
 
 extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char* err, size_t errlen) {
-  const int T = b->n_tokens, S = b->n_seqs, L = b->n_logits;
+  const int T = b->n_tokens, S = b->n_seqs, L = b->n_logits, H = b->n_hidden;
   int* h = d->meta_host;
   ig_step_info si = {1, 1, 0, 0, 0};
   int* tok0 = h + META_TOK0 * MAX_TOKENS;
@@ -641,6 +644,7 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   }
   if (T != S) si.decode_only = 0;
   for (int i = 0; i < L; i++) h[META_LOGIT_ROWS * MAX_TOKENS + i] = b->logit_rows[i];
+  for (int i = 0; i < H; i++) h[META_HIDDEN_ROWS * MAX_TOKENS + i] = b->hidden_rows[i];
   int* bt = h + META_ARRAYS * MAX_TOKENS;
   for (int s = 0; s < S; s++) {
     const int nb = (b->seq_len[s] + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
@@ -671,6 +675,7 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   st.pos = d->meta + META_POS * MAX_TOKENS;
   st.seq = d->meta + META_SEQ * MAX_TOKENS;
   st.logit_rows = d->meta + META_LOGIT_ROWS * MAX_TOKENS;
+  st.hidden_rows = d->meta + META_HIDDEN_ROWS * MAX_TOKENS;
   st.tok0 = d->meta + META_TOK0 * MAX_TOKENS;
   st.pos0 = d->meta + META_POS0 * MAX_TOKENS;
   st.ntok = d->meta + META_NTOK * MAX_TOKENS;
@@ -683,18 +688,22 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   st.done = d->done;
   st.n_tokens = T;
   st.n_logits = L;
+  st.n_hidden = H;
   st.n_seqs = S;
   int rc = 0;
   d->steps++;
   // Decode steps replay a captured graph per (tokens, splits): the metadata above changes every
   // step, the launches and their arguments do not (fixed chunk, fixed buffers). The KV pool
-  // pointer is part of the arguments: graphs are dropped when it changes.
+  // pointer is part of the arguments: graphs are dropped when it changes. A captured graph holds the
+  // launches of a step in which every token wants logits and none a hidden row (what a decode step
+  // of generation is); any other step runs launch by launch.
   if (d->graph_kv != kv->data) {
     for (int i = 0; i < d->n_graphs; i++) cudaGraphExecDestroy(d->graphs[i].exec);
     d->n_graphs = 0;
     d->graph_kv = kv->data;
   }
-  const bool graphable = d->use_graphs && si.decode_only && (si.splits == 1 || si.chunk == IG_ATTN_CHUNK) &&
+  const bool graphable = d->use_graphs && si.decode_only && L == T && H == 0 &&
+                         (si.splits == 1 || si.chunk == IG_ATTN_CHUNK) &&
                          getenv("INGOT_ATTN_SPLITS") == NULL;
   int gi = -1;
   for (int i = 0; graphable && i < d->n_graphs; i++)
@@ -731,6 +740,9 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   if (L > 0 && (e = cudaMemcpyAsync(b->logits, d->logits, sizeof(float) * (size_t)L * VOCAB, cudaMemcpyDeviceToHost,
                                     d->stream)) != cudaSuccess)
     return ig_fail(err, errlen, "logits download", e);
+  if (H > 0 && (e = cudaMemcpyAsync(b->hidden, d->hidden, sizeof(float) * (size_t)H * HIDDEN_DIM,
+                                    cudaMemcpyDeviceToHost, d->stream)) != cudaSuccess)
+    return ig_fail(err, errlen, "hidden rows download", e);
   if ((e = cudaStreamSynchronize(d->stream)) != cudaSuccess) return ig_fail(err, errlen, "step", e);
   return 0;
 }
