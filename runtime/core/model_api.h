@@ -89,6 +89,10 @@ ingot_model *ingot_model_load(const char *weights_path, int max_tokens, unsigned
 void ingot_model_free(ingot_model *m);
 const wt_file *ingot_model_weights(const ingot_model *m);
 size_t ingot_model_weight_bytes(const ingot_model *m);
+/* Scratch the model holds besides weights and the KV pool: the activation
+ * arena, RoPE tables, attention scores (CUDA: their device copies and the
+ * step's logits and hidden rows). A function of the build's constants. */
+size_t ingot_model_scratch_bytes(const ingot_model *m);
 int ingot_model_max_tokens(const ingot_model *m);
 
 /* The KV pool lives where the backend computes: host memory for the CPU

@@ -739,6 +739,22 @@ static void *sched_main(void *arg) {
     return NULL;
 }
 
+/* The step's limits as sched_create settles them. */
+static void effective_limits(const sched_config *cfg, int model_max_tokens, int *batch_tokens, int *running) {
+    int B = cfg->max_batch_tokens, R = cfg->max_running < 1 ? 64 : cfg->max_running;
+    if (B < 1 || B > model_max_tokens) B = model_max_tokens;
+    if (B < R) R = B;
+    *batch_tokens = B;
+    *running = R;
+}
+
+size_t sched_scratch_bytes(const sched_config *cfg, int model_max_tokens) {
+    int B, R;
+    effective_limits(cfg, model_max_tokens, &B, &R);
+    const size_t vocab = (size_t)ingot_model_desc.vocab, dim = (size_t)ingot_model_desc.dim;
+    return sizeof(float) * ((size_t)R * vocab + vocab + (size_t)B * dim) + sizeof(int32_t) * (size_t)(5 * B + 8 * R);
+}
+
 sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t errlen) {
     sched *s = calloc(1, sizeof *s);
     if (!s) {
@@ -765,9 +781,7 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     if (s->cfg.n_threads < 1) s->cfg.n_threads = 1;
     if (s->cfg.max_running < 1) s->cfg.max_running = 64;
     if (s->cfg.max_waiting < 1) s->cfg.max_waiting = 1024;
-    const int max_tokens = ingot_model_max_tokens(m);
-    if (s->cfg.max_batch_tokens < 1 || s->cfg.max_batch_tokens > max_tokens) s->cfg.max_batch_tokens = max_tokens;
-    if (s->cfg.max_batch_tokens < s->cfg.max_running) s->cfg.max_running = s->cfg.max_batch_tokens;
+    effective_limits(&s->cfg, ingot_model_max_tokens(m), &s->cfg.max_batch_tokens, &s->cfg.max_running);
     if (s->cfg.kv_blocks < 1) {
         snprintf(err, errlen, "the KV pool needs at least one block");
         free(s);

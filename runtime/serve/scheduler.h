@@ -99,6 +99,11 @@ typedef struct {
 
 typedef struct sched sched;
 
+/* Bytes sched_create allocates besides the KV pool for cfg on a model that
+ * takes model_max_tokens per step (logits of every running sequence, hidden
+ * rows of a step, the step's index arrays): for memory budgets. */
+size_t sched_scratch_bytes(const sched_config *cfg, int model_max_tokens);
+
 /* Starts the scheduler thread; NULL and err filled on failure. */
 sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t errlen);
 /* Stops the thread (in-flight requests end with SCHED_FINISH_CANCELLED) and frees everything. */

@@ -51,6 +51,7 @@
 #include "http_guard.h"
 #include "metrics.h"
 #include "openai.h"
+#include "rate_limit.h"
 #include "scheduler.h"
 #include "tool_calls.h"
 #include "tool_prompt.h"
@@ -76,6 +77,10 @@ typedef struct {
     int fault_stalled;     /* INGOT_FAULT_STALLED=1: probes answer as if the scheduler were stalled */
     int parse_special;     /* 1: control-token text in message contents and prompts becomes control tokens */
     sched_task pooling;    /* /v1/embeddings: SCHED_EMBED_LAST (default) or SCHED_EMBED_MEAN */
+    double memory_budget;  /* bytes for weights + KV pool + scratch; 0: none */
+    int kv_explicit;       /* --kv-blocks or --kv-memory was given */
+    double rate_rpm, rate_tpm; /* per key and minute; 0: none */
+    double request_timeout;    /* seconds a request may run before it is cut off (504); 0: none */
 } srv_config;
 
 /* ---- requests ------------------------------------------------------------- */
@@ -128,6 +133,10 @@ typedef struct srv_req {
     double t_arrival, t_first_token;
     int failed;                       /* a sequence ended with SCHED_FINISH_ERROR */
     char error[160];
+    struct event *deadline;           /* --request-timeout: fires on_deadline */
+    char rl_key[136];                 /* rate-limit key ("" : not charged) */
+    double rl_reserved;               /* tokens reserved at admission (rate_limit.h) */
+    int rl_settled;                   /* the reservation was corrected */
 } srv_req;
 
 struct server {
@@ -144,6 +153,7 @@ struct server {
     struct evhttp *http;
     struct evhttp_bound_socket *listener;
     hg_guard *guard;
+    rl_limiter *rl;         /* --rate-limit-rpm / --rate-limit-tpm, NULL without */
     struct event *wake, *sig_term, *sig_int, *grace_timer;
     srv_req *reqs;          /* in flight, most recent first */
     int n_reqs;
@@ -156,7 +166,7 @@ struct server {
     met_registry *met;
     met_family *m_requests, *m_prompt_tokens, *m_gen_tokens, *m_ttft, *m_e2e, *m_tpot, *m_running,
         *m_waiting, *m_kv_usage, *m_kv_used, *m_kv_total, *m_prefix_hit, *m_prefix_lookup, *m_preempt,
-        *m_batch_tokens, *m_batch_seqs, *m_steps, *m_inflight, *m_step_seconds, *m_cancelled;
+        *m_batch_tokens, *m_batch_seqs, *m_steps, *m_inflight, *m_step_seconds, *m_cancelled, *m_rejected;
 };
 
 static double now_s(void) {
@@ -185,6 +195,7 @@ static const char *reason_phrase(int code) {
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
     default: return "Unknown";
     }
 }
@@ -248,8 +259,12 @@ static void check_drained(server *s);
 
 static void unwatch(srv_req *q);
 
+static void settle_rate(server *s, srv_req *q, int never_ran);
+
 static void req_free(server *s, srv_req *q) {
     unwatch(q);
+    settle_rate(s, q, 0);
+    if (q->deadline) event_free(q->deadline);
     if (q->prev) q->prev->next = q->next;
     else s->reqs = q->next;
     if (q->next) q->next->prev = q->prev;
@@ -369,6 +384,7 @@ static int total_tokens(const srv_req *q) {
 /* Every choice is final: send the end of the stream or the whole reply. */
 static void finish_request(server *s, srv_req *q) {
     const double t = now_s();
+    settle_rate(s, q, 0); /* before the reply: the client may send its next request at once */
     const int completion = total_tokens(q);
     met_inc(s->m_prompt_tokens, NULL, q->n_prompt);
     met_inc(s->m_gen_tokens, NULL, completion);
@@ -671,6 +687,120 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
+/* ---- limits: rate, time ------------------------------------------------------- */
+
+/* The rate-limit key of a request: the bearer token when the server has an
+ * API key (authorized() has checked it), else the client's address. */
+static void rate_key(server *s, struct evhttp_request *r, char *out, size_t cap) {
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(r), "Authorization");
+    if (s->cfg.api_key && h && !strncasecmp(h, "Bearer ", 7)) {
+        snprintf(out, cap, "key:%s", h + 7);
+        return;
+    }
+    char *addr = NULL;
+    ev_uint16_t port = 0;
+    struct evhttp_connection *c = evhttp_request_get_connection(r);
+    if (c) evhttp_connection_get_peer(c, &addr, &port);
+    snprintf(out, cap, "addr:%s", addr ? addr : "?");
+}
+
+/* Charges q's rate-limit key one request and `tokens` reserved tokens; on
+ * refusal answers 429 with Retry-After and returns -1 (q is the caller's to
+ * free). */
+static int admit_rate(server *s, struct evhttp_request *r, srv_req *q, double tokens) {
+    if (!s->rl) return 0;
+    char key[sizeof q->rl_key];
+    rate_key(s, r, key, sizeof key);
+    double retry = 0;
+    const rl_verdict v = rl_admit(s->rl, key, tokens, now_s(), &retry);
+    if (v == RL_OK) {
+        snprintf(q->rl_key, sizeof q->rl_key, "%s", key);
+        q->rl_reserved = tokens;
+        return 0;
+    }
+    oai_error e;
+    if (v == RL_REQUESTS)
+        oai_error_set(&e, 429, "requests", NULL, "rate_limit_exceeded",
+                      "Rate limit reached on requests per minute: limit %g. Please try again in %.1fs.",
+                      s->cfg.rate_rpm, retry);
+    else if (v == RL_TOKENS)
+        oai_error_set(&e, 429, "tokens", NULL, "rate_limit_exceeded",
+                      "Rate limit reached on tokens per minute: limit %g, requested %.0f (the prompt and the most "
+                      "it may generate). Please try again in %.1fs.", s->cfg.rate_tpm, tokens, retry);
+    else
+        oai_error_set(&e, 429, "tokens", NULL, "rate_limit_exceeded",
+                      "Request too large for the tokens-per-minute limit: limit %g, requested %.0f (the prompt and "
+                      "the most it may generate). Lower max_tokens or the input.", s->cfg.rate_tpm, tokens);
+    met_inc(s->m_rejected, v == RL_REQUESTS ? "rate_limit_requests" : "rate_limit_tokens", 1);
+    char ra[32];
+    snprintf(ra, sizeof ra, "%.0f", ceil(retry) < 1 ? 1 : ceil(retry));
+    evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", ra);
+    reply_error(s, r, &e);
+    return -1;
+}
+
+/* Corrects q's reservation to what it used (the prompt and the tokens
+ * generated so far); never_ran: it was refused after admission, give all back. */
+static void settle_rate(server *s, srv_req *q, int never_ran) {
+    if (!s->rl || !q->rl_key[0] || q->rl_settled) return;
+    q->rl_settled = 1;
+    const double used = never_ran ? 0 : (double)q->n_prompt + total_tokens(q);
+    rl_settle(s->rl, q->rl_key, q->rl_reserved, used, never_ran, now_s());
+}
+
+/* --request-timeout: the request is still running. Its sequences are
+ * cancelled (their blocks are freed at the next step) and the client gets a
+ * 504, or, on a stream whose 200 went out, an error event after which the
+ * stream ends and the connection closes. */
+static void on_deadline(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    srv_req *q = arg;
+    server *s = q->srv;
+    if (q->state != REQ_WAITING && q->state != REQ_GENERATING) return;
+    met_inc(s->m_rejected, "request_timeout", 1);
+    for (int i = 0; i < q->n_choices; i++) {
+        q->choices[i].finished = 1;
+        if (!q->choices[i].seq_done) sched_cancel(s->sched, q->choices[i].seq_id);
+    }
+    settle_rate(s, q, 0);
+    oai_error e;
+    oai_error_set(&e, 504, "server_error", NULL, "request_timeout",
+                  "The request did not finish within the server's request timeout (%g s)", s->cfg.request_timeout);
+    struct evhttp_request *h = q->http;
+    if (h) {
+        struct evhttp_connection *conn = q->conn;
+        detach_http(q);
+        evhttp_request_set_on_complete_cb(h, on_reply_complete, s);
+        s->unflushed++;
+        if (q->q.stream) {
+            char *j = oai_error_json(&e);
+            struct evbuffer *b = evbuffer_new();
+            if (b && j) {
+                evbuffer_add_printf(b, "data: %s\n\n", j);
+                evhttp_send_reply_chunk(h, b);
+            }
+            if (b) evbuffer_free(b);
+            free(j);
+            evhttp_send_reply_end(h);
+            if (conn) evhttp_connection_free_on_completion(conn);
+            count_status(s, 504);
+        } else {
+            reply_error(s, h, &e);
+        }
+    }
+    if (all_seqs_done(q)) req_free(s, q);
+    else q->state = REQ_LINGERING;
+}
+
+static void arm_deadline(server *s, srv_req *q) {
+    if (s->cfg.request_timeout <= 0) return;
+    q->deadline = evtimer_new(s->base, on_deadline, q);
+    const double t = s->cfg.request_timeout;
+    struct timeval tv = {(time_t)t, (suseconds_t)((t - floor(t)) * 1e6)};
+    if (q->deadline) evtimer_add(q->deadline, &tv);
+}
+
 /* ---- generation endpoints -------------------------------------------------- */
 
 /* Maps a sched_submit refusal to a status: a full queue is temporary (503,
@@ -794,6 +924,13 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
     }
     q->n_prompt = (int)n_ids;
     const int max_tokens = q->q.max_tokens > 0 ? q->q.max_tokens : (int)(ctx - (long)n_ids);
+    /* the token limit reserves the prompt and the most every choice may generate */
+    if (admit_rate(s, r, q, (double)n_ids + (double)max_tokens * q->q.n) != 0) {
+        free(ids);
+        oai_request_free(&q->q);
+        free(q);
+        return;
+    }
 
     q->srv = s;
     q->http = r;
@@ -802,6 +939,7 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
     q->choices = calloc((size_t)q->n_choices, sizeof *q->choices);
     if (!q->choices) {
         free(ids);
+        settle_rate(s, q, 1);
         oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
@@ -833,8 +971,12 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
             q->http = NULL;
             q->state = REQ_ABANDONED;
             free(ids);
+            settle_rate(s, q, 1);
             /* a slot frees as soon as any request ends; a second is a fair first guess */
-            if (e.status == 503) evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
+            if (e.status == 503) {
+                evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
+                met_inc(s->m_rejected, "queue_full", 1);
+            }
             reply_error(s, r, &e);
             if (all_seqs_done(q)) req_free(s, q);
             return;
@@ -842,6 +984,7 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
     }
     free(ids);
     q->state = REQ_WAITING;
+    arm_deadline(s, q);
     q->conn = evhttp_request_get_connection(r);
     if (q->conn) {
         evhttp_connection_set_closecb(q->conn, on_conn_close, q);
@@ -931,12 +1074,19 @@ static void handle_embeddings(server *s, struct evhttp_request *r) {
         }
         q->n_prompt += (int)x->n_ids;
     }
+    if (admit_rate(s, r, q, (double)q->n_prompt) != 0) {
+        emb_request_free(er);
+        free(er);
+        free(q);
+        return;
+    }
     q->srv = s;
     q->http = r;
     q->t_arrival = t0;
     q->n_choices = er->n_inputs;
     q->choices = calloc((size_t)q->n_choices, sizeof *q->choices);
     if (!q->choices) {
+        settle_rate(s, q, 1);
         oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
@@ -955,7 +1105,11 @@ static void handle_embeddings(server *s, struct evhttp_request *r) {
             for (int k = 0; k < i; k++) sched_cancel(s->sched, q->choices[k].seq_id);
             q->http = NULL;
             q->state = REQ_ABANDONED;
-            if (e.status == 503) evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
+            settle_rate(s, q, 1);
+            if (e.status == 503) {
+                evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
+                met_inc(s->m_rejected, "queue_full", 1);
+            }
             reply_error(s, r, &e);
             if (all_seqs_done(q)) req_free(s, q);
             return;
@@ -967,6 +1121,7 @@ static void handle_embeddings(server *s, struct evhttp_request *r) {
         er->inputs[i].ids = NULL;
     }
     q->state = REQ_WAITING;
+    arm_deadline(s, q);
     q->conn = evhttp_request_get_connection(r);
     if (q->conn) {
         evhttp_connection_set_closecb(q->conn, on_conn_close, q);
@@ -1222,6 +1377,31 @@ static int parse_num(const char *s, const char *what, double lo, double hi, int 
     return 0;
 }
 
+/* A byte count: a number with an optional binary suffix K, M, G or T
+ * (KiB ... TiB; "B" or "iB" may follow: 512M, 4GiB, 1.5G). */
+static int parse_bytes(const char *v, const char *what, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    double unit = 1;
+    switch (*end) {
+    case 'k': case 'K': unit = 1024.0; end++; break;
+    case 'm': case 'M': unit = 1048576.0; end++; break;
+    case 'g': case 'G': unit = 1073741824.0; end++; break;
+    case 't': case 'T': unit = 1099511627776.0; end++; break;
+    default: break;
+    }
+    if (unit > 1 && *end == 'i') end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (errno || end == v || *end || !isfinite(x) || x <= 0 || x * unit > 1e18) {
+        fprintf(stderr, "%s: error: %s must be a positive byte count (e.g. 512M, 4G), got '%s'\n",
+                ingot_model_desc.name, what, v);
+        return -1;
+    }
+    *out = floor(x * unit);
+    return 0;
+}
+
 static int parse_pooling(const char *v, const char *what, sched_task *out) {
     if (!strcmp(v, "last")) *out = SCHED_EMBED_LAST;
     else if (!strcmp(v, "mean")) *out = SCHED_EMBED_MEAN;
@@ -1242,7 +1422,7 @@ typedef struct {
 
 static int parse_config(srv_config *c, int argc, char **argv) {
     double port = 8080, kv_blocks = 0, kv_mem = 0, mbt = 0, running = 32, waiting = 1024, body = 4 << 20,
-           grace = 30, dev_frac = 0.90, read_timeout = 30, max_conns = 512;
+           grace = 30, dev_frac = 0.90, read_timeout = 30, max_conns = 512, rpm = 0, tpm = 0, req_timeout = 0;
     const srv_numopt opts[] = {
         {"--device-memory-fraction", "INGOT_DEVICE_MEMORY_FRACTION", 0.01, 1.0, 0, &dev_frac},
         {"--port", "INGOT_PORT", 0, 65535, 1, &port},
@@ -1255,6 +1435,9 @@ static int parse_config(srv_config *c, int argc, char **argv) {
         {"--grace", "INGOT_GRACE", 0, 86400, 0, &grace},
         {"--read-timeout", "INGOT_READ_TIMEOUT", 0.05, 86400, 0, &read_timeout},
         {"--max-connections", "INGOT_MAX_CONNECTIONS", 1, 1 << 20, 1, &max_conns},
+        {"--rate-limit-rpm", "INGOT_RATE_LIMIT_RPM", 0, 1e9, 0, &rpm},
+        {"--rate-limit-tpm", "INGOT_RATE_LIMIT_TPM", 0, 1e12, 0, &tpm},
+        {"--request-timeout", "INGOT_REQUEST_TIMEOUT", 0, 7 * 86400, 0, &req_timeout},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     snprintf(c->host, sizeof c->host, "127.0.0.1");
@@ -1267,6 +1450,10 @@ static int parse_config(srv_config *c, int argc, char **argv) {
     if ((v = getenv("INGOT_METRICS_AUTH")) && !strcmp(v, "1")) c->metrics_auth = 1;
     if ((v = getenv("INGOT_PARSE_SPECIAL_IN_CONTENT")) && !strcmp(v, "1")) c->parse_special = 1;
     c->pooling = SCHED_EMBED_LAST;
+    if ((v = getenv("INGOT_MEMORY_BUDGET")) && *v && parse_bytes(v, "INGOT_MEMORY_BUDGET", &c->memory_budget) != 0)
+        return -1;
+    if ((v = getenv("INGOT_KV_BLOCKS")) && *v) c->kv_explicit = 1;
+    if ((v = getenv("INGOT_KV_MEMORY")) && *v) c->kv_explicit = 1;
     if ((v = getenv("INGOT_POOLING")) && *v && parse_pooling(v, "INGOT_POOLING", &c->pooling) != 0) return -1;
     /* a stall means something is broken, so nothing from outside can cause
      * one; this lets the probes' answer to it (and what a load balancer or
@@ -1296,6 +1483,11 @@ static int parse_config(srv_config *c, int argc, char **argv) {
             i++;
             continue;
         }
+        if (!strcmp(a, "--memory-budget") && val) {
+            if (parse_bytes(val, "--memory-budget", &c->memory_budget) != 0) return -1;
+            i++;
+            continue;
+        }
         if (!strcmp(a, "--pooling") && val) {
             if (parse_pooling(val, "--pooling", &c->pooling) != 0) return -1;
             i++;
@@ -1314,6 +1506,7 @@ static int parse_config(srv_config *c, int argc, char **argv) {
                     SRV_USAGE);
             return -1;
         }
+        if (!strcmp(a, "--kv-blocks") || !strcmp(a, "--kv-memory")) c->kv_explicit = 1;
         if (!strcmp(a, "--kv-blocks")) kv_mem = 0; /* the last of the two wins */
         if (!strcmp(a, "--kv-memory")) kv_blocks = 0;
         if (parse_num(val, a, opts[k].lo, opts[k].hi, opts[k].integer, opts[k].dst) != 0) return -1;
@@ -1330,6 +1523,9 @@ static int parse_config(srv_config *c, int argc, char **argv) {
     c->grace = grace;
     c->read_timeout = read_timeout;
     c->max_connections = (int)max_conns;
+    c->rate_rpm = rpm;
+    c->rate_tpm = tpm;
+    c->request_timeout = req_timeout;
     return 0;
 }
 
@@ -1343,6 +1539,7 @@ static void add_metrics(server *s) {
     s->m_prompt_tokens = met_add(r, MET_COUNTER, "ingot_prompt_tokens_total", "Prompt tokens of finished generation requests.", NULL);
     s->m_gen_tokens = met_add(r, MET_COUNTER, "ingot_generation_tokens_total", "Tokens generated for finished requests.", NULL);
     s->m_cancelled = met_add(r, MET_COUNTER, "ingot_client_disconnects_total", "Generation requests whose client disconnected before the end.", NULL);
+    s->m_rejected = met_add(r, MET_COUNTER, "ingot_requests_rejected_total", "Requests refused or cut short by a limit, by reason (rate_limit_requests, rate_limit_tokens: 429; request_timeout: 504; queue_full: 503).", "reason");
     s->m_ttft = met_add_histogram(r, "ingot_time_to_first_token_seconds", "Time from request arrival to its first generated token.", latency, nl);
     s->m_e2e = met_add_histogram(r, "ingot_e2e_request_latency_seconds", "Time from request arrival to its last token.", latency, nl);
     s->m_tpot = met_add_histogram(r, "ingot_time_per_output_token_seconds", "Mean time between generated tokens, per request.", per_token, nt);
@@ -1405,6 +1602,44 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
     int mbt = s->cfg.max_batch_tokens ? s->cfg.max_batch_tokens : model_max;
     if (mbt > model_max) mbt = model_max;
 
+    /* What the process holds: the weights (mapped, or converted at load), the
+     * KV pool and scratch (the model's activation arena and tables, the
+     * scheduler's logits and step arrays). With --memory-budget the pool is
+     * what is left (unless --kv-blocks/--kv-memory say otherwise), checked
+     * before it is allocated. */
+    const double mib = 1048576.0;
+    const sched_config limits = {.max_batch_tokens = mbt, .max_running = s->cfg.max_running};
+    const double weight_bytes = (double)ingot_model_weight_bytes(m);
+    const double scratch_bytes = (double)ingot_model_scratch_bytes(m) + (double)sched_scratch_bytes(&limits, model_max);
+    const double budget = s->cfg.memory_budget;
+    if (budget > 0 && !s->cfg.kv_explicit) {
+        const double fit = floor((budget - weight_bytes - scratch_bytes) / (double)block_bytes);
+        if (fit < 1) {
+            fprintf(stderr, "%s: error: --memory-budget %.1f MiB leaves no room for the KV cache: weights need %.1f "
+                            "MiB and scratch %.1f MiB, and one KV block of %d tokens %.2f MiB\n", d->name,
+                    budget / mib, weight_bytes / mib, scratch_bytes / mib, INGOT_KV_BLOCK, (double)block_bytes / mib);
+            goto out;
+        }
+        /* a device backend: also what its free memory holds */
+        if (device_blocks <= 0 || fit < device_blocks) kv_blocks = fit > (1 << 24) ? 1 << 24 : (int)fit;
+    }
+    const double kv_bytes = (double)block_bytes * kv_blocks;
+    const double total_bytes = weight_bytes + kv_bytes + scratch_bytes;
+    if (budget > 0 && total_bytes > budget) {
+        fprintf(stderr, "%s: error: --memory-budget %.1f MiB is too small: weights need %.1f MiB + KV cache %.1f MiB "
+                        "(%d blocks of %d tokens) + scratch %.1f MiB = %.1f MiB\n", d->name, budget / mib,
+                weight_bytes / mib, kv_bytes / mib, kv_blocks, INGOT_KV_BLOCK, scratch_bytes / mib, total_bytes / mib);
+        goto out;
+    }
+    char budget_text[64] = "no budget";
+    if (budget > 0) snprintf(budget_text, sizeof budget_text, "budget %.1f MiB", budget / mib);
+    if (s->cfg.rate_rpm > 0 || s->cfg.rate_tpm > 0) {
+        if (!(s->rl = rl_create(s->cfg.rate_rpm, s->cfg.rate_tpm))) {
+            fprintf(stderr, "%s: error: out of memory\n", d->name);
+            goto out;
+        }
+    }
+
     if (evthread_use_pthreads() != 0) {
         fprintf(stderr, "%s: error: libevent without pthreads support\n", d->name);
         goto out;
@@ -1460,6 +1695,11 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
         fprintf(stderr, "%s: error: scheduler: %s\n", d->name, err);
         goto out;
     }
+    char rate_text[96] = "none", timeout_text[32] = "none";
+    if (s->rl)
+        snprintf(rate_text, sizeof rate_text, "%g requests, %g tokens per minute and key (0: no limit)",
+                 s->cfg.rate_rpm, s->cfg.rate_tpm);
+    if (s->cfg.request_timeout > 0) snprintf(timeout_text, sizeof timeout_text, "%g s", s->cfg.request_timeout);
     fprintf(stderr,
             "%s serve:\n"
             "  model             %s (%s, context %d, vocab %d)\n"
@@ -1477,13 +1717,17 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
             "  grace             %g s\n"
             "  threads           %d\n"
             "  chat template     %s\n"
-            "  embeddings        %s pooling, L2-normalised\n",
+            "  embeddings        %s pooling, L2-normalised\n"
+            "  memory            weights %.1f MiB + KV cache %.1f MiB + scratch %.1f MiB = %.1f MiB (%s)\n"
+            "  rate limits       %s\n"
+            "  request timeout   %s\n",
             d->name, d->name, d->arch, d->max_ctx, d->vocab, s->cfg.host, port,
             s->cfg.api_key ? "required" : "none", kv_blocks, INGOT_KV_BLOCK, kv_blocks * INGOT_KV_BLOCK,
             (double)block_bytes * kv_blocks / 1048576.0, mbt, s->cfg.max_running, s->cfg.max_waiting,
             s->cfg.prefix_cache ? "on" : "off", s->cfg.max_body, s->cfg.read_timeout, s->cfg.max_connections,
             s->cfg.metrics_auth && s->cfg.api_key ? "api key required" : "open", s->cfg.grace, n_threads,
-            chat_source(s->chat), s->cfg.pooling == SCHED_EMBED_MEAN ? "mean" : "last-token");
+            chat_source(s->chat), s->cfg.pooling == SCHED_EMBED_MEAN ? "mean" : "last-token", weight_bytes / mib,
+            kv_bytes / mib, scratch_bytes / mib, total_bytes / mib, budget_text, rate_text, timeout_text);
     if (chat_is_builtin(s->chat))
         fprintf(stderr, "%s: the model has no chat template; chat requests use the built-in ChatML template\n",
                 d->name);
@@ -1520,6 +1764,7 @@ out:
     if (s->grace_timer) event_free(s->grace_timer);
     if (s->base) event_base_free(s->base);
     hg_free(s->guard); /* connections torn down by the two calls above refer to it */
+    rl_free(s->rl);
     met_free(s->met);
     chat_free(s->chat);
     free(s);

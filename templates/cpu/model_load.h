@@ -242,6 +242,15 @@ void ingot_kv_release(ingot_model *m, ingot_kv *kv) {
 int ingot_kv_fit_blocks(ingot_model *m, double fraction) { (void)m; (void)fraction; return 0; }
 #endif
 size_t ingot_model_weight_bytes(const ingot_model *m) { return m->weight_bytes; }
+size_t ingot_model_scratch_bytes(const ingot_model *m) {
+    (void)m;
+    size_t bytes = (size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS + sizeof(float) * (size_t)N_ROPE * MAX_CTX * ROPE_DIM +
+                   sizeof(float) * MAX_THREADS * SCRATCH_PER_THREAD;
+#ifdef MODEL_DEVICE_KV
+    bytes += sizeof(float) * (size_t)MAX_TOKENS * (VOCAB + DIM); /* the device's logits and hidden rows */
+#endif
+    return bytes;
+}
 int ingot_model_max_tokens(const ingot_model *m) { (void)m; return STEP_TOKENS; }
 
 /* Checks a batch against the contract of model_api.h before any kernel runs,
