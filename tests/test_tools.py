@@ -16,7 +16,7 @@ import openai
 import pytest
 import requests
 
-from conftest import SAN, run
+from conftest import ROOT, SAN, run
 from modelbuild import build, smollm2_gguf
 from serverproc import ServerProc
 
@@ -221,3 +221,131 @@ def test_required_and_named_refused_until_constrained(server):
         err = expect_400(server, base(tools=[WEATHER], tool_choice=choice), "tool_choice")
         assert "not supported" in err["message"]
     assert requests.post(server.url + CHAT, json=base(tools=[WEATHER]), timeout=60 * SLOW).status_code == 200
+
+
+# ---- templates that render tools themselves ---------------------------------------------------------
+
+FIX = ROOT / "tests" / "fixtures" / "chat_templates"
+# (fixture, the format its model writes): the model's own template on SmolLM2's weights
+NATIVE = [("qwen25", "hermes"), pytest.param("llama31", "llama3_json", marks=pytest.mark.full),
+          pytest.param("mistral_nemo", "mistral", marks=pytest.mark.full),
+          pytest.param("hermes2pro_tools", "hermes", marks=pytest.mark.full)]
+
+
+def with_template(gguf, template, dst):
+    """A copy of the GGUF whose tokenizer.chat_template is the fixture's text."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(gguf), str(dst),
+                        "--chat-template", template, "--force"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return dst
+
+
+def server_form(messages):
+    """The messages as the server hands them to a template: a null content is "", arguments an object."""
+    out = []
+    for m in messages:
+        m = json.loads(json.dumps(m))
+        if m.get("content") is None:
+            m["content"] = ""
+        for c in m.get("tool_calls", []):
+            c["function"]["arguments"] = json.loads(c["function"]["arguments"])
+        out.append(m)
+    return out
+
+
+@pytest.mark.parametrize("fixture,fmt", NATIVE)
+def test_native_template_prompt_is_jinja2s(binary, tmp_path, fixture, fmt):
+    """A template that renders tools gets them in Hugging Face's context: the prompt the server builds
+    for a conversation with tools, calls and results is exactly jinja2's rendering (checked through
+    /v1/completions on that text: the same prompt length and the same greedy tokens and logprobs)."""
+    from test_jinja import reference_env
+    template = (FIX / f"{fixture}.jinja").read_text("utf-8")
+    gguf = with_template(smollm2_gguf(), template, tmp_path / f"{fixture}.gguf")
+    ids = ["a1b2c3d4e", "f5g6h7i8j"]  # Mistral's templates take 9 alphanumerics only
+    calls = [dict(call(1, "London"), id=ids[0]), dict(call(2, "Oslo"), id=ids[1])]
+    if fixture == "llama31":
+        calls = calls[:1]  # its template raises on more than one call per turn
+    messages = [{"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Weather in London and Oslo?"},
+                {"role": "assistant", "content": None, "tool_calls": calls}]
+    messages += [{"role": "tool", "tool_call_id": c["id"], "content": '{"temp_c": %d}' % (12 - 9 * i)}
+                 for i, c in enumerate(calls)]
+    messages += [{"role": "assistant", "content": "London 12, Oslo 3."}, {"role": "user", "content": "And Paris?"}]
+    search = {"type": "function", "function": {"name": "search", "description": "Search the <web> & 'news'",
+                                               "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    tools = [WEATHER, search]
+    ctx = {"messages": server_form(messages), "tools": tools, "documents": None, "add_generation_prompt": True,
+           "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
+    text = reference_env(True).from_string(template).render(**ctx)
+    # control-token spellings in the rendering become control tokens on both paths
+    with ServerProc(binary, "--weights", gguf, "--kv-blocks", "128", "--parse-special-in-content").start() as srv:
+        model = requests.get(srv.url + "/v1/models", timeout=10).json()["data"][0]
+        assert model["tool_call_format"] == fmt and model["tool_prompt"] == "template"
+        c = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120 * SLOW)
+        chat = c.chat.completions.create(model=MODEL, messages=messages, tools=tools, temperature=0, max_tokens=8,
+                                         logprobs=True)
+        comp = c.completions.create(model=MODEL, prompt=text, temperature=0, max_tokens=8, logprobs=1)
+        assert srv.stop() == 0
+    assert chat.usage.prompt_tokens == comp.usage.prompt_tokens
+    got = [(t.token, round(t.logprob, 4)) for t in chat.choices[0].logprobs.content]
+    want = list(zip(comp.choices[0].logprobs.tokens, [round(x, 4) for x in comp.choices[0].logprobs.token_logprobs]))
+    assert got == want
+
+
+def hermes_prompt_form(messages, tools):
+    """What tool_prompt.h documents, written again here: the tools in the system message, calls as
+    <tool_call> markup in the assistant's content, each run of tool results as one user turn."""
+    head = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+    tail = ("\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+            "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+            "<args-json-object>}\n</tool_call>")
+    compact = dict(separators=(",", ":"), ensure_ascii=False)
+    out, rest = [], list(messages)
+    system = ""
+    if rest and rest[0]["role"] == "system":
+        system = rest.pop(0)["content"] + "\n\n"
+    out.append({"role": "system", "content": system + head + "".join("\n" + json.dumps(t, **compact)
+                                                                    for t in tools) + tail})
+    while rest:
+        m = rest.pop(0)
+        if m["role"] == "tool":
+            results = [m] + [rest.pop(0) for _ in range(len(rest)) if rest and rest[0]["role"] == "tool"]
+            out.append({"role": "user", "content": "\n".join(f"<tool_response>\n{r['content']}\n</tool_response>"
+                                                             for r in results)})
+        elif m.get("tool_calls"):
+            parts = [m["content"]] if m.get("content") else []
+            for c in m["tool_calls"]:
+                call_json = json.dumps({"name": c["function"]["name"],
+                                        "arguments": json.loads(c["function"]["arguments"])}, **compact)
+                parts.append(f"<tool_call>\n{call_json}\n</tool_call>")
+            out.append({"role": "assistant", "content": "\n".join(parts)})
+        else:
+            out.append(m)
+    return out
+
+
+def test_server_tool_prompt_is_as_documented(binary):
+    """SmolLM2's template has no tools: the prompt is SmolLM2's own template (jinja2) over the messages
+    rewritten as tool_prompt.h says, to the token (checked through /v1/completions, as above)."""
+    from test_jinja import reference_env
+    template = (FIX / "smollm2.jinja").read_text("utf-8")
+    messages = ASK + [{"role": "assistant", "content": "Checking.", "tool_calls": [call(2, "Paris"), call(3, "Nice")]},
+                      {"role": "tool", "tool_call_id": "call_2", "content": "sunny"},
+                      {"role": "tool", "tool_call_id": "call_3", "content": "windy"},
+                      {"role": "user", "content": "Thanks!"}]
+    ctx = {"messages": hermes_prompt_form(messages, [WEATHER]), "tools": None, "documents": None,
+           "add_generation_prompt": True, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
+    text = reference_env(True).from_string(template).render(**ctx)
+    with ServerProc(binary, "--kv-blocks", "128", "--parse-special-in-content").start() as srv:
+        c = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120 * SLOW)
+        chat = c.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], temperature=0,
+                                         max_tokens=8, logprobs=True)
+        comp = c.completions.create(model=MODEL, prompt=text, temperature=0, max_tokens=8, logprobs=1)
+        assert srv.stop() == 0
+    assert chat.usage.prompt_tokens == comp.usage.prompt_tokens
+    got = [(t.token, round(t.logprob, 4)) for t in chat.choices[0].logprobs.content]
+    want = list(zip(comp.choices[0].logprobs.tokens, [round(x, 4) for x in comp.choices[0].logprobs.token_logprobs]))
+    assert got == want

@@ -484,13 +484,16 @@ static int parse_messages(const cJSON *root, oai_request *r, oai_error *e) {
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         char *text = NULL;
         if (!content || cJSON_IsNull(content)) {
-            /* an assistant turn may have no content; one that called tools keeps
-             * null, as Hugging Face passes it to the template */
+            /* an assistant turn may have no content (one that called tools
+             * usually has none): the template gets "", as llama.cpp passes it.
+             * null would be Hugging Face's way, but many templates concatenate
+             * or search the content and fail on None (Qwen3, ChatML, Phi-3). */
             if (strcmp(rs, "assistant")) {
                 snprintf(param, sizeof param, "messages[%d].content", i);
+                cJSON_Delete(norm_calls);
                 return bad(e, param, "'%s' is required%s", "");
             }
-            if (!norm_calls) text = strdup("");
+            text = strdup("");
         } else if (!(text = content_text(content, i, e))) {
             cJSON_Delete(norm_calls);
             return -1;

@@ -43,9 +43,9 @@ typedef struct {
 typedef struct {
     oai_kind kind;
     char *model;
-    cJSON *messages;       /* chat: normalized copy (owned): every content a string, except null in an
-                              assistant turn with tool_calls; tool_calls[i].function.arguments an object
-                              when the client's string held one (what chat templates expect) */
+    cJSON *messages;       /* chat: normalized copy (owned): every content a string ("" for a null one);
+                              tool_calls[i].function.arguments an object when the client's string held
+                              one (what chat templates expect) */
     cJSON *tools;          /* chat: the tools as given, validated (owned), or NULL when there are none */
     oai_tool_choice tool_choice;
     char *tool_choice_name;  /* OAI_TOOLS_NAMED: the function's name */
