@@ -39,6 +39,8 @@ $(OBJDIR)/tests/%: tests/c/%.c $(OBJDIR)/libingot.a $(HEADERS)
 
 # the sliding-window variant is test_scheduler.c compiled with KV_WINDOW set
 $(OBJDIR)/tests/test_scheduler_window: tests/c/test_scheduler.c
+# and the f16-KV variant is test_kernels.c compiled with KC_KV_F16 set
+$(OBJDIR)/tests/test_kernels_kvf16: tests/c/test_kernels.c
 
 test:
 	./scripts/test.sh

@@ -24,7 +24,7 @@ local emit_cuda = require("emit_cuda")
 local VERSION = "ingot-generator 0.1"
 
 local function parse_args(argv)
-  local o = {dtype = "native", backend = "cpu", fused = true, max_tokens = 512, act_quant = "none",
+  local o = {dtype = "native", backend = "cpu", fused = true, max_tokens = 512, act_quant = "none", kv_dtype = "f32",
              models = script_dir .. "/../models.lua"}
   local i = 1
   while i <= #argv do
@@ -39,6 +39,7 @@ local function parse_args(argv)
     elseif a == "--backend" then o.backend = val()
     elseif a == "--no-fuse" then o.fused = false
     elseif a == "--act-quant" then o.act_quant = val()
+    elseif a == "--kv-dtype" then o.kv_dtype = val()
     elseif a == "--max-tokens" then o.max_tokens = math.tointeger(tonumber(val()))
     elseif a == "--models" then o.models = val()
     elseif a == "--dry-run" then o.dry_run = true
@@ -56,6 +57,10 @@ local function parse_args(argv)
               q4_k = 1, q5_k = 1, q6_k = 1}
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
   if o.act_quant ~= "none" and o.act_quant ~= "q8" then util.die("--act-quant is none or q8") end
+  if o.kv_dtype ~= "f32" and o.kv_dtype ~= "f16" then util.die("--kv-dtype is f32 or f16") end
+  if o.backend == "cuda" and o.kv_dtype ~= "f32" then
+    util.die("--kv-dtype f16 is a CPU option: the CUDA kernels keep the KV cache in f32")
+  end
   if not o.max_tokens or o.max_tokens < 1 or o.max_tokens > 65536 then
     util.die("--max-tokens must be an integer in 1..65536")
   end
@@ -234,7 +239,7 @@ local function main(argv)
   else kernels, calls = emit_c.kernels(ctx, groups, g.logits) end
 
   local input_hash = util.hash(table.concat({VERSION, d.text, inspect_text, hf_text, opts.dtype,
-    tostring(opts.fused), tostring(opts.max_tokens), opts.backend, opts.act_quant, tostring(opts.allow_unused)}, "\0"))
+    tostring(opts.fused), tostring(opts.max_tokens), opts.backend, opts.act_quant, tostring(opts.allow_unused), opts.kv_dtype}, "\0"))
   local function banner_for(emitter, template_path, comment)
     local open, mid, close = "/* ", " * ", " */"
     if comment == "//" then open, mid, close = "// ", "// ", "" end
@@ -244,7 +249,7 @@ local function main(argv)
       mid .. "description: models.lua entry '" .. entry.name .. "' (models.lua:" .. entry.line .. ")",
       mid .. "model:       " .. opts.source .. " (" .. cfg.format .. ")",
       mid .. "options:     backend=" .. opts.backend .. " dtype=" .. opts.dtype .. " fused=" .. tostring(opts.fused) ..
-        " act_quant=" .. opts.act_quant .. " max_tokens=" .. opts.max_tokens,
+        " act_quant=" .. opts.act_quant .. " kv_dtype=" .. opts.kv_dtype .. " max_tokens=" .. opts.max_tokens,
       mid .. "inputs hash: " .. input_hash,
       mid .. "Edit models.lua or the generator and rebuild with ./ingot build." .. close}, "\n")
   end
@@ -275,6 +280,7 @@ local function main(argv)
     format = cfg.format, fused = opts.fused and 1 or 0, dtype_summary = table.concat(summary, ", "),
     generator_id = VERSION .. " " .. input_hash, backend = opts.backend, n_kernel_kinds = #kernels,
     ipairs = ipairs, table = table, tostring = tostring, info_c = "NULL", allow_unused = opts.allow_unused and 1 or 0,
+    kv_f16 = opts.kv_dtype == "f16" and 1 or 0, kv_elem_bytes = opts.kv_dtype == "f16" and 2 or 4,
   }
   env.common_weights = render("model_weights.c.in", env)
   local outputs = {}
@@ -299,7 +305,7 @@ local function main(argv)
     outputs["model.c"] = render("cpu/model.c.in", env)
   else
     outputs = emit_cuda.files(ctx, env, calls, kernels, {banner = banner_for, render = render, hash = input_hash,
-      kv_bytes_per_pos = 2 * kv_layers * c.kv_heads * c.head_dim * 4, layers = c.layers, script_dir = script_dir})
+      kv_bytes_per_pos = 2 * kv_layers * c.kv_heads * c.head_dim * env.kv_elem_bytes, layers = c.layers, script_dir = script_dir})
   end
 
   if os.getenv("INGOT_DEBUG") then

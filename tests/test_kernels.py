@@ -1,9 +1,14 @@
-"""CPU kernels and thread pool: runs the C test program tests/c/test_kernels.c."""
+"""CPU kernels and thread pool: runs the C test program tests/c/test_kernels.c,
+and its f16-KV variant tests/c/test_kernels_kvf16.c (attention over a cache
+built with --kv-dtype f16)."""
+import pytest
+
 from conftest import run
 
 
-def test_kernels(built):
-    r = run([built / "tests" / "test_kernels"])
+@pytest.mark.parametrize("program", ["test_kernels", "test_kernels_kvf16"])
+def test_kernels(built, program):
+    r = run([built / "tests" / program])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     last = r.stdout.strip().splitlines()[-1]
     assert last.endswith(" 0 failed"), last

@@ -52,6 +52,26 @@ def test_load_time_conversion(dtype, tmp_path, built):
     assert np.abs(got - expected).max() <= 1e-4
 
 
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("model", ["gqa_tied_hd16", "mha_untied_hd32"])
+def test_f16_kv_cache_tracks_transformers(model, mode, tmp_path, built):
+    """--kv-dtype f16 stores K and V rounded to f16 (relative error at most
+    2^-11) and computes in f32 as before. Each attention output is a convex
+    combination of V rows, so it moves by at most 2^-11 of the V magnitudes,
+    plus the softmax's response to the scores' rounding (|q|·|k|·2^-11); on
+    these models that measures below 2e-3 in the logits: bound 5e-3. The
+    logits must also differ from the f32-KV build's (the cache really is
+    f16)."""
+    tokens, expected = reference(TINY / model)
+    binary = build(TINY / model, f"t-{model}-kvf16", "--kv-dtype", "f16")
+    got = logits(binary, tokens, *MODES[mode], tmp_path=tmp_path)
+    err = np.abs(got - expected).max()
+    exact = logits(build(TINY / model, f"t-{model}"), tokens, *MODES[mode], tmp_path=tmp_path)
+    print(f"{model} {mode}: f16 KV max |delta| {err:.3g}")
+    assert err <= 5e-3, f"{model} {mode}: max |delta| {err:.3g}"
+    assert not np.array_equal(got, exact)
+
+
 @pytest.mark.parametrize("dtype", ["q8_0", "q4_0", "q4_1"])
 def test_quantized_builds_track_f32(dtype, tmp_path, built):
     """A --dtype q8_0/q4_0/q4_1 build of an f32 checkpoint quantizes at load.

@@ -16,6 +16,44 @@
 #include <immintrin.h>
 #endif
 
+#include "kc_half.h"
+
+/* The KV cache's element: f32, or f16 in a model built with --kv-dtype f16
+ * (which defines KC_KV_F16 1 before including this file). f16 halves the
+ * bytes attention streams at long contexts; K and V are rounded to nearest
+ * even once, when stored, and widened back to f32 (exactly) when read, so
+ * every computation stays f32. */
+#ifndef KC_KV_F16
+#define KC_KV_F16 0
+#endif
+#if KC_KV_F16
+typedef uint16_t kc_kv_t;
+#else
+typedef float kc_kv_t;
+#endif
+#define KC_KV_MAX_HEAD_DIM 1024 /* rows widened through a stack buffer (scalar paths) */
+
+/* One cached row of n elements as f32: the row itself, or widened into tmp. */
+static inline const float *kc__kv_row(const kc_kv_t *p, int n, float *tmp) {
+#if KC_KV_F16
+    for (int i = 0; i < n; i++) tmp[i] = kc_fp16_to_f32(p[i]);
+    return tmp;
+#else
+    (void)n, (void)tmp;
+    return p;
+#endif
+}
+#if defined(__AVX512F__)
+/* 16 cached elements as f32 (vcvtph2ps for f16). */
+static inline __m512 kc__kv_load16(const kc_kv_t *p) {
+#if KC_KV_F16
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+#else
+    return _mm512_loadu_ps(p);
+#endif
+}
+#endif
+
 /* out = x / rms(x) * (w + weight_offset). Sum of squares in double: the
  * references (transformers f32) are more accurate than a naive f32 sum over
  * long rows, and this costs nothing next to the matmuls. */
@@ -79,8 +117,22 @@ static inline size_t kc_kv_offset(int layer, int n_blocks, int kv_heads, int blo
            (size_t)head_dim;
 }
 
+/* n values into the cache's element type. */
+static inline void kc__kv_put(kc_kv_t *dst, const float *src, int n) {
+#if KC_KV_F16
+    int i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) dst[i] = kc_f32_to_fp16(src[i]);
+#else
+    memcpy(dst, src, sizeof(float) * (size_t)n);
+#endif
+}
+
 /* Writes one token's K and V rows (kv_heads × head_dim each) at position pos. */
-static inline void kc_kv_store(float *kv, int n_layers, int layer, int n_blocks, int kv_heads,
+static inline void kc_kv_store(kc_kv_t *kv, int n_layers, int layer, int n_blocks, int kv_heads,
                                int block_size, int head_dim, const int32_t *block_table, int pos,
                                const float *k, const float *v) {
     const size_t v_base = (size_t)n_layers * n_blocks * kv_heads * block_size * head_dim;
@@ -88,8 +140,8 @@ static inline void kc_kv_store(float *kv, int n_layers, int layer, int n_blocks,
     for (int h = 0; h < kv_heads; h++) {
         const size_t off =
             kc_kv_offset(layer, n_blocks, kv_heads, block_size, head_dim, block, h, slot);
-        memcpy(kv + off, k + (size_t)h * head_dim, sizeof(float) * head_dim);
-        memcpy(kv + v_base + off, v + (size_t)h * head_dim, sizeof(float) * head_dim);
+        kc__kv_put(kv + off, k + (size_t)h * head_dim, head_dim);
+        kc__kv_put(kv + v_base + off, v + (size_t)h * head_dim, head_dim);
     }
 }
 
@@ -216,7 +268,7 @@ KC_OPS_INLINE __m512 kc__exp16(__m512 x) {
  *    the output is written once, then scaled by 1/sum (instead of an axpy
  *    per (position, head) that loads and stores the output every time).
  * Other shapes use the plain loops (kc_dot / kc_axpy). */
-KC_OPS_INLINE void kc_attend(const float *kv, int n_layers, int layer, int n_blocks, int kv_heads,
+KC_OPS_INLINE void kc_attend(const kc_kv_t *kv, int n_layers, int layer, int n_blocks, int kv_heads,
                              int block_size, int head_dim, const int32_t *block_table, int kv_head,
                              int group, int first, int pos, const float *q, float scale,
                              float softcap, float *scores, float *out) {
@@ -230,7 +282,7 @@ KC_OPS_INLINE void kc_attend(const float *kv, int n_layers, int layer, int n_blo
         const int HV = head_dim / 16;
         int p = first;
         for (; p + 16 <= pos + 1; p += 16) {
-            const float *kr[16];
+            const kc_kv_t *kr[16];
             KC_OPS_UNROLL for (int j = 0; j < 16; j++) kr[j] = KC_KROW(p + j);
             for (int g = 0; g < group; g++) {
                 const float *qg = q + (size_t)g * head_dim;
@@ -238,14 +290,15 @@ KC_OPS_INLINE void kc_attend(const float *kv, int n_layers, int layer, int n_blo
                 KC_OPS_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
                 for (int d = 0; d < HV; d++) {
                     const __m512 qv = _mm512_loadu_ps(qg + 16 * d);
-                    KC_OPS_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kr[j] + 16 * d), acc[j]);
+                    KC_OPS_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, kc__kv_load16(kr[j] + 16 * d), acc[j]);
                 }
                 _mm512_storeu_ps(scores + (size_t)g * n + (p - first),
                                  _mm512_mul_ps(kc__hsum16x16(acc), _mm512_set1_ps(scale)));
             }
         }
         for (; p <= pos; p++) {
-            const float *k = KC_KROW(p);
+            float tmp[KC_KV_MAX_HEAD_DIM];
+            const float *k = kc__kv_row(KC_KROW(p), head_dim, tmp);
             for (int g = 0; g < group; g++)
                 scores[(size_t)g * n + (p - first)] = kc_dot(q + (size_t)g * head_dim, k, head_dim) * scale;
         }
@@ -285,9 +338,9 @@ KC_OPS_INLINE void kc_attend(const float *kv, int n_layers, int layer, int n_blo
                 KC_OPS_UNROLL for (int g = 0; g < 4; g++) KC_OPS_UNROLL for (int d = 0; d < 4; d++) acc[g][d] =
                     _mm512_setzero_ps();
                 for (int pp = first; pp <= pos; pp++) {
-                    const float *v = v_base + KC_KROW(pp) + 16 * d0;
+                    const kc_kv_t *v = v_base + KC_KROW(pp) + 16 * d0;
                     __m512 vv[4];
-                    KC_OPS_UNROLL for (int d = 0; d < 4; d++) vv[d] = d < DV ? _mm512_loadu_ps(v + 16 * d) : _mm512_setzero_ps();
+                    KC_OPS_UNROLL for (int d = 0; d < 4; d++) vv[d] = d < DV ? kc__kv_load16(v + 16 * d) : _mm512_setzero_ps();
                     KC_OPS_UNROLL for (int g = 0; g < 4; g++) {
                         if (g >= G) break;
                         const __m512 s = _mm512_set1_ps(scores[(size_t)(g0 + g) * n + (pp - first)]);
@@ -305,8 +358,9 @@ KC_OPS_INLINE void kc_attend(const float *kv, int n_layers, int layer, int n_blo
         return;
     }
 #endif
+    float tmp[KC_KV_MAX_HEAD_DIM];
     for (int p = first; p <= pos; p++) {
-        const float *k = KC_KROW(p);
+        const float *k = kc__kv_row(KC_KROW(p), head_dim, tmp);
         for (int g = 0; g < group; g++) {
             float s = kc_dot(q + (size_t)g * head_dim, k, head_dim) * scale;
             if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
@@ -327,7 +381,7 @@ KC_OPS_INLINE void kc_attend(const float *kv, int n_layers, int layer, int n_blo
         memset(out + (size_t)g * head_dim, 0, sizeof(float) * head_dim);
     }
     for (int p = first; p <= pos; p++) {
-        const float *v = v_base + KC_KROW(p);
+        const float *v = kc__kv_row(v_base + KC_KROW(p), head_dim, tmp);
         for (int g = 0; g < group; g++)
             kc_axpy(scores[(size_t)g * n + (p - first)], v, out + (size_t)g * head_dim, head_dim);
     }

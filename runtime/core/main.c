@@ -196,8 +196,8 @@ static int cmd_info(const cli_common *c, int load) {
     printf("vocab, context:  %d, %d\n", d->vocab, d->max_ctx);
     printf("rope theta, eps: %g, %g\n", d->rope_theta, d->norm_eps);
     printf("weight dtypes:   %s\n", d->weight_dtypes);
-    printf("KV cache:        %zu bytes/token (f32), %.1f MiB for the full context of one sequence\n",
-           d->kv_bytes_per_token, (double)d->kv_bytes_per_token * d->max_ctx / (1 << 20));
+    printf("KV cache:        %zu bytes/token (%s), %.1f MiB for the full context of one sequence\n",
+           d->kv_bytes_per_token, d->kv_dtype, (double)d->kv_bytes_per_token * d->max_ctx / (1 << 20));
     printf("scratch arena:   %zu bytes/token of a step\n", d->arena_bytes_per_token);
     printf("kernels:         %d launches per %s, %d distinct\n", d->kernels_per_step,
            strcmp(d->backend, "cpu") ? "decode step" : "step (decode or prefill)", d->n_kernel_kinds);
