@@ -656,6 +656,19 @@ typedef struct {
     int32_t pos, next; /* element position; the node below (-1: bottom) */
 } gnode;
 
+#define GRAM_CACHE 4       /* masks remembered per matcher */
+#define GRAM_SIG_MAX 256   /* state signatures longer than this are not cached */
+
+typedef struct {
+    const gram_vocab *v;
+    int32_t sig[GRAM_SIG_MAX];
+    int n_sig;             /* 0: empty */
+    uint32_t *bits;
+    size_t cap_words;
+    int count;
+    uint64_t used;
+} gram_cached;
+
 struct gram_matcher {
     gram_grammar *g;
     gnode *nodes;      /* arena; the current state's nodes come first */
@@ -668,6 +681,9 @@ struct gram_matcher {
     int work;          /* expansions in the current step (bounded: ambiguity can be exponential) */
     int32_t *scratch;  /* sets for accept (2) and the trie walk (one per depth) */
     int scratch_sets;
+    uint32_t loops[4]; /* during a mask: ASCII bytes that lead from the state back to itself */
+    gram_cached cache[GRAM_CACHE];
+    uint64_t clock;
 };
 
 #define GRAM_MAX_NODES (1 << 22)
@@ -868,6 +884,7 @@ gram_matcher *gram_matcher_clone(const gram_matcher *m) {
     c->stacks = malloc(sizeof(int32_t) * GRAM_MAX_STACKS);
     c->scratch = NULL;
     c->scratch_sets = 0;
+    memset(c->cache, 0, sizeof c->cache); /* the copy starts with no cached masks */
     if (!c->nodes || !c->stacks || reserve_scratch(c, 2) != 0) {
         free(c->nodes);
         free(c->stacks);
@@ -884,6 +901,7 @@ gram_matcher *gram_matcher_clone(const gram_matcher *m) {
 void gram_matcher_free(gram_matcher *m) {
     if (!m) return;
     gram_free(m->g);
+    for (int i = 0; i < GRAM_CACHE; i++) free(m->cache[i].bits);
     free(m->nodes);
     free(m->stacks);
     free(m->scratch);
@@ -1049,18 +1067,44 @@ int gram_accept_token(gram_matcher *m, const gram_vocab *v, int id) {
     return gram_accept_bytes(m, v->piece[id], v->len[id]);
 }
 
+/* Do sets a and b hold the same stacks (structurally, in any order)? */
+static int same_set(const gram_matcher *m, const int32_t *a, int na, const int32_t *b, int nb) {
+    if (na != nb) return 0;
+    for (int i = 0; i < na; i++) {
+        int found = 0;
+        for (int k = 0; k < nb && !found; k++) found = same_stack(m, a[i], b[k]);
+        if (!found) return 0;
+    }
+    return 1;
+}
+
 /* Visits node's children with the state (set, cp, rem) reached by node's
  * bytes: a child whose byte is rejected prunes its subtree; otherwise the
  * ids it spells are allowed and its children are visited in turn. The
- * arena above the current state is reclaimed after each child. */
+ * arena above the current state is reclaimed after each child.
+ *
+ * at_start: the state is the matcher's own (structurally). An ASCII byte in
+ * m->loops leads from that state back to itself (inside a JSON string, every
+ * ordinary character does), so such a child needs no step at all: most of
+ * the vocabulary is then a plain trie walk. */
 static void walk(gram_matcher *m, const gram_vocab *v, int node, const int32_t *set, int n, uint32_t cp, int rem,
-                 int depth, uint32_t *allowed, int *count) {
+                 int at_start, int depth, uint32_t *allowed, int *count) {
     int32_t *out = m->scratch + (size_t)(depth + 2) * GRAM_MAX_STACKS;
     for (int c = node + 1; c < v->end[node]; c = v->end[c]) {
+        const unsigned char b = v->byte[c];
+        if (at_start && b < 128 && (m->loops[b >> 5] >> (b & 31) & 1)) {
+            for (int t = v->tok_first[c]; t < v->tok_first[c] + v->tok_n[c]; t++) {
+                const int32_t id = v->tok_ids[t];
+                allowed[id >> 5] |= 1u << (id & 31);
+                ++*count;
+            }
+            if (c + 1 < v->end[c]) walk(m, v, c, set, n, cp, rem, 1, depth + 1, allowed, count);
+            continue;
+        }
         const int mark = m->n_nodes;
         uint32_t ncp = cp;
         int nrem = rem;
-        const int k = step_byte(m, set, n, &ncp, &nrem, v->byte[c], out);
+        const int k = step_byte(m, set, n, &ncp, &nrem, b, out);
         if (m->overflow) {
             m->overflow = 0; /* a branch past the limits is not allowed */
         } else if (k > 0) {
@@ -1069,17 +1113,81 @@ static void walk(gram_matcher *m, const gram_vocab *v, int node, const int32_t *
                 allowed[id >> 5] |= 1u << (id & 31);
                 ++*count;
             }
-            if (c + 1 < v->end[c]) walk(m, v, c, out, k, ncp, nrem, depth + 1, allowed, count);
+            if (c + 1 < v->end[c]) walk(m, v, c, out, k, ncp, nrem, 0, depth + 1, allowed, count);
         }
         m->n_nodes = mark;
     }
 }
 
+/* The state's signature for the mask cache: cp, rem, then per stack its
+ * depth and positions. Returns its length, or -1 if longer than cap. */
+static int signature(const gram_matcher *m, int32_t *sig, int cap) {
+    int n = 0;
+    if (cap < 3) return -1;
+    sig[n++] = (int32_t)m->cp;
+    sig[n++] = m->rem;
+    sig[n++] = m->n_stacks;
+    for (int i = 0; i < m->n_stacks; i++) {
+        const int at = n++;
+        if (n > cap) return -1;
+        int d = 0;
+        for (int32_t t = m->stacks[i]; t >= 0; t = m->nodes[t].next, d++) {
+            if (n >= cap) return -1;
+            sig[n++] = m->nodes[t].pos;
+        }
+        sig[at] = d;
+    }
+    return n;
+}
+
 int gram_mask(gram_matcher *m, const gram_vocab *v, uint32_t *allowed) {
-    memset(allowed, 0, sizeof(uint32_t) * (size_t)((v->n_tokens + 31) / 32));
+    const size_t words = (size_t)((v->n_tokens + 31) / 32);
+    /* a state seen recently (the same string, the same position in a
+     * repeated structure) gets its mask from the cache */
+    int32_t sig[GRAM_SIG_MAX];
+    const int n_sig = signature(m, sig, GRAM_SIG_MAX);
+    if (n_sig > 0) {
+        for (int i = 0; i < GRAM_CACHE; i++) {
+            gram_cached *e = &m->cache[i];
+            if (e->v == v && e->n_sig == n_sig && !memcmp(e->sig, sig, sizeof(int32_t) * (size_t)n_sig)) {
+                memcpy(allowed, e->bits, sizeof(uint32_t) * words);
+                e->used = ++m->clock;
+                return e->count;
+            }
+        }
+    }
+    memset(allowed, 0, sizeof(uint32_t) * words);
     if (reserve_scratch(m, v->max_len + 3) != 0) return 0;
     int count = 0;
     m->overflow = 0;
-    walk(m, v, 0, m->stacks, m->n_stacks, m->cp, m->rem, 0, allowed, &count);
+    memset(m->loops, 0, sizeof m->loops);
+    if (m->rem == 0) {
+        int32_t *out = m->scratch + GRAM_MAX_STACKS;
+        for (uint32_t b = 0; b < 128; b++) {
+            const int mark = m->n_nodes;
+            const int k = step_cp(m, m->stacks, m->n_stacks, b, out);
+            if (!m->overflow && k > 0 && same_set(m, out, k, m->stacks, m->n_stacks)) m->loops[b >> 5] |= 1u << (b & 31);
+            m->overflow = 0;
+            m->n_nodes = mark;
+        }
+    }
+    walk(m, v, 0, m->stacks, m->n_stacks, m->cp, m->rem, 1, 0, allowed, &count);
+    if (n_sig > 0) {
+        gram_cached *e = &m->cache[0];
+        for (int i = 1; i < GRAM_CACHE; i++)
+            if (m->cache[i].used < e->used) e = &m->cache[i];
+        if (e->cap_words < words) {
+            uint32_t *bits = realloc(e->bits, sizeof(uint32_t) * words);
+            if (!bits) return count;
+            e->bits = bits;
+            e->cap_words = words;
+        }
+        memcpy(e->bits, allowed, sizeof(uint32_t) * words);
+        memcpy(e->sig, sig, sizeof(int32_t) * (size_t)n_sig);
+        e->n_sig = n_sig;
+        e->v = v;
+        e->count = count;
+        e->used = ++m->clock;
+    }
     return count;
 }

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_schema.h"
+
 void oai_error_set(oai_error *e, int status, const char *type, const char *param, const char *code,
                    const char *fmt, ...) {
     e->status = status;
@@ -581,7 +583,7 @@ static int parse_stop(const cJSON *root, oai_request *r, oai_error *e) {
  * answered as if the field were not there. A field is accepted when it
  * cannot change the answer: absent or null; at the value that means "off",
  * which OpenAI clients send routinely (functions: [],
- * function_call: "none" or "auto", response_format: {"type": "text"},
+ * function_call: "none" or "auto",
  * modalities: ["text"], suffix: ""); or a field that never
  * affects the output (user, store, metadata, service_tier,
  * prompt_cache_key, safety_identifier). stream_options is honoured. */
@@ -624,6 +626,65 @@ static int parse_logit_bias(const cJSON *root, int vocab, oai_request *r, oai_er
     return 0;
 }
 
+/* ---- structured output ------------------------------------------------------
+ *
+ * response_format {"type": "json_object"} or {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict"}}, or the extension field
+ * "grammar" (GBNF text), become one compiled grammar; a grammar that does
+ * not compile, or a schema outside the supported subset, is a 400 naming
+ * the field it came from. strict: false is enforced all the same. */
+
+static int set_grammar(oai_request *r, const char *text, const char *param, oai_error *e) {
+    char err[256];
+    r->grammar = gram_compile(text, strlen(text), err, sizeof err);
+    if (!r->grammar) {
+        oai_error_set(e, 400, "invalid_request_error", param, NULL, "'%s': %s", param, err);
+        return -1;
+    }
+    r->grammar_param = param;
+    return 0;
+}
+
+static int parse_structured(const cJSON *root, oai_request *r, oai_error *e) {
+    const cJSON *rf = field(root, "response_format"), *gr = field(root, "grammar");
+    const cJSON *type = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+    if (rf && (!cJSON_IsObject(rf) || !cJSON_IsString(type)))
+        return bad(e, "response_format", "'%s' must be an object with a string 'type'%s", "");
+    const int wants_format = rf && !is_string(type, "text");
+    if (gr) {
+        if (wants_format) return bad(e, "grammar", "'%s' cannot be combined with a 'response_format' other than text%s", "");
+        if (!cJSON_IsString(gr) || !gr->valuestring[0]) return bad(e, "grammar", "'%s' must be a non-empty string%s", "");
+        if (check_text(gr->valuestring, "grammar", e)) return -1;
+        return set_grammar(r, gr->valuestring, "grammar", e);
+    }
+    if (!wants_format) return 0;
+    if (is_string(type, "json_object")) return set_grammar(r, js_object_grammar(), "response_format", e);
+    if (!is_string(type, "json_schema"))
+        return bad(e, "response_format", "'%s.type' must be \"text\", \"json_object\" or \"json_schema\"%s", "");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+    if (!cJSON_IsObject(js))
+        return bad(e, "response_format", "'%s.json_schema' is required with type json_schema and must be an object%s", "");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name"), *strict = field(js, "strict");
+    if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 64)
+        return bad(e, "response_format", "'%s.json_schema.name' must be a string of 1 to 64 characters%s", "");
+    if (strict && !cJSON_IsBool(strict))
+        return bad(e, "response_format", "'%s.json_schema.strict' must be a boolean%s", "");
+    const cJSON *schema = field(js, "schema");
+    if (!schema) return set_grammar(r, js_object_grammar(), "response_format", e);
+    if (!cJSON_IsObject(schema) && !cJSON_IsTrue(schema))
+        return bad(e, "response_format", "'%s.json_schema.schema' must be an object%s", "");
+    char err[256];
+    char *text = js_schema_grammar(schema, err, sizeof err);
+    if (!text) {
+        oai_error_set(e, 400, "invalid_request_error", "response_format", NULL,
+                      "'response_format.json_schema.schema': %s", err);
+        return -1;
+    }
+    const int rc = set_grammar(r, text, "response_format", e);
+    free(text);
+    return rc;
+}
+
 static int check_unsupported(const cJSON *root, oai_kind kind, oai_error *e) {
     const cJSON *v;
     if (kind == OAI_COMPLETION) {
@@ -637,11 +698,6 @@ static int check_unsupported(const cJSON *root, oai_kind kind, oai_error *e) {
     if ((v = field(root, "function_call")) && !is_string(v, "none") && !is_string(v, "auto"))
         return bad(e, "function_call", "'%s' (the deprecated function calling) is not supported; use 'tool_choice'%s",
                    "");
-    if ((v = field(root, "response_format")) &&
-        !(cJSON_IsObject(v) && is_string(cJSON_GetObjectItemCaseSensitive(v, "type"), "text") &&
-          cJSON_GetArraySize(v) == 1))
-        return bad(e, "response_format",
-                   "'%s' is not supported: only {\"type\": \"text\"} (structured output is not implemented)%s", "");
     if ((v = field(root, "modalities")) &&
         !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && is_string(v->child, "text")))
         return bad(e, "modalities", "'%s' is not supported: the only modality is [\"text\"]%s", "");
@@ -752,6 +808,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
     }
     if (parse_stop(root, r, e) != 0) goto out;
     if (parse_logit_bias(root, vocab, r, e) != 0) goto out;
+    if (parse_structured(root, r, e) != 0) goto out;
     if (kind == OAI_CHAT) {
         b = 0;
         if (get_bool(root, "logprobs", &b, e) < 0) goto out;
@@ -791,6 +848,7 @@ out:
 }
 
 void oai_request_free(oai_request *r) {
+    gram_free(r->grammar);
     free(r->bias_ids);
     free(r->bias_values);
     free(r->model);

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "grammar.h"
 #include "sampler.h"
 
 #define OAI_MAX_STOP 16       /* OpenAI allows up to 4; engines commonly accept more */
@@ -65,6 +66,8 @@ typedef struct {
     int ignore_eos;
     int32_t *bias_ids;     /* logit_bias (owned; sampling.bias_* point here) */
     float *bias_values;
+    gram_grammar *grammar; /* response_format json_object / json_schema, or "grammar": compiled (owned), or NULL */
+    const char *grammar_param; /* the field it came from ("response_format" or "grammar"), for errors */
 } oai_request;
 
 /* Fills e: status, type, message (printf-style), param (may be NULL), code (may be NULL). */

@@ -48,6 +48,7 @@ typedef struct sched_seq {
     sched_task task;
     double *pool_sum;    /* embeddings: running sum of hidden rows (mean) or the last row, [dim] */
     int cancelled;
+    sched_constraint *constraint; /* NULL or owned */
     struct sched_seq *next; /* waiting list / submission list */
 } sched_seq;
 
@@ -139,6 +140,7 @@ static void seq_free(sched_seq *q) {
     free(q->blocks);
     free(q->pool_sum);
     samp_free(&q->sampler);
+    if (q->constraint) q->constraint->free(q->constraint);
     free(q);
 }
 
@@ -206,7 +208,16 @@ static void running_remove(sched *s, int i) {
 
 static int blocks_for(const sched *s, int tokens) { return (tokens + s->block - 1) / s->block; }
 
+/* The checks that can refuse a request; sched_submit frees its constraint after a refusal. */
+static int submit(sched *s, const sched_request *r, uint64_t *id, char *err, size_t errlen);
+
 int sched_submit(sched *s, const sched_request *r, uint64_t *id, char *err, size_t errlen) {
+    const int rc = submit(s, r, id, err, errlen);
+    if (rc != 0 && r->constraint) r->constraint->free(r->constraint);
+    return rc;
+}
+
+static int submit(sched *s, const sched_request *r, uint64_t *id, char *err, size_t errlen) {
     if (r->n_prompt == 0) {
         snprintf(err, errlen, "the prompt is empty");
         return -1;
@@ -272,6 +283,7 @@ int sched_submit(sched *s, const sched_request *r, uint64_t *id, char *err, size
         return -1;
     }
     s->n_live++;
+    q->constraint = r->constraint;
     q->id = ++s->next_id;
     if (s->incoming_tail) s->incoming_tail->next = q;
     else s->incoming_head = q;
@@ -635,6 +647,8 @@ restart:
     const double tf1 = now_s();
 
     int row = 0, hrow = 0;
+    double mask_seconds = 0;
+    int n_masked = 0;
     for (int j = 0; j < n_slots; j++) {
         sched_seq *q = s->b_seqs[j];
         if (rc != 0) { /* a broken batch is a bug in this file: end its sequences, keep serving */
@@ -664,8 +678,14 @@ restart:
             continue;
         }
         if (q->top_logprobs >= 0) memcpy(s->raw_logits, lg, sizeof(float) * (size_t)s->vocab);
+        if (q->constraint) {
+            const double tm = now_s();
+            q->constraint->mask(q->constraint, lg, s->vocab);
+            mask_seconds += now_s() - tm;
+            n_masked++;
+        }
         const int tok = samp_sample(&q->sampler, lg, q->tokens, (size_t)q->n_tokens);
-        if (is_stop(s, tok) && !q->ignore_eos) {
+        if (is_stop(s, tok) && (!q->ignore_eos || q->constraint)) {
             running_remove(s, i_run);
             finish(s, q, SCHED_FINISH_EOS, NULL, NULL);
             continue;
@@ -676,7 +696,10 @@ restart:
         pthread_mutex_lock(&s->mu);
         s->stats.generated_tokens++;
         pthread_mutex_unlock(&s->mu);
-        if (q->generated >= q->max_tokens || q->n_tokens >= q->capacity) {
+        if (q->constraint && q->constraint->accept(q->constraint, tok)) {
+            running_remove(s, i_run);
+            finish(s, q, SCHED_FINISH_EOS, NULL, NULL);
+        } else if (q->generated >= q->max_tokens || q->n_tokens >= q->capacity) {
             running_remove(s, i_run);
             finish(s, q, SCHED_FINISH_LENGTH, NULL, NULL);
         }
@@ -688,6 +711,11 @@ restart:
     s->stats.last_batch_seqs = n_slots;
     s->stats.last_step_seconds = t1 - t0;
     s->stats.last_forward_seconds = tf1 - tf;
+    if (n_masked > 0) {
+        s->stats.last_mask_seconds = mask_seconds;
+        s->stats.mask_seconds += mask_seconds;
+        s->stats.masked_tokens += (uint64_t)n_masked;
+    }
     pthread_mutex_unlock(&s->mu);
     return 1;
 }

@@ -47,14 +47,30 @@ typedef enum {
                                hidden state is needed) */
 } sched_task;
 
+/* A constraint on what one sequence may generate (structured output): the
+ * scheduler calls mask on the sequence's logits row before each sampling
+ * (after logprobs took the raw row, before logit_bias, penalties and
+ * temperature) and accept with each token sampled, never with a stop id.
+ * It advances only on newly sampled tokens, so recomputing a preempted
+ * sequence leaves it consistent. Freed (free) when the sequence ends. The
+ * scheduler knows nothing else of it. */
+typedef struct sched_constraint sched_constraint;
+struct sched_constraint {
+    void (*mask)(sched_constraint *c, float *logits, int vocab); /* disallowed tokens' logits to -INFINITY */
+    /* 1: nothing but a stop may follow; the sequence ends as if a stop id had been sampled */
+    int (*accept)(sched_constraint *c, int32_t token);
+    void (*free)(sched_constraint *c);
+};
+
 typedef struct {
     const int32_t *prompt;  /* copied by sched_submit */
     size_t n_prompt;
     samp_params sampling;
     int max_tokens;         /* new tokens at most (>= 1) */
     int top_logprobs;       /* -1: no logprobs; 0..SCHED_MAX_TOP_LOGPROBS: chosen token's logprob + that many alternatives */
-    int ignore_eos;
+    int ignore_eos;         /* stop ids are generated as text (not with a constraint: a stop it allows ends) */
     sched_task task;        /* SCHED_GENERATE (0), or an embedding: then max_tokens and sampling are unused */
+    sched_constraint *constraint; /* NULL, or taken over by sched_submit (freed even when it fails) */
 } sched_request;
 
 typedef enum {
@@ -95,6 +111,9 @@ typedef struct {
     uint64_t prompt_tokens, generated_tokens;
     int last_batch_tokens, last_batch_seqs;
     double last_step_seconds, last_forward_seconds; /* the whole step, and the forward call inside it */
+    double last_mask_seconds;   /* the constraint masks of the last step that had any */
+    double mask_seconds;        /* constraint masks, in total */
+    uint64_t masked_tokens;     /* tokens sampled under a constraint */
 } sched_stats;
 
 typedef struct sched sched;

@@ -48,6 +48,7 @@
 
 #include "chat.h"
 #include "embeddings.h"
+#include "constrain.h"
 #include "http_guard.h"
 #include "metrics.h"
 #include "openai.h"
@@ -147,6 +148,9 @@ struct server {
     tc_format tool_format;  /* how this model writes tool calls (from its template) */
     int tools_native;       /* the template renders tools itself (else tool_prompt.h) */
     int tool_marker_id;     /* the special token that opens a call, or -1 */
+    gram_vocab *vocab;      /* the tokenizer's byte strings as a trie, for grammar masks */
+    const int32_t *stop_ids;
+    int n_stop_ids;
     sched *sched;
     int n_threads;
     struct event_base *base;
@@ -166,7 +170,8 @@ struct server {
     met_registry *met;
     met_family *m_requests, *m_prompt_tokens, *m_gen_tokens, *m_ttft, *m_e2e, *m_tpot, *m_running,
         *m_waiting, *m_kv_usage, *m_kv_used, *m_kv_total, *m_prefix_hit, *m_prefix_lookup, *m_preempt,
-        *m_batch_tokens, *m_batch_seqs, *m_steps, *m_inflight, *m_step_seconds, *m_cancelled, *m_rejected;
+        *m_batch_tokens, *m_batch_seqs, *m_steps, *m_inflight, *m_step_seconds, *m_cancelled, *m_rejected,
+        *m_mask_seconds, *m_masked_tokens, *m_step_mask_seconds;
 };
 
 static double now_s(void) {
@@ -932,12 +937,28 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
         return;
     }
 
+    /* structured output: one matcher per choice, made before anything is submitted */
+    sched_constraint *cons[OAI_MAX_N] = {0};
+    if (q->q.grammar) {
+        for (int i = 0; i < q->q.n; i++) {
+            cons[i] = con_grammar_new(q->q.grammar, s->vocab, s->stop_ids, s->n_stop_ids, err, sizeof err);
+            if (!cons[i]) {
+                for (int k = 0; k < i; k++) cons[k]->free(cons[k]);
+                free(ids);
+                oai_error_set(&e, 400, "invalid_request_error", q->q.grammar_param, NULL, "'%s': %s",
+                              q->q.grammar_param, err);
+                goto fail;
+            }
+        }
+    }
     q->srv = s;
     q->http = r;
     q->t_arrival = t0;
     q->n_choices = q->q.n;
     q->choices = calloc((size_t)q->n_choices, sizeof *q->choices);
     if (!q->choices) {
+        for (int k = 0; k < q->q.n; k++)
+            if (cons[k]) cons[k]->free(cons[k]);
         free(ids);
         settle_rate(s, q, 1);
         oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
@@ -961,11 +982,14 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
             c->calls = cJSON_CreateArray();
         }
         sched_request sr = {.prompt = ids, .n_prompt = n_ids, .sampling = q->q.sampling, .max_tokens = max_tokens,
-                            .top_logprobs = q->q.logprobs ? q->q.top_logprobs : -1, .ignore_eos = q->q.ignore_eos};
+                            .top_logprobs = q->q.logprobs ? q->q.top_logprobs : -1, .ignore_eos = q->q.ignore_eos,
+                            .constraint = cons[i]};
         /* n choices from one seed must differ, yet the same request must repeat */
         sr.sampling.seed = q->q.has_seed ? q->q.sampling.seed + (uint64_t)i * 0x9e3779b97f4a7c15ULL : splitmix(&s->rng);
         if (sched_submit(s->sched, &sr, &c->seq_id, err, sizeof err) != 0) {
             submit_error(&e, err);
+            for (int k = i + 1; k < q->n_choices; k++) /* cons[i] went with the refused submit */
+                if (cons[k]) cons[k]->free(cons[k]);
             for (int k = i; k < q->n_choices; k++) q->choices[k].seq_done = 1; /* never submitted */
             for (int k = 0; k < i; k++) sched_cancel(s->sched, q->choices[k].seq_id);
             q->http = NULL;
@@ -1235,6 +1259,9 @@ static void handle_metrics(server *s, struct evhttp_request *r) {
     met_set(s->m_batch_tokens, NULL, st.last_batch_tokens);
     met_set(s->m_batch_seqs, NULL, st.last_batch_seqs);
     met_set(s->m_step_seconds, NULL, st.last_step_seconds);
+    met_set(s->m_mask_seconds, NULL, st.mask_seconds);
+    met_set(s->m_masked_tokens, NULL, (double)st.masked_tokens);
+    met_set(s->m_step_mask_seconds, NULL, st.last_mask_seconds);
     met_set(s->m_inflight, NULL, s->n_reqs);
     /* this scrape is counted before rendering, so it sees itself */
     count_status(s, 200);
@@ -1556,6 +1583,9 @@ static void add_metrics(server *s) {
     s->m_batch_tokens = met_add(r, MET_GAUGE, "ingot_batch_tokens", "Tokens in the last forward step.", NULL);
     s->m_batch_seqs = met_add(r, MET_GAUGE, "ingot_batch_size", "Sequences in the last forward step.", NULL);
     s->m_step_seconds = met_add(r, MET_GAUGE, "ingot_last_step_seconds", "Duration of the last scheduler step.", NULL);
+    s->m_mask_seconds = met_add(r, MET_COUNTER, "ingot_grammar_mask_seconds_total", "Time spent computing grammar token masks (structured output).", NULL);
+    s->m_masked_tokens = met_add(r, MET_COUNTER, "ingot_grammar_masked_tokens_total", "Tokens sampled under a grammar mask.", NULL);
+    s->m_step_mask_seconds = met_add(r, MET_GAUGE, "ingot_last_step_mask_seconds", "Grammar mask time of the last step that had any.", NULL);
 }
 
 int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, char **argv) {
@@ -1690,6 +1720,13 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
                        .max_running = s->cfg.max_running, .prefix_cache = s->cfg.prefix_cache,
                        .max_waiting = s->cfg.max_waiting, .notify = srv_notify, .notify_user = s};
     sc.n_stop_ids = tok_stop_ids(tok, &sc.stop_ids);
+    s->stop_ids = sc.stop_ids;
+    s->n_stop_ids = sc.n_stop_ids;
+    /* structured output's mask walks this trie of every token's bytes; built once */
+    if (!(s->vocab = con_vocab_new(tok))) {
+        fprintf(stderr, "%s: error: out of memory for the grammar vocabulary\n", d->name);
+        goto out;
+    }
     s->sched = sched_create(m, &sc, err, sizeof err);
     if (!s->sched) {
         fprintf(stderr, "%s: error: scheduler: %s\n", d->name, err);
@@ -1767,6 +1804,7 @@ out:
     rl_free(s->rl);
     met_free(s->met);
     chat_free(s->chat);
+    gram_vocab_free(s->vocab);
     free(s);
     libevent_global_shutdown();
     return rc;

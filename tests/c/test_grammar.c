@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "grammar.h"
+#include "json_schema.h"
 #include "xorshift.h"
 
 static gram_grammar *compile(const char *text, char *err) {
@@ -266,10 +267,79 @@ static void test_mask(void) {
     for (int i = 0; i < N_TOK; i++) free(pieces[i]);
 }
 
+/* ---- JSON Schema to grammar ------------------------------------------------ */
+
+static void expect_schema(const char *schema_json, const char *const *yes, const char *const *no) {
+    cJSON *schema = cJSON_Parse(schema_json);
+    char err[256] = "";
+    char *text = schema ? js_schema_grammar(schema, err, sizeof err) : NULL;
+    cJSON_Delete(schema);
+    check(text != NULL, "schema %s: %s", schema_json, err);
+    if (!text) return;
+    gram_grammar *g = gram_compile(text, strlen(text), err, sizeof err);
+    check(g != NULL, "schema %s: grammar does not compile: %s\n%s", schema_json, err, text);
+    free(text);
+    if (!g) return;
+    for (int i = 0; yes[i]; i++) check(matches(g, yes[i], 2) == 1, "schema %s should accept %s", schema_json, yes[i]);
+    for (int i = 0; no[i]; i++) check(matches(g, no[i], 1) == 0, "schema %s should reject %s", schema_json, no[i]);
+    gram_free(g);
+}
+
+static void expect_schema_error(const char *schema_json, const char *needle) {
+    cJSON *schema = cJSON_Parse(schema_json);
+    char err[256] = "";
+    char *text = js_schema_grammar(schema, err, sizeof err);
+    check(!text && strstr(err, needle), "schema %s: expected an error with '%s', got '%s'", schema_json, needle,
+          text ? "(converted)" : err);
+    free(text);
+    cJSON_Delete(schema);
+}
+
+static void test_json_schema(void) {
+    expect_schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}},"
+                  "\"required\":[\"a\"],\"additionalProperties\":false}",
+                  (const char *[]){"{\"a\":1}", "{\"a\": -12, \"b\": \"x\\\"y\"}", "{\n  \"a\": 0\n}", NULL},
+                  (const char *[]){"{}", "{\"b\":\"x\"}", "{\"a\":1,}", "{\"a\":01}", "{\"a\":1,\"c\":2}",
+                                   "{\"b\":\"x\",\"a\":1}", "{\"a\":1}  ", NULL});
+    expect_schema("{\"type\":\"array\",\"items\":{\"enum\":[\"x\",2,null]},\"minItems\":1,\"maxItems\":3}",
+                  (const char *[]){"[\"x\"]", "[2, null, \"x\"]", NULL},
+                  (const char *[]){"[]", "[1]", "[2,2,2,2]", NULL});
+    expect_schema("{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"number\"},"
+                  "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},{\"type\":\"null\"}]}},"
+                  "\"required\":[\"v\",\"next\"],\"additionalProperties\":false}},\"$ref\":\"#/$defs/n\"}",
+                  (const char *[]){"{\"v\":1.5,\"next\":null}", "{\"v\":1,\"next\":{\"v\":2e3,\"next\":null}}", NULL},
+                  (const char *[]){"{\"v\":1}", "{\"v\":1,\"next\":{}}", NULL});
+    expect_schema("{\"type\":[\"string\",\"null\"],\"format\":\"date\"}",
+                  (const char *[]){"\"2024-02-28\"", "null", NULL},
+                  (const char *[]){"\"2024-02-30\"", "\"2024-13-01\"", "\"x\"", NULL});
+    expect_schema("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
+                  (const char *[]){"\"ab\"", "\"\\u00e9\\n\"", "\"\xc3\xa9t\xc3\xa9\"", NULL},
+                  (const char *[]){"\"a\"", "\"abcd\"", NULL});
+    expect_schema("{\"const\":{\"k\":[1,true]}}", (const char *[]){"{\"k\":[1,true]}", NULL},
+                  (const char *[]){"{\"k\":[1,false]}", NULL});
+    expect_schema("{\"type\":\"integer\",\"minimum\":0}", (const char *[]){"0", "42", NULL},
+                  (const char *[]){"-1", "1.5", NULL});
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"^a\"}", "unsupported keyword 'pattern' at #");
+    expect_schema_error("{\"type\":\"object\",\"properties\":{\"a\":{\"oneOf\":[]}}}",
+                        "unsupported keyword 'oneOf' at #/properties/a");
+    expect_schema_error("{\"type\":\"string\",\"format\":\"ipv4\"}", "unsupported format 'ipv4'");
+    expect_schema_error("{\"$ref\":\"#/$defs/missing\"}", "does not resolve");
+    expect_schema_error("{\"type\":\"object\",\"properties\":{},\"required\":[\"x\"]}", "not in 'properties'");
+    expect_schema_error("{\"type\":\"tuple\"}", "unsupported type 'tuple'");
+    /* any JSON object */
+    char err[256];
+    gram_grammar *g = gram_compile(js_object_grammar(), strlen(js_object_grammar()), err, sizeof err);
+    check(g && matches(g, "{\"a\": [1, {\"b\": null}], \"c\": \"\\u0041\"}", 3) == 1 && matches(g, "[1]", 1) == 0 &&
+              matches(g, "{\"a\" 1}", 1) == 0,
+          "json_object grammar: %s", g ? "" : err);
+    gram_free(g);
+}
+
 int main(void) {
     test_errors();
     test_matching();
     test_limits();
     test_mask();
+    test_json_schema();
     return check_summary();
 }
