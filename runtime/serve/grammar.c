@@ -676,7 +676,7 @@ struct gram_matcher {
     int32_t *stacks;   /* current state: each stack's top node (-1: the grammar is complete) */
     int n_stacks;
     uint32_t cp;       /* a code point's bits so far ... */
-    int rem;           /* ... and its continuation bytes still due (0: between code points) */
+    int rem;           /* ... its continuation bytes still due and its length (see step_byte; 0: between code points) */
     int overflow;      /* a limit was hit in the current operation */
     int work;          /* expansions in the current step (bounded: ambiguity can be exponential) */
     int32_t *scratch;  /* sets for accept (2) and the trie walk (one per depth) */
@@ -787,25 +787,35 @@ static int step_cp(gram_matcher *m, const int32_t *in, int n_in, uint32_t cp, in
     return m->overflow ? 0 : n;
 }
 
-/* The stacks after one more byte; *cp / *rem carry a partial code point. */
+/* The stacks after one more byte; *cp / *rem carry a partial code point:
+ * its bits so far, and in *rem the continuation bytes still due (low 4
+ * bits) and the sequence's whole length (bits 4..7), which sets the
+ * smallest code point it may encode (overlong forms are invalid UTF-8). */
 static int step_byte(gram_matcher *m, const int32_t *in, int n_in, uint32_t *cp, int *rem, unsigned char b,
                      int32_t *out) {
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
     if (*rem == 0) {
         if (b < 0x80) return step_cp(m, in, n_in, b, out);
-        if (b >= 0xc2 && b <= 0xdf) *cp = b & 0x1fu, *rem = 1;
-        else if ((b & 0xf0) == 0xe0) *cp = b & 0x0fu, *rem = 2;
-        else if (b >= 0xf0 && b <= 0xf4) *cp = b & 0x07u, *rem = 3;
+        if (b >= 0xc2 && b <= 0xdf) *cp = b & 0x1fu, *rem = 1 | 2 << 4;
+        else if ((b & 0xf0) == 0xe0) *cp = b & 0x0fu, *rem = 2 | 3 << 4;
+        else if (b >= 0xf0 && b <= 0xf4) *cp = b & 0x07u, *rem = 3 | 4 << 4;
         else return 0;
     } else {
         if ((b & 0xc0) != 0x80) return 0;
         *cp = *cp << 6 | (b & 0x3fu);
-        if (--*rem == 0) {
-            if (*cp > 0x10ffff || (*cp >= 0xd800 && *cp <= 0xdfff)) return 0;
+        if (((*rem = *rem - 1) & 15) == 0) {
+            const int len = *rem >> 4;
+            *rem = 0;
+            if (*cp < min_cp[len] || *cp > 0x10ffff || (*cp >= 0xd800 && *cp <= 0xdfff)) return 0;
             return step_cp(m, in, n_in, *cp, out);
         }
     }
     /* inside a code point: keep the stacks that some completion could satisfy */
-    const uint32_t shift = 6u * (uint32_t)*rem, lo = *cp << shift, hi = lo | ((1u << shift) - 1);
+    const uint32_t shift = 6u * (uint32_t)(*rem & 15);
+    uint32_t lo = *cp << shift, hi = lo | ((1u << shift) - 1);
+    if (lo < min_cp[*rem >> 4]) lo = min_cp[*rem >> 4];
+    if (hi > 0x10ffff) hi = 0x10ffff;
+    if (lo > hi) return 0;
     int n = 0;
     for (int i = 0; i < n_in; i++)
         if (in[i] >= 0 && class_may_match(m->g->elems, m->nodes[in[i]].pos, lo, hi)) out[n++] = in[i];

@@ -134,7 +134,7 @@ static const char *const KEYWORDS[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
     "anyOf", "$defs", "definitions", "$ref", "format", "minLength", "maxLength", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "title", "description", "default", "examples", "$schema", "$id",
-    "$comment", "strict",
+    "$comment", "strict", "minProperties", "maxProperties",
 };
 
 static int check_keywords(jsctx *c, const cJSON *s, const char *path) {
@@ -224,10 +224,22 @@ static int gen_object(jsctx *c, const cJSON *s, const char *path, sbuf *body) {
             child_path(p2, sizeof p2, path, "additionalProperties", NULL);
             if (gen(c, addl, p2, vname)) return -1;
         }
-        sb_addf(body, "\"{\" ws (json-string ws \":\" ws %s ws (\",\" ws json-string ws \":\" ws %s ws)*)? \"}\"", vname,
-                vname);
+        long min, max;
+        if (get_count(c, s, "minProperties", 0, &min, path) || get_count(c, s, "maxProperties", -1, &max, path))
+            return -1;
+        if (max >= 0 && max < min) return js_fail(c, "'maxProperties' at %.120s is below 'minProperties'", path);
+        if (max == 0) {
+            sb_add(body, "\"{\" ws \"}\"");
+            return 0;
+        }
+        sb_addf(body, "\"{\" ws %sjson-string ws \":\" ws %s ws (\",\" ws json-string ws \":\" ws %s ws)",
+                min == 0 ? "(" : "", vname, vname);
+        sb_count(body, min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1);
+        sb_addf(body, "%s \"}\"", min == 0 ? ")?" : "");
         return 0;
     }
+    if (cJSON_GetObjectItemCaseSensitive(s, "minProperties") || cJSON_GetObjectItemCaseSensitive(s, "maxProperties"))
+        return js_fail(c, "'minProperties' / 'maxProperties' at %.120s: only supported without 'properties'", path);
     if (addl && !cJSON_IsFalse(addl))
         return js_fail(c, "'additionalProperties' at %.120s: only false is supported alongside 'properties'", path);
     /* rules first_i and after_i for i in [0, n); first_n and after_n are "" */

@@ -3,7 +3,7 @@
  * Covers the subset OpenAI's strict structured outputs accept: type (one or
  * a list), object (properties in their declared order, required, optional
  * ones omissible, additionalProperties false; with no properties, a map
- * whose values follow additionalProperties), string (minLength, maxLength,
+ * whose values follow additionalProperties, minProperties, maxProperties), string (minLength, maxLength,
  * format date / time / date-time / uuid / email), number and integer,
  * boolean, null, array (items, minItems, maxItems), enum, const, anyOf,
  * $defs / definitions with local $ref (recursion allowed, "#" is the root).

@@ -120,12 +120,26 @@ static void test_matching(void) {
     expect_matches("root ::= (\n  \"x\" |\n  \"y\"\n) \"!\"\n", (const char *[]){"x!", "y!", NULL},
                    (const char *[]){"xy!", "!", NULL});
     expect_matches("root ::= [^a-z]\n", (const char *[]){"A", "\xc3\xa9", NULL}, (const char *[]){"q", "", NULL});
+    /* a lone lead byte never stands for an ASCII character (no overlong prefix of "o") */
+    {
+        char e2[256];
+        gram_grammar *g = compile("root ::= \"o\"\n", e2);
+        gram_matcher *m = gram_matcher_new(g, e2, sizeof e2);
+        check(gram_accept_bytes(m, "\xe0", 1) != 0 && gram_accept_bytes(m, "\xf0", 1) != 0 &&
+                  gram_accept_bytes(m, "\xc1", 1) != 0,
+              "a lead byte of an overlong form is a prefix of 'o'");
+        gram_matcher_free(m);
+        gram_free(g);
+    }
 
     /* invalid UTF-8 is never accepted, even by "." */
     char err[256];
     gram_grammar *g = compile("root ::= .*\n", err);
     gram_matcher *m = gram_matcher_new(g, err, sizeof err);
     check(gram_accept_bytes(m, "\xff", 1) != 0, "0xFF accepted");
+    check(gram_accept_bytes(m, "\xe0\x81\xaf", 3) != 0 && gram_accept_bytes(m, "\xf0\x80", 2) != 0 &&
+              gram_accept_bytes(m, "\xc1\xaf", 2) != 0 && gram_accept_bytes(m, "\xed\xa0\x80", 3) != 0,
+          "overlong forms and surrogates accepted");
     check(gram_accept_bytes(m, "\xc3", 1) == 0 && !gram_is_complete(m), "a lead byte leaves the matcher incomplete");
     check(gram_accept_bytes(m, "a", 1) != 0, "a lead byte followed by ASCII accepted");
     check(gram_accept_bytes(m, "\xa9", 1) == 0 && gram_is_complete(m), "the completed character");

@@ -1,0 +1,232 @@
+"""Structured output over a real socket: response_format json_object and json_schema, and GBNF grammars.
+
+Runs the SmolLM2-135M-Instruct binary with the openai client. Every output of
+a json_schema request is parsed with `json` and validated with the
+`jsonschema` package (draft 2020-12, formats checked too): decoding is constrained token by
+token, so even this small model must produce conforming JSON every time. The
+default tier runs 8 schemas at once (one batch); the rest of the 24 run in
+`make test-full`. Strings and arrays in the schemas carry length bounds so the
+shortest valid answer always fits max_tokens (an unbounded string lets a small
+model write until max_tokens, which ends with "length" as it should).
+"""
+import concurrent.futures
+import json
+import os
+import re
+
+import jsonschema
+import openai
+import pytest
+import requests
+
+from conftest import BREADTH, SAN
+from modelbuild import build, smollm2_gguf
+from serverproc import ServerProc
+
+MODEL = "smollm2"
+SLOW = 8 if SAN else 1
+MAX_TOKENS = 160
+
+
+@pytest.fixture(scope="module")
+def binary(request):
+    if os.environ.get("INGOT_SERVER_BIN"):
+        return os.environ["INGOT_SERVER_BIN"]
+    request.getfixturevalue("built")
+    return build(smollm2_gguf(), MODEL)
+
+
+@pytest.fixture(scope="module")
+def server(binary):
+    srv = ServerProc(binary, "--grace", "10").start()
+    yield srv
+    rc = srv.stop()
+    assert rc == 0, srv.log
+    assert not srv.sanitizer_report(), srv.log
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=300 * SLOW)
+
+
+def s(maxlen=20, **kw):
+    return {"type": "string", "maxLength": maxlen, **kw}
+
+
+def obj(props, required=None):
+    return {"type": "object", "properties": props, "required": list(props) if required is None else required,
+            "additionalProperties": False}
+
+
+# (name, prompt, schema[, extra request fields]); the first 8 run in the default tier
+SCHEMAS = [
+    ("person", "Describe a person as JSON.",
+     obj({"name": s(30), "age": {"type": "integer", "minimum": 0}, "email": {"type": "string", "format": "email"}})),
+    ("color", "Pick a color.", obj({"color": {"enum": ["red", "green", "blue"]}, "confidence": {"type": "number"}})),
+    ("nested", "Give an address.",
+     obj({"owner": s(20), "address": obj({"street": s(30), "city": s(20), "zip": s(5, minLength=5)})})),
+    ("tags", "Tag this: a sunny beach holiday.",
+     obj({"tags": {"type": "array", "items": s(15), "minItems": 1, "maxItems": 3}})),
+    ("any_of", "Give a value.", obj({"value": {"anyOf": [{"type": "integer"}, s(10)]}})),
+    ("defs_ref", "List products in a shop.",
+     {"$defs": {"item": obj({"name": s(15), "price": {"type": "number"}})},
+      **obj({"items": {"type": "array", "items": {"$ref": "#/$defs/item"}, "maxItems": 2}})}),
+    ("nullable", "Describe a cat.",
+     obj({"nickname": {"type": ["string", "null"], "maxLength": 15}, "age": {"type": ["integer", "null"]}})),
+    ("formats", "When and what is the meeting?",
+     obj({"day": {"type": "string", "format": "date"}, "at": {"type": "string", "format": "time"},
+          "id": {"type": "string", "format": "uuid"}})),
+    # recursion is unbounded by nature; a frequency penalty keeps greedy decoding from nesting forever
+    ("recursive", "Write a linked list with two values.",
+     {"$defs": {"n": obj({"value": {"type": "integer"}, "next": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/n"}]}})},
+      "$ref": "#/$defs/n"}, {"frequency_penalty": 1.0}),
+    ("const", "Write a report header.", obj({"version": {"const": 2}, "kind": {"const": "report"}, "title": s(20)})),
+    ("bool_null", "Did it work?", obj({"ok": {"type": "boolean"}, "error": {"type": "null"}})),
+    ("top_array", "List two cities.", {"type": "array", "items": obj({"city": s(15)}), "minItems": 2,
+                                       "maxItems": 2}),
+    ("optional", "Describe a book.", obj({"title": s(20), "year": {"type": "integer"}, "isbn": s(13)},
+                                         required=["title"])),
+    ("datetime", "When did it happen?", obj({"when": {"type": "string", "format": "date-time"}})),
+    ("mixed_enum", "Choose one.", obj({"choice": {"enum": [1, "two", None, True]}})),
+    ("exact_len", "Give a code.", obj({"code": s(4, minLength=4)})),
+    ("map", "Count fruits.", {"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 3}),
+    ("deep", "Nest things.", obj({"a": obj({"b": obj({"c": obj({"d": {"type": "boolean"}})})})})),
+    ("top_enum", "Yes or no?", {"enum": ["yes", "no"]}),
+    ("numbers", "Give measurements.", obj({"height": {"type": "number"}, "weight": {"type": "number"}})),
+    ("int_array", "Give some numbers.", obj({"values": {"type": "array", "items": {"type": "integer"},
+                                                        "minItems": 2, "maxItems": 4}})),
+    ("shapes", "Describe a shape.",
+     obj({"shape": {"anyOf": [obj({"kind": {"const": "circle"}, "r": {"type": "number"}}),
+                               obj({"kind": {"const": "square"}, "side": {"type": "number"}})]}})),
+    ("definitions", "Describe a user.",
+     {"definitions": {"role": {"enum": ["admin", "guest"]}}, **obj({"user": s(12), "role": {"$ref": "#/definitions/role"}})}),
+    ("email_list", "Contacts.", obj({"emails": {"type": "array", "items": {"type": "string", "format": "email"},
+                                                "maxItems": 2}})),
+]
+assert len(SCHEMAS) >= 20
+
+
+def ask(client, name, prompt, schema, max_tokens=MAX_TOKENS, **kw):
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}, **kw)
+    return r
+
+
+def validate(text, schema):
+    value = json.loads(text)
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER).validate(value)
+    return value
+
+
+def run_schemas(client, cases):
+    with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
+        results = list(pool.map(lambda c: ask(client, *c[:3], **(c[3] if len(c) > 3 else {})), cases))
+    for (name, _, schema, *_), r in zip(cases, results):
+        choice = r.choices[0]
+        assert choice.finish_reason == "stop", (name, choice.message.content)
+        try:
+            validate(choice.message.content, schema)
+        except Exception as e:
+            raise AssertionError(f"{name}: {choice.message.content!r}: {e}") from e
+
+
+def test_schemas_default_tier(client):
+    run_schemas(client, SCHEMAS[:8])
+
+
+@pytest.mark.full
+def test_schemas_breadth(client):
+    run_schemas(client, SCHEMAS[8:])
+
+
+def test_json_object_and_completions(client):
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "A pet as JSON"}],
+                                       response_format={"type": "json_object"}, max_tokens=MAX_TOKENS,
+                                       temperature=0)
+    c = r.choices[0]
+    # any JSON object is allowed, so a small model may run to max_tokens; what it wrote is always a valid prefix
+    if c.finish_reason == "stop":
+        assert isinstance(json.loads(c.message.content), dict)
+    else:
+        assert c.finish_reason == "length" and c.message.content.startswith("{")
+    schema = obj({"animal": s(12), "legs": {"type": "integer", "minimum": 0}})
+    r = client.completions.create(model=MODEL, prompt="A JSON record of an animal:", max_tokens=60, temperature=0,
+                                  extra_body={"response_format": {"type": "json_schema",
+                                                                  "json_schema": {"name": "a", "schema": schema}}})
+    assert r.choices[0].finish_reason == "stop"
+    validate(r.choices[0].text, schema)
+
+
+def test_gbnf_grammar(server):
+    grammar = r'''
+root   ::= "The answer is " answer ". Numbers: " number ("," number){2}
+answer ::= "yes" | "no"
+number ::= [1-9] [0-9]{0,2}   # at most three digits
+'''
+    for body in ({"model": MODEL, "messages": [{"role": "user", "content": "Is the sky blue?"}]},
+                 {"model": MODEL, "prompt": "Question: is water wet?\n"}):
+        endpoint = "/chat/completions" if "messages" in body else "/completions"
+        r = requests.post(server.base_url + endpoint, json={**body, "grammar": grammar, "max_tokens": 40,
+                                                            "temperature": 0.7, "seed": 5}, timeout=120 * SLOW)
+        assert r.status_code == 200, r.text
+        c = r.json()["choices"][0]
+        text = c["message"]["content"] if "messages" in body else c["text"]
+        assert re.fullmatch(r"The answer is (yes|no)\. Numbers: [1-9][0-9]{0,2}(,[1-9][0-9]{0,2}){2}", text), text
+        assert c["finish_reason"] == "stop"
+
+
+def test_streaming_n2_and_length(client):
+    name, prompt, schema = SCHEMAS[1]
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=MAX_TOKENS, temperature=0.9,
+        seed=11, n=2, stream=True,
+        response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema}})
+    texts, finish = ["", ""], [None, None]
+    for chunk in stream:
+        for ch in chunk.choices:
+            texts[ch.index] += ch.delta.content or ""
+            finish[ch.index] = ch.finish_reason or finish[ch.index]
+    assert finish == ["stop", "stop"], texts
+    for t in texts:
+        validate(t, schema)
+    # max_tokens cutting the structure ends with "length", the text a valid prefix
+    r = ask(client, *SCHEMAS[0], max_tokens=3)
+    assert r.choices[0].finish_reason == "length"
+    assert r.choices[0].message.content.startswith("{")
+
+
+def test_errors_name_the_field(server):
+    url = server.base_url + "/chat/completions"
+    base = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+    def err(extra):
+        r = requests.post(url, json={**base, **extra}, timeout=60)
+        assert r.status_code == 400, r.text
+        return r.json()["error"]
+
+    e = err({"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": obj({"code": {"type": "string", "pattern": "^[A-Z]+$"}})}}})
+    assert e["param"] == "response_format" and "'pattern'" in e["message"] and "#/properties/code" in e["message"]
+    e = err({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"allOf": []}}}})
+    assert "'allOf'" in e["message"]
+    e = err({"grammar": 'root ::= "a" (\n"b"'})
+    assert e["param"] == "grammar" and "line 2" in e["message"] and "expected ')'" in e["message"]
+    e = err({"grammar": "root ::= root \"a\""})
+    assert e["param"] == "grammar" and "left recursion" in e["message"]
+    e = err({"grammar": "start ::= \"a\""})
+    assert "root" in e["message"]
+    e = err({"grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})
+    assert e["param"] == "grammar"
+    e = err({"response_format": {"type": "yaml"}})
+    assert e["param"] == "response_format"
+    e = err({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}})
+    assert "name" in e["message"]
+    # the server goes on serving, and the masks show in /metrics
+    r = requests.post(url, json={**base, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "ok", "schema": obj({"ok": {"type": "boolean"}})}}, "max_tokens": 20}, timeout=120 * SLOW)
+    assert r.status_code == 200 and json.loads(r.json()["choices"][0]["message"]["content"])["ok"] in (True, False)
+    metrics = requests.get(server.url + "/metrics", timeout=30).text
+    masked = re.search(r"^ingot_grammar_masked_tokens_total (\S+)$", metrics, re.M)
+    assert masked and float(masked.group(1)) > 0
