@@ -225,8 +225,9 @@ def test_errors_name_the_field(server):
     assert "name" in e["message"]
     # the server goes on serving, and the masks show in /metrics
     r = requests.post(url, json={**base, "response_format": {"type": "json_schema", "json_schema": {
-        "name": "ok", "schema": obj({"ok": {"type": "boolean"}})}}, "max_tokens": 20}, timeout=120 * SLOW)
-    assert r.status_code == 200 and json.loads(r.json()["choices"][0]["message"]["content"])["ok"] in (True, False)
+        "name": "ok", "schema": obj({"ok": {"type": "boolean"}})}}, "max_tokens": 60}, timeout=120 * SLOW)
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "stop", r.text
+    assert json.loads(r.json()["choices"][0]["message"]["content"])["ok"] in (True, False)
     metrics = requests.get(server.url + "/metrics", timeout=30).text
     masked = re.search(r"^ingot_grammar_masked_tokens_total (\S+)$", metrics, re.M)
     assert masked and float(masked.group(1)) > 0
