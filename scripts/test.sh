@@ -26,7 +26,10 @@ SAN_FILES="tests/test_loaders.py tests/test_tokenizer.py tests/test_jinja.py tes
            tests/test_http_edges.py tests/test_scheduler.py tests/test_bad_models.py tests/test_cudasim.py
            tests/test_stop_ids.py tests/test_kquants.py tests/test_kernels.py tests/test_grammar.py"
 SAN_EXTRA="tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/test_serving_load.py::test_tight_pool_never_stalls
-           tests/test_tools.py::test_parser_c tests/test_tools.py::test_bad_tools_are_400_naming_the_field"
+           tests/test_tools.py::test_parser_c tests/test_tools.py::test_bad_tools_are_400_naming_the_field
+           tests/test_limits.py::test_rate_limit_buckets_unit tests/test_limits.py::test_request_timeout_cuts_off_and_frees
+           tests/test_embeddings.py::test_pooled_embeddings_match_transformers
+           tests/test_embeddings.py::test_embeddings_bad_requests_name_the_field"
 
 tiers=""
 tier_start=0

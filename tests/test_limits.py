@@ -137,3 +137,11 @@ def test_request_timeout_cuts_off_and_frees(binary):
             time.sleep(0.1)
         assert requests.get(srv.url + "/health", timeout=30).json()["kv_blocks_used"] == 0
         assert rejected(srv, "request_timeout") == 2
+
+
+def test_rate_limit_buckets_unit(built):
+    """tests/c/test_rate_limit.c: the buckets at explicit times (charges, waits, refill cap,
+    settling, independent keys, eviction of idle keys)."""
+    from conftest import run
+    r = run([built / "tests" / "test_rate_limit"])
+    assert r.returncode == 0 and " 0 failed" in r.stdout, r.stdout[-4000:]

@@ -121,7 +121,8 @@ def test_sliding_window_bounds_kv_memory(tmp_path, built):
 @pytest.mark.parametrize("program", ["test_scheduler", "test_scheduler_window"])
 def test_randomized_progress_and_blocks_return(built, program):
     """tests/c/test_scheduler.c: 150 seeds of tiny pools, random lengths,
-    shared prefixes, cancellations and late arrivals against a model whose
+    shared prefixes, cancellations, late arrivals and embedding requests (pooled
+    last or mean, one preempted mid-prefill) against a model whose
     every answer is known: every request finishes with exactly its expected
     tokens, the forward contract holds, and every block comes back. The
     reported stall (24 blocks, 8 running, 24 requests of 40 + 120 tokens)

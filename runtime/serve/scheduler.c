@@ -883,6 +883,7 @@ void sched_destroy(sched *s) {
     free(s->b_hidden_rows);
     free(s->hidden);
     free(s->cancels);
+    for (size_t i = 0; i < s->n_events; i++) free(s->events[i].embedding); /* never polled */
     free(s->events);
     free(s->stop_ids);
     pthread_mutex_destroy(&s->mu);

@@ -8,6 +8,9 @@
  * sequence's own token there: a block shared wrongly, freed early, reused
  * while live or overwritten shows up as a different token. The expected
  * output of each request is computed directly from the same rule.
+ * Its final hidden state (for embedding requests) is a vector hashed from the
+ * same visible ids, so a pooled embedding is right only if every chunk's rows
+ * were seen, pooled once, and a preempted sequence started its pool afresh.
  *
  * Randomized over many seeds (tiny pools, random lengths, shared prefixes,
  * cancellations, late arrivals, stop tokens), each run must finish every
@@ -18,6 +21,7 @@
  */
 #include "scheduler.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,12 +31,12 @@
 #define KV_WINDOW 0
 #endif
 
-enum { VOCAB = 48, MAX_CTX = 192, MAX_STEP = 64, STOP_TOKEN = 0 };
+enum { VOCAB = 48, MAX_CTX = 192, MAX_STEP = 64, STOP_TOKEN = 0, DIM = 4 };
 
 static const char *const KERNEL_NAMES[] = {"hash"};
 const ingot_desc ingot_model_desc = {
     .name = "hash-model", .arch = "test", .backend = "cpu", .source = "", .source_format = "none",
-    .fused = 1, .dim = 1, .n_layers = 1, .n_heads = 1, .n_kv_heads = 1, .head_dim = 1, .ffn_dim = 1,
+    .fused = 1, .dim = DIM, .n_layers = 1, .n_heads = 1, .n_kv_heads = 1, .head_dim = 1, .ffn_dim = 1,
     .vocab = VOCAB, .max_ctx = MAX_CTX, .weight_dtypes = "", .kv_bytes_per_token = sizeof(int32_t),
     .kv_window = KV_WINDOW, .kernels_per_step = 1, .n_kernel_kinds = 1, .kernel_names = KERNEL_NAMES,
     .generator = "test",
@@ -73,6 +77,17 @@ static int next_token(const int32_t *ids, int first, int last) {
     for (int p = first; p <= last; p++) h = mix(h, ids[p]);
     h ^= h >> 13;
     return (int)(h % VOCAB);
+}
+
+/* The "final hidden state" at the last of positions [first, last]: DIM values in [-1, 1). */
+static void hidden_state(const int32_t *ids, int first, int last, float *out) {
+    uint32_t h = 2166136261u;
+    for (int p = first; p <= last; p++) h = mix(h, ids[p]);
+    for (int d = 0; d < DIM; d++) {
+        h = mix(h, d + 1000);
+        h ^= h >> 15;
+        out[d] = (float)(h % 2000u) / 1000.0f - 1.0f;
+    }
 }
 
 static int first_visible(int pos) { return KV_WINDOW > 0 && pos - KV_WINDOW + 1 > 0 ? pos - KV_WINDOW + 1 : 0; }
@@ -117,6 +132,16 @@ int ingot_forward(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *p
         const int t = next_token(seen, first_visible(pos), pos);
         for (int v = 0; v < VOCAB; v++) row[v] = v == t ? 1.0f : 0.0f;
     }
+    for (int k = 0; k < b->n_hidden; k++) {
+        const int i = b->hidden_rows[k], s = b->seq[i], pos = b->pos[i];
+        int32_t seen[MAX_CTX];
+        for (int p = first_visible(pos); p <= pos; p++) {
+            const int blk = b->block_tables[s][p / INGOT_KV_BLOCK];
+            seen[p] = blk < 0 || blk >= kv->n_blocks ? -1 : cells[blk * INGOT_KV_BLOCK + p % INGOT_KV_BLOCK];
+            if (seen[p] < 0) contract_error(m, "hidden row: visible position %d maps to block %d", p, blk);
+        }
+        hidden_state(seen, first_visible(pos), pos, b->hidden + (size_t)k * DIM);
+    }
     return 0;
 }
 
@@ -128,15 +153,31 @@ typedef struct {
     int32_t expect[MAX_CTX];
     int n_expect;
     int expect_finish;
+    sched_task task;        /* SCHED_GENERATE, or an embedding with its expected vector */
+    float expect_vec[DIM];
     /* observed */
     uint64_t id;
     int submitted, rejected, done, cancel_after, cancelled_sent;
     int32_t got[MAX_CTX];
     int n_got;
     int finish;
+    int got_vec;            /* 1: the DONE event carried an embedding, equal to expect_vec */
 } request;
 
 static void expected_output(request *r) {
+    if (r->task != SCHED_GENERATE) { /* pooled over the prompt, L2-normalised */
+        double sum[DIM] = {0}, norm = 0;
+        float h[DIM];
+        for (int p = r->task == SCHED_EMBED_LAST ? r->n_prompt - 1 : 0; p < r->n_prompt; p++) {
+            hidden_state(r->prompt, first_visible(p), p, h);
+            for (int d = 0; d < DIM; d++) sum[d] += h[d];
+        }
+        for (int d = 0; d < DIM; d++) norm += sum[d] * sum[d];
+        for (int d = 0; d < DIM; d++) r->expect_vec[d] = norm > 0 ? (float)(sum[d] / sqrt(norm)) : 0.0f;
+        r->n_expect = 0;
+        r->expect_finish = SCHED_FINISH_LENGTH;
+        return;
+    }
     int32_t ids[MAX_CTX];
     memcpy(ids, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
     int n = r->n_prompt;
@@ -181,7 +222,7 @@ static void sleep_us(long us) {
 
 /* The most blocks a request may hold at once; it must fit in the pool. */
 static int blocks_needed(const request *r) {
-    int cap = r->n_prompt + r->max_tokens;
+    int cap = r->n_prompt + (r->task == SCHED_GENERATE ? r->max_tokens : 0);
     if (cap > MAX_CTX) cap = MAX_CTX;
     return (cap + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
 }
@@ -192,7 +233,7 @@ typedef struct {
 
 static int submit(sched *s, request *r) {
     sched_request sr = {.prompt = r->prompt, .n_prompt = (size_t)r->n_prompt, .max_tokens = r->max_tokens,
-                        .top_logprobs = -1, .ignore_eos = r->ignore_eos};
+                        .top_logprobs = -1, .ignore_eos = r->ignore_eos, .task = r->task};
     sr.sampling = samp_default_params(); /* greedy */
     char err[200];
     r->submitted = 1;
@@ -203,6 +244,8 @@ static int submit(sched *s, request *r) {
     }
     return 0;
 }
+
+static int n_preempted; /* preemptions of the scenarios run since it was reset */
 
 /* Runs one scenario; returns 0 when every check held. */
 static int run_scenario(const char *label, const scenario *sc, request *reqs) {
@@ -246,6 +289,17 @@ static int run_scenario(const char *label, const scenario *sc, request *reqs) {
             } else {
                 r->done = 1;
                 r->finish = ev[e].finish;
+                if (ev[e].embedding) {
+                    float worst = 0;
+                    for (int d = 0; d < DIM; d++) {
+                        const float diff = fabsf(ev[e].embedding[d] - r->expect_vec[d]);
+                        worst = diff > worst ? diff : worst;
+                    }
+                    CHECK(r->task != SCHED_GENERATE && worst < 1e-5f, "%s: request %llu: embedding off by %g",
+                          label, (unsigned long long)r->id, worst);
+                    r->got_vec = 1;
+                    free(ev[e].embedding);
+                }
                 n_done++;
             }
         }
@@ -287,6 +341,8 @@ static int run_scenario(const char *label, const scenario *sc, request *reqs) {
         }
         CHECK(r->finish == r->expect_finish, "%s: request %d finished with %d, expected %d", label, i, r->finish,
               r->expect_finish);
+        CHECK(r->got_vec == (r->task != SCHED_GENERATE), "%s: request %d (task %d) %s an embedding", label, i,
+              r->task, r->got_vec ? "got" : "did not get");
         int agree = 0;
         while (agree < r->n_got && agree < r->n_expect && r->got[agree] == r->expect[agree]) agree++;
         CHECK(agree == r->n_got && agree == r->n_expect, "%s: request %d: %d tokens, expected %d (first differing "
@@ -304,6 +360,7 @@ static int run_scenario(const char *label, const scenario *sc, request *reqs) {
     CHECK(st.kv_blocks_cached <= st.kv_blocks_total, "%s: %d cached of %d", label, st.kv_blocks_cached,
           st.kv_blocks_total);
     CHECK(!st.stalled, "%s: stalled flag set", label);
+    n_preempted += (int)st.preemptions;
     sched_destroy(s);
     CHECK(model.contract_errors == 0, "%s: %d forward-contract errors, first: %s", label, model.contract_errors,
           model.first_error);
@@ -322,6 +379,9 @@ static void make_requests(request *reqs, const scenario *sc, int max_prompt, int
         for (int k = 0; k < r->n_prompt; k++) r->prompt[k] = k < prefix ? shared[k] : rnd_in(1, VOCAB - 1);
         r->ignore_eos = rnd() % 3 != 0;
         r->cancel_after = (int)(rnd() % 100) < sc->cancels ? rnd_in(1, 6) : 0;
+        /* a quarter are embeddings: prefill-only, pooled across their chunks */
+        const int kind = rnd_in(0, 7);
+        r->task = kind == 0 ? SCHED_EMBED_LAST : kind == 1 ? SCHED_EMBED_MEAN : SCHED_GENERATE;
         expected_output(r);
     }
 }
@@ -344,6 +404,31 @@ static void test_tight_pool_all_finish(void) {
         expected_output(r);
     }
     run_scenario("tight pool", &sc, reqs);
+}
+
+/* An embedding preempted mid-prefill: a generation (15 prompt tokens) and a
+ * long mean-pooled embedding fill a 4-block pool; the embedding's chunks go
+ * in beside the generation's decode steps until the generation needs its
+ * second block, and the newest sequence, the embedding, is preempted with
+ * part of its prompt pooled. Recomputed, its vector must be the pool of one
+ * pass over the prompt. A last-pooled embedding waits behind them. */
+static void test_embedding_preempted_mid_prefill(void) {
+    static request reqs[3];
+    scenario sc = {.kv_blocks = 4, .max_running = 3, .max_batch_tokens = 8, .prefix_cache = 0, .n_requests = 3};
+    const sched_task tasks[3] = {SCHED_GENERATE, SCHED_EMBED_MEAN, SCHED_EMBED_LAST};
+    for (int i = 0; i < 3; i++) {
+        request *r = &reqs[i];
+        memset(r, 0, sizeof *r);
+        r->task = tasks[i];
+        r->n_prompt = i == 0 ? 15 : 40;
+        for (int k = 0; k < r->n_prompt; k++) r->prompt[k] = rnd_in(1, VOCAB - 1);
+        r->max_tokens = 20;
+        r->ignore_eos = 1;
+        expected_output(r);
+    }
+    n_preempted = 0;
+    run_scenario("embedding preempted", &sc, reqs);
+    CHECK(n_preempted > 0, "embedding preempted: no preemption happened (the scenario no longer tests it)%s", "");
 }
 
 static void test_randomized(int first, int seeds) {
@@ -373,6 +458,7 @@ int main(int argc, char **argv) {
     const int first = argc > 2 ? atoi(argv[2]) : 1;
     rng_state = 42;
     if (argc <= 2) test_tight_pool_all_finish();
+    if (argc <= 2) test_embedding_preempted_mid_prefill();
     test_randomized(first, seeds);
     return check_summary();
 }
