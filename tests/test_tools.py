@@ -12,6 +12,7 @@ test_jinja.py (fixtures in tests/fixtures/chat_templates/).
 import json
 import os
 
+import jsonschema
 import openai
 import pytest
 import requests
@@ -215,12 +216,75 @@ def test_bad_tools_are_400_naming_the_field(server, extra, param):
     expect_400(server, base(**extra), param)
 
 
-def test_required_and_named_refused_until_constrained(server):
-    """Unconstrained, a small model would not reliably call; the server says so instead of guessing."""
-    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        err = expect_400(server, base(tools=[WEATHER], tool_choice=choice), "tool_choice")
-        assert "not supported" in err["message"]
-    assert requests.post(server.url + CHAT, json=base(tools=[WEATHER]), timeout=60 * SLOW).status_code == 200
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The current time in a timezone",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["tz", "hours24"],
+                   "properties": {"tz": {"type": "string", "enum": ["UTC", "CET", "PST"]},
+                                  "hours24": {"type": "boolean"},
+                                  "offset": {"type": "integer", "minimum": 0}}}}}
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def check_calls(calls, tools):
+    """Every call names one of the tools and its arguments are valid under that tool's schema."""
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    for name, args in calls:
+        assert name in schemas, name
+        jsonschema.validate(json.loads(args), schemas[name])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_calls_a_tool(client, stream):
+    """tool_choice "required": decoding follows the call grammar, so even the 135M model calls a tool
+    with arguments its schema accepts, sampling or not; the loop then goes on with the result."""
+    for temperature, seed in [(0, None)] + ([] if stream else [(1.0, 1)]):
+        kw = dict(messages=USER, tools=[WEATHER, TIME], tool_choice="required", temperature=temperature, seed=seed,
+                  max_tokens=120)
+        if stream:
+            content, calls, finish = streamed(client, **kw)
+            calls = [(c["name"], c["arguments"]) for c in calls]
+        else:
+            r = client.chat.completions.create(model=MODEL, **kw)
+            content, finish = r.choices[0].message.content, r.choices[0].finish_reason
+            calls = [(t.function.name, t.function.arguments) for t in r.choices[0].message.tool_calls or []]
+        assert calls and not content and finish in ("tool_calls", "length"), (content, calls, finish)
+        check_calls(calls, [WEATHER, TIME])
+    one = client.chat.completions.create(model=MODEL, messages=USER, tools=[WEATHER, TIME], tool_choice="required",
+                                         parallel_tool_calls=False, temperature=0, max_tokens=120)
+    assert len(one.choices[0].message.tool_calls) == 1 and one.choices[0].finish_reason == "tool_calls"
+    tc = one.choices[0].message.tool_calls[0]
+    history = USER + [one.choices[0].message.model_dump(exclude_none=True),
+                      {"role": "tool", "tool_call_id": tc.id, "content": "18 degrees, cloudy"}]
+    final = client.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER, TIME], temperature=0,
+                                           max_tokens=30, tool_choice="none")
+    assert final.choices[0].message.content and final.choices[0].message.tool_calls is None
+
+
+def test_named_function_is_called_once(client):
+    """A named function: exactly one call of it, whatever the question, its schema obeyed (an enum,
+    booleans, required members, no others) at temperature 1 over two seeds."""
+    for seed in range(2):
+        r = client.chat.completions.create(model=MODEL, messages=USER, tools=[WEATHER, TIME], temperature=1.0,
+                                           seed=seed, max_tokens=80,
+                                           tool_choice={"type": "function", "function": {"name": "get_time"}})
+        (tc,) = r.choices[0].message.tool_calls
+        assert tc.function.name == "get_time" and r.choices[0].finish_reason == "tool_calls"
+        assert r.choices[0].message.content is None
+        check_calls([(tc.function.name, tc.function.arguments)], [TIME])
+
+
+def test_constrained_tool_choice_errors(server):
+    bad_schema = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"code": {"type": "string", "pattern": "^[a-z]+$"}}}}}
+    err = expect_400(server, base(tools=[WEATHER, bad_schema], tool_choice="required"), "tools[1].function.parameters")
+    assert "pattern" in err["message"]
+    # the same tool is fine where it need not be constrained, and when another one is named
+    assert requests.post(server.url + CHAT, json=base(tools=[WEATHER, bad_schema]), timeout=60 * SLOW).status_code == 200
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    assert requests.post(server.url + CHAT, json=base(tools=[WEATHER, bad_schema], tool_choice=named),
+                         timeout=60 * SLOW).status_code == 200
+    expect_400(server, base(tools=[WEATHER], tool_choice="required", response_format={"type": "json_object"}),
+               "tool_choice")
 
 
 # ---- templates that render tools themselves ---------------------------------------------------------

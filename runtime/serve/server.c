@@ -55,6 +55,7 @@
 #include "rate_limit.h"
 #include "scheduler.h"
 #include "tool_calls.h"
+#include "tool_grammar.h"
 #include "tool_prompt.h"
 
 /* ---- configuration -------------------------------------------------------- */
@@ -820,6 +821,40 @@ static void submit_error(oai_error *e, const char *msg) {
         oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "%s", msg);
 }
 
+/* tool_choice "required" or a named function: the reply must be a call, so
+ * decoding follows the grammar of the model's call markup around the
+ * allowed tools' arguments schemas (tool_grammar.h). 0, or -1 with e filled. */
+static int constrain_tool_call(server *s, oai_request *q, oai_error *e) {
+    if (q->grammar) {
+        oai_error_set(e, 400, "invalid_request_error", "tool_choice", NULL,
+                      "'tool_choice' \"required\" or a named function cannot be combined with 'response_format' or "
+                      "'grammar'");
+        return -1;
+    }
+    int bad_tool = -1;
+    char err[320];
+    char *text = tg_grammar(s->tool_format, q->tools, q->tool_choice == OAI_TOOLS_NAMED ? q->tool_choice_name : NULL,
+                            /* a named function is called once (as vLLM); "required" allows several */
+                            q->tool_choice == OAI_TOOLS_REQUIRED && q->parallel_tool_calls, s->tool_marker_id < 0,
+                            &bad_tool, err, sizeof err);
+    if (!text) {
+        char param[64];
+        snprintf(param, sizeof param, "tools[%d].function.parameters", bad_tool);
+        oai_error_set(e, 400, "invalid_request_error", bad_tool >= 0 ? param : "tool_choice", NULL,
+                      "'%s' cannot constrain a tool call: %s", bad_tool >= 0 ? param : "tool_choice", err);
+        return -1;
+    }
+    q->grammar = gram_compile(text, strlen(text), err, sizeof err);
+    free(text);
+    if (!q->grammar) {
+        oai_error_set(e, 400, "invalid_request_error", "tool_choice", NULL,
+                      "'tool_choice': the grammar of the tools' calls does not compile: %s", err);
+        return -1;
+    }
+    q->grammar_param = "tool_choice";
+    return 0;
+}
+
 static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) {
     const double t0 = now_s();
     oai_error e = {0};
@@ -861,12 +896,7 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
         size_t n_plain = 0;
         /* tool_choice "none": the tools are neither shown to the model nor parsed */
         const int tools_on = q->q.tools && q->q.tool_choice != OAI_TOOLS_NONE;
-        if (q->q.tool_choice == OAI_TOOLS_REQUIRED || q->q.tool_choice == OAI_TOOLS_NAMED) {
-            oai_error_set(&e, 400, "invalid_request_error", "tool_choice", NULL,
-                          "'tool_choice' \"required\" or a named function is not supported yet (it needs "
-                          "constrained decoding); use \"auto\"");
-            goto fail;
-        }
+        if (tools_on && q->q.tool_choice != OAI_TOOLS_AUTO && constrain_tool_call(s, &q->q, &e) != 0) goto fail;
         cJSON *own = s->tools_native ? NULL : tp_messages(q->q.messages, tools_on ? q->q.tools : NULL);
         if (!s->tools_native && !own) {
             oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
@@ -980,6 +1010,14 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
         if (kind == OAI_CHAT && q->q.tools && q->q.tool_choice != OAI_TOOLS_NONE) {
             c->tools = 1;
             c->calls = cJSON_CreateArray();
+            /* a constrained call whose opening markup is a control token: the grammar starts after it */
+            if (q->q.tool_choice != OAI_TOOLS_AUTO && s->tool_marker_id >= 0) {
+                const char *marker = tc_open_marker(s->tool_format);
+                tc_out o = {.calls = cJSON_CreateArray()};
+                tc_feed(&c->tc, marker, strlen(marker), &o);
+                oai_buf_free(&o.content);
+                cJSON_Delete(o.calls);
+            }
         }
         sched_request sr = {.prompt = ids, .n_prompt = n_ids, .sampling = q->q.sampling, .max_tokens = max_tokens,
                             .top_logprobs = q->q.logprobs ? q->q.top_logprobs : -1, .ignore_eos = q->q.ignore_eos,
