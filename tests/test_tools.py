@@ -413,3 +413,29 @@ def test_server_tool_prompt_is_as_documented(binary):
     got = [(t.token, round(t.logprob, 4)) for t in chat.choices[0].logprobs.content]
     want = list(zip(comp.choices[0].logprobs.tokens, [round(x, 4) for x in comp.choices[0].logprobs.token_logprobs]))
     assert got == want
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("fixture", ["llama31", "mistral_nemo"])
+def test_required_in_other_formats(binary, tmp_path, fixture):
+    """tool_choice "required" with a Llama 3.1 or Mistral template on SmolLM2's weights: the grammar
+    writes that format's markup, the parser reads it back (Mistral ids: 9 alphanumerics)."""
+    gguf = with_template(smollm2_gguf(), (FIX / f"{fixture}.jinja").read_text("utf-8"), tmp_path / "t.gguf")
+    with ServerProc(binary, "--weights", gguf, "--kv-blocks", "128").start() as srv:
+        c = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120 * SLOW)
+        for stream in (False, True):
+            kw = dict(messages=USER, tools=[WEATHER, TIME], tool_choice="required", temperature=0, max_tokens=100)
+            if stream:
+                content, calls, finish = streamed(c, **kw)
+                ids = [x["id"] for x in calls]
+                calls = [(x["name"], x["arguments"]) for x in calls]
+            else:
+                r = c.chat.completions.create(model=MODEL, **kw)
+                content, finish = r.choices[0].message.content, r.choices[0].finish_reason
+                ids = [t.id for t in r.choices[0].message.tool_calls or []]
+                calls = [(t.function.name, t.function.arguments) for t in r.choices[0].message.tool_calls or []]
+            assert calls and not content and finish in ("tool_calls", "length"), (content, calls, finish)
+            check_calls(calls, [WEATHER, TIME])
+            if fixture == "mistral_nemo":
+                assert all(len(i) == 9 and i.isalnum() for i in ids), ids
+        assert srv.stop() == 0

@@ -1,12 +1,16 @@
 /* test_tool_calls.c — the tool-call parser (runtime/serve/tool_calls.c) on
  * every format: whole texts, the same texts split at every byte (the
  * streamed path must give the same content and calls), malformed markup
- * (given back as content, byte for byte), format detection and call ids. */
+ * (given back as content, byte for byte), format detection, call ids, and
+ * the grammar of a constrained call in each format (what it accepts is what
+ * the parser takes as a call). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "grammar.h"
 #include "tool_calls.h"
+#include "tool_grammar.h"
 
 typedef struct {
     const char *name;
@@ -125,8 +129,99 @@ static void test_ids(void) {
           "Mistral id '%s'", a);
 }
 
+/* 1 when the whole text is a sentence of the grammar. */
+static int accepts(const char *grammar, const char *text) {
+    char err[256];
+    gram_grammar *g = gram_compile(grammar, strlen(grammar), err, sizeof err);
+    if (!g) {
+        printf("grammar does not compile: %s\n%s\n", err, grammar);
+        return -1;
+    }
+    gram_matcher *m = gram_matcher_new(g, err, sizeof err);
+    gram_free(g);
+    const int ok = m && gram_accept_bytes(m, text, strlen(text)) == 0 && gram_is_complete(m);
+    gram_matcher_free(m);
+    return ok;
+}
+
+static void test_grammar(void) {
+    cJSON *tools = cJSON_Parse(
+        "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}}, \"required\": "
+        "[\"city\"], \"additionalProperties\": false}}},"
+        " {\"type\": \"function\", \"function\": {\"name\": \"ping\"}}]");
+    static const struct {
+        tc_format f;
+        const char *only;
+        int parallel, open, ok;
+        const char *text;
+    } G[] = {
+        {TC_HERMES, NULL, 0, 1, 1, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"},
+        {TC_HERMES, NULL, 0, 1, 1, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {\"any\": [1, {}]}}\n</tool_call>"},
+        {TC_HERMES, NULL, 0, 1, 0, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 2}}\n</tool_call>"},
+        {TC_HERMES, NULL, 0, 1, 0, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\", \"x\": 1}}\n</tool_call>"},
+        {TC_HERMES, NULL, 0, 1, 0, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"},
+        {TC_HERMES, NULL, 0, 1, 0, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+                                   "{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"},
+        {TC_HERMES, NULL, 1, 1, 1, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+                                   "{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"},
+        {TC_HERMES, "ping", 0, 1, 0, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"},
+        {TC_HERMES, NULL, 0, 0, 1, "{\"name\": \"ping\", \"arguments\": {}}"},
+        {TC_LLAMA3, NULL, 1, 1, 1, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"days\": 3}}; "
+                                   "{\"name\": \"ping\", \"parameters\": {}}"},
+        {TC_LLAMA3, NULL, 0, 1, 0, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}"},
+        {TC_MISTRAL, NULL, 1, 1, 1, "[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {}}, {\"name\": \"get_weather\", "
+                                    "\"arguments\": {\"city\": \"Rome\"}}]"},
+        {TC_MISTRAL, NULL, 0, 0, 1, "[{\"name\": \"ping\", \"arguments\": {}}]"},
+        {TC_MISTRAL, NULL, 0, 0, 0, "[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {}}]"},
+    };
+    for (size_t k = 0; k < sizeof G / sizeof G[0]; k++) {
+        int bad = -2;
+        char err[256];
+        char *g = tg_grammar(G[k].f, tools, G[k].only, G[k].parallel, G[k].open, &bad, err, sizeof err);
+        CHECK(g != NULL, "grammar %zu: %s", k, err);
+        if (!g) continue;
+        const int ok = accepts(g, G[k].text);
+        CHECK(ok == G[k].ok, "grammar %zu (%s) on '%s': %d, want %d", k, tc_format_name(G[k].f), G[k].text, ok,
+              G[k].ok);
+        if (ok == 1) { /* what the grammar writes, the parser takes as calls and nothing else */
+            tc_parser p;
+            tc_init(&p, G[k].f);
+            tc_out out = {.calls = cJSON_CreateArray()};
+            const char *marker = tc_open_marker(G[k].f);
+            if (!G[k].open) tc_feed(&p, marker, strlen(marker), &out);
+            tc_feed(&p, G[k].text, strlen(G[k].text), &out);
+            tc_finish(&p, &out);
+            CHECK(cJSON_GetArraySize(out.calls) >= 1 && out.content.len == 0, "grammar %zu: parsed %d calls, content '%s'",
+                  k, cJSON_GetArraySize(out.calls), out.content.p ? out.content.p : "");
+            oai_buf_free(&out.content);
+            cJSON_Delete(out.calls);
+            tc_free(&p);
+        }
+        free(g);
+    }
+    /* a schema outside json_schema.h's subset names its tool */
+    cJSON *bad_tools = cJSON_Parse("[{\"type\": \"function\", \"function\": {\"name\": \"a\"}}, {\"type\": \"function\", "
+                                   "\"function\": {\"name\": \"b\", \"parameters\": {\"type\": \"object\", \"properties\": "
+                                   "{\"s\": {\"type\": \"string\", \"pattern\": \"x\"}}}}}]");
+    int bad = -2;
+    char err[256];
+    char *g = tg_grammar(TC_HERMES, bad_tools, NULL, 1, 1, &bad, err, sizeof err);
+    CHECK(!g && bad == 1 && strstr(err, "pattern"), "bad schema: tool %d, '%s'", bad, err);
+    free(g);
+    g = tg_grammar(TC_HERMES, bad_tools, "a", 0, 1, &bad, err, sizeof err);
+    CHECK(g != NULL, "the other tool alone: %s", err);
+    free(g);
+    g = tg_grammar(TC_HERMES, bad_tools, "nope", 0, 1, &bad, err, sizeof err);
+    CHECK(!g && bad == -1, "no such tool");
+    free(g);
+    cJSON_Delete(bad_tools);
+    cJSON_Delete(tools);
+}
+
 int main(void) {
     test_cases();
+    test_grammar();
     test_detect();
     test_ids();
     return check_summary();
