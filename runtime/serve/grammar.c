@@ -659,6 +659,14 @@ typedef struct {
 #define GRAM_CACHE 4       /* masks remembered per matcher */
 #define GRAM_SIG_MAX 256   /* state signatures longer than this are not cached */
 
+#define GRAM_WALK_STATES 2048 /* automaton states one mask may build (1 KiB of successors each) */
+
+typedef struct {
+    int32_t first, n;  /* tops: st_tops[first .. first + n) */
+    uint32_t cp, hash;
+    int rem;
+} gstate;
+
 typedef struct {
     const gram_vocab *v;
     int32_t sig[GRAM_SIG_MAX];
@@ -681,16 +689,61 @@ struct gram_matcher {
     int work;          /* expansions in the current step (bounded: ambiguity can be exponential) */
     int32_t *scratch;  /* sets for accept (2) and the trie walk (one per depth) */
     int scratch_sets;
-    uint32_t loops[4]; /* during a mask: ASCII bytes that lead from the state back to itself */
+    uint32_t loops[4]; /* during a plain mask walk: ASCII bytes that lead from the state back to itself */
     gram_cached cache[GRAM_CACHE];
     uint64_t clock;
+    /* during a mask: the automaton built lazily over the states the trie walk
+     * meets (see walk_memo); nodes are hash-consed so equal stacks are equal ids */
+    int interning;     /* node_new returns the existing node for an equal (pos, next) */
+    int walk_mark;     /* nodes from here on were made (and interned) by this walk */
+    int32_t *ni;       /* node intern table, open addressing (-1: empty) */
+    int ni_cap, ni_used;
+    gstate *st;        /* the states met, and ... */
+    int n_st, cap_st;
+    int32_t *st_tops;  /* ... their stack tops (sorted), and ... */
+    int n_tops, cap_tops;
+    int32_t *st_trans; /* ... per state 256 successors: a state id, -1 rejected, -2 not computed yet */
+    int32_t *st_index; /* state hash table (-1: empty) */
+    int st_index_cap;
+    int memo_full;     /* more than GRAM_WALK_STATES states: the plain walk takes over */
 };
 
 #define GRAM_MAX_NODES (1 << 22)
 #define GRAM_MAX_DEPTH 10000   /* rules entered at once without matching input */
 #define GRAM_MAX_WORK 100000   /* expansions for one code point */
 
+static uint32_t node_hash(int32_t pos, int32_t next) {
+    return (uint32_t)pos * 0x9e3779b1u ^ (uint32_t)(next + 1) * 0x85ebca77u;
+}
+
+/* Grows the node intern table; every node from walk_mark on is in it. */
+static int intern_grow(gram_matcher *m) {
+    const int cap = m->ni_cap ? m->ni_cap * 2 : 4096;
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!t) return -1;
+    memset(t, 0xff, sizeof(int32_t) * (size_t)cap);
+    for (int i = m->walk_mark; i < m->n_nodes; i++) {
+        uint32_t h = node_hash(m->nodes[i].pos, m->nodes[i].next) & (uint32_t)(cap - 1);
+        while (t[h] >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+        t[h] = i;
+    }
+    free(m->ni);
+    m->ni = t;
+    m->ni_cap = cap;
+    return 0;
+}
+
 static int32_t node_new(gram_matcher *m, int32_t pos, int32_t next) {
+    uint32_t slot = 0;
+    if (m->interning) {
+        if ((m->ni_used + 1) * 2 > m->ni_cap && intern_grow(m) != 0) {
+            m->overflow = 1;
+            return -1;
+        }
+        slot = node_hash(pos, next) & (uint32_t)(m->ni_cap - 1);
+        for (; m->ni[slot] >= 0; slot = (slot + 1) & (uint32_t)(m->ni_cap - 1))
+            if (m->nodes[m->ni[slot]].pos == pos && m->nodes[m->ni[slot]].next == next) return m->ni[slot];
+    }
     if (m->n_nodes == m->cap_nodes) {
         if (m->cap_nodes >= GRAM_MAX_NODES) {
             m->overflow = 1;
@@ -706,6 +759,10 @@ static int32_t node_new(gram_matcher *m, int32_t pos, int32_t next) {
         m->cap_nodes = cap;
     }
     m->nodes[m->n_nodes] = (gnode){pos, next};
+    if (m->interning) {
+        m->ni[slot] = m->n_nodes;
+        m->ni_used++;
+    }
     return m->n_nodes++;
 }
 
@@ -894,7 +951,11 @@ gram_matcher *gram_matcher_clone(const gram_matcher *m) {
     c->stacks = malloc(sizeof(int32_t) * GRAM_MAX_STACKS);
     c->scratch = NULL;
     c->scratch_sets = 0;
-    memset(c->cache, 0, sizeof c->cache); /* the copy starts with no cached masks */
+    memset(c->cache, 0, sizeof c->cache); /* the copy starts with no cached masks ... */
+    c->ni = c->st_tops = c->st_trans = c->st_index = NULL; /* ... and no automaton */
+    c->st = NULL;
+    c->ni_cap = c->ni_used = c->n_st = c->cap_st = c->n_tops = c->cap_tops = c->st_index_cap = 0;
+    c->interning = 0;
     if (!c->nodes || !c->stacks || reserve_scratch(c, 2) != 0) {
         free(c->nodes);
         free(c->stacks);
@@ -912,6 +973,11 @@ void gram_matcher_free(gram_matcher *m) {
     if (!m) return;
     gram_free(m->g);
     for (int i = 0; i < GRAM_CACHE; i++) free(m->cache[i].bits);
+    free(m->ni);
+    free(m->st);
+    free(m->st_tops);
+    free(m->st_trans);
+    free(m->st_index);
     free(m->nodes);
     free(m->stacks);
     free(m->scratch);
@@ -1129,6 +1195,179 @@ static void walk(gram_matcher *m, const gram_vocab *v, int node, const int32_t *
     }
 }
 
+/* ---- the automaton of one mask walk ----
+ *
+ * Most trie nodes lead to a state the walk has already met: inside a string
+ * of at most 24 characters, every token's k-th byte brings the same "24 - k
+ * left" state whatever the letters were. Nodes are hash-consed during the
+ * walk, so a state (its sorted stack tops, plus a partial code point) is a
+ * short key; each state keeps its 256 successors once computed, and a trie
+ * node then costs one table lookup instead of a matcher step. */
+
+static uint32_t state_hash(const int32_t *tops, int n, uint32_t cp, int rem) {
+    uint32_t h = 2166136261u ^ cp * 0x9e3779b1u ^ (uint32_t)rem * 0x85ebca77u;
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)tops[i]) * 16777619u;
+    return h ^ (uint32_t)n;
+}
+
+static int state_index_grow(gram_matcher *m) {
+    const int cap = m->st_index_cap ? m->st_index_cap * 2 : 256;
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!t) return -1;
+    memset(t, 0xff, sizeof(int32_t) * (size_t)cap);
+    for (int i = 0; i < m->n_st; i++) {
+        uint32_t h = m->st[i].hash & (uint32_t)(cap - 1);
+        while (t[h] >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+        t[h] = i;
+    }
+    free(m->st_index);
+    m->st_index = t;
+    m->st_index_cap = cap;
+    return 0;
+}
+
+/* The id of the state (set sorted in place, cp, rem), added if new; -1 when
+ * the table is full or memory runs out (memo_full set). */
+static int32_t state_intern(gram_matcher *m, int32_t *set, int n, uint32_t cp, int rem) {
+    for (int i = 1; i < n; i++) { /* insertion sort: sets are small */
+        const int32_t x = set[i];
+        int k = i;
+        while (k > 0 && set[k - 1] > x) {
+            set[k] = set[k - 1];
+            k--;
+        }
+        set[k] = x;
+    }
+    const uint32_t h = state_hash(set, n, cp, rem);
+    if (m->st_index_cap) {
+        for (uint32_t i = h & (uint32_t)(m->st_index_cap - 1); m->st_index[i] >= 0;
+             i = (i + 1) & (uint32_t)(m->st_index_cap - 1)) {
+            const gstate *g = &m->st[m->st_index[i]];
+            if (g->hash == h && g->n == n && g->cp == cp && g->rem == rem &&
+                !memcmp(m->st_tops + g->first, set, sizeof(int32_t) * (size_t)n))
+                return m->st_index[i];
+        }
+    }
+    if (m->n_st >= GRAM_WALK_STATES) {
+        m->memo_full = 1;
+        return -1;
+    }
+    if (m->n_st == m->cap_st) {
+        const int cap = m->cap_st ? m->cap_st * 2 : 64;
+        gstate *st = realloc(m->st, sizeof *st * (size_t)cap);
+        if (st) m->st = st;
+        int32_t *tr = st ? realloc(m->st_trans, sizeof(int32_t) * 256 * (size_t)cap) : NULL;
+        if (tr) m->st_trans = tr;
+        if (!st || !tr) {
+            m->memo_full = 1;
+            return -1;
+        }
+        m->cap_st = cap;
+    }
+    if (m->n_tops + n > m->cap_tops) {
+        int cap = m->cap_tops ? m->cap_tops : 256;
+        while (cap < m->n_tops + n) cap *= 2;
+        int32_t *t = realloc(m->st_tops, sizeof(int32_t) * (size_t)cap);
+        if (!t) {
+            m->memo_full = 1;
+            return -1;
+        }
+        m->st_tops = t;
+        m->cap_tops = cap;
+    }
+    if ((m->n_st + 1) * 2 > m->st_index_cap && state_index_grow(m) != 0) {
+        m->memo_full = 1;
+        return -1;
+    }
+    const int32_t id = m->n_st++;
+    m->st[id] = (gstate){m->n_tops, n, cp, h, rem};
+    memcpy(m->st_tops + m->n_tops, set, sizeof(int32_t) * (size_t)n);
+    m->n_tops += n;
+    for (int i = 0; i < 256; i++) m->st_trans[(size_t)id * 256 + i] = -2;
+    uint32_t i = h & (uint32_t)(m->st_index_cap - 1);
+    while (m->st_index[i] >= 0) i = (i + 1) & (uint32_t)(m->st_index_cap - 1);
+    m->st_index[i] = id;
+    return id;
+}
+
+/* walk() over the automaton: node's bytes led to state sid. */
+static void walk_memo(gram_matcher *m, const gram_vocab *v, int node, int32_t sid, uint32_t *allowed, int *count) {
+    int32_t *out = m->scratch + GRAM_MAX_STACKS;
+    for (int c = node + 1; c < v->end[node] && !m->memo_full; c = v->end[c]) {
+        const unsigned char b = v->byte[c];
+        int32_t next = m->st_trans[(size_t)sid * 256 + b];
+        if (next == -2) {
+            const gstate g = m->st[sid]; /* a copy: interning may move the table */
+            uint32_t cp = g.cp;
+            int rem = g.rem;
+            const int k = step_byte(m, m->st_tops + g.first, g.n, &cp, &rem, b, out);
+            if (m->overflow || k == 0) {
+                m->overflow = 0; /* a branch past the limits is not allowed */
+                next = -1;
+            } else {
+                next = state_intern(m, out, k, cp, rem);
+                if (next < 0) return;
+            }
+            m->st_trans[(size_t)sid * 256 + b] = next;
+        }
+        if (next < 0) continue;
+        for (int t = v->tok_first[c]; t < v->tok_first[c] + v->tok_n[c]; t++) {
+            const int32_t id = v->tok_ids[t];
+            allowed[id >> 5] |= 1u << (id & 31);
+            ++*count;
+        }
+        if (c + 1 < v->end[c]) walk_memo(m, v, c, next, allowed, count);
+    }
+}
+
+/* The mask through the automaton; -1 if it outgrew GRAM_WALK_STATES. */
+static int mask_memo(gram_matcher *m, const gram_vocab *v, uint32_t *allowed) {
+    int count = 0;
+    m->walk_mark = m->n_nodes;
+    m->interning = 1;
+    m->ni_used = 0;
+    if (m->st_index) memset(m->st_index, 0xff, sizeof(int32_t) * (size_t)m->st_index_cap);
+    m->n_st = m->n_tops = 0;
+    m->memo_full = 0;
+    m->overflow = 0;
+    int32_t *root = m->scratch;
+    memcpy(root, m->stacks, sizeof(int32_t) * (size_t)m->n_stacks);
+    const int32_t sid = state_intern(m, root, m->n_stacks, m->cp, m->rem);
+    if (sid >= 0) walk_memo(m, v, 0, sid, allowed, &count);
+    /* empty the intern table for the next walk: newest first, so each
+     * node's probe chain is still intact when it is looked up (a table that
+     * grew large need not be swept whole for a walk that met few nodes) */
+    for (int i = m->n_nodes - 1; i >= m->walk_mark && m->ni; i--) {
+        uint32_t h = node_hash(m->nodes[i].pos, m->nodes[i].next) & (uint32_t)(m->ni_cap - 1);
+        while (m->ni[h] != i) h = (h + 1) & (uint32_t)(m->ni_cap - 1);
+        m->ni[h] = -1;
+    }
+    m->ni_used = 0;
+    m->interning = 0;
+    m->n_nodes = m->walk_mark;
+    m->overflow = 0;
+    return m->memo_full ? -1 : count;
+}
+
+/* The mask by the plain walk: a matcher step per trie node (the state's
+ * self-looping ASCII bytes aside). */
+static void mask_plain(gram_matcher *m, const gram_vocab *v, uint32_t *allowed, int *count) {
+    memset(allowed, 0, sizeof(uint32_t) * (size_t)((v->n_tokens + 31) / 32));
+    m->overflow = 0;
+    memset(m->loops, 0, sizeof m->loops);
+    if (m->rem == 0) {
+        int32_t *out = m->scratch + GRAM_MAX_STACKS;
+        for (uint32_t b = 0; b < 128; b++) {
+            const int mark = m->n_nodes;
+            const int k = step_cp(m, m->stacks, m->n_stacks, b, out);
+            if (!m->overflow && k > 0 && same_set(m, out, k, m->stacks, m->n_stacks)) m->loops[b >> 5] |= 1u << (b & 31);
+            m->overflow = 0;
+            m->n_nodes = mark;
+        }
+    }
+    walk(m, v, 0, m->stacks, m->n_stacks, m->cp, m->rem, 1, 0, allowed, count);
+}
+
 /* The state's signature for the mask cache: cp, rem, then per stack its
  * depth and positions. Returns its length, or -1 if longer than cap. */
 static int signature(const gram_matcher *m, int32_t *sig, int cap) {
@@ -1168,20 +1407,11 @@ int gram_mask(gram_matcher *m, const gram_vocab *v, uint32_t *allowed) {
     }
     memset(allowed, 0, sizeof(uint32_t) * words);
     if (reserve_scratch(m, v->max_len + 3) != 0) return 0;
-    int count = 0;
-    m->overflow = 0;
-    memset(m->loops, 0, sizeof m->loops);
-    if (m->rem == 0) {
-        int32_t *out = m->scratch + GRAM_MAX_STACKS;
-        for (uint32_t b = 0; b < 128; b++) {
-            const int mark = m->n_nodes;
-            const int k = step_cp(m, m->stacks, m->n_stacks, b, out);
-            if (!m->overflow && k > 0 && same_set(m, out, k, m->stacks, m->n_stacks)) m->loops[b >> 5] |= 1u << (b & 31);
-            m->overflow = 0;
-            m->n_nodes = mark;
-        }
+    int count = mask_memo(m, v, allowed);
+    if (count < 0) { /* too many states for the automaton: the plain walk, step by step */
+        count = 0;
+        mask_plain(m, v, allowed, &count);
     }
-    walk(m, v, 0, m->stacks, m->n_stacks, m->cp, m->rem, 1, 0, allowed, &count);
     if (n_sig > 0) {
         gram_cached *e = &m->cache[0];
         for (int i = 1; i < GRAM_CACHE; i++)
@@ -1199,5 +1429,15 @@ int gram_mask(gram_matcher *m, const gram_vocab *v, uint32_t *allowed) {
         e->count = count;
         e->used = ++m->clock;
     }
+    return count;
+}
+
+int gram_mask_stepwise(gram_matcher *m, const gram_vocab *v, uint32_t *allowed) {
+    int count = 0;
+    if (reserve_scratch(m, v->max_len + 3) != 0) {
+        memset(allowed, 0, sizeof(uint32_t) * (size_t)((v->n_tokens + 31) / 32));
+        return 0;
+    }
+    mask_plain(m, v, allowed, &count);
     return count;
 }

@@ -74,5 +74,9 @@ int gram_accept_token(gram_matcher *m, const gram_vocab *v, int id);
  * each token whose bytes the matcher would accept now. Returns how many are
  * allowed. The matcher is not changed (only its scratch space is used). */
 int gram_mask(gram_matcher *m, const gram_vocab *v, uint32_t *allowed);
+/* The same set by the plain walk, one matcher step per trie node, without
+ * the automaton or the cache gram_mask uses (its fallback past
+ * GRAM_WALK_STATES states, and the reference the tests check it against). */
+int gram_mask_stepwise(gram_matcher *m, const gram_vocab *v, uint32_t *allowed);
 
 #endif

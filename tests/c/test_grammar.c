@@ -236,7 +236,7 @@ static void test_mask(void) {
         "root ::= (\"a\" | \"\\u00e9\" | \"\\u20ac\")+ \"x\" [^a-z]{1,3}\n",
         "root ::= \"tr\" \"ue\" | \"[\" [0-9]{2,5} \"]\" | .{1,8} \"!\"\n",
     };
-    uint32_t bits[(N_TOK + 31) / 32];
+    uint32_t bits[(N_TOK + 31) / 32], plain[(N_TOK + 31) / 32];
     for (size_t gi = 0; gi < sizeof GRAMMARS / sizeof GRAMMARS[0]; gi++) {
         char err[256];
         gram_grammar *g = compile(GRAMMARS[gi], err);
@@ -246,6 +246,10 @@ static void test_mask(void) {
             gram_matcher *m = gram_matcher_new(g, err, sizeof err);
             for (int step = 0; step < 30; step++) {
                 const int count = gram_mask(m, v, bits);
+                const int count_plain = gram_mask_stepwise(m, v, plain);
+                check(count_plain == count && !memcmp(bits, plain, sizeof bits),
+                      "grammar %zu path %d step %d: the stepwise mask differs (%d vs %d)", gi, path, step, count_plain,
+                      count);
                 int brute = 0, mismatches = 0, first_bad = -1;
                 int allowed_ids[N_TOK];
                 for (int id = 0; id < N_TOK; id++) {
