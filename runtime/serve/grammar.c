@@ -665,6 +665,8 @@ typedef struct {
     int32_t first, n;  /* tops: st_tops[first .. first + n) */
     uint32_t cp, hash;
     int rem;
+    int loops_known;   /* loop is computed */
+    uint64_t loop[4];  /* the bytes that lead from this state back to itself */
 } gstate;
 
 typedef struct {
@@ -1037,6 +1039,9 @@ struct gram_vocab {
     int32_t *end;
     int32_t *tok_first, *tok_n; /* ids spelled exactly by node i: tok_ids[tok_first .. + tok_n) */
     int32_t *tok_ids;
+    int32_t *tok_start;  /* [n_nodes + 1]: tok_ids entries of the nodes before i (a subtree's ids are
+                            tok_ids[tok_start[i] .. tok_start[end[i]])) */
+    uint64_t *sub_bytes; /* [n_nodes * 4]: the bytes of node i's strict descendants, as a 256-bit set */
     int max_len;
 };
 
@@ -1067,6 +1072,8 @@ void gram_vocab_free(gram_vocab *v) {
     free(v->tok_first);
     free(v->tok_n);
     free(v->tok_ids);
+    free(v->tok_start);
+    free(v->sub_bytes);
     free(v);
 }
 
@@ -1129,6 +1136,30 @@ gram_vocab *gram_vocab_new(int n_tokens, const char *const *pieces, const size_t
     while (depth >= 0) v->end[path[depth--]] = v->n_nodes;
     free(path);
     free(ents);
+    v->tok_start = malloc(sizeof(int32_t) * ((size_t)v->n_nodes + 1));
+    v->sub_bytes = calloc((size_t)v->n_nodes * 4, sizeof(uint64_t));
+    if (!v->tok_start || !v->sub_bytes) {
+        gram_vocab_free(v);
+        return NULL;
+    }
+    for (int i = 0, k = 0; i <= v->n_nodes; i++) {
+        v->tok_start[i] = k;
+        if (i < v->n_nodes) k += v->tok_n[i];
+    }
+    /* children come after their parent: fold each node's set into its parent's, last node first */
+    int32_t *parent = malloc(sizeof(int32_t) * (size_t)v->n_nodes);
+    if (!parent) {
+        gram_vocab_free(v);
+        return NULL;
+    }
+    for (int i = 0; i < v->n_nodes; i++)
+        for (int c = i + 1; c < v->end[i]; c = v->end[c]) parent[c] = i;
+    for (int c = v->n_nodes - 1; c > 0; c--) {
+        uint64_t *ps = v->sub_bytes + (size_t)parent[c] * 4, *cs = v->sub_bytes + (size_t)c * 4;
+        ps[v->byte[c] >> 6] |= 1ull << (v->byte[c] & 63);
+        for (int w = 0; w < 4; w++) ps[w] |= cs[w];
+    }
+    free(parent);
     return v;
 oom:
     free(ents);
@@ -1280,7 +1311,7 @@ static int32_t state_intern(gram_matcher *m, int32_t *set, int n, uint32_t cp, i
         return -1;
     }
     const int32_t id = m->n_st++;
-    m->st[id] = (gstate){m->n_tops, n, cp, h, rem};
+    m->st[id] = (gstate){.first = m->n_tops, .n = n, .cp = cp, .hash = h, .rem = rem};
     memcpy(m->st_tops + m->n_tops, set, sizeof(int32_t) * (size_t)n);
     m->n_tops += n;
     for (int i = 0; i < 256; i++) m->st_trans[(size_t)id * 256 + i] = -2;
@@ -1290,33 +1321,68 @@ static int32_t state_intern(gram_matcher *m, int32_t *set, int n, uint32_t cp, i
     return id;
 }
 
+/* The successor of state sid by byte b (computed once): a state id, -1
+ * rejected, -3 when the automaton is full (memo_full). */
+static int32_t transition(gram_matcher *m, int32_t sid, unsigned char b) {
+    int32_t next = m->st_trans[(size_t)sid * 256 + b];
+    if (next != -2) return next;
+    int32_t *out = m->scratch + GRAM_MAX_STACKS;
+    const gstate g = m->st[sid]; /* a copy: interning may move the table */
+    uint32_t cp = g.cp;
+    int rem = g.rem;
+    const int k = step_byte(m, m->st_tops + g.first, g.n, &cp, &rem, b, out);
+    if (m->overflow || k == 0) {
+        m->overflow = 0; /* a branch past the limits is not allowed */
+        next = -1;
+    } else {
+        next = state_intern(m, out, k, cp, rem);
+        if (next < 0) return -3;
+    }
+    m->st_trans[(size_t)sid * 256 + b] = next;
+    return next;
+}
+
+/* Subtrees smaller than this are walked even when they could be skipped:
+ * finding a state's self-loops costs 128 transitions. */
+#define GRAM_SKIP_MIN_NODES 64
+
+/* Does every byte below trie node c lead from state sid back to sid? Then
+ * every token in c's subtree is allowed without walking it (inside an
+ * unbounded JSON string, nearly the whole vocabulary). */
+static int subtree_loops(gram_matcher *m, const gram_vocab *v, int c, int32_t sid) {
+    if (v->end[c] - c < GRAM_SKIP_MIN_NODES) return 0;
+    if (!m->st[sid].loops_known) {
+        uint64_t loop[4] = {0};
+        for (int b = 0; b < 128; b++) { /* a byte >= 0x80 starts or continues a code point: never a loop */
+            const int32_t t = transition(m, sid, (unsigned char)b);
+            if (t == -3) return 0;
+            if (t == sid) loop[b >> 6] |= 1ull << (b & 63);
+        }
+        memcpy(m->st[sid].loop, loop, sizeof loop);
+        m->st[sid].loops_known = 1;
+    }
+    const uint64_t *sub = v->sub_bytes + (size_t)c * 4;
+    for (int w = 0; w < 4; w++)
+        if (sub[w] & ~m->st[sid].loop[w]) return 0;
+    return 1;
+}
+
 /* walk() over the automaton: node's bytes led to state sid. */
 static void walk_memo(gram_matcher *m, const gram_vocab *v, int node, int32_t sid, uint32_t *allowed, int *count) {
-    int32_t *out = m->scratch + GRAM_MAX_STACKS;
     for (int c = node + 1; c < v->end[node] && !m->memo_full; c = v->end[c]) {
-        const unsigned char b = v->byte[c];
-        int32_t next = m->st_trans[(size_t)sid * 256 + b];
-        if (next == -2) {
-            const gstate g = m->st[sid]; /* a copy: interning may move the table */
-            uint32_t cp = g.cp;
-            int rem = g.rem;
-            const int k = step_byte(m, m->st_tops + g.first, g.n, &cp, &rem, b, out);
-            if (m->overflow || k == 0) {
-                m->overflow = 0; /* a branch past the limits is not allowed */
-                next = -1;
-            } else {
-                next = state_intern(m, out, k, cp, rem);
-                if (next < 0) return;
-            }
-            m->st_trans[(size_t)sid * 256 + b] = next;
-        }
+        const int32_t next = transition(m, sid, v->byte[c]);
+        if (next == -3) return;
         if (next < 0) continue;
-        for (int t = v->tok_first[c]; t < v->tok_first[c] + v->tok_n[c]; t++) {
+        const int has_children = c + 1 < v->end[c];
+        const int whole = has_children && subtree_loops(m, v, c, next);
+        if (m->memo_full) return;
+        const int t_end = whole ? v->tok_start[v->end[c]] : v->tok_first[c] + v->tok_n[c];
+        for (int t = whole ? v->tok_start[c] : v->tok_first[c]; t < t_end; t++) {
             const int32_t id = v->tok_ids[t];
             allowed[id >> 5] |= 1u << (id & 31);
             ++*count;
         }
-        if (c + 1 < v->end[c]) walk_memo(m, v, c, next, allowed, count);
+        if (has_children && !whole) walk_memo(m, v, c, next, allowed, count);
     }
 }
 
