@@ -10,7 +10,7 @@ where it has rope parameters, biases and expert counts where it has them —
 fills every weight, norm and bias with random non-zero values (transformers'
 zeros and ones would hide a missing one), takes transformers' float32 logits
 for a random token sequence, casts the checkpoint with ./ingot build (fused
-and --no-fuse; --cudasim adds the CUDA backend on cudasim), and prints
+and --no-fuse, KV cache in f32; --cudasim adds the CUDA backend on cudasim), and prints
 max |Δlogits| for the prompt in one step (prefill), in chunks of 7 (chunked)
 and token by token (decode), with the verdict against the bound:
 
@@ -171,7 +171,9 @@ def main():
     torch.set_num_threads(2)
     work = pathlib.Path(args.keep) if args.keep else pathlib.Path(tempfile.mkdtemp(prefix="ingot-check-"))
     work.mkdir(parents=True, exist_ok=True)
-    backends = [("cpu", [], "fused")] + ([] if args.no_unfused else [("cpu", ["--no-fuse"], "unfused")])
+    # the KV cache in f32: the bound is for f32 arithmetic on both sides
+    exact = ["--kv-dtype", "f32"]
+    backends = [("cpu", exact, "fused")] + ([] if args.no_unfused else [("cpu", ["--no-fuse", *exact], "unfused")])
     if args.cudasim:
         backends.append(("cudasim", ["--backend", "cuda", "--cudasim"], "fused"))
     failures = 0

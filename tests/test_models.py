@@ -131,7 +131,7 @@ def test_generation_is_deterministic_per_input(built, tmp_path):
     r = subprocess.run(["lua5.4", str(ROOT / "generator" / "main.lua"), "--inspect",
                         str(ROOT / "build" / "t-gqa_tied_hd40" / "inspect.json"), "--source",
                         str(TINY / "gqa_tied_hd40"), "--name", "t-gqa_tied_hd40", "--out", str(path.parent),
-                        "--hf-config", str(TINY / "gqa_tied_hd40" / "config.json")],
+                        "--hf-config", str(TINY / "gqa_tied_hd40" / "config.json"), "--kv-dtype", "f32"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert path.read_bytes() == before and path.stat().st_mtime_ns == mtime
