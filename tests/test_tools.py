@@ -208,6 +208,11 @@ BAD_TOOLS = [
     ({"messages": [{"role": "assistant", "tool_calls": [dict(call(1, "P"), type="code")]}]},
      "messages[0].tool_calls[0].type"),
     ({"messages": [{"role": "function", "name": "f", "content": "1"}]}, "messages[0].role"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string", "description": "nul \u0000 here"}}}}}]},
+     "tools[0].function.parameters"),
+    ({"messages": [{"role": "assistant", "tool_calls": [dict(call(1, "P"), function={"name": "f", "arguments": "{\"a\": \"\\u0000\"}"})]}]},
+     "messages[0].tool_calls[0].function.arguments"),
 ]
 
 
@@ -249,6 +254,12 @@ def test_required_calls_a_tool(client, stream):
             calls = [(t.function.name, t.function.arguments) for t in r.choices[0].message.tool_calls or []]
         assert calls and not content and finish in ("tool_calls", "length"), (content, calls, finish)
         check_calls(calls, [WEATHER, TIME])
+    if not stream:  # each choice has its own matcher and parser
+        two = client.chat.completions.create(model=MODEL, messages=USER, tools=[WEATHER, TIME], n=2, seed=5,
+                                             tool_choice="required", temperature=1.0, max_tokens=120)
+        for ch in two.choices:
+            assert ch.message.tool_calls and not ch.message.content
+            check_calls([(t.function.name, t.function.arguments) for t in ch.message.tool_calls], [WEATHER, TIME])
     one = client.chat.completions.create(model=MODEL, messages=USER, tools=[WEATHER, TIME], tool_choice="required",
                                          parallel_tool_calls=False, temperature=0, max_tokens=120)
     assert len(one.choices[0].message.tool_calls) == 1 and one.choices[0].finish_reason == "tool_calls"

@@ -260,6 +260,27 @@ static char *content_text(const cJSON *c, int i, oai_error *e) {
 
 /* ---- tools ---------------------------------------------------------------- */
 
+/* check_text on every string and key of a JSON value (a schema, arguments):
+ * all of it reaches the template. */
+static int check_json_text(const cJSON *v, const char *param, oai_error *e) {
+    if (v->string && check_text(v->string, param, e)) return -1;
+    if (cJSON_IsString(v) && check_text(v->valuestring, param, e)) return -1;
+    for (const cJSON *c = v->child; c; c = c->next)
+        if (check_json_text(c, param, e)) return -1;
+    return 0;
+}
+
+/* JSON text with the escape \u0000, which cJSON would decode into a NUL
+ * that silently ends the string. */
+static int json_escapes_nul(const char *s) {
+    for (; *s; s++)
+        if (*s == '\\') {
+            if (s[1] == 'u' && !strncmp(s + 2, "0000", 4)) return 1;
+            if (s[1]) s++;
+        }
+    return 0;
+}
+
 /* OpenAI's rule for function names: 1 to 64 of a-z, A-Z, 0-9, '_' and '-'. */
 static int valid_function_name(const char *s) {
     const size_t n = strlen(s);
@@ -315,12 +336,18 @@ static cJSON *parse_tool_calls(const cJSON *calls, int i, oai_error *e) {
         if (cJSON_IsString(args)) {
             snprintf(param, sizeof param, "messages[%d].tool_calls[%d].function.arguments", i, k);
             if (check_text(args->valuestring, param, e)) goto fail;
+            if (json_escapes_nul(args->valuestring)) {
+                bad(e, param, "'%s' contains a NUL character%s", "");
+                goto fail;
+            }
             parsed = cJSON_Parse(args->valuestring);
             if (!cJSON_IsObject(parsed)) {
                 cJSON_Delete(parsed);
                 parsed = cJSON_CreateString(args->valuestring);
             }
         } else {
+            snprintf(param, sizeof param, "messages[%d].tool_calls[%d].function.arguments", i, k);
+            if (check_json_text(args, param, e)) goto fail;
             parsed = cJSON_Duplicate(args, 1);
         }
         cJSON *nc = cJSON_CreateObject(), *nf;
@@ -375,6 +402,7 @@ static int parse_tools(const cJSON *root, oai_request *r, oai_error *e) {
         const cJSON *params = field(fn, "parameters");
         snprintf(param, sizeof param, "tools[%d].function.parameters", k);
         if (params && !cJSON_IsObject(params)) return bad(e, param, "'%s' must be a JSON Schema object%s", "");
+        if (params && check_json_text(params, param, e)) return -1;
         const cJSON *type = params ? cJSON_GetObjectItemCaseSensitive(params, "type") : NULL;
         if (type && !is_string(type, "object"))
             return bad(e, param, "'%s' must describe an object (\"type\": \"object\")%s", "");
