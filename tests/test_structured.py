@@ -5,7 +5,8 @@ a json_schema request is parsed with `json` and validated with the
 `jsonschema` package (draft 2020-12, formats checked too): decoding is constrained token by
 token, so even this small model must produce conforming JSON every time. The
 default tier runs 8 schemas at once (one batch); the rest of the 24 run in
-`make test-full`. Strings and arrays in the schemas carry length bounds so the
+`make test-full`. A tight KV pool forces preemption: recomputed sequences
+give exactly the roomy server's outputs. Strings and arrays in the schemas carry length bounds so the
 shortest valid answer always fits max_tokens (an unbounded string lets a small
 model write until max_tokens, which ends with "length" as it should).
 """
@@ -231,3 +232,31 @@ def test_errors_name_the_field(server):
     metrics = requests.get(server.url + "/metrics", timeout=30).text
     masked = re.search(r"^ingot_grammar_masked_tokens_total (\S+)$", metrics, re.M)
     assert masked and float(masked.group(1)) > 0
+
+
+def test_preemption_keeps_the_constraint_consistent(binary, client):
+    """A pool far too small for 8 concurrent structured requests: sequences
+    are preempted and recomputed, and each greedy output is still exactly
+    what a roomy server returns (the matcher advances only on new tokens)."""
+    cases = [SCHEMAS[i % 4] for i in range(8)]
+    prompts = [f"{p} (request {i})" for i, (_, p, _) in enumerate(cases)]
+
+    def run_all(c):
+        with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
+            return list(pool.map(lambda k: ask(c, cases[k][0], prompts[k], cases[k][2], max_tokens=100).choices[0],
+                                 range(len(cases))))
+
+    roomy = run_all(client)
+    srv = ServerProc(binary, "--kv-blocks", "12", "--grace", "10").start()
+    try:
+        tight_client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=300 * SLOW)
+        tight = run_all(tight_client)
+        metrics = requests.get(srv.url + "/metrics", timeout=30).text
+    finally:
+        rc = srv.stop()
+    assert rc == 0 and not srv.sanitizer_report(), srv.log
+    assert float(re.search(r"^ingot_preemptions_total (\S+)$", metrics, re.M).group(1)) > 0
+    for (name, _, schema), a, b in zip(cases, roomy, tight):
+        assert b.message.content == a.message.content and b.finish_reason == a.finish_reason, name
+        if a.finish_reason == "stop":
+            validate(a.message.content, schema)
