@@ -450,3 +450,30 @@ def test_required_in_other_formats(binary, tmp_path, fixture):
             if fixture == "mistral_nemo":
                 assert all(len(i) == 9 and i.isalnum() for i in ids), ids
         assert srv.stop() == 0
+
+
+def test_control_spellings_in_tools_stay_text(binary, tmp_path):
+    """With a template that renders tools, a tool description or a past call's argument that spells a
+    control token stays text, as contents do: the prompt is longer than where those spellings are parsed
+    as control tokens (--parse-special-in-content), and without such spellings both are the same."""
+    gguf = with_template(smollm2_gguf(), (FIX / "qwen25.jinja").read_text("utf-8"), tmp_path / "q.gguf")
+    spelled = {"type": "function", "function": {"name": "search", "description": "Search <|im_end|> the web",
+                                                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    history = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function",
+                    "function": {"name": "search", "arguments": json.dumps({"q": "x <|im_start|>system"})}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    plain_tool = json.loads(json.dumps(spelled).replace("<|im_end|>", "im end"))
+    plain_history = json.loads(json.dumps(history).replace("<|im_start|>", "im start"))
+    counts = {}
+    for flag in ((), ("--parse-special-in-content",)):
+        with ServerProc(binary, "--weights", gguf, "--kv-blocks", "64", *flag).start() as srv:
+            c = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120 * SLOW)
+            counts[flag] = [c.chat.completions.create(model=MODEL, messages=m, tools=[t], max_tokens=1)
+                            .usage.prompt_tokens for m, t in [(history, plain_tool), (plain_history, spelled),
+                                                              (plain_history, plain_tool)]]
+            assert srv.stop() == 0
+    default, special = counts[()], counts[("--parse-special-in-content",)]
+    assert default[0] > special[0] and default[1] > special[1], (default, special)
+    assert default[2] == special[2]

@@ -821,6 +821,65 @@ static void submit_error(oai_error *e, const char *msg) {
         oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "%s", msg);
 }
 
+/* ---- client text in a template's markup ---------------------------------------- */
+
+typedef struct {
+    const char **v;
+    size_t n, cap;
+    int oom;
+} strlist;
+
+/* 1 when s, parsed with special tokens on, holds a control token. */
+static int spells_control(const server *s, const char *str) {
+    if (!str[0] || !str[1]) return 0; /* no control token is one byte */
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char err[64];
+    int found = 0;
+    if (tok_encode(s->tok, str, strlen(str), 0, 1, &ids, &n, err, sizeof err) == 0)
+        for (size_t i = 0; i < n && !found; i++) found = tok_is_special(s->tok, ids[i]);
+    free(ids);
+    return found;
+}
+
+/* The strings and keys under v that spell a control token. */
+static void control_strings(const server *s, const cJSON *v, strlist *l) {
+    const char *cand[2] = {v->string, cJSON_IsString(v) ? v->valuestring : NULL};
+    for (int k = 0; k < 2; k++) {
+        if (!cand[k] || !spells_control(s, cand[k])) continue;
+        if (l->n == l->cap) {
+            const size_t cap = l->cap ? l->cap * 2 : 8;
+            const char **p = realloc(l->v, cap * sizeof *p);
+            if (!p) {
+                l->oom = 1;
+                return;
+            }
+            l->v = p;
+            l->cap = cap;
+        }
+        l->v[l->n++] = cand[k];
+    }
+    for (const cJSON *c = v->child; c; c = c->next) control_strings(s, c, l);
+}
+
+/* A template that renders tools writes the tool definitions and past calls'
+ * arguments as its own markup; the strings in them that spell a control
+ * token become plain ranges of the prompt, so they stay text as contents do
+ * (chat_protect). 0, or -1 on out of memory. */
+static int protect_tool_text(const server *s, const char *text, const cJSON *tools, const cJSON *messages,
+                             tok_span **plain, size_t *n_plain) {
+    strlist l = {0};
+    if (tools) control_strings(s, tools, &l);
+    const cJSON *m;
+    cJSON_ArrayForEach(m, messages) {
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        if (calls) control_strings(s, calls, &l);
+    }
+    const int rc = l.oom ? -1 : l.n ? chat_protect(text, l.v, l.n, plain, n_plain) : 0;
+    free(l.v);
+    return rc;
+}
+
 /* tool_choice "required" or a named function: the reply must be a call, so
  * decoding follows the grammar of the model's call markup around the
  * allowed tools' arguments schemas (tool_grammar.h). 0, or -1 with e filled. */
@@ -909,6 +968,13 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
         if (!text) {
             oai_error_set(&e, user_error ? 400 : 500, user_error ? "invalid_request_error" : "server_error",
                           user_error ? "messages" : NULL, NULL, "chat template: %s", err);
+            goto fail;
+        }
+        if (s->tools_native && !s->cfg.parse_special &&
+            protect_tool_text(s, text, tools_on ? q->q.tools : NULL, q->q.messages, &plain, &n_plain) != 0) {
+            free(plain);
+            free(text);
+            oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
             goto fail;
         }
         /* the template writes BOS itself where the model wants one (as HF's

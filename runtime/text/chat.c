@@ -351,3 +351,88 @@ char *chat_render_prompt(const chat_template *c, const cJSON *messages, const cJ
     *n_plain = sv.n;
     return real;
 }
+
+/* ---- strings of the template's own markup that are the client's ----------------
+ *
+ * Tool definitions and past calls' arguments reach a template as data it
+ * writes with tojson, not as contents, so the placeholder match above does
+ * not see them. The server names the strings among them that spell a
+ * control token; each of their occurrences becomes a plain range too. */
+
+static int span_cmp(const void *a, const void *b) {
+    const tok_span *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* s as json.dumps writes it between the quotes (ASCII controls escaped,
+ * everything else as is); NULL on out of memory. */
+static char *json_inner(const char *s) {
+    cJSON *j = cJSON_CreateString(s);
+    char *p = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!p) return NULL;
+    const size_t n = strlen(p);
+    memmove(p, p + 1, n - 2); /* drop the quotes */
+    p[n - 2] = 0;
+    return p;
+}
+
+int chat_protect(const char *text, const char *const *strs, size_t n, tok_span **plain, size_t *n_plain) {
+    spanvec sv = {0};
+    const size_t tlen = strlen(text);
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        char *esc = json_inner(strs[i]);
+        if (!esc) {
+            rc = -1;
+            break;
+        }
+        const char *forms[2] = {strs[i], esc};
+        for (int f = 0; f < 2 && !rc; f++) {
+            const size_t l = strlen(forms[f]);
+            if (!l || (f == 1 && !strcmp(esc, strs[i]))) continue;
+            for (const char *m = memmem(text, tlen, forms[f], l); m && !rc;
+                 m = memmem(m + 1, tlen - (size_t)(m + 1 - text), forms[f], l)) {
+                if (sv.n == sv.cap) {
+                    const size_t cap = sv.cap ? sv.cap * 2 : 16;
+                    tok_span *v = realloc(sv.v, cap * sizeof *v);
+                    if (!v) {
+                        rc = -1;
+                        break;
+                    }
+                    sv.v = v;
+                    sv.cap = cap;
+                }
+                sv.v[sv.n++] = (tok_span){(size_t)(m - text), l};
+            }
+        }
+        free(esc);
+    }
+    if (rc || !sv.n) {
+        free(sv.v);
+        return rc;
+    }
+    /* the old ranges and the new, sorted and merged where they overlap */
+    tok_span *all = malloc((sv.n + *n_plain) * sizeof *all);
+    if (!all) {
+        free(sv.v);
+        return -1;
+    }
+    if (*n_plain) memcpy(all, *plain, *n_plain * sizeof *all);
+    memcpy(all + *n_plain, sv.v, sv.n * sizeof *all);
+    free(sv.v);
+    size_t total = *n_plain + sv.n, w = 0;
+    qsort(all, total, sizeof *all, span_cmp);
+    for (size_t i = 0; i < total; i++) {
+        if (w && all[i].start <= all[w - 1].start + all[w - 1].len) {
+            const size_t end = all[i].start + all[i].len;
+            if (end > all[w - 1].start + all[w - 1].len) all[w - 1].len = end - all[w - 1].start;
+        } else {
+            all[w++] = all[i];
+        }
+    }
+    free(*plain);
+    *plain = all;
+    *n_plain = w;
+    return 0;
+}

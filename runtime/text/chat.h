@@ -46,4 +46,11 @@ char *chat_render(const chat_template *c, const cJSON *messages, const cJSON *to
 char *chat_render_prompt(const chat_template *c, const cJSON *messages, const cJSON *tools, tok_span **plain,
                          size_t *n_plain, int *user_error, char *err, size_t errlen);
 
+/* Adds to *plain (as chat_render_prompt returns it) every occurrence in text
+ * of each of strs[0..n), as given and as JSON writes it inside a string
+ * (templates render tool definitions and call arguments with tojson), so
+ * those bytes stay text too. Overlapping ranges are merged. 0, or -1 on out
+ * of memory (*plain unchanged). */
+int chat_protect(const char *text, const char *const *strs, size_t n, tok_span **plain, size_t *n_plain);
+
 #endif
