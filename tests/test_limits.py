@@ -55,6 +55,9 @@ def test_memory_budget_refuses_a_start_that_does_not_fit(binary):
     err = start_fails(binary, "--memory-budget", "300M", "--kv-blocks", "1000")
     assert "is too small" in err and "1000 blocks" in err, err
     assert "must be a positive byte count" in start_fails(binary, "--memory-budget", "lots")
+    # checked from the build's weight table before the weights are mapped: a missing file is not even opened
+    err = start_fails(binary, "--weights", "/nonexistent.gguf", "--memory-budget", "64M")
+    assert "leaves no room for the KV cache" in err and "nonexistent" not in err, err
 
 
 def test_memory_budget_sizes_the_kv_pool(binary):

@@ -92,8 +92,12 @@ const wt_file *ingot_model_weights(const ingot_model *m);
 size_t ingot_model_weight_bytes(const ingot_model *m);
 /* Scratch the model holds besides weights and the KV pool: the activation
  * arena, RoPE tables, attention scores (CUDA: their device copies and the
- * step's logits and hidden rows). A function of the build's constants. */
+ * step's logits and hidden rows). A function of the build's constants: m may
+ * be NULL (before loading), as for ingot_model_max_tokens. */
 size_t ingot_model_scratch_bytes(const ingot_model *m);
+/* What ingot_model_weight_bytes will report, from the build's weight table
+ * (shapes and compiled dtypes), before anything is loaded. */
+size_t ingot_weights_planned_bytes(void);
 int ingot_model_max_tokens(const ingot_model *m);
 
 /* The KV pool lives where the backend computes: host memory for the CPU

@@ -1692,6 +1692,71 @@ static void add_metrics(server *s) {
     s->m_step_mask_seconds = met_add(r, MET_GAUGE, "ingot_last_step_mask_seconds", "Grammar mask time of the last step that had any.", NULL);
 }
 
+/* What the process will hold, and the KV pool's size. */
+typedef struct {
+    int kv_blocks, batch_tokens;
+    double weights, kv, scratch, total; /* bytes */
+} mem_plan;
+
+/* Sizes the KV pool and, with --memory-budget, checks that the weights
+ * (mapped, or converted at load), the KV pool and scratch (the model's
+ * activation arena and tables, the scheduler's logits and step arrays) fit:
+ * without --kv-blocks/--kv-memory the pool is what the budget leaves (on a
+ * device backend at most device_blocks, what its free memory holds; 0: no
+ * such limit). 0, or -1 with the reason printed, naming what needs how much. */
+static int plan_memory(const srv_config *c, double weight_bytes, int model_max, int device_blocks, mem_plan *p) {
+    const ingot_desc *d = &ingot_model_desc;
+    const double mib = 1048576.0, budget = c->memory_budget;
+    const size_t block_bytes = d->kv_bytes_per_token * INGOT_KV_BLOCK;
+    const int ctx_blocks = (d->max_ctx + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
+    int kv_blocks = c->kv_blocks;
+    if (device_blocks > 0) kv_blocks = device_blocks;
+    if (!kv_blocks) {
+        /* default: 1 GiB, but always room for one full context */
+        const double kv_mib = c->kv_memory_mib > 0 ? c->kv_memory_mib : 1024;
+        kv_blocks = (int)(kv_mib * mib / (double)block_bytes);
+        if (c->kv_memory_mib <= 0 && kv_blocks < ctx_blocks) kv_blocks = ctx_blocks;
+        if (kv_blocks < 1) kv_blocks = 1;
+    }
+    int mbt = c->max_batch_tokens ? c->max_batch_tokens : model_max;
+    if (mbt > model_max) mbt = model_max;
+    const sched_config limits = {.max_batch_tokens = mbt, .max_running = c->max_running};
+    const double scratch_bytes = (double)ingot_model_scratch_bytes(NULL) + (double)sched_scratch_bytes(&limits, model_max);
+    if (budget > 0 && !c->kv_explicit) {
+        const double fit = floor((budget - weight_bytes - scratch_bytes) / (double)block_bytes);
+        if (fit < 1) {
+            fprintf(stderr, "%s: error: --memory-budget %.1f MiB leaves no room for the KV cache: weights need %.1f "
+                            "MiB and scratch %.1f MiB, and one KV block of %d tokens %.2f MiB\n", d->name,
+                    budget / mib, weight_bytes / mib, scratch_bytes / mib, INGOT_KV_BLOCK, (double)block_bytes / mib);
+            return -1;
+        }
+        if (device_blocks <= 0 || fit < device_blocks) kv_blocks = fit > (1 << 24) ? 1 << 24 : (int)fit;
+    }
+    p->kv_blocks = kv_blocks;
+    p->batch_tokens = mbt;
+    p->weights = weight_bytes;
+    p->kv = (double)block_bytes * kv_blocks;
+    p->scratch = scratch_bytes;
+    p->total = weight_bytes + p->kv + scratch_bytes;
+    if (budget > 0 && p->total > budget) {
+        fprintf(stderr, "%s: error: --memory-budget %.1f MiB is too small: weights need %.1f MiB + KV cache %.1f MiB "
+                        "(%d blocks of %d tokens) + scratch %.1f MiB = %.1f MiB\n", d->name, budget / mib,
+                weight_bytes / mib, p->kv / mib, kv_blocks, INGOT_KV_BLOCK, scratch_bytes / mib, p->total / mib);
+        return -1;
+    }
+    return 0;
+}
+
+int server_preflight(int argc, char **argv) {
+    srv_config c;
+    memset(&c, 0, sizeof c);
+    if (parse_config(&c, argc, argv) != 0) return 2;
+    if (c.memory_budget <= 0) return 0;
+    /* the device's free memory is not known before the model is loaded: only the budget's own limit here */
+    mem_plan p;
+    return plan_memory(&c, (double)ingot_weights_planned_bytes(), ingot_model_max_tokens(NULL), 0, &p) != 0 ? 1 : 0;
+}
+
 int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, char **argv) {
     const ingot_desc *d = &ingot_model_desc;
     server *s = calloc(1, sizeof *s);
@@ -1719,52 +1784,16 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
     s->tool_format = tc_detect(chat_text(s->chat), &s->tools_native);
     s->tool_marker_id = tok_find(tok, tc_open_marker(s->tool_format));
     if (s->tool_marker_id >= 0 && !tok_is_special(tok, s->tool_marker_id)) s->tool_marker_id = -1;
-    const size_t block_bytes = d->kv_bytes_per_token * INGOT_KV_BLOCK;
-    const int ctx_blocks = (d->max_ctx + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
-    int kv_blocks = s->cfg.kv_blocks;
-    const int device_blocks = kv_blocks || s->cfg.kv_memory_mib > 0 ? 0
-                              : ingot_kv_fit_blocks(m, s->cfg.device_memory_fraction);
-    if (device_blocks > 0) kv_blocks = device_blocks; /* a device backend: free device memory x the fraction */
-    if (!kv_blocks) {
-        /* default: 1 GiB, but always room for one full context */
-        const double mib = s->cfg.kv_memory_mib > 0 ? s->cfg.kv_memory_mib : 1024;
-        kv_blocks = (int)(mib * 1048576.0 / (double)block_bytes);
-        if (s->cfg.kv_memory_mib <= 0 && kv_blocks < ctx_blocks) kv_blocks = ctx_blocks;
-        if (kv_blocks < 1) kv_blocks = 1;
-    }
-    const int model_max = ingot_model_max_tokens(m);
-    int mbt = s->cfg.max_batch_tokens ? s->cfg.max_batch_tokens : model_max;
-    if (mbt > model_max) mbt = model_max;
-
-    /* What the process holds: the weights (mapped, or converted at load), the
-     * KV pool and scratch (the model's activation arena and tables, the
-     * scheduler's logits and step arrays). With --memory-budget the pool is
-     * what is left (unless --kv-blocks/--kv-memory say otherwise), checked
-     * before it is allocated. */
-    const double mib = 1048576.0;
-    const sched_config limits = {.max_batch_tokens = mbt, .max_running = s->cfg.max_running};
-    const double weight_bytes = (double)ingot_model_weight_bytes(m);
-    const double scratch_bytes = (double)ingot_model_scratch_bytes(m) + (double)sched_scratch_bytes(&limits, model_max);
-    const double budget = s->cfg.memory_budget;
-    if (budget > 0 && !s->cfg.kv_explicit) {
-        const double fit = floor((budget - weight_bytes - scratch_bytes) / (double)block_bytes);
-        if (fit < 1) {
-            fprintf(stderr, "%s: error: --memory-budget %.1f MiB leaves no room for the KV cache: weights need %.1f "
-                            "MiB and scratch %.1f MiB, and one KV block of %d tokens %.2f MiB\n", d->name,
-                    budget / mib, weight_bytes / mib, scratch_bytes / mib, INGOT_KV_BLOCK, (double)block_bytes / mib);
-            goto out;
-        }
-        /* a device backend: also what its free memory holds */
-        if (device_blocks <= 0 || fit < device_blocks) kv_blocks = fit > (1 << 24) ? 1 << 24 : (int)fit;
-    }
-    const double kv_bytes = (double)block_bytes * kv_blocks;
-    const double total_bytes = weight_bytes + kv_bytes + scratch_bytes;
-    if (budget > 0 && total_bytes > budget) {
-        fprintf(stderr, "%s: error: --memory-budget %.1f MiB is too small: weights need %.1f MiB + KV cache %.1f MiB "
-                        "(%d blocks of %d tokens) + scratch %.1f MiB = %.1f MiB\n", d->name, budget / mib,
-                weight_bytes / mib, kv_bytes / mib, kv_blocks, INGOT_KV_BLOCK, scratch_bytes / mib, total_bytes / mib);
+    /* a device backend sizes its KV pool by its free memory, unless told */
+    const int device_blocks = s->cfg.kv_blocks || s->cfg.kv_memory_mib > 0
+                                  ? 0 : ingot_kv_fit_blocks(m, s->cfg.device_memory_fraction);
+    mem_plan mp;
+    if (plan_memory(&s->cfg, (double)ingot_model_weight_bytes(m), ingot_model_max_tokens(m), device_blocks, &mp) != 0)
         goto out;
-    }
+    const size_t block_bytes = d->kv_bytes_per_token * INGOT_KV_BLOCK;
+    const int kv_blocks = mp.kv_blocks, mbt = mp.batch_tokens;
+    const double mib = 1048576.0, budget = s->cfg.memory_budget;
+    const double weight_bytes = mp.weights, kv_bytes = mp.kv, scratch_bytes = mp.scratch, total_bytes = mp.total;
     char budget_text[64] = "no budget";
     if (budget > 0) snprintf(budget_text, sizeof budget_text, "budget %.1f MiB", budget / mib);
     if (s->cfg.rate_rpm > 0 || s->cfg.rate_tpm > 0) {

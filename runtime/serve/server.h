@@ -32,6 +32,14 @@
     "        OpenAI-compatible HTTP server (CUDA builds: the KV pool defaults to the fraction of free\n"   \
     "        device memory left after weights and scratch)\n"
 
+/* Checks the options before the model is loaded and, with --memory-budget,
+ * that the weights (their size from the build's weight table), scratch and at
+ * least one KV block fit in it, so that a start that cannot fit fails before
+ * it maps or copies gigabytes; server_main checks again with what was loaded
+ * (and, on a device backend, its free memory). 0 to go on, else the exit
+ * status: 2 for bad options, 1 when it does not fit (the reason printed). */
+int server_preflight(int argc, char **argv);
+
 /* Runs until SIGTERM/SIGINT and the grace period; returns the exit status
  * (0 after a clean shutdown, 2 for bad options, 1 when it cannot start).
  * argv: the options after "serve". The model and tokenizer stay the caller's. */

@@ -242,6 +242,17 @@ void ingot_kv_release(ingot_model *m, ingot_kv *kv) {
 int ingot_kv_fit_blocks(ingot_model *m, double fraction) { (void)m; (void)fraction; return 0; }
 #endif
 size_t ingot_model_weight_bytes(const ingot_model *m) { return m->weight_bytes; }
+size_t ingot_weights_planned_bytes(void) {
+    size_t bytes = 0;
+    for (int i = 0; i < N_WEIGHTS; i++) {
+        const weight_spec *s = &WEIGHTS[i];
+        size_t row = 0;
+        if (s->same_as >= 0 || dtype_row_bytes(s->dtype, s->shape[s->n_dims - 1], &row) != 0) continue;
+        bytes += row * (size_t)(s->n_dims == 1 ? 1 : s->shape[0]);
+    }
+    return bytes;
+}
+
 size_t ingot_model_scratch_bytes(const ingot_model *m) {
     (void)m;
     size_t bytes = (size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS + sizeof(float) * (size_t)N_ROPE * MAX_CTX * ROPE_DIM +
