@@ -66,6 +66,8 @@ typedef struct {
     char **names;
     const char **first_ref, **def_at;
     int n_syms, cap_syms;
+    int *by_name;       /* hash table of the named symbols (-1: empty), for sym_id */
+    int by_name_cap, by_name_used;
     size_t total;       /* elements in all rules */
     char *err;
     size_t errlen;
@@ -144,18 +146,53 @@ static int sym_add(parser *p, const char *name, size_t n) {
     return id;
 }
 
+static uint32_t name_hash(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+/* The symbol named name[0..n), created on first use. */
 static int sym_id(parser *p, const char *name, size_t n) {
-    for (int i = 0; i < p->n_syms; i++)
-        if (strlen(p->names[i]) == n && !memcmp(p->names[i], name, n)) return i;
+    if ((p->by_name_used + 1) * 2 > p->by_name_cap) {
+        const int cap = p->by_name_cap ? p->by_name_cap * 2 : 64;
+        int *t = malloc(sizeof(int) * (size_t)cap);
+        if (!t) {
+            fail(p, NULL, "out of memory");
+            return -1;
+        }
+        memset(t, 0xff, sizeof(int) * (size_t)cap);
+        for (int i = 0; i < p->by_name_cap; i++) {
+            if (p->by_name[i] < 0) continue;
+            const char *nm = p->names[p->by_name[i]];
+            uint32_t h = name_hash(nm, strlen(nm)) & (uint32_t)(cap - 1);
+            while (t[h] >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+            t[h] = p->by_name[i];
+        }
+        free(p->by_name);
+        p->by_name = t;
+        p->by_name_cap = cap;
+    }
+    uint32_t h = name_hash(name, n) & (uint32_t)(p->by_name_cap - 1);
+    for (; p->by_name[h] >= 0; h = (h + 1) & (uint32_t)(p->by_name_cap - 1)) {
+        const char *nm = p->names[p->by_name[h]];
+        if (strlen(nm) == n && !memcmp(nm, name, n)) return p->by_name[h];
+    }
     const int id = sym_add(p, name, n);
-    if (id < 0) fail(p, NULL, "out of memory");
+    if (id < 0) {
+        fail(p, NULL, "out of memory");
+        return -1;
+    }
+    p->by_name[h] = id;
+    p->by_name_used++;
     return id;
 }
 
-/* A fresh rule for a group or a repetition inside rule `base`: "base-N". */
+/* A fresh rule for a group or a repetition inside rule `base`: "base~N"
+ * ('~' cannot start or be part of a name in the text, so it never clashes). */
 static int sym_generated(parser *p, int base) {
     char name[160];
-    snprintf(name, sizeof name, "%.120s-%d", p->names[base], p->n_syms);
+    snprintf(name, sizeof name, "%.120s~%d", p->names[base], p->n_syms);
     const int id = sym_add(p, name, strlen(name));
     if (id < 0) fail(p, NULL, "out of memory");
     return id;
@@ -431,81 +468,59 @@ static const char *parse_rule(parser *p, const char *s) {
 /* ---- checks and the compiled form ---------------------------------------- */
 
 /* Left recursion (a rule reaching itself before consuming input) would make
- * the matcher's expansion loop forever; it is found here as a cycle in the
- * "can begin with" graph, where nullable rules let the walk go on. */
+ * the matcher's expansion loop forever. One depth-first walk finds it and
+ * which rules match the empty string (nullable): from a rule it follows
+ * only the references at the start of an alternative or after nullable
+ * elements (the rule "can begin with" them), computing their nullability
+ * first; meeting a rule that is still on the path is left recursion. Each
+ * element is looked at once, so hostile grammars cost linear time. */
 static int check_left_recursion(parser *p) {
     const int n = p->n_syms;
-    char *nullable = calloc((size_t)n, 1), *color = calloc((size_t)n, 1);
-    int *stack = malloc(sizeof(int) * (size_t)n * 2), rc = 0;
+    char *nullable = calloc((size_t)n, 1), *color = calloc((size_t)n, 1); /* color 1: on the path, 2: done */
+    int *stack = malloc(sizeof(int) * 4 * (size_t)n), rc = 0; /* frames: rule, element, prefix nullable, rule nullable */
     if (!nullable || !color || !stack) {
         fail(p, NULL, "out of memory");
         rc = -1;
         goto out;
     }
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (int r = 0; r < n; r++) {
-            if (nullable[r]) continue;
-            const gelem *e = p->rules[r].e;
-            int all = 1;
-            for (int i = 0;; i++) {
-                if (e[i].type == G_ALT || e[i].type == G_END) {
-                    if (all) {
-                        nullable[r] = 1;
-                        changed = 1;
-                        break;
-                    }
-                    if (e[i].type == G_END) break;
-                    all = 1;
-                } else if (e[i].type != G_RULE_REF || !nullable[e[i].value]) {
-                    all = 0;
-                }
-            }
-        }
-    }
-    /* iterative DFS: stack holds (rule, element index) pairs; color 1 = on the path */
     for (int root = 0; root < n && rc == 0; root++) {
         if (color[root]) continue;
         int sp = 0;
-        stack[sp++] = root;
-        stack[sp++] = 0;
+        stack[0] = root, stack[1] = 0, stack[2] = 1, stack[3] = 0;
+        sp = 4;
         color[root] = 1;
-        while (sp > 0 && rc == 0) {
-            const int r = stack[sp - 2];
-            int i = stack[sp - 1];
-            const gelem *e = p->rules[r].e;
-            int next = -1;
-            while (e[i].type != G_END) {
-                /* element i begins the input iff everything before it in its alternative is nullable */
-                int j = i;
-                while (j > 0 && e[j - 1].type != G_ALT && e[j - 1].type == G_RULE_REF && nullable[e[j - 1].value]) j--;
-                const int at_start = j == 0 || e[j - 1].type == G_ALT;
-                if (e[i].type == G_RULE_REF && at_start) {
-                    const int q = (int)e[i].value;
-                    if (color[q] == 1) {
-                        fail(p, p->def_at[q], "left recursion: rule '%s' can reach itself before matching input",
-                             p->names[q]);
-                        rc = -1;
-                        break;
-                    }
-                    if (color[q] == 0) {
-                        next = q;
-                        i++;
-                        break;
-                    }
+        while (sp > 0) {
+            int *f = stack + sp - 4;
+            const gelem *e = p->rules[f[0]].e;
+            const gelem x = e[f[1]];
+            if (x.type == G_ALT || x.type == G_END) {
+                if (f[2]) f[3] = 1;
+                if (x.type == G_END) {
+                    nullable[f[0]] = (char)f[3];
+                    color[f[0]] = 2;
+                    sp -= 4;
+                    continue;
                 }
-                i++;
+                f[2] = 1;
+            } else if (f[2] && x.type == G_RULE_REF) {
+                const int q = (int)x.value;
+                if (color[q] == 1) {
+                    fail(p, p->def_at[q], "left recursion: rule '%s' can reach itself before matching input",
+                         p->names[q]);
+                    rc = -1;
+                    break;
+                }
+                if (color[q] == 0) { /* its nullability first; this element is looked at again after */
+                    color[q] = 1;
+                    stack[sp] = q, stack[sp + 1] = 0, stack[sp + 2] = 1, stack[sp + 3] = 0;
+                    sp += 4;
+                    continue;
+                }
+                f[2] = nullable[q];
+            } else {
+                f[2] = 0; /* a character, or anything after one */
             }
-            if (rc) break;
-            stack[sp - 1] = i;
-            if (next >= 0) {
-                color[next] = 1;
-                stack[sp++] = next;
-                stack[sp++] = 0;
-            } else if (e[i].type == G_END) {
-                color[r] = 2;
-                sp -= 2;
-            }
+            f[1]++;
         }
     }
 out:
@@ -641,6 +656,7 @@ gram_grammar *gram_compile(const char *text, size_t len, char *err, size_t errle
     free(p.names);
     free(p.first_ref);
     free(p.def_at);
+    free(p.by_name);
     return g;
 }
 
@@ -938,7 +954,9 @@ gram_matcher *gram_matcher_new(gram_grammar *g, char *err, size_t errlen) {
     for (int a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++)
         expand(m, g->alts[a], -1, m->stacks, &m->n_stacks, 0);
     if (m->overflow) {
-        snprintf(err, errlen, "the grammar's start splits into more than %d alternatives", GRAM_MAX_STACKS);
+        snprintf(err, errlen,
+                 "the grammar's start exceeds the matcher's limits (%d alternatives alive, %d rules nested, %d "
+                 "expansions)", GRAM_MAX_STACKS, GRAM_MAX_DEPTH, GRAM_MAX_WORK);
         gram_matcher_free(m);
         return NULL;
     }

@@ -18,8 +18,9 @@
  * Limits (each an error, never unbounded memory or time): grammar text up to
  * GRAM_MAX_TEXT bytes, at most GRAM_MAX_ELEMS compiled elements (repetition
  * counts {m,n} are expanded), at most GRAM_MAX_STACKS live stacks in a
- * matcher (an ambiguous grammar that splits further fails the input), left
- * recursion is rejected at compile time.
+ * matcher (an ambiguous grammar that splits further fails the input), 10000
+ * rules entered and 100000 expansions per character; left recursion is
+ * rejected at compile time, which takes time linear in the grammar's size.
  *
  * Threads: a compiled grammar and a vocabulary are immutable and may be
  * shared; a matcher belongs to one thread at a time.
