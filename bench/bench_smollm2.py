@@ -33,8 +33,22 @@ jobs hits all of them alike; the table shows the median. The machine (CPU,
 nproc, ISA flags) and the load average at start and end are printed: numbers
 are only comparable within one run.
 
+The roofline: bench/membw.c (compiled here) measures the machine's DRAM read
+bandwidth at each thread count (best of 5 passes over 1 GiB); a decoded token
+must read every weight once (`--info`'s weight bytes) plus the KV cache of
+every earlier position (`--info`'s KV bytes per token, f16 by default: the
+same element llama.cpp uses), so bandwidth / bytes per token is the decode
+rate no engine can beat on this machine, and each decode figure is printed
+as a % of it.
+
+Long contexts (--long 1024,4000, the default; "" to skip): decode of 32
+tokens after a prompt of each length, ingot's default build and llama.cpp at
+the highest thread count, with the ratio to the same engine's decode after
+the P-token prompt (attention must not take over at long contexts).
+
 Run:  python3 bench/bench_smollm2.py [--threads 1,2] [--reps 3] [--quick]
-                                     [--no-build] [--model GGUF] [--json OUT]
+                                     [--long 1024,4000] [--no-build] [--model GGUF]
+                                     [--json OUT]
 --quick: 1 rep, 32-token prompt, 32 decode tokens (a smoke run; the numbers
 are not the benchmark's).
 """
@@ -47,7 +61,6 @@ import platform
 import re
 import statistics
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -174,6 +187,26 @@ def run_ingot(name, prompt, n_gen, threads):
     return float(p.group(3)), float(d.group(3)), int(p.group(1))
 
 
+RE_WEIGHTS = re.compile(r"^weights:\s+([\d.]+) MiB", re.M)
+RE_KV = re.compile(r"^KV cache:\s+(\d+) bytes/token", re.M)
+
+
+def ingot_bytes(name):
+    """(weight bytes, KV bytes per position) from the binary's --info."""
+    out = subprocess.run([str(ingot_bin(name)), "--info"], capture_output=True, text=True, check=True).stdout
+    return float(RE_WEIGHTS.search(out).group(1)) * 2**20, int(RE_KV.search(out).group(1))
+
+
+def dram_bandwidth(threads):
+    """GB/s of DRAM reads with this many threads (bench/membw.c)."""
+    exe = ROOT / "build" / "_obj" / "bench" / "membw"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cc", "-O2", "-march=native", "-pthread", str(ROOT / "bench" / "membw.c"), "-o", str(exe)],
+                   check=True)
+    out = subprocess.run([str(exe), str(threads)], capture_output=True, text=True, check=True).stdout
+    return float(out.split()[-1])
+
+
 def ingot_tokenize(name, text):
     r = subprocess.run([str(ingot_bin(name)), "tokenize", "-p", text],
                        capture_output=True, text=True, check=True)
@@ -256,9 +289,12 @@ def main():
     ap.add_argument("--model", type=pathlib.Path, help="the Q4_1 GGUF (default: scripts/fetch_smollm2.sh)")
     ap.add_argument("--no-build", action="store_true", help="use the existing build/bench-smollm2* binaries")
     ap.add_argument("--json", type=pathlib.Path, help="also write all raw figures here")
+    ap.add_argument("--long", default="1024,4000",
+                    help="prompt lengths for decode at long contexts (default 1024,4000; '' to skip)")
     a = ap.parse_args()
     if a.quick:
-        a.reps, a.prompt_tokens, a.gen_tokens = 1, 32, 32
+        a.reps, a.prompt_tokens, a.gen_tokens, a.long = 1, 32, 32, ""
+    long_ctx = [int(x) for x in a.long.split(",") if x.strip()]
     threads = [int(t) for t in a.threads.split(",") if t.strip()]
     P, G = a.prompt_tokens, a.gen_tokens
 
@@ -274,6 +310,9 @@ def main():
           f"(use_extra_bufts=False)")
     print(f"work:     prefill {P} tokens, decode {G} tokens (greedy), threads {threads}, "
           f"warm-up 1 + {a.reps} reps, median", flush=True)
+    bw = {t: dram_bandwidth(t) for t in threads}
+    print("DRAM read bandwidth (bench/membw.c, best of 5 x 1 GiB): " +
+          ", ".join(f"{bw[t]:.1f} GB/s at {t} thread{'s' if t > 1 else ''}" for t in threads), flush=True)
 
     # ---- builds
     engines = []          # labels of ingot engines that built
@@ -291,6 +330,12 @@ def main():
             print(f"SKIPPED   {label}: build failed:\n    " + err.replace("\n", "\n    "), flush=True)
         else:
             engines.append((label, name))
+
+    # ---- bytes a decoded token must read (the default build's weights and KV cache)
+    w_bytes, kv_bpt = ingot_bytes(engines[0][1]) if engines else (None, None)
+
+    def roofline(t, pos):
+        return bw[t] * 1e9 / (w_bytes + kv_bpt * pos) if w_bytes else None
 
     # ---- llama.cpp contexts (one per thread count) and the prompt
     llms = {t: load_llama(gguf, t, n_ctx=max(512, P + G + 8)) for t in threads}
@@ -336,7 +381,7 @@ def main():
     print()
     print(f"tokens/s, median of {a.reps} (min-max in brackets); prefill = {P}-token prompt, "
           f"decode = {G} tokens")
-    print(f"{'engine':<14}{'thr':>4}  {'prefill':>9} {'':<15}  {'decode':>9} {'':<15}")
+    print(f"{'engine':<14}{'thr':>4}  {'prefill':>9} {'':<15}  {'decode':>9} {'':<15} {'% roofline':>10}")
     for t in threads:
         for lab in [e[0] for e in INGOT_ENGINES] + [LLAMA]:
             if lab in failed:
@@ -345,8 +390,13 @@ def main():
             v = raw[(lab, t)]
             m = med[(lab, t)]
             rng = lambda xs: f"[{min(xs):.1f}-{max(xs):.1f}]"  # noqa: E731
+            roof = roofline(t, P + G / 2)
+            pct = f"{100 * m['decode'] / roof:9.0f}%" if roof else ""
             print(f"{lab:<14}{t:>4}  {fmt(m['prefill'])} {rng(v['prefill']):<15}  "
-                  f"{fmt(m['decode'])} {rng(v['decode']):<15}")
+                  f"{fmt(m['decode'])} {rng(v['decode']):<15} {pct}")
+        if w_bytes:
+            print(f"{'roofline':<14}{t:>4}  {'':>9} {'':<15}  {fmt(roofline(t, P + G / 2))}   "
+                  f"({w_bytes / 2**20:.1f} MiB of weights + {kv_bpt} B of KV per position, {bw[t]:.1f} GB/s)")
 
     def get(lab, t, m):
         return med.get((lab, t), {}).get(m)
@@ -368,6 +418,34 @@ def main():
         for lab in all_labels:
             print(f"  {lab:<14}{ratio(get(lab, t1, 'prefill'), get(lab, t0, 'prefill')):>8}"
                   f"{ratio(get(lab, t1, 'decode'), get(lab, t0, 'decode')):>8}")
+    long_raw = {}
+    if long_ctx and engines:
+        t = threads[-1]
+        GL = 32
+        print()
+        print(f"decode at long contexts: {GL} tokens after a prompt of L tokens, {t} thread(s), "
+              f"median of {a.reps}; ratio: to the same engine's decode after {P} tokens")
+        print(f"{'L':>6}  {'ingot':>9} {'ratio':>7} {'% roof':>7}  {'llama.cpp':>9} {'ratio':>7} {'% roof':>7}  "
+              f"{'ingot / llama.cpp':>17}")
+        fused = engines[0]
+        for L in long_ctx:
+            llm = load_llama(gguf, t, n_ctx=L + GL + 16)
+            text, ids = make_prompt(llm, L)
+            ri, rl = [], []
+            one_i = lambda: run_ingot(fused[1], text, GL, t)[1]  # noqa: E731
+            one_l = lambda: run_llama(llm, ids, GL)[1]  # noqa: E731
+            for _ in range(a.reps):
+                ri.append(one_i())
+                rl.append(one_l())
+            del llm
+            mi_, ml_ = statistics.median(ri), statistics.median(rl)
+            long_raw[L] = {"ingot": ri, "llama.cpp": rl}
+            roof = roofline(t, L + GL / 2)
+            print(f"{L:>6}  {mi_:9.1f} {mi_ / med[(fused[0], t)]['decode']:6.2f}x {100 * mi_ / roof:6.0f}%  "
+                  f"{ml_:9.1f} {ml_ / med[(LLAMA, t)]['decode']:6.2f}x {100 * ml_ / roof:6.0f}%  "
+                  f"{mi_ / ml_:16.2f}x", flush=True)
+        la_end = loadavg()
+
     print()
     print(f"load average at start: {la_start}, at end: {la_end}; "
           f"measuring took {time.perf_counter() - t_start:.0f} s")
@@ -377,6 +455,7 @@ def main():
             "machine": mi, "load_start": la_start, "load_end": la_end, "model": gguf.name,
             "ingot_rev": git_rev(), "llama_cpp_python": llama_cpp.__version__,
             "prompt_tokens": P, "gen_tokens": G, "reps": a.reps, "threads": threads,
+            "dram_gbs": bw, "weight_bytes": w_bytes, "kv_bytes_per_position": kv_bpt, "long": long_raw,
             "build_failed": failed,
             "results": [{"engine": lab, "threads": t, **raw[(lab, t)],
                          "median_prefill": med[(lab, t)]["prefill"],
