@@ -282,6 +282,16 @@ def test_named_function_is_called_once(client):
         assert tc.function.name == "get_time" and r.choices[0].finish_reason == "tool_calls"
         assert r.choices[0].message.content is None
         check_calls([(tc.function.name, tc.function.arguments)], [TIME])
+    # cut short inside the call: no call, and no markup as content
+    for stream in (False, True):
+        kw = dict(messages=USER, tools=[WEATHER, TIME], temperature=0, max_tokens=6,
+                  tool_choice={"type": "function", "function": {"name": "get_time"}})
+        if stream:
+            assert streamed(client, **kw) == ("", [], "length")
+        else:
+            r = client.chat.completions.create(model=MODEL, **kw)
+            assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 6
+            assert r.choices[0].message.content in (None, "") and not r.choices[0].message.tool_calls
 
 
 def test_constrained_tool_choice_errors(server):

@@ -499,7 +499,10 @@ static int release_text(server *s, srv_req *q, int i, const char *text, size_t n
     tc_out o = {.calls = cJSON_CreateArray()};
     tc_feed(&c->tc, text, n, &o);
     if (final) tc_finish(&c->tc, &o);
-    emit_text(q, i, o.content.p ? o.content.p : "", o.content.len, lp, NULL);
+    /* a constrained reply is nothing but calls: what is not a complete call
+     * (a call cut short by max_tokens) is dropped, never shown as content */
+    const int calls_only = q->q.tool_choice == OAI_TOOLS_REQUIRED || q->q.tool_choice == OAI_TOOLS_NAMED;
+    emit_text(q, i, o.content.p ? o.content.p : "", calls_only ? 0 : o.content.len, lp, NULL);
     const cJSON *call;
     cJSON_ArrayForEach(call, o.calls) {
         const int k = cJSON_GetArraySize(c->calls);
