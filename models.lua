@@ -21,7 +21,11 @@
 -- depends on the checkpoint's format ({hf = ..., gguf = ...}).
 -- A weight may be a row slice of a stored tensor (`slice = {first, of}`:
 -- rows [first, first + shape[1]) of a tensor of `of` rows), or one tensor
--- per expert (`experts = "count"`, the name's second %d is the expert).
+-- per expert (`experts = "count"`, the name's second %d is the expert; a
+-- name with only the layer's %d holds the layer's experts stacked
+-- [experts, rows, cols], as GGUF files do). An entry's `gguf_also = {arch,
+-- when}` also claims GGUF files of another architecture whose metadata key
+-- `when` is set (llama.cpp writes Mixtral as "llama" with an expert count).
 
 local M = {}
 
@@ -273,12 +277,17 @@ M.phi3 = {
   head = lm_head,
 }
 
+-- A GGUF keeps a layer's experts stacked in one tensor [experts, rows, cols].
+local EXPS = {gate = "blk.%d.ffn_gate_exps.weight", up = "blk.%d.ffn_up_exps.weight",
+              down = "blk.%d.ffn_down_exps.weight"}
+
 -- Mixtral: Llama attention; the MLP is a sparse mixture of experts (softmax
 -- router, top-k experts per token, their outputs weighted by the renormalized
 -- router probabilities).
 M.mixtral = {
   hf = {"MixtralForCausalLM"},
   gguf = "mixtral",
+  gguf_also = {arch = "llama", when = "%s.expert_count"}, -- llama.cpp's Mixtral GGUFs say "llama"
   config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {
     window  = {hf = "sliding_window", default = 0},
     experts = {hf = "num_local_experts", gguf = "%s.expert_count"},
@@ -287,9 +296,9 @@ M.mixtral = {
   rope_pairs = {hf = "halves", gguf = "adjacent"},
   weights = merge(LLAMA_WEIGHTS, {
     router      = {hf = "model.layers.%d.block_sparse_moe.gate.weight", gguf = "blk.%d.ffn_gate_inp.weight", shape = {"experts", "dim"}},
-    expert_gate = {hf = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", shape = {"ffn", "dim"}, experts = "experts"},
-    expert_up   = {hf = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", shape = {"ffn", "dim"}, experts = "experts"},
-    expert_down = {hf = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", shape = {"dim", "ffn"}, experts = "experts"},
+    expert_gate = {hf = "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", gguf = EXPS.gate, shape = {"ffn", "dim"}, experts = "experts"},
+    expert_up   = {hf = "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", gguf = EXPS.up, shape = {"ffn", "dim"}, experts = "experts"},
+    expert_down = {hf = "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", gguf = EXPS.down, shape = {"dim", "ffn"}, experts = "experts"},
   }),
   embed = embed_tokens,
   layer = function(x, w, c)
@@ -432,9 +441,9 @@ M.qwen3moe = {
     q_norm      = {hf = "model.layers.%d.self_attn.q_norm.weight", gguf = "blk.%d.attn_q_norm.weight", shape = {"head_dim"}},
     k_norm      = {hf = "model.layers.%d.self_attn.k_norm.weight", gguf = "blk.%d.attn_k_norm.weight", shape = {"head_dim"}},
     router      = {hf = "model.layers.%d.mlp.gate.weight", gguf = "blk.%d.ffn_gate_inp.weight", shape = {"experts", "dim"}},
-    expert_gate = {hf = "model.layers.%d.mlp.experts.%d.gate_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
-    expert_up   = {hf = "model.layers.%d.mlp.experts.%d.up_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
-    expert_down = {hf = "model.layers.%d.mlp.experts.%d.down_proj.weight", shape = {"dim", "moe_ffn"}, experts = "experts"},
+    expert_gate = {hf = "model.layers.%d.mlp.experts.%d.gate_proj.weight", gguf = EXPS.gate, shape = {"moe_ffn", "dim"}, experts = "experts"},
+    expert_up   = {hf = "model.layers.%d.mlp.experts.%d.up_proj.weight", gguf = EXPS.up, shape = {"moe_ffn", "dim"}, experts = "experts"},
+    expert_down = {hf = "model.layers.%d.mlp.experts.%d.down_proj.weight", gguf = EXPS.down, shape = {"dim", "moe_ffn"}, experts = "experts"},
   }),
   embed = embed_tokens,
   layer = function(x, w, c)

@@ -126,9 +126,19 @@ function config.tensor_name(e, logical, layer, format, expert)
   local spec = e.weights[logical]
   local pattern = format == "gguf" and spec.gguf or spec.hf
   if not pattern then return nil end
+  if expert and config.stacked_experts(e, logical, format) then return string.format(pattern, layer) end
   if expert then return string.format(pattern, layer, expert) end
   if layer then return string.format(pattern, layer) end
   return pattern
+end
+
+-- True when an expert weight's stored name has one %d (the layer): the
+-- checkpoint keeps the layer's experts stacked in one tensor [experts, rows,
+-- cols] (GGUF's ffn_*_exps), and expert j is rows j*rows .. of it.
+function config.stacked_experts(e, logical, format)
+  local spec = e.weights[logical]
+  local pattern = format == "gguf" and spec.gguf or spec.hf
+  return spec.experts ~= nil and pattern ~= nil and select(2, pattern:gsub("%%d", "")) == 1
 end
 
 -- Evaluates each declared weight's shape in this model's config.

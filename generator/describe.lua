@@ -9,7 +9,7 @@ local util = require("util")
 
 local describe = {}
 
-local ENTRY_KEYS = {hf = "table", gguf = "string", config = "table", rope_pairs = "table",
+local ENTRY_KEYS = {hf = "table", gguf = "string", gguf_also = "table", config = "table", rope_pairs = "table",
                     weights = "table", embed = "function", layer = "function", head = "function"}
 local REQUIRED = {"hf", "config", "weights", "embed", "layer", "head"}
 local CONFIG_KEYS = {hf = "any", gguf = "string", default = "any", by_format = "table"}
@@ -269,8 +269,12 @@ function describe.validate(d, name, e)
     if spec.slice and #spec.slice ~= 2 then
       fail("weight '" .. wname .. "': slice is {first_row, rows_of_the_stored_tensor}")
     end
-    if spec.experts and select(2, (spec.hf or spec.gguf or ""):gsub("%%d", "")) ~= 2 then
-      fail("weight '" .. wname .. "': an expert weight's name needs two %d (layer, expert)")
+    if spec.experts and spec.hf and select(2, spec.hf:gsub("%%d", "")) ~= 2 then
+      fail("weight '" .. wname .. "': an expert weight's hf name needs two %d (layer, expert)")
+    end
+    -- a GGUF name with one %d holds the layer's experts stacked in one tensor
+    if spec.experts and spec.gguf and select(2, spec.gguf:gsub("%%d", "")) == 0 then
+      fail("weight '" .. wname .. "': an expert weight's gguf name needs %d (layer), or two (layer, expert)")
     end
     spec.line = describe.line(d, name, wname, "weights")
   end
@@ -279,7 +283,21 @@ function describe.validate(d, name, e)
 end
 
 -- Picks the entry for a HF architecture list or a GGUF architecture name.
-function describe.select(d, hf_archs, gguf_arch)
+-- The entry for a checkpoint: by GGUF architecture or HF architectures. An
+-- entry's gguf_also = {arch = A, when = KEY} also claims GGUF files of
+-- architecture A whose metadata KEY (%s = A) is a positive number (llama.cpp
+-- writes Mixtral as "llama" with llama.expert_count); that match is more
+-- specific than the entry whose gguf is A, so it is tried first.
+function describe.select(d, hf_archs, gguf_arch, meta)
+  if gguf_arch then
+    for _, name in ipairs(util.sorted_keys(d.entries)) do
+      local also = d.entries[name].gguf_also
+      if also and also.arch == gguf_arch then
+        local v = (meta or {})[string.format(also.when, gguf_arch)]
+        if type(v) == "number" and v > 0 then return d.entries[name] end
+      end
+    end
+  end
   for _, name in ipairs(util.sorted_keys(d.entries)) do
     local e = d.entries[name]
     if gguf_arch and e.gguf == gguf_arch then return e end

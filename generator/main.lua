@@ -189,7 +189,7 @@ local function main(argv)
   end
 
   local d = describe.load(opts.models)
-  local entry = describe.select(d, hf_archs, gguf_arch)
+  local entry = describe.select(d, hf_archs, gguf_arch, src.meta)
   local cfg = config.resolve(d, entry, src)
   config.weight_dims(d, entry, cfg.values)
   d.entry = entry
@@ -214,6 +214,10 @@ local function main(argv)
     end
     -- a row slice is checked against the whole stored tensor
     w.first_row = w.decl.first_row or 0
+    w.stacked = 0
+    if w.expert and config.stacked_experts(entry, w.logical, cfg.format) then
+      w.stacked, w.first_row = w.decl.n_experts, w.expert * w.shape[1]
+    end
     w.stored_shape = w.shape
     if w.decl.slice then
       w.stored_shape = {w.decl.stored_rows, w.shape[2]}

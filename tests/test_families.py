@@ -136,3 +136,89 @@ def test_family_batch_invariance(model, tmp_path, built):
     together = run(reqs, "--max-batch-tokens", "40")
     for i, req in enumerate(reqs):
         assert run([req]) == [together[i]], f"{model}: request {i} differs when batched"
+
+
+def write_moe_gguf(src, path, arch):
+    """The tiny Mixtral-style checkpoint `src` as an F32 GGUF the way
+    llama.cpp's converter writes one: architecture `arch` ("llama" with an
+    expert count for Mixtral), q/k rows permuted to interleaved RoPE pairs, and
+    each layer's experts stacked into ffn_{gate,up,down}_exps [experts, rows,
+    cols]."""
+    import sys
+
+    import gguf
+    from safetensors.numpy import load_file
+    sys.path.insert(0, str(FIXTURES))
+    from make_kquant_models import gpt2_vocabulary, permute_qk
+    cfg = json.loads((src / "config.json").read_text())
+    W = load_file(str(src / "model.safetensors"))
+    heads, kv_heads, experts = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["num_local_experts"]
+    wr = gguf.GGUFWriter(str(path), arch)
+    wr.add_context_length(cfg["max_position_embeddings"])
+    wr.add_embedding_length(cfg["hidden_size"])
+    wr.add_block_count(cfg["num_hidden_layers"])
+    wr.add_feed_forward_length(cfg["intermediate_size"])
+    wr.add_head_count(heads)
+    wr.add_head_count_kv(kv_heads)
+    wr.add_key_length(cfg["head_dim"])
+    wr.add_value_length(cfg["head_dim"])
+    wr.add_rope_dimension_count(cfg["head_dim"])
+    wr.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    wr.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    wr.add_expert_count(experts)
+    wr.add_expert_used_count(cfg["num_experts_per_tok"])
+    wr.add_file_type(gguf.LlamaFileType.ALL_F32)
+    gpt2_vocabulary(wr, {"vocab": cfg["vocab_size"]})
+    wr.add_tensor("token_embd.weight", W["model.embed_tokens.weight"])
+    wr.add_tensor("output_norm.weight", W["model.norm.weight"])
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        wr.add_tensor(f"blk.{i}.attn_norm.weight", W[p + "input_layernorm.weight"])
+        wr.add_tensor(f"blk.{i}.attn_q.weight", permute_qk(W[p + "self_attn.q_proj.weight"], heads))
+        wr.add_tensor(f"blk.{i}.attn_k.weight", permute_qk(W[p + "self_attn.k_proj.weight"], kv_heads))
+        wr.add_tensor(f"blk.{i}.attn_v.weight", W[p + "self_attn.v_proj.weight"])
+        wr.add_tensor(f"blk.{i}.attn_output.weight", W[p + "self_attn.o_proj.weight"])
+        wr.add_tensor(f"blk.{i}.ffn_norm.weight", W[p + "post_attention_layernorm.weight"])
+        wr.add_tensor(f"blk.{i}.ffn_gate_inp.weight", W[p + "block_sparse_moe.gate.weight"])
+        for gguf_name, hf_name in (("gate", "w1"), ("up", "w3"), ("down", "w2")):
+            stack = np.stack([W[f"{p}block_sparse_moe.experts.{j}.{hf_name}.weight"] for j in range(experts)])
+            wr.add_tensor(f"blk.{i}.ffn_{gguf_name}_exps.weight", stack)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+@pytest.mark.parametrize("arch", ["llama", "mixtral"])
+def test_moe_gguf_with_stacked_experts(arch, tmp_path, built):
+    """A Mixtral GGUF as llama.cpp writes it (each layer's experts stacked in
+    one ffn_*_exps tensor; general.architecture "llama" with an expert count,
+    or "mixtral") casts as the mixtral entry, each expert a row range of the
+    stacked tensor, and matches transformers on the same f32 weights as the
+    safetensors build does (1e-4; the GGUF's q/k rows are permuted, which the
+    description's adjacent RoPE pairs undo). llama.cpp (llama-cpp-python
+    0.3.36) reads the same file and gives transformers' logits within 3e-6,
+    so the writer above is llama.cpp's layout, not one of ours."""
+    src = FAMILIES / "mixtral_4e_top2"
+    path = tmp_path / f"mixtral-{arch}.gguf"
+    write_moe_gguf(src, path, arch)
+    ref, expected = reference("mixtral_4e_top2")
+    tokens = ref["tokens"]
+    binary = build(path, f"f-mixtral-gguf-{arch}")
+    info = subprocess.run([str(binary), "--info"], capture_output=True, text=True, timeout=120)
+    assert "architecture:    mixtral" in info.stdout, info.stdout
+    for mode in (), ("--chunk", "7"), ("--decode",):
+        err = np.abs(logits(binary, tokens, *mode, tmp_path=tmp_path) - expected).max()
+        assert err <= 1e-4, f"{arch} {mode}: max |delta| {err:.3g}"
+
+
+@pytest.mark.full
+def test_moe_gguf_with_stacked_experts_on_cudasim(tmp_path, built):
+    """The same file cast for CUDA and run on cudasim (the host slices the
+    stacked experts before uploading them)."""
+    path = tmp_path / "mixtral-llama.gguf"
+    write_moe_gguf(FAMILIES / "mixtral_4e_top2", path, "llama")
+    ref, expected = reference("mixtral_4e_top2")
+    binary = build(path, "cuf-mixtral-gguf", "--backend", "cuda", "--cudasim")
+    err = np.abs(logits(binary, ref["tokens"][:16], tmp_path=tmp_path) - expected[:16]).max()
+    assert err <= 1e-4, f"max |delta| {err:.3g}"

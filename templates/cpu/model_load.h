@@ -123,8 +123,10 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
         if (s->same_as >= 0) continue;
         const char *name = s->name;
         if (!wt_find(m->file, name) && s->tied_to) name = s->tied_to;
-        int64_t shape[2] = {s->stored_rows ? s->stored_rows : s->shape[0], s->shape[1]};
-        const wt_tensor *t = wt_expect(m->file, name, s->n_dims, shape, ~0u, err, errlen);
+        int64_t shape[3] = {s->stored_rows ? s->stored_rows : s->shape[0], s->shape[1], 0};
+        int n_dims = s->n_dims;
+        if (s->stacked) shape[0] = s->stacked, shape[1] = s->shape[0], shape[2] = s->shape[1], n_dims = 3;
+        const wt_tensor *t = wt_expect(m->file, name, n_dims, shape, ~0u, err, errlen);
         if (!t) {
             size_t used = strlen(err);
             snprintf(err + used, errlen - used, " (declared at models.lua:%d)", s->line);
