@@ -181,6 +181,9 @@ INLINE = [
     "{{ 'a\\nb\\r\\nc\\x0bd' .splitlines() }} {{ 'Hello'.startswith('He') }} {{ 'abc'.count('') }} {{ 'aaa'.replace('a', 'b', 2) }}",
     "{{ [1, 2, 3] | join(', ') }} {{ [1, 2] | reverse | list }} {{ [1, 1, 'A', 'a'] | unique | list }} {{ {'a': 1}.items() | list }}",
     "{{ strftime_now('%Y') | length }} {{ 'ok' if strftime_now('%d') | int > 0 }}",
+    # markupsafe: safe/escape make Markup, and Markup + str escapes the str (functionary's template relies on it)
+    "{{ 'a<'|safe + '<b>' }} {{ '<x>' + '&'|safe }} {{ ('<'|e) is escaped }} {{ '<'|e|e }} {{ '<'|forceescape|forceescape }}"
+    " {{ 'x' is escaped }} {{ '<'|safe ~ '<' }} {{ ('<'|safe + '>' + '&') }} {{ 5|safe + '<' }}",
 ]
 
 

@@ -150,6 +150,24 @@ static jv mkstr(R *r, jbuf *b) {
     (void)r;
     return jv_str((js){b->p, b->n}); }
 
+/* markupsafe.escape: & < > " ' as entities; the result is Markup. */
+static jv html_escape(R *r, js s) {
+    jbuf o = newbuf(r);
+    for (size_t i = 0; i < s.n; i++) {
+        switch (s.p[i]) {
+        case '&': jb_puts(&o, "&amp;"); break;
+        case '<': jb_puts(&o, "&lt;"); break;
+        case '>': jb_puts(&o, "&gt;"); break;
+        case '"': jb_puts(&o, "&#34;"); break;
+        case '\'': jb_puts(&o, "&#39;"); break;
+        default: jb_putc(&o, s.p[i]);
+        }
+    }
+    jv v = mkstr(r, &o);
+    v.markup = 1;
+    return v;
+}
+
 /* ---------------------------------------------------------------- frames */
 
 static frame *frame_new(R *r, frame *parent) {
@@ -372,10 +390,16 @@ static jv arith(R *r, int op, jv a, jv b, int line) {
     static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**"};
     if (a.t == JV_UNDEF || b.t == JV_UNDEF) jj_fail(r->e, line, "undefined value used with '%s'", names[op]);
     if (op == OP_ADD && a.t == JV_STR && b.t == JV_STR) {
+        /* Markup + str and str + Markup escape the plain side and stay Markup (markupsafe) */
+        const int markup = a.markup || b.markup;
+        if (markup && !a.markup) a = html_escape(r, a.u.s);
+        if (markup && !b.markup) b = html_escape(r, b.u.s);
         jbuf o = newbuf(r);
         jb_put(&o, a.u.s.p, a.u.s.n);
         jb_put(&o, b.u.s.p, b.u.s.n);
-        return mkstr(r, &o);
+        jv out = mkstr(r, &o);
+        out.markup = markup;
+        return out;
     }
     if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST && a.u.l->tuple == b.u.l->tuple) {
         jlist *l = jl_new(r->a, a.u.l->n + b.u.l->n);
@@ -1101,21 +1125,10 @@ static jv apply_filter(R *r, frame *f, int id, jv v, jargs *A, int line) {
         sort_by(r, items->v, keys, items->n, !cs, rev, line);
         return jv_list(items);
     }
-    case F_E: case F_ESCAPE: case F_FORCEESCAPE: {
-        js s = str_of(r, v);
-        jbuf o = newbuf(r);
-        for (size_t i = 0; i < s.n; i++) {
-            switch (s.p[i]) {
-            case '&': jb_puts(&o, "&amp;"); break;
-            case '<': jb_puts(&o, "&lt;"); break;
-            case '>': jb_puts(&o, "&gt;"); break;
-            case '"': jb_puts(&o, "&#34;"); break;
-            case '\'': jb_puts(&o, "&#39;"); break;
-            default: jb_putc(&o, s.p[i]);
-            }
-        }
-        return mkstr(r, &o);
-    }
+    case F_E: case F_ESCAPE: case F_FORCEESCAPE:
+        /* escape leaves a Markup alone (it is escaped already); forceescape does not */
+        if (id != F_FORCEESCAPE && v.t == JV_STR && v.markup) return v;
+        return html_escape(r, str_of(r, v));
     case F_FIRST: case F_LAST: {
         if (v.t == JV_UNDEF) return UNDEF;
         jlist *l = iter_items(r, v, line);
@@ -1262,7 +1275,11 @@ static jv apply_filter(R *r, frame *f, int id, jv v, jargs *A, int line) {
     case F_ROUND:
         return do_round(r, v, want_int(r, arg(A, 0, "precision", jv_int(0)), line, "precision"),
                         str_arg(r, arg(A, 1, "method", jv_str(S("common")))), line);
-    case F_SAFE: return v;
+    case F_SAFE: {
+        jv m = v.t == JV_STR ? v : jv_str(str_of(r, v));
+        m.markup = 1;
+        return m;
+    }
     case F_SORT: case F_UNIQUE: {
         int rev = id == F_SORT && jv_truthy(arg(A, 0, "reverse", jv_bool(0)));
         int cs = jv_truthy(arg(A, id == F_SORT ? 1 : 0, "case_sensitive", jv_bool(0)));
@@ -1373,7 +1390,7 @@ static int apply_test(R *r, int id, jv v, jargs *A, int line) {
         if (v.t == JV_DICT) return v.u.d == a.u.d;
         if (v.t == JV_STR) return v.u.s.p == a.u.s.p && v.u.s.n == a.u.s.n;
         return 0;
-    case T_ESCAPED: return 0;
+    case T_ESCAPED: return v.t == JV_STR && v.markup;
     case T_IN: return contains(r, a, v, line);
     case T_LOWER: case T_UPPER: {
         js s = str_of(r, v);

@@ -52,6 +52,7 @@ typedef struct jloop jloop;
 
 typedef struct jv {
     int t;
+    int markup; /* JV_STR: a markupsafe.Markup (from safe/escape): adding a plain str to it escapes that str */
     union {
         int b;
         int64_t i;
