@@ -144,7 +144,7 @@ def test_schemas_breadth(client):
 
 def test_json_object_and_completions(client):
     r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "A pet as JSON"}],
-                                       response_format={"type": "json_object"}, max_tokens=MAX_TOKENS,
+                                       response_format={"type": "json_object"}, max_tokens=60,
                                        temperature=0)
     c = r.choices[0]
     # any JSON object is allowed, so a small model may run to max_tokens; what it wrote is always a valid prefix
@@ -260,3 +260,22 @@ def test_preemption_keeps_the_constraint_consistent(binary, client):
         assert b.message.content == a.message.content and b.finish_reason == a.finish_reason, name
         if a.finish_reason == "stop":
             validate(a.message.content, schema)
+
+
+def test_logprobs_are_the_raw_distribution(client):
+    """The mask changes what is sampled, not what logprobs report: the first
+    position's alternatives are the same with and without a constraint."""
+    def first(**kw):
+        r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Name a fruit."}],
+                                           max_tokens=2, temperature=0, logprobs=True, top_logprobs=5, **kw)
+        return r.choices[0].logprobs.content[0]
+
+    free = first()
+    forced = first(response_format={"type": "json_schema", "json_schema": {"name": "f", "schema": {"enum": ["kiwi"]}}})
+    assert forced.token.startswith('"')  # "kiwi" as JSON
+    assert [t.token for t in forced.top_logprobs] == [t.token for t in free.top_logprobs]
+    for a, b in zip(forced.top_logprobs, free.top_logprobs):
+        assert abs(a.logprob - b.logprob) < 1e-4
+    raw = {t.token: t.logprob for t in free.top_logprobs}
+    if '"' in raw:
+        assert abs(forced.logprob - raw['"']) < 1e-4
