@@ -1060,6 +1060,7 @@ struct gram_vocab {
     int32_t *tok_start;  /* [n_nodes + 1]: tok_ids entries of the nodes before i (a subtree's ids are
                             tok_ids[tok_start[i] .. tok_start[end[i]])) */
     uint64_t *sub_bytes; /* [n_nodes * 4]: the bytes of node i's strict descendants, as a 256-bit set */
+    int32_t *height;     /* [n_nodes]: how many bytes node i's deepest descendant adds to it */
     int max_len;
 };
 
@@ -1092,6 +1093,7 @@ void gram_vocab_free(gram_vocab *v) {
     free(v->tok_ids);
     free(v->tok_start);
     free(v->sub_bytes);
+    free(v->height);
     free(v);
 }
 
@@ -1156,7 +1158,8 @@ gram_vocab *gram_vocab_new(int n_tokens, const char *const *pieces, const size_t
     free(ents);
     v->tok_start = malloc(sizeof(int32_t) * ((size_t)v->n_nodes + 1));
     v->sub_bytes = calloc((size_t)v->n_nodes * 4, sizeof(uint64_t));
-    if (!v->tok_start || !v->sub_bytes) {
+    v->height = calloc((size_t)v->n_nodes, sizeof(int32_t));
+    if (!v->tok_start || !v->sub_bytes || !v->height) {
         gram_vocab_free(v);
         return NULL;
     }
@@ -1176,6 +1179,7 @@ gram_vocab *gram_vocab_new(int n_tokens, const char *const *pieces, const size_t
         uint64_t *ps = v->sub_bytes + (size_t)parent[c] * 4, *cs = v->sub_bytes + (size_t)c * 4;
         ps[v->byte[c] >> 6] |= 1ull << (v->byte[c] & 63);
         for (int w = 0; w < 4; w++) ps[w] |= cs[w];
+        if (v->height[c] + 1 > v->height[parent[c]]) v->height[parent[c]] = v->height[c] + 1;
     }
     free(parent);
     return v;
@@ -1361,17 +1365,37 @@ static int32_t transition(gram_matcher *m, int32_t sid, unsigned char b) {
 }
 
 /* Subtrees smaller than this are walked even when they could be skipped:
- * finding a state's self-loops costs 128 transitions. */
+ * the check costs up to 128 transitions per level. */
 #define GRAM_SKIP_MIN_NODES 64
 
-/* Does every byte below trie node c lead from state sid back to sid? Then
- * every token in c's subtree is allowed without walking it (inside an
- * unbounded JSON string, nearly the whole vocabulary). */
-static int subtree_loops(gram_matcher *m, const gram_vocab *v, int c, int32_t sid) {
+/* The one state every byte of set leads state sid to, or -1 if they lead
+ * to different states or some byte is rejected (-3: the automaton is full). */
+static int32_t uniform_successor(gram_matcher *m, int32_t sid, const uint64_t *set) {
+    int32_t to = -1;
+    for (int w = 0; w < 2; w++) /* ASCII only: the caller checked */
+        for (uint64_t bits = set[w]; bits; bits &= bits - 1) {
+            const int32_t t = transition(m, sid, (unsigned char)(w * 64 + __builtin_ctzll(bits)));
+            if (t < 0) return t == -3 ? -3 : -1;
+            if (to >= 0 && t != to) return -1;
+            to = t;
+        }
+    return to;
+}
+
+/* Is every token below trie node c allowed from state sid, without walking
+ * c's subtree? Yes if every byte of the subtree leads sid to one same
+ * state s1, every such byte leads s1 to one same s2, and so on for as many
+ * levels as the subtree is deep: then every path below c ends in a live
+ * state. Inside an unbounded JSON string each s is sid itself (checked
+ * first, from the state's self-loop bytes); inside a string of at most n
+ * characters s1, s2, ... are "n - 1 left", "n - 2 left", ... */
+static int subtree_allowed(gram_matcher *m, const gram_vocab *v, int c, int32_t sid) {
     if (v->end[c] - c < GRAM_SKIP_MIN_NODES) return 0;
+    const uint64_t *sub = v->sub_bytes + (size_t)c * 4;
+    if (sub[2] | sub[3]) return 0; /* a byte >= 0x80 starts or continues a code point: partial states differ */
     if (!m->st[sid].loops_known) {
         uint64_t loop[4] = {0};
-        for (int b = 0; b < 128; b++) { /* a byte >= 0x80 starts or continues a code point: never a loop */
+        for (int b = 0; b < 128; b++) {
             const int32_t t = transition(m, sid, (unsigned char)b);
             if (t == -3) return 0;
             if (t == sid) loop[b >> 6] |= 1ull << (b & 63);
@@ -1379,9 +1403,12 @@ static int subtree_loops(gram_matcher *m, const gram_vocab *v, int c, int32_t si
         memcpy(m->st[sid].loop, loop, sizeof loop);
         m->st[sid].loops_known = 1;
     }
-    const uint64_t *sub = v->sub_bytes + (size_t)c * 4;
-    for (int w = 0; w < 4; w++)
-        if (sub[w] & ~m->st[sid].loop[w]) return 0;
+    if (!(sub[0] & ~m->st[sid].loop[0]) && !(sub[1] & ~m->st[sid].loop[1])) return 1;
+    int32_t s = sid;
+    for (int level = 0; level < v->height[c]; level++) {
+        s = uniform_successor(m, s, sub);
+        if (s < 0) return 0;
+    }
     return 1;
 }
 
@@ -1392,7 +1419,7 @@ static void walk_memo(gram_matcher *m, const gram_vocab *v, int node, int32_t si
         if (next == -3) return;
         if (next < 0) continue;
         const int has_children = c + 1 < v->end[c];
-        const int whole = has_children && subtree_loops(m, v, c, next);
+        const int whole = has_children && subtree_allowed(m, v, c, next);
         if (m->memo_full) return;
         const int t_end = whole ? v->tok_start[v->end[c]] : v->tok_first[c] + v->tok_n[c];
         for (int t = whole ? v->tok_start[c] : v->tok_first[c]; t < t_end; t++) {

@@ -236,7 +236,15 @@ static const char *const ALPHABET[] = {"a", "b", "x", "0", "1", "9", "\"", "{", 
                                        "-", ".", "e", "t", "r", "u", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
                                        "\xc3", "\xa9", "\x82\xac", "\\", "n", "l"};
 
-static void test_mask(void) {
+static int is_ascii(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s >= 0x80) return 0;
+    return 1;
+}
+
+/* ascii_only: a vocabulary without multi-byte pieces, where big subtrees
+ * are allowed whole (the mask's shortcut for those needs ASCII bytes). */
+static void test_mask(int ascii_only) {
     rng_state = 42;
     char *pieces[N_TOK];
     size_t lens[N_TOK];
@@ -246,14 +254,16 @@ static void test_mask(void) {
         char buf[64];
         size_t n = 0;
         if (i < (int)n_alpha) { /* every single piece, so a path never dead-ends for lack of tokens */
-            n = strlen(ALPHABET[i]);
-            memcpy(buf, ALPHABET[i], n);
+            const char *a = ascii_only && !is_ascii(ALPHABET[i]) ? "a" : ALPHABET[i];
+            n = strlen(a);
+            memcpy(buf, a, n);
         } else if (i % 97 == 0) {
             n = 0; /* empty tokens are never allowed */
         } else {
             const int parts = rndi(1, 6);
             for (int k = 0; k < parts; k++) {
                 const char *a = ALPHABET[rnd() % n_alpha];
+                while (ascii_only && !is_ascii(a)) a = ALPHABET[rnd() % n_alpha];
                 if (n + strlen(a) < sizeof buf) {
                     memcpy(buf + n, a, strlen(a));
                     n += strlen(a);
@@ -275,6 +285,10 @@ static void test_mask(void) {
         "num ::= \"-\"? [0-9]+ (\".\" [0-9]+)? ([eE] [0-9]+)?\nws ::= [ \\n]{0,2}\n",
         "root ::= (\"a\" | \"\\u00e9\" | \"\\u20ac\")+ \"x\" [^a-z]{1,3}\n",
         "root ::= \"tr\" \"ue\" | \"[\" [0-9]{2,5} \"]\" | .{1,8} \"!\"\n",
+        /* a bounded string: subtrees allowed whole along "n left" chains, cut where n runs out */
+        "root ::= \"\\\"\" [^\"\\\\]{0,30} \"\\\"\" | [abtrux019]{3,12} \"}\"\n",
+        /* every byte of the vocabulary loops: subtrees allowed whole from the state's self-loops */
+        "root ::= .* \"!\"\n",
     };
     uint32_t bits[(N_TOK + 31) / 32], plain[(N_TOK + 31) / 32];
     for (size_t gi = 0; gi < sizeof GRAMMARS / sizeof GRAMMARS[0]; gi++) {
@@ -301,8 +315,8 @@ static void test_mask(void) {
                     if (ok != bit && mismatches++ == 0) first_bad = id;
                 }
                 check(mismatches == 0 && count == brute,
-                      "grammar %zu path %d step %d: mask %d vs brute force %d, %d differ (first id %d)", gi, path,
-                      step, count, brute, mismatches, first_bad);
+                      "vocabulary %d grammar %zu path %d step %d: mask %d vs brute force %d, %d differ (first id %d)",
+                      ascii_only, gi, path, step, count, brute, mismatches, first_bad);
                 if (brute == 0) break;
                 const int pick = allowed_ids[rnd() % (uint64_t)brute];
                 check(gram_accept_token(m, v, pick) == 0, "accept of an allowed token");
@@ -398,7 +412,8 @@ int main(void) {
     test_matching();
     test_limits();
     test_large_grammars();
-    test_mask();
+    test_mask(0);
+    test_mask(1);
     test_json_schema();
     return check_summary();
 }
