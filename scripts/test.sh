@@ -4,7 +4,7 @@
 #   scripts/test.sh           the default tier (`make test`, what CI runs): the C unit tests and every
 #                             pytest file optimized, then the C-heavy paths again under
 #                             AddressSanitizer + UndefinedBehaviorSanitizer (loaders, tokenizer, Jinja,
-#                             server, HTTP edges, scheduler (and the tight-pool serving test), bad
+#                             server, HTTP edges, grammars, scheduler (and the tight-pool serving test), bad
 #                             models, stop ids, K-quant loading, cudasim, one cudasim forward);
 #                             tests marked `full` (the same checks on more inputs) are skipped by name
 #   scripts/test.sh --full    every test at full breadth, both passes over every file (`make test-full`)

@@ -2,9 +2,11 @@
 
 tests/c/test_grammar.c checks parser errors and their positions, accept and
 reject on small grammars (UTF-8, classes, counted repetition, nesting), the
-limits that stop pathological grammars, and the token mask against a brute
-force (every token's bytes fed to a copy of the matcher) on a synthetic
-vocabulary along random accepted paths.
+limits that stop pathological grammars (and compile time linear in size),
+the token mask (automaton, whole-subtree shortcuts, cache) against the plain
+walk and a brute force (every token's bytes fed to a copy of the matcher) on
+two synthetic vocabularies along random accepted paths, and JSON Schema to
+grammar (accepted and rejected documents, unsupported keywords named).
 """
 from conftest import run
 
