@@ -269,8 +269,9 @@ int tc_finish(tc_parser *p, tc_out *out) {
         size_t a = p->body, b = n;
         while (a < b && is_ws(p->held.p[a])) a++;
         while (b > a && is_ws(p->held.p[b - 1])) b--;
-        if (a < b && parse_calls(p->held.p + a, b - a, out->calls) > 0) {
-            p->n_calls++;
+        const int k = a < b ? parse_calls(p->held.p + a, b - a, out->calls) : -1;
+        if (k > 0) {
+            p->n_calls += k;
             consume(p, n);
             return 0;
         }
