@@ -54,7 +54,7 @@ local function parse_args(argv)
   if o.backend == "cuda" and o.act_quant ~= "none" then util.die("--act-quant q8 is a CPU option") end
   -- the dtypes a weight can be converted to at load (runtime/load/dtype.c has a quantizer for each)
   local ok = {native = 1, f32 = 1, f16 = 1, bf16 = 1, q8_0 = 1, q4_0 = 1, q4_1 = 1, q5_0 = 1, q5_1 = 1,
-              q4_k = 1, q5_k = 1, q6_k = 1}
+              q4_k = 1, q5_k = 1, q6_k = 1, q4_k_m = 1, q5_k_m = 1}
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
   if o.act_quant ~= "none" and o.act_quant ~= "q8" then util.die("--act-quant is none or q8") end
   -- auto: f16 on the CPU (half the memory and the bytes attention reads;
@@ -73,19 +73,51 @@ end
 
 -- The dtype each weight's kernels are compiled for: vectors (norms, biases)
 -- are f32; matrices keep their stored dtype unless --dtype asks otherwise.
--- A matrix whose rows are not a whole number of blocks (32 elements, 256 for
--- the K-quants) cannot be block-quantized: it keeps its stored dtype (as
--- llama.cpp's quantizer does), and the build says so.
-local function compiled_dtype(opts, w, stored)
+-- A quantized --dtype follows llama.cpp's presets (llama_tensor_get_type):
+--  * the LM head (or the embedding it is tied to) gets q6_k: its errors go
+--    straight into every logit;
+--  * q4_k_m / q5_k_m are q4_k / q5_k with attn_v and ffn_down at q6_k in the
+--    layers use_more_bits picks (the first and last eighth, and every third
+--    between);
+--  * a matrix whose rows are not a multiple of the type's block (256 for the
+--    K-quants) takes llama.cpp's fallback of the same bits on 32-blocks
+--    (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0), else keeps its stored dtype.
+-- So --dtype q4_k_m on SmolLM2 gives the very mix of llama.cpp's Q4_K_M file.
+local MIXES = {q4_k_m = "q4_k", q5_k_m = "q5_k"}
+local KQUANT_FALLBACK = {q4_k = "q5_0", q5_k = "q5_1", q6_k = "q8_0"}
+
+local function use_more_bits(i, n) return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2 end
+
+local function compiled_dtype(opts, w, stored, is_head, n_layers)
   if #w.shape == 1 then return "f32" end
   if opts.dtype == "native" then return stored end
-  local block = plan.block_elems(opts.dtype)
+  local want = MIXES[opts.dtype] or opts.dtype
+  if plan.block_elems(want) > 1 and want ~= "q8_0" then
+    local gguf = w.decl.gguf or ""
+    if is_head then
+      want = opts.backend == "cuda" and "q8_0" or "q6_k" -- the CUDA kernels have no q6_k
+    elseif MIXES[opts.dtype] and w.layer and (gguf:find("attn_v", 1, true) or gguf:find("ffn_down", 1, true))
+        and use_more_bits(w.layer, n_layers) then
+      want = "q6_k"
+    end
+  end
+  local block = plan.block_elems(want)
   if w.shape[2] % block ~= 0 then
+    local fallback = KQUANT_FALLBACK[want]
+    if fallback and w.shape[2] % plan.block_elems(fallback) == 0 then return fallback end
     io.stderr:write(string.format("ingot: note: %s (%s) has rows of %d, not a multiple of %d: kept as %s\n",
       w.logical, w.layer and ("layer " .. w.layer) or "model", w.shape[2], block, stored))
     return stored
   end
-  return opts.dtype
+  return want
+end
+
+-- The LM head's weight: the last linear on the way to the logits (a softcap
+-- or scale may follow it).
+local function head_weight(g)
+  local n = g.logits
+  while n and n.op ~= "linear" do n = n.inputs[1] and n.inputs[1].node end
+  return n and n.inputs[2]
 end
 
 -- The RoPE tables of the model: one per distinct parameter set among its
@@ -199,6 +231,11 @@ local function main(argv)
 
   -- Bind each traced weight to its stored tensor and compiled dtype.
   local weights, by_tensor, counts, consumed = {}, {}, {}, {}
+  local head = head_weight(g)
+  local head_tensor = head and config.tensor_name(entry, head.logical, head.layer, cfg.format)
+  if head and head.decl.tied and not tensors[head_tensor] then
+    head_tensor = config.tensor_name(entry, head.decl.tied, head.layer, cfg.format)
+  end
   for i, w in ipairs(g.weight_list) do
     w.tensor = config.tensor_name(entry, w.logical, w.layer, cfg.format, w.expert)
     local stored = w.tensor and tensors[w.tensor]
@@ -223,7 +260,7 @@ local function main(argv)
       w.stored_shape = {w.decl.stored_rows, w.shape[2]}
     end
     consumed[stored.name or w.tensor] = true
-    w.dtype = compiled_dtype(opts, w, stored.dtype)
+    w.dtype = compiled_dtype(opts, w, stored.dtype, (stored.name or w.tensor) == head_tensor, c.layers)
     w.dtype_enum = "INGOT_" .. w.dtype:upper()
     w.slot = i - 1
     local key = (stored.name or w.tensor) .. "/" .. w.dtype .. "/" .. w.first_row
