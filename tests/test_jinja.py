@@ -184,6 +184,12 @@ INLINE = [
     # markupsafe: safe/escape make Markup, and Markup + str escapes the str (functionary's template relies on it)
     "{{ 'a<'|safe + '<b>' }} {{ '<x>' + '&'|safe }} {{ ('<'|e) is escaped }} {{ '<'|e|e }} {{ '<'|forceescape|forceescape }}"
     " {{ 'x' is escaped }} {{ '<'|safe ~ '<' }} {{ ('<'|safe + '>' + '&') }} {{ 5|safe + '<' }}",
+    # an unknown filter or test inside {% if %} fails only when evaluated (jinja2's soft frames); elsewhere at once
+    "{% if false %}{{ x | from_json }}{% elif false %}{{ y is nosuchtest }}{% else %}ok{% endif %}",
+    "{% if true %}{{ '{}' | from_json }}{% endif %}",
+    "{% if x is nosuchtest %}a{% endif %}",
+    "{% if false %}{% for i in [1] %}{{ i | nosuch }}{% endfor %}{% endif %}",
+    "{% if false %}{% set y %}{{ 1 | nosuch }}{% endset %}{% endif %}ok",
 ]
 
 

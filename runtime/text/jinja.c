@@ -1446,12 +1446,15 @@ static jv eval(R *r, frame *f, const jnode *n) {
         break;
     }
     case N_FILTER: {
+        /* an unknown name inside an {% if %} was let through by the parser, as jinja2 does */
+        if (n->op < 0) jj_fail(r->e, n->line, "No filter named '%.*s'", (int)(n->s.n > 60 ? 60 : n->s.n), n->s.p);
         jv x = eval(r, f, n->a);
         eval_args(r, f, &n->args, &A, 0, n->line);
         v = apply_filter(r, f, n->op, x, &A, n->line);
         break;
     }
     case N_TEST: {
+        if (n->op < 0) jj_fail(r->e, n->line, "No test named '%.*s'", (int)(n->s.n > 60 ? 60 : n->s.n), n->s.p);
         jv x = eval(r, f, n->a);
         eval_args(r, f, &n->args, &A, 0, n->line);
         int t = apply_test(r, n->op, x, &A, n->line);

@@ -501,6 +501,7 @@ typedef struct parser {
     jtok *t;
     size_t nt, pos;
     int depth, loops;
+    int soft; /* inside an {% if %} (jinja2's "soft" frame): an unknown filter or test fails only when evaluated */
 } parser;
 
 static jtok *peek(parser *P) { return &P->t[P->pos]; }
@@ -774,7 +775,7 @@ static jnode *parse_one_filter(parser *P, jnode *n) {
         unexpected(P, "a filter name");
     }
     int id = jj_filter_id(nm->s, nm->n);
-    if (id < 0) jj_fail(P->e, nm->line, "unknown filter '%.*s'", (int)(nm->n > 60 ? 60 : nm->n), nm->s);
+    if (id < 0 && !P->soft) jj_fail(P->e, nm->line, "unknown filter '%.*s'", (int)(nm->n > 60 ? 60 : nm->n), nm->s);
     jnode *x = mk(P, N_FILTER, nm->line);
     x->op = id;
     x->a = n;
@@ -805,7 +806,8 @@ static jnode *parse_filters(parser *P, jnode *n) {
             }
             /* "is none"/"is true" lex as names too; ==, < etc. are test aliases */
             int id = jj_test_id(nm->s, nm->n);
-            if (id < 0) jj_fail(P->e, nm->line, "unknown test '%.*s'", (int)(nm->n > 60 ? 60 : nm->n), nm->s);
+            if (id < 0 && !P->soft)
+                jj_fail(P->e, nm->line, "unknown test '%.*s'", (int)(nm->n > 60 ? 60 : nm->n), nm->s);
             x->op = id;
             x->a = n;
             x->s.p = nm->s;
@@ -1040,7 +1042,9 @@ static jnode *parse_statement(parser *P) {
     }
     enter(P);
     jnode *n;
+    const int soft = P->soft; /* restored below: only an if's test and bodies are soft */
     if (tok_is(kw, TK_NAME, "if")) {
+        P->soft = 1;
         n = mk(P, N_IF, line);
         n->a = parse_tuple(P, 1);
         expect_end(P);
@@ -1070,6 +1074,7 @@ static jnode *parse_statement(parser *P) {
         if (!is_name(P, "in")) unexpected(P, "'in'");
         next(P);
         n->a = parse_tuple(P, 0);
+        P->soft = 0; /* the loop's own frame (jinja2's frame.inner()) */
         if (is_name(P, "if")) {
             next(P);
             n->b = parse_expr(P);
@@ -1095,6 +1100,7 @@ static jnode *parse_statement(parser *P) {
             expect_end(P);
         } else {
             n->k = N_SETBLOCK;
+            P->soft = 0;
             if (n->args.n != 1 || n->args.v[0]->k != N_NAME) unexpected(P, "'='");
             if (is_op(P, "|")) n->a = parse_filters(P, mk(P, N_BODY, line));
             expect_end(P);
@@ -1103,6 +1109,7 @@ static jnode *parse_statement(parser *P) {
             expect_end(P);
         }
     } else if (tok_is(kw, TK_NAME, "macro")) {
+        P->soft = 0;
         n = mk(P, N_MACRO, line);
         jtok *nm = next(P);
         if (nm->t != TK_NAME) {
@@ -1149,6 +1156,7 @@ static jnode *parse_statement(parser *P) {
         parse_body(P, &n->body, E, line, "generation");
         expect_end(P);
     } else if (tok_is(kw, TK_NAME, "filter")) {
+        P->soft = 0;
         n = mk(P, N_FILTERBLOCK, line);
         /* the first filter is written without a leading '|' */
         n->a = parse_filters(P, parse_one_filter(P, mk(P, N_BODY, line)));
@@ -1163,6 +1171,7 @@ static jnode *parse_statement(parser *P) {
             jj_fail(P->e, line, "unsupported tag '%.*s'", (int)kw->n, kw->s);
         jj_fail(P->e, line, "unknown tag %s", tok_desc(kw, b, sizeof b));
     }
+    P->soft = soft;
     P->depth--;
     return n;
 }
