@@ -365,7 +365,7 @@ def test_native_template_prompt_is_jinja2s(binary, tmp_path, fixture, fmt):
            "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
     text = reference_env(True).from_string(template).render(**ctx)
     # control-token spellings in the rendering become control tokens on both paths
-    with ServerProc(binary, "--weights", gguf, "--kv-blocks", "128", "--parse-special-in-content").start() as srv:
+    with ServerProc(binary, "--weights", gguf, "--kv-blocks", "128", "--parse-special-in-content") as srv:
         model = requests.get(srv.url + "/v1/models", timeout=10).json()["data"][0]
         assert model["tool_call_format"] == fmt and model["tool_prompt"] == "template"
         c = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120 * SLOW)
@@ -424,7 +424,7 @@ def test_server_tool_prompt_is_as_documented(binary):
     ctx = {"messages": hermes_prompt_form(messages, [WEATHER]), "tools": None, "documents": None,
            "add_generation_prompt": True, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
     text = reference_env(True).from_string(template).render(**ctx)
-    with ServerProc(binary, "--kv-blocks", "128", "--parse-special-in-content").start() as srv:
+    with ServerProc(binary, "--kv-blocks", "128", "--parse-special-in-content") as srv:
         c = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120 * SLOW)
         chat = c.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], temperature=0,
                                          max_tokens=8, logprobs=True)
@@ -442,7 +442,7 @@ def test_required_in_other_formats(binary, tmp_path, fixture):
     """tool_choice "required" with a Llama 3.1 or Mistral template on SmolLM2's weights: the grammar
     writes that format's markup, the parser reads it back (Mistral ids: 9 alphanumerics)."""
     gguf = with_template(smollm2_gguf(), (FIX / f"{fixture}.jinja").read_text("utf-8"), tmp_path / "t.gguf")
-    with ServerProc(binary, "--weights", gguf, "--kv-blocks", "128").start() as srv:
+    with ServerProc(binary, "--weights", gguf, "--kv-blocks", "128") as srv:
         c = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120 * SLOW)
         for stream in (False, True):
             kw = dict(messages=USER, tools=[WEATHER, TIME], tool_choice="required", temperature=0, max_tokens=100)
@@ -478,7 +478,7 @@ def test_control_spellings_in_tools_stay_text(binary, tmp_path):
     plain_history = json.loads(json.dumps(history).replace("<|im_start|>", "im start"))
     counts = {}
     for flag in ((), ("--parse-special-in-content",)):
-        with ServerProc(binary, "--weights", gguf, "--kv-blocks", "64", *flag).start() as srv:
+        with ServerProc(binary, "--weights", gguf, "--kv-blocks", "64", *flag) as srv:
             c = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120 * SLOW)
             counts[flag] = [c.chat.completions.create(model=MODEL, messages=m, tools=[t], max_tokens=1)
                             .usage.prompt_tokens for m, t in [(history, plain_tool), (plain_history, spelled),
