@@ -615,6 +615,7 @@ function emit.files(ctx, env, calls, kernels, aux)
   local K = {aux.banner("emit_cuda.lua", "generator/emit_cuda.lua (device code; compiled by nvcc, NVRTC and cudasim)", "//"),
              "// The fused CUDA kernels of " .. env.model_name .. ": one per fusion group, every shape a constant.",
              "// A kernel's statements carry the models.lua line that produced them."}
+  K[#K + 1] = string.format("#define IG_KV_HALF %d /* the KV cache's element: 1 f16 (--kv-dtype f16), 0 f32 */", env.kv_f16)
   for _, h in ipairs(HEADERS) do K[#K + 1] = '#include "' .. h .. '"' end
   K[#K + 1] = ""
   K[#K + 1] = string.format("#define N_KV_LAYERS %d", env.n_kv_layers)
@@ -629,7 +630,7 @@ struct ig_step {
   const int *tok0, *pos0, *ntok;      // [n_seqs]: first token row, its position, token count
   const int *dec_pos;                 // [n_seqs]: position of a decode step's token
   const int *block_tables;            // [n_seqs][BT_STRIDE]
-  float *kv;                          // the paged KV pool (kernels/cuda/common.cuh layout)
+  ig_kv_t *kv;                        // the paged KV pool (kernels/cuda/common.cuh layout and element)
   void *lt_x;                         // packed X of the cuBLASLt GEMMs [n_tokens][IN] (kernels/cuda/pack.cuh)
   int n_blocks;
   const float *rope;                  // [MAX_CTX][ROPE_DIM/2][2] cos, sin

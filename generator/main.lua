@@ -57,14 +57,10 @@ local function parse_args(argv)
               q4_k = 1, q5_k = 1, q6_k = 1, q4_k_m = 1, q5_k_m = 1}
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
   if o.act_quant ~= "none" and o.act_quant ~= "q8" then util.die("--act-quant is none or q8") end
-  -- auto: f16 on the CPU (half the memory and the bytes attention reads;
-  -- SmolLM2's perplexity moves by 0.01%, bench/README.md), f32 on CUDA
-  -- (its kernels read f32)
-  if o.kv_dtype == "auto" then o.kv_dtype = o.backend == "cpu" and "f16" or "f32" end
+  -- auto: f16 (half the memory and the bytes attention reads; SmolLM2's
+  -- perplexity moves by 0.01%, bench/README.md)
+  if o.kv_dtype == "auto" then o.kv_dtype = "f16" end
   if o.kv_dtype ~= "f32" and o.kv_dtype ~= "f16" then util.die("--kv-dtype is f32 or f16") end
-  if o.backend == "cuda" and o.kv_dtype ~= "f32" then
-    util.die("--kv-dtype f16 is a CPU option: the CUDA kernels keep the KV cache in f32")
-  end
   if not o.max_tokens or o.max_tokens < 1 or o.max_tokens > 65536 then
     util.die("--max-tokens must be an integer in 1..65536")
   end

@@ -28,7 +28,7 @@ EXACT_KV = ("--kv-dtype", "f32")
 @functools.lru_cache(maxsize=None)
 def build(model, name, *options):
     """./ingot build MODEL --name NAME OPTIONS... (--kv-dtype f32 unless OPTIONS set it); returns the binary's path."""
-    if "--kv-dtype" not in options and "cuda" not in options:
+    if "--kv-dtype" not in options:
         options = options + EXACT_KV
     cmd = [str(ROOT / "ingot"), "build", str(model), "--name", name, *options]
     if SAN:

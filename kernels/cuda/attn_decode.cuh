@@ -23,7 +23,7 @@
 
 template <int HD, int GROUP, int KVH, int NW = 4>
 __global__ void __launch_bounds__(NW * 32, 1) // min 1 block/SM: lets ptxas keep the per-row state in registers (sm_90 otherwise caps at 64 and spills)
-attn_decode_kernel(const float* __restrict__ q, int ldq, const float* __restrict__ kv, int n_layers, int layer,
+attn_decode_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict__ kv, int n_layers, int layer,
                    int n_blocks, const int* __restrict__ block_tables, int bt_stride, const int* __restrict__ pos,
                    int window, float scale, float softcap, int chunk, float* __restrict__ out, int ldo,
                    float* __restrict__ part_o, float* __restrict__ part_ml) {
@@ -50,8 +50,8 @@ attn_decode_kernel(const float* __restrict__ q, int ldq, const float* __restrict
   for (int p = k_begin + warp; p <= k_end; p += NW) {
     const long long row = ig_kv_row<KVH, HD>(layer, n_blocks, bt[p / IG_KV_BLOCK], h, p % IG_KV_BLOCK) + lane * E;
     float kr[E], vr[E];
-    ig_load_f<E>(kv + row, kr);
-    ig_load_f<E>(kv + vbase + row, vr);
+    ig_load_kv<E>(kv + row, kr);
+    ig_load_kv<E>(kv + vbase + row, vr);
 #pragma unroll
     for (int g = 0; g < GROUP; g++) {
       float dot = 0.0f;

@@ -24,7 +24,7 @@ __host__ __device__ constexpr int attn_prefill_smem_bytes() { return (BQ * GROUP
 
 template <int HD, int GROUP, int KVH, int BQ, int BK = 32, int NW = 4>
 __global__ void __launch_bounds__(NW * 32, 1) // min 1 block/SM: lets ptxas keep the per-row state in registers (sm_90 otherwise caps at 64 and spills)
-attn_prefill_kernel(const float* __restrict__ q, int ldq, const float* __restrict__ kv, int n_layers, int layer,
+attn_prefill_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict__ kv, int n_layers, int layer,
                     int n_blocks, const int* __restrict__ block_tables, int bt_stride, const int* __restrict__ tok0,
                     const int* __restrict__ pos0, const int* __restrict__ ntok, int window, float scale, float softcap,
                     float* __restrict__ out, int ldo) {
@@ -64,7 +64,7 @@ attn_prefill_kernel(const float* __restrict__ q, int ldq, const float* __restric
       float kx = 0.0f, vx = 0.0f; // keys past p_hi: zeros (masked below; never NaN into P.V)
       if (p <= p_hi) {
         const long long off = ig_kv_row<KVH, HD>(layer, n_blocks, bt[p / IG_KV_BLOCK], h, p % IG_KV_BLOCK) + d;
-        kx = kv[off], vx = kv[vbase + off];
+        kx = ig_kv_to(kv[off]), vx = ig_kv_to(kv[vbase + off]);
       }
       Ks[j][d] = kx, Vs[j][d] = vx;
     }

@@ -17,7 +17,7 @@
 
 template <int HD, int GROUP, int KVH>
 __global__ void __launch_bounds__(32)
-attn_rows_kernel(const float* __restrict__ q, int ldq, const float* __restrict__ kv, int n_layers, int layer,
+attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict__ kv, int n_layers, int layer,
                  int n_blocks, const int* __restrict__ block_tables, int bt_stride, const int* __restrict__ pos,
                  const int* __restrict__ seq, int window, float scale, float softcap, float* __restrict__ out,
                  int ldo) {
@@ -38,9 +38,9 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const float* __restrict__
     const int p = p0 + lane, n = min(32, p_last - p0 + 1);
     float sc = ig_neg_inf();
     if (lane < n) {
-      const float* kr = kv + ig_kv_row<KVH, HD>(layer, n_blocks, bt[p / IG_KV_BLOCK], h, p % IG_KV_BLOCK);
+      const ig_kv_t* kr = kv + ig_kv_row<KVH, HD>(layer, n_blocks, bt[p / IG_KV_BLOCK], h, p % IG_KV_BLOCK);
       float dot = 0.0f;
-      for (int d = 0; d < HD; d++) dot = fmaf(qs[d], kr[d], dot);
+      for (int d = 0; d < HD; d++) dot = fmaf(qs[d], ig_kv_to(kr[d]), dot);
       sc = dot * scale;
       if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
     }
@@ -56,8 +56,8 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const float* __restrict__
         float a = o[e] * corr;
         for (int j = 0; j < n; j++) {
           const int pj = p0 + j;
-          const float* vr = kv + vbase + ig_kv_row<KVH, HD>(layer, n_blocks, bt[pj / IG_KV_BLOCK], h, pj % IG_KV_BLOCK);
-          a = fmaf(ps[j], vr[d], a);
+          const ig_kv_t* vr = kv + vbase + ig_kv_row<KVH, HD>(layer, n_blocks, bt[pj / IG_KV_BLOCK], h, pj % IG_KV_BLOCK);
+          a = fmaf(ps[j], ig_kv_to(vr[d]), a);
         }
         o[e] = a;
       }

@@ -50,6 +50,30 @@ __device__ __forceinline__ float ig_f16_to_f32(unsigned short h) {
 #endif
 }
 __device__ __forceinline__ float ig_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+// binary32 -> binary16 bits, round to nearest even (one cvt on the GPU; also the KV cache's f16 store).
+__device__ __forceinline__ unsigned short ig_f32_to_f16(float f) {
+#if defined(__CUDA_ARCH__)
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+#else
+  const unsigned x = __float_as_uint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return (unsigned short)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+  if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u); // rounds past 65504: infinity
+  if (ax < 0x38800000u) {                                         // a subnormal half (or zero)
+    if (ax < 0x33000000u) return (unsigned short)sign;
+    const unsigned e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, sh = 126u - e;
+    unsigned r = m >> sh;
+    const unsigned rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1u);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (unsigned short)(sign | r);
+  }
+  unsigned r = (ax - 0x38000000u) >> 13;
+  const unsigned rem = ax & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
+  return (unsigned short)(sign | r);
+#endif
+}
 
 // Unaligned-safe small loads from a byte pointer (p must be aligned to the type's size).
 __device__ __forceinline__ unsigned short ig_ld_u16(const unsigned char* p) {
@@ -115,6 +139,31 @@ __device__ __forceinline__ long long ig_kv_row(int layer, int n_blocks, int bloc
 }
 template <int KVH, int HD> __device__ __forceinline__ long long ig_kv_v_base(int n_layers, int n_blocks) {
   return (long long)n_layers * n_blocks * KVH * IG_KV_BLOCK * HD;
+}
+
+// The KV cache's element: f32, or f16 bits in a model built with --kv-dtype f16 (the generated
+// source defines IG_KV_HALF 1 before the kernel headers). K and V are rounded to nearest even once,
+// when stored, and widened exactly when read: every computation stays f32.
+#ifndef IG_KV_HALF
+#define IG_KV_HALF 0
+#endif
+#if IG_KV_HALF
+typedef unsigned short ig_kv_t;
+__device__ __forceinline__ ig_kv_t ig_kv_from(float x) { return ig_f32_to_f16(x); }
+__device__ __forceinline__ float ig_kv_to(ig_kv_t x) { return ig_f16_to_f32(x); }
+#else
+typedef float ig_kv_t;
+__device__ __forceinline__ ig_kv_t ig_kv_from(float x) { return x; }
+__device__ __forceinline__ float ig_kv_to(ig_kv_t x) { return x; }
+#endif
+// E consecutive cached elements at p as floats (ig_load_f for f32; f16 widened one by one).
+template <int E> __device__ __forceinline__ void ig_load_kv(const ig_kv_t* p, float (&r)[E]) {
+#if IG_KV_HALF
+#pragma unroll
+  for (int i = 0; i < E; i++) r[i] = ig_f16_to_f32(p[i]);
+#else
+  ig_load_f<E>(p, r);
+#endif
 }
 
 // True in exactly one block of the launch: the last to get here. Every block's global writes

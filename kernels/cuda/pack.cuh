@@ -7,30 +7,7 @@
 #pragma once
 #include "common.cuh"
 
-// binary32 -> binary16 / bfloat16 bits, round to nearest even (one cvt on the GPU).
-__device__ __forceinline__ unsigned short ig_f32_to_f16(float f) {
-#if defined(__CUDA_ARCH__)
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
-#else
-  const unsigned x = __float_as_uint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return (unsigned short)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
-  if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u); // rounds past 65504: infinity
-  if (ax < 0x38800000u) {                                         // a subnormal half (or zero)
-    if (ax < 0x33000000u) return (unsigned short)sign;
-    const unsigned e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, sh = 126u - e;
-    unsigned r = m >> sh;
-    const unsigned rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1u);
-    if (rem > half || (rem == half && (r & 1u))) r++;
-    return (unsigned short)(sign | r);
-  }
-  unsigned r = (ax - 0x38000000u) >> 13;
-  const unsigned rem = ax & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
-  return (unsigned short)(sign | r);
-#endif
-}
+// binary32 -> bfloat16 bits, round to nearest even (one cvt on the GPU); ig_f32_to_f16 is in common.cuh.
 __device__ __forceinline__ unsigned short ig_f32_to_bf16(float f) {
 #if defined(__CUDA_ARCH__)
   unsigned short h;

@@ -9,7 +9,7 @@
 //   cos_sin [max_ctx][ROT/2][2] (cos, sin); the first ROT dims of each head rotate, the rest pass.
 //   ADJACENT = true: pairs (2i, 2i+1) (GGUF layout); false: pairs (i, i + ROT/2) (Hugging Face).
 //   pos[t], tok_seq[t]: the token's position and sequence; block_tables [n_seqs][bt_stride].
-//   kv: f32 pool of n_layers x n_blocks blocks (layout in common.cuh), written for `layer`.
+//   kv: pool of n_layers x n_blocks blocks of ig_kv_t (f32 or f16; layout in common.cuh), written for `layer`.
 #pragma once
 #include "common.cuh"
 
@@ -26,7 +26,7 @@ template <int HEADS, int KVH, int HD, int ROT, bool ADJACENT>
 __global__ void __launch_bounds__(128)
 rope_kv_kernel(float* q, int ldq, const float* __restrict__ k, int ldk, const float* __restrict__ v, int ldv,
                const float* __restrict__ cos_sin, const int* __restrict__ pos, const int* __restrict__ tok_seq,
-               const int* __restrict__ block_tables, int bt_stride, float* __restrict__ kv, int n_layers, int layer,
+               const int* __restrict__ block_tables, int bt_stride, ig_kv_t* __restrict__ kv, int n_layers, int layer,
                int n_blocks) {
   static_assert(ROT % 2 == 0 && ROT <= HD, "rotary dims");
   const int t = blockIdx.x, p = pos[t];
@@ -57,8 +57,8 @@ rope_kv_kernel(float* q, int ldq, const float* __restrict__ k, int ldk, const fl
       const float c = cs[2 * i], s = cs[2 * i + 1], other = kt[h * HD + partner];
       kval = first ? kval * c - other * s : other * s + kval * c;
     }
-    kv[off] = kval;
-    kv[vbase + off] = vt[e];
+    kv[off] = ig_kv_from(kval);
+    kv[vbase + off] = ig_kv_from(vt[e]);
   }
 }
 
@@ -84,13 +84,13 @@ __device__ __forceinline__ void ig_row_rope(const float* x, float* y, const floa
 // Stores one token's k and v rows (KVH heads of HD) into its slot of the paged pool: position p
 // of the sequence whose block table is bt.
 template <int KVH, int HD>
-__device__ __forceinline__ void ig_row_kv_store(const float* k, const float* v, float* kv, int n_layers, int layer,
+__device__ __forceinline__ void ig_row_kv_store(const float* k, const float* v, ig_kv_t* kv, int n_layers, int layer,
                                                 int n_blocks, const int* __restrict__ bt, int p) {
   const int blk = bt[p / IG_KV_BLOCK], slot = p % IG_KV_BLOCK;
   const long long vbase = ig_kv_v_base<KVH, HD>(n_layers, n_blocks);
   for (int e = threadIdx.x; e < KVH * HD; e += blockDim.x) {
     const long long off = ig_kv_row<KVH, HD>(layer, n_blocks, blk, e / HD, slot) + e % HD;
-    kv[off] = k[e];
-    kv[vbase + off] = v[e];
+    kv[off] = ig_kv_from(k[e]);
+    kv[vbase + off] = ig_kv_from(v[e]);
   }
 }

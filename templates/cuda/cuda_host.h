@@ -681,7 +681,7 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   st.ntok = d->meta + META_NTOK * MAX_TOKENS;
   st.dec_pos = d->meta + META_DEC_POS * MAX_TOKENS;
   st.block_tables = d->meta + head_ints;
-  st.kv = (float*)kv->data;
+  st.kv = (ig_kv_t*)kv->data;
   st.lt_x = d->lt_x;
   st.n_blocks = kv->n_blocks;
   st.rope = d->rope;
