@@ -14,7 +14,7 @@ RUNTIME_SRC := $(filter-out runtime/core/main.c,$(wildcard runtime/*/*.c))
 RUNTIME_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(RUNTIME_SRC))
 TOOLS       := $(patsubst tools/%.c,$(OBJDIR)/tools/%,$(wildcard tools/*.c))
 TESTS       := $(patsubst tests/c/%.c,$(OBJDIR)/tests/%,$(wildcard tests/c/test_*.c))
-HEADERS     := $(wildcard runtime/*/*.h kernels/cpu/*.h tests/c/*.h)
+HEADERS     := $(wildcard runtime/*/*.h kernels/cpu/*.h tests/c/*.h tools/*.h)
 
 .PHONY: all tools tests test test-full clean
 all: $(OBJDIR)/libingot.a tools

@@ -1,6 +1,7 @@
 """Builds model binaries with ./ingot for the tests, once per (model, options) per session."""
 import functools
 import json
+import os
 import pathlib
 import subprocess
 
@@ -23,6 +24,15 @@ def smollm2_gguf():
 # bounds assume) unless they ask for another; the default f16 cache is tested
 # by name (test_models.py, test_smollm2.py, test_kernels.py).
 EXACT_KV = ("--kv-dtype", "f32")
+
+
+def serving_binary(request):
+    """The SmolLM2 binary the serving tests share (build "smollm2"), or the one
+    INGOT_SERVER_BIN names (an already built binary, while iterating on the server)."""
+    if os.environ.get("INGOT_SERVER_BIN"):
+        return os.environ["INGOT_SERVER_BIN"]
+    request.getfixturevalue("built")
+    return build(smollm2_gguf(), "smollm2")
 
 
 @functools.lru_cache(maxsize=None)

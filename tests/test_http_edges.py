@@ -10,7 +10,6 @@ Every server is stopped with SIGTERM and must exit 0 without a sanitizer
 report (INGOT_SAN=1 uses the --san binary).
 """
 import json
-import os
 import re
 import select
 import shutil
@@ -22,7 +21,7 @@ import pytest
 import requests
 
 from conftest import SAN
-from modelbuild import build, smollm2_gguf
+from modelbuild import serving_binary, smollm2_gguf
 from serverproc import ServerProc
 
 MODEL = "smollm2"
@@ -44,12 +43,8 @@ def gguf():
 
 
 @pytest.fixture(scope="module")
-def binary(request, gguf):
-    # INGOT_SERVER_BIN: test an already built binary (e.g. while iterating on the server)
-    if os.environ.get("INGOT_SERVER_BIN"):
-        return os.environ["INGOT_SERVER_BIN"]
-    request.getfixturevalue("built")
-    return build(gguf, MODEL)
+def binary(request):
+    return serving_binary(request)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ Every server is stopped with SIGTERM and must exit 0 without a sanitizer
 report (INGOT_SAN=1 uses the --san binary).
 """
 import json
-import os
 import re
 import shutil
 import signal
@@ -20,7 +19,7 @@ import pytest
 import requests
 
 from conftest import SAN
-from modelbuild import build, smollm2_gguf
+from modelbuild import serving_binary
 from serverproc import ServerProc
 
 MODEL = "smollm2"
@@ -30,11 +29,7 @@ PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def binary(request):
-    # INGOT_SERVER_BIN: test an already built binary (e.g. while iterating on the server)
-    if os.environ.get("INGOT_SERVER_BIN"):
-        return os.environ["INGOT_SERVER_BIN"]
-    request.getfixturevalue("built")
-    return build(smollm2_gguf(), MODEL)
+    return serving_binary(request)
 
 
 def check_clean_exit(srv, rc):

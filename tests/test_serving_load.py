@@ -19,7 +19,6 @@ INGOT_SAN=1 (the --san binary) the load is scaled down (N concurrent streams
 instead of 32) and the time limits scaled up; the assertions are the same.
 """
 import json
-import os
 import socket
 import struct
 import subprocess
@@ -30,7 +29,7 @@ import pytest
 import requests
 
 from conftest import SAN
-from modelbuild import build, smollm2_gguf
+from modelbuild import serving_binary
 from serverproc import Poller, ServerProc
 
 MODEL = "smollm2"
@@ -58,10 +57,7 @@ TOPICS = ["the ocean", "a robot", "prime numbers", "Paris", "a lost key", "coffe
 
 @pytest.fixture(scope="module")
 def binary(request):
-    if os.environ.get("INGOT_SERVER_BIN"):
-        return os.environ["INGOT_SERVER_BIN"]
-    request.getfixturevalue("built")
-    return build(smollm2_gguf(), MODEL)
+    return serving_binary(request)
 
 
 @pytest.fixture(scope="module")

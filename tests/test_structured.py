@@ -12,7 +12,6 @@ model write until max_tokens, which ends with "length" as it should).
 """
 import concurrent.futures
 import json
-import os
 import re
 
 import jsonschema
@@ -20,8 +19,8 @@ import openai
 import pytest
 import requests
 
-from conftest import BREADTH, SAN
-from modelbuild import build, smollm2_gguf
+from conftest import SAN
+from modelbuild import serving_binary
 from serverproc import ServerProc
 
 MODEL = "smollm2"
@@ -31,10 +30,7 @@ MAX_TOKENS = 160
 
 @pytest.fixture(scope="module")
 def binary(request):
-    if os.environ.get("INGOT_SERVER_BIN"):
-        return os.environ["INGOT_SERVER_BIN"]
-    request.getfixturevalue("built")
-    return build(smollm2_gguf(), MODEL)
+    return serving_binary(request)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ templates that render tools themselves are compared with jinja2 in
 test_jinja.py (fixtures in tests/fixtures/chat_templates/).
 """
 import json
-import os
 
 import jsonschema
 import openai
@@ -18,7 +17,7 @@ import pytest
 import requests
 
 from conftest import ROOT, SAN, run
-from modelbuild import build, smollm2_gguf
+from modelbuild import serving_binary, smollm2_gguf
 from serverproc import ServerProc
 
 MODEL = "smollm2"
@@ -44,10 +43,7 @@ ASK = [{"role": "system", "content": "Always answer with a tool call."},
 
 @pytest.fixture(scope="module")
 def binary(request):
-    if os.environ.get("INGOT_SERVER_BIN"):
-        return os.environ["INGOT_SERVER_BIN"]
-    request.getfixturevalue("built")
-    return build(smollm2_gguf(), MODEL)
+    return serving_binary(request)
 
 
 @pytest.fixture(scope="module")
@@ -373,6 +369,12 @@ def test_native_template_prompt_is_jinja2s(binary, tmp_path, fixture, fmt):
                                          logprobs=True)
         comp = c.completions.create(model=MODEL, prompt=text, temperature=0, max_tokens=8, logprobs=1)
         assert srv.stop() == 0
+    assert_same_prompt(chat, comp)
+
+
+def assert_same_prompt(chat, comp):
+    """A chat request and a completions request of its rendered text saw the same prompt: the same
+    length, and the same greedy tokens with the same logprobs."""
     assert chat.usage.prompt_tokens == comp.usage.prompt_tokens
     got = [(t.token, round(t.logprob, 4)) for t in chat.choices[0].logprobs.content]
     want = list(zip(comp.choices[0].logprobs.tokens, [round(x, 4) for x in comp.choices[0].logprobs.token_logprobs]))
@@ -430,10 +432,7 @@ def test_server_tool_prompt_is_as_documented(binary):
                                          max_tokens=8, logprobs=True)
         comp = c.completions.create(model=MODEL, prompt=text, temperature=0, max_tokens=8, logprobs=1)
         assert srv.stop() == 0
-    assert chat.usage.prompt_tokens == comp.usage.prompt_tokens
-    got = [(t.token, round(t.logprob, 4)) for t in chat.choices[0].logprobs.content]
-    want = list(zip(comp.choices[0].logprobs.tokens, [round(x, 4) for x in comp.choices[0].logprobs.token_logprobs]))
-    assert got == want
+    assert_same_prompt(chat, comp)
 
 
 @pytest.mark.full

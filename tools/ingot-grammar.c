@@ -26,31 +26,12 @@
 #include "grammar.h"
 #include "json_schema.h"
 #include "tokenizer.h"
+#include "tool_file.h"
 
 static void usage(void) {
     fprintf(stderr, "usage: ingot-grammar --gguf FILE (--grammar FILE | --schema FILE | --json-object) [--print] "
                     "TEXT_FILE\n");
     exit(2);
-}
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap) break;
-        cap *= 2;
-        char *nb = realloc(buf, cap + 1);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    fclose(f);
-    if (!buf) return NULL;
-    buf[len] = 0;
-    *n = len;
-    return buf;
 }
 
 static double now_s(void) {
@@ -82,9 +63,9 @@ int main(int argc, char **argv) {
     size_t n;
     char *text = NULL;
     if (grammar_path) {
-        text = slurp(grammar_path, &n);
+        text = tool_read_file(grammar_path, &n);
     } else if (schema_path) {
-        char *js = slurp(schema_path, &n);
+        char *js = tool_read_file(schema_path, &n);
         cJSON *schema = js ? cJSON_Parse(js) : NULL;
         free(js);
         if (!schema) {
@@ -120,7 +101,7 @@ int main(int argc, char **argv) {
     double t0 = now_s();
     gram_vocab *v = con_vocab_new(t);
     const double vocab_s = now_s() - t0;
-    char *input = slurp(text_path, &n);
+    char *input = tool_read_file(text_path, &n);
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (!v || !input || tok_encode(t, input, n, 0, 0, &ids, &n_ids, err, sizeof err) != 0) {

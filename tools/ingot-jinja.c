@@ -13,26 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "jinja.h"
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap) break;
-        cap *= 2;
-        char *nb = realloc(buf, cap + 1);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    fclose(f);
-    if (!buf) return NULL;
-    buf[len] = 0;
-    *n = len;
-    return buf;
-}
+#include "tool_file.h"
 
 static void usage(void) {
     fprintf(stderr, "usage: ingot-jinja [--trim-blocks] [--lstrip-blocks] [--keep-trailing-newline] [--max-steps N] "
@@ -56,7 +37,7 @@ int main(int argc, char **argv) {
     }
     if (np != 2) usage();
     size_t tn = 0, cn = 0;
-    char *tsrc = slurp(paths[0], &tn), *csrc = slurp(paths[1], &cn);
+    char *tsrc = tool_read_file(paths[0], &tn), *csrc = tool_read_file(paths[1], &cn);
     if (!tsrc || !csrc) {
         fprintf(stderr, "cannot read %s\n", !tsrc ? paths[0] : paths[1]);
         free(tsrc);

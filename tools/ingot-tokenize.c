@@ -12,31 +12,12 @@
 
 #include "gguf.h"
 #include "tokenizer.h"
+#include "tool_file.h"
 
 static void usage(void) {
     fprintf(stderr, "usage: ingot-tokenize (--gguf FILE | --json tokenizer.json) [--add-special] "
                     "[--parse-special] [--decode] INPUT_FILE\n");
     exit(2);
-}
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap) break;
-        cap *= 2;
-        char *nb = realloc(buf, cap + 1);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    fclose(f);
-    if (!buf) return NULL;
-    buf[len] = 0;
-    *n = len;
-    return buf;
 }
 
 /* Undoes the corpus escapes in place; returns the new length. */
@@ -86,7 +67,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     size_t n;
-    char *data = slurp(input, &n);
+    char *data = tool_read_file(input, &n);
     if (!data) {
         fprintf(stderr, "ingot-tokenize: cannot read %s\n", input);
         tok_free(t);

@@ -7,21 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int bad(oai_error *e, const char *param, const char *fmt, const char *what) {
-    oai_error_set(e, 400, "invalid_request_error", param, NULL, fmt, param, what);
-    return -1;
-}
 
-/* The field, or NULL when absent or JSON null (both mean "use the default"). */
-static const cJSON *field(const cJSON *o, const char *name) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
 
 /* Token ids of a token-array input; param names it in errors. */
 static int parse_ids(const cJSON *a, const char *param, int vocab, emb_input *in, oai_error *e) {
     const int n = cJSON_GetArraySize(a);
-    if (n == 0) return bad(e, param, "'%s' must not be empty%s", "");
+    if (n == 0) return oai_bad(e, param, "'%s' must not be empty%s", "");
     in->ids = malloc(sizeof(int32_t) * (size_t)n);
     if (!in->ids) {
         oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -33,7 +24,7 @@ static int parse_ids(const cJSON *a, const char *param, int vocab, emb_input *in
         if (!isfinite(x) || x != floor(x) || x < 0 || x >= vocab) {
             char what[64];
             snprintf(what, sizeof what, " (the vocabulary has %d tokens)", vocab);
-            return bad(e, param, "'%s' token ids must be integers in range%s", what);
+            return oai_bad(e, param, "'%s' token ids must be integers in range%s", what);
         }
         in->ids[in->n_ids++] = (int32_t)x;
     }
@@ -41,7 +32,7 @@ static int parse_ids(const cJSON *a, const char *param, int vocab, emb_input *in
 }
 
 static int parse_text(const cJSON *s, const char *param, emb_input *in, oai_error *e) {
-    if (!s->valuestring[0]) return bad(e, param, "'%s' must not be an empty string%s", "");
+    if (!s->valuestring[0]) return oai_bad(e, param, "'%s' must not be an empty string%s", "");
     if (oai_check_text(s->valuestring, param, e)) return -1;
     if (!(in->text = strdup(s->valuestring))) {
         oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -52,18 +43,18 @@ static int parse_text(const cJSON *s, const char *param, emb_input *in, oai_erro
 
 /* input: a string, an array of strings, an array of token ids, or an array of such arrays. */
 static int parse_input(const cJSON *root, int vocab, int max_inputs, emb_request *r, oai_error *e) {
-    const cJSON *in = field(root, "input");
-    if (!in) return bad(e, "input", "'%s' is required%s", "");
+    const cJSON *in = oai_field(root, "input");
+    if (!in) return oai_bad(e, "input", "'%s' is required%s", "");
     if (cJSON_IsString(in)) {
         if (!(r->inputs = calloc(1, sizeof *r->inputs))) goto oom;
         r->n_inputs = 1;
         return parse_text(in, "input", &r->inputs[0], e);
     }
     if (!cJSON_IsArray(in))
-        return bad(e, "input", "'%s' must be a string, an array of strings, an array of token ids or an array of "
+        return oai_bad(e, "input", "'%s' must be a string, an array of strings, an array of token ids or an array of "
                                "token-id arrays%s", "");
     const int n = cJSON_GetArraySize(in);
-    if (n == 0) return bad(e, "input", "'%s' must not be empty%s", "");
+    if (n == 0) return oai_bad(e, "input", "'%s' must not be empty%s", "");
     if (cJSON_IsNumber(in->child)) { /* one token-array input */
         if (!(r->inputs = calloc(1, sizeof *r->inputs))) goto oom;
         r->n_inputs = 1;
@@ -72,7 +63,7 @@ static int parse_input(const cJSON *root, int vocab, int max_inputs, emb_request
     if (n > max_inputs) {
         char what[96];
         snprintf(what, sizeof what, " (got %d; this server takes at most %d per request)", n, max_inputs);
-        return bad(e, "input", "'%s' has too many inputs%s", what);
+        return oai_bad(e, "input", "'%s' has too many inputs%s", what);
     }
     if (!(r->inputs = calloc((size_t)n, sizeof *r->inputs))) goto oom;
     const cJSON *x;
@@ -85,7 +76,7 @@ static int parse_input(const cJSON *root, int vocab, int max_inputs, emb_request
         } else if (cJSON_IsArray(x)) {
             if (parse_ids(x, param, vocab, slot, e)) return -1;
         } else {
-            return bad(e, param, "'%s' must be a string or an array of token ids%s", "");
+            return oai_bad(e, param, "'%s' must be a string or an array of token ids%s", "");
         }
     }
     return 0;
@@ -116,35 +107,35 @@ int emb_parse(const char *body, size_t len, int vocab, int dim, int max_inputs, 
         oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
         goto out;
     }
-    const cJSON *v = field(root, "model");
+    const cJSON *v = oai_field(root, "model");
     if (!v || !cJSON_IsString(v)) {
-        bad(e, "model", "'%s' is required and must be a string%s", "");
+        oai_bad(e, "model", "'%s' is required and must be a string%s", "");
         goto out;
     }
     if (!(r->model = strdup(v->valuestring))) {
         oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
         goto out;
     }
-    if ((v = field(root, "encoding_format"))) {
+    if ((v = oai_field(root, "encoding_format"))) {
         if (cJSON_IsString(v) && !strcmp(v->valuestring, "float")) r->base64 = 0;
         else if (cJSON_IsString(v) && !strcmp(v->valuestring, "base64")) r->base64 = 1;
         else {
-            bad(e, "encoding_format", "'%s' must be \"float\" or \"base64\"%s", "");
+            oai_bad(e, "encoding_format", "'%s' must be \"float\" or \"base64\"%s", "");
             goto out;
         }
     }
-    if ((v = field(root, "dimensions"))) {
+    if ((v = oai_field(root, "dimensions"))) {
         const double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
         if (!isfinite(x) || x != floor(x) || x < 1 || x > dim) {
             char what[64];
             snprintf(what, sizeof what, " in [1, %d] (this model's width)", dim);
-            bad(e, "dimensions", "'%s' must be an integer%s", what);
+            oai_bad(e, "dimensions", "'%s' must be an integer%s", what);
             goto out;
         }
         r->dimensions = (int)x;
     }
-    if ((v = field(root, "user")) && !cJSON_IsString(v)) { /* accepted; it never changes the answer */
-        bad(e, "user", "'%s' must be a string%s", "");
+    if ((v = oai_field(root, "user")) && !cJSON_IsString(v)) { /* accepted; it never changes the answer */
+        oai_bad(e, "user", "'%s' must be a string%s", "");
         goto out;
     }
     if (parse_input(root, vocab, max_inputs, r, e) != 0) goto out;

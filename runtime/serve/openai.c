@@ -111,13 +111,12 @@ char *oai_utf8_clean(const char *s, size_t n) {
 
 /* ---- request parsing ----------------------------------------------------- */
 
-static int bad(oai_error *e, const char *param, const char *fmt, const char *what) {
+int oai_bad(oai_error *e, const char *param, const char *fmt, const char *what) {
     oai_error_set(e, 400, "invalid_request_error", param, NULL, fmt, param, what);
     return -1;
 }
 
-/* The field, or NULL when absent or JSON null (both mean "use the default"). */
-static const cJSON *field(const cJSON *o, const char *name) {
+const cJSON *oai_field(const cJSON *o, const char *name) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
@@ -186,36 +185,36 @@ static int check_text(const char *s, const char *param, oai_error *e) {
 
 static int get_number(const cJSON *o, const char *name, double lo, double hi, int lo_open, double *out,
                       oai_error *e) {
-    const cJSON *v = field(o, name);
+    const cJSON *v = oai_field(o, name);
     if (!v) return 0;
-    if (!cJSON_IsNumber(v)) return bad(e, name, "'%s' must be a number%s", "");
+    if (!cJSON_IsNumber(v)) return oai_bad(e, name, "'%s' must be a number%s", "");
     const double x = v->valuedouble;
     if (!isfinite(x) || x < lo || x > hi || (lo_open && x <= lo)) {
         char range[96];
         snprintf(range, sizeof range, " in %s%g, %g]", lo_open ? "(" : "[", lo, hi);
-        return bad(e, name, "'%s' must be a number%s", range);
+        return oai_bad(e, name, "'%s' must be a number%s", range);
     }
     *out = x;
     return 1;
 }
 
 static int get_int(const cJSON *o, const char *name, double lo, double hi, long long *out, oai_error *e) {
-    const cJSON *v = field(o, name);
+    const cJSON *v = oai_field(o, name);
     if (!v) return 0;
     const double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
     if (!isfinite(x) || x != floor(x) || x < lo || x > hi) {
         char range[96];
         snprintf(range, sizeof range, " in [%.0f, %.0f]", lo, hi);
-        return bad(e, name, "'%s' must be an integer%s", range);
+        return oai_bad(e, name, "'%s' must be an integer%s", range);
     }
     *out = (long long)x;
     return 1;
 }
 
 static int get_bool(const cJSON *o, const char *name, int *out, oai_error *e) {
-    const cJSON *v = field(o, name);
+    const cJSON *v = oai_field(o, name);
     if (!v) return 0;
-    if (!cJSON_IsBool(v)) return bad(e, name, "'%s' must be a boolean%s", "");
+    if (!cJSON_IsBool(v)) return oai_bad(e, name, "'%s' must be a boolean%s", "");
     *out = cJSON_IsTrue(v);
     return 1;
 }
@@ -230,7 +229,7 @@ static char *content_text(const cJSON *c, int i, oai_error *e) {
         return strdup(c->valuestring);
     }
     if (!cJSON_IsArray(c)) {
-        bad(e, param, "'%s' must be a string or an array of text parts%s", "");
+        oai_bad(e, param, "'%s' must be a string or an array of text parts%s", "");
         return NULL;
     }
     oai_buf b = {0};
@@ -242,7 +241,7 @@ static char *content_text(const cJSON *c, int i, oai_error *e) {
         if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") ||
             !cJSON_IsString(text)) {
             oai_buf_free(&b);
-            bad(e, param, "'%s': only {\"type\": \"text\", \"text\": ...} parts are supported%s", "");
+            oai_bad(e, param, "'%s': only {\"type\": \"text\", \"text\": ...} parts are supported%s", "");
             return NULL;
         }
         if (check_text(text->valuestring, param, e)) {
@@ -297,7 +296,7 @@ static cJSON *parse_tool_calls(const cJSON *calls, int i, oai_error *e) {
     char param[96];
     snprintf(param, sizeof param, "messages[%d].tool_calls", i);
     if (!cJSON_IsArray(calls)) {
-        bad(e, param, "'%s' must be an array%s", "");
+        oai_bad(e, param, "'%s' must be an array%s", "");
         return NULL;
     }
     cJSON *out = cJSON_CreateArray();
@@ -319,7 +318,7 @@ static cJSON *parse_tool_calls(const cJSON *calls, int i, oai_error *e) {
         if (what) {
             cJSON_Delete(out);
             snprintf(param, sizeof param, "messages[%d].tool_calls[%d]%s", i, k, what);
-            bad(e, param,
+            oai_bad(e, param,
                 !*what ? "'%s' must be an object%s"
                 : !strcmp(what, ".type") ? "'%s' must be \"function\"%s"
                 : !strcmp(what, ".function") ? "'%s' must be an object with name and arguments%s"
@@ -337,7 +336,7 @@ static cJSON *parse_tool_calls(const cJSON *calls, int i, oai_error *e) {
             snprintf(param, sizeof param, "messages[%d].tool_calls[%d].function.arguments", i, k);
             if (check_text(args->valuestring, param, e)) goto fail;
             if (json_escapes_nul(args->valuestring)) {
-                bad(e, param, "'%s' contains a NUL character%s", "");
+                oai_bad(e, param, "'%s' contains a NUL character%s", "");
                 goto fail;
             }
             parsed = cJSON_Parse(args->valuestring);
@@ -369,46 +368,46 @@ fail:
  * "parameters"? (a JSON Schema object), "strict"?}}], at most
  * OAI_MAX_TOOLS, names unique. Kept as given for the template. */
 static int parse_tools(const cJSON *root, oai_request *r, oai_error *e) {
-    const cJSON *tools = field(root, "tools");
+    const cJSON *tools = oai_field(root, "tools");
     if (!tools) return 0;
-    if (!cJSON_IsArray(tools)) return bad(e, "tools", "'%s' must be an array%s", "");
+    if (!cJSON_IsArray(tools)) return oai_bad(e, "tools", "'%s' must be an array%s", "");
     const int n = cJSON_GetArraySize(tools);
-    if (n > OAI_MAX_TOOLS) return bad(e, "tools", "'%s' has too many entries (at most 128)%s", "");
+    if (n > OAI_MAX_TOOLS) return oai_bad(e, "tools", "'%s' has too many entries (at most 128)%s", "");
     char param[64];
     int k = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
         snprintf(param, sizeof param, "tools[%d]", k);
-        if (!cJSON_IsObject(t)) return bad(e, param, "'%s' must be an object%s", "");
+        if (!cJSON_IsObject(t)) return oai_bad(e, param, "'%s' must be an object%s", "");
         snprintf(param, sizeof param, "tools[%d].type", k);
         if (!is_string(cJSON_GetObjectItemCaseSensitive(t, "type"), "function"))
-            return bad(e, param, "'%s' must be \"function\"%s", "");
+            return oai_bad(e, param, "'%s' must be \"function\"%s", "");
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
         snprintf(param, sizeof param, "tools[%d].function", k);
-        if (!cJSON_IsObject(fn)) return bad(e, param, "'%s' must be an object%s", "");
+        if (!cJSON_IsObject(fn)) return oai_bad(e, param, "'%s' must be an object%s", "");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
         snprintf(param, sizeof param, "tools[%d].function.name", k);
         if (!cJSON_IsString(name) || !valid_function_name(name->valuestring))
-            return bad(e, param, "'%s' must be 1 to 64 letters, digits, '_' or '-'%s", "");
+            return oai_bad(e, param, "'%s' must be 1 to 64 letters, digits, '_' or '-'%s", "");
         for (const cJSON *o = tools->child; o != t; o = o->next)
             if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "function"), "name")
                             ->valuestring,
                         name->valuestring))
-                return bad(e, param, "'%s' repeats the name of an earlier tool%s", "");
-        const cJSON *desc = field(fn, "description");
+                return oai_bad(e, param, "'%s' repeats the name of an earlier tool%s", "");
+        const cJSON *desc = oai_field(fn, "description");
         snprintf(param, sizeof param, "tools[%d].function.description", k);
-        if (desc && !cJSON_IsString(desc)) return bad(e, param, "'%s' must be a string%s", "");
+        if (desc && !cJSON_IsString(desc)) return oai_bad(e, param, "'%s' must be a string%s", "");
         if (desc && check_text(desc->valuestring, param, e)) return -1;
-        const cJSON *params = field(fn, "parameters");
+        const cJSON *params = oai_field(fn, "parameters");
         snprintf(param, sizeof param, "tools[%d].function.parameters", k);
-        if (params && !cJSON_IsObject(params)) return bad(e, param, "'%s' must be a JSON Schema object%s", "");
+        if (params && !cJSON_IsObject(params)) return oai_bad(e, param, "'%s' must be a JSON Schema object%s", "");
         if (params && check_json_text(params, param, e)) return -1;
         const cJSON *type = params ? cJSON_GetObjectItemCaseSensitive(params, "type") : NULL;
         if (type && !is_string(type, "object"))
-            return bad(e, param, "'%s' must describe an object (\"type\": \"object\")%s", "");
-        const cJSON *strict = field(fn, "strict");
+            return oai_bad(e, param, "'%s' must describe an object (\"type\": \"object\")%s", "");
+        const cJSON *strict = oai_field(fn, "strict");
         snprintf(param, sizeof param, "tools[%d].function.strict", k);
-        if (strict && !cJSON_IsBool(strict)) return bad(e, param, "'%s' must be a boolean%s", "");
+        if (strict && !cJSON_IsBool(strict)) return oai_bad(e, param, "'%s' must be a boolean%s", "");
         k++;
     }
     if (n) r->tools = cJSON_Duplicate(tools, 1);
@@ -421,7 +420,7 @@ static int parse_tool_choice(const cJSON *root, oai_request *r, oai_error *e) {
     r->parallel_tool_calls = 1;
     if (get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, e) < 0) return -1;
     r->tool_choice = r->tools ? OAI_TOOLS_AUTO : OAI_TOOLS_NONE;
-    const cJSON *tc = field(root, "tool_choice");
+    const cJSON *tc = oai_field(root, "tool_choice");
     if (!tc) return 0;
     if (is_string(tc, "none")) r->tool_choice = OAI_TOOLS_NONE;
     else if (is_string(tc, "auto")) r->tool_choice = r->tools ? OAI_TOOLS_AUTO : OAI_TOOLS_NONE;
@@ -430,7 +429,7 @@ static int parse_tool_choice(const cJSON *root, oai_request *r, oai_error *e) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (!is_string(cJSON_GetObjectItemCaseSensitive(tc, "type"), "function") || !cJSON_IsString(name))
-            return bad(e, "tool_choice",
+            return oai_bad(e, "tool_choice",
                        "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
                        "{\"name\": ...}}%s",
                        "");
@@ -442,74 +441,74 @@ static int parse_tool_choice(const cJSON *root, oai_request *r, oai_error *e) {
                                                                    "name");
                 if (!strcmp(tn->valuestring, name->valuestring)) found = 1;
             }
-        if (!found) return bad(e, "tool_choice", "'%s' names a function that is not in 'tools'%s", "");
+        if (!found) return oai_bad(e, "tool_choice", "'%s' names a function that is not in 'tools'%s", "");
         r->tool_choice = OAI_TOOLS_NAMED;
         if (!(r->tool_choice_name = strdup(name->valuestring))) return -1;
     } else {
-        return bad(e, "tool_choice",
+        return oai_bad(e, "tool_choice",
                    "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
                    "{\"name\": ...}}%s",
                    "");
     }
     if (r->tool_choice == OAI_TOOLS_REQUIRED && !r->tools)
-        return bad(e, "tool_choice", "'%s' \"required\" needs 'tools'%s", "");
+        return oai_bad(e, "tool_choice", "'%s' \"required\" needs 'tools'%s", "");
     return 0;
 }
 
 static int parse_messages(const cJSON *root, oai_request *r, oai_error *e) {
-    const cJSON *msgs = field(root, "messages");
-    if (!msgs) return bad(e, "messages", "'%s' is required%s", "");
+    const cJSON *msgs = oai_field(root, "messages");
+    if (!msgs) return oai_bad(e, "messages", "'%s' is required%s", "");
     if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
-        return bad(e, "messages", "'%s' must be a non-empty array%s", "");
+        return oai_bad(e, "messages", "'%s' must be a non-empty array%s", "");
     r->messages = cJSON_CreateArray();
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs) {
         char param[48];
         snprintf(param, sizeof param, "messages[%d]", i);
-        if (!cJSON_IsObject(m)) return bad(e, param, "'%s' must be an object%s", "");
+        if (!cJSON_IsObject(m)) return oai_bad(e, param, "'%s' must be an object%s", "");
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         snprintf(param, sizeof param, "messages[%d].role", i);
-        if (!cJSON_IsString(role)) return bad(e, param, "'%s' must be a string%s", "");
+        if (!cJSON_IsString(role)) return oai_bad(e, param, "'%s' must be a string%s", "");
         const char *rs = role->valuestring;
         /* "developer" is the newer name of "system" (o1 and later). */
         if (!strcmp(rs, "developer")) rs = "system";
         if (!strcmp(rs, "function"))
-            return bad(e, param, "'%s': 'function' messages (the deprecated function calling) are not supported; "
+            return oai_bad(e, param, "'%s': 'function' messages (the deprecated function calling) are not supported; "
                                  "use 'tool' messages%s", "");
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
-            return bad(e, param, "'%s' must be 'system', 'user', 'assistant' or 'tool'%s", "");
+            return oai_bad(e, param, "'%s' must be 'system', 'user', 'assistant' or 'tool'%s", "");
         const int is_tool = !strcmp(rs, "tool");
-        const cJSON *calls = field(m, "tool_calls");
+        const cJSON *calls = oai_field(m, "tool_calls");
         if (calls && strcmp(rs, "assistant")) {
             snprintf(param, sizeof param, "messages[%d].tool_calls", i);
-            return bad(e, param, "'%s' is only allowed in assistant messages%s", "");
+            return oai_bad(e, param, "'%s' is only allowed in assistant messages%s", "");
         }
         if (calls && cJSON_IsArray(calls) && cJSON_GetArraySize(calls) == 0) calls = NULL;
-        const cJSON *call_id = field(m, "tool_call_id");
+        const cJSON *call_id = oai_field(m, "tool_call_id");
         if (is_tool && !cJSON_IsString(call_id)) {
             snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
-            return bad(e, param, call_id ? "'%s' must be a string%s" : "'%s' is required in tool messages%s", "");
+            return oai_bad(e, param, call_id ? "'%s' must be a string%s" : "'%s' is required in tool messages%s", "");
         }
         if (call_id) {
             snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
             if (check_text(call_id->valuestring, param, e)) return -1;
         }
-        if (field(m, "function_call")) {
+        if (oai_field(m, "function_call")) {
             snprintf(param, sizeof param, "messages[%d].function_call", i);
-            return bad(e, param, "'%s' (the deprecated function calling) is not supported; use 'tool_calls'%s", "");
+            return oai_bad(e, param, "'%s' (the deprecated function calling) is not supported; use 'tool_calls'%s", "");
         }
-        if (field(m, "audio")) {
+        if (oai_field(m, "audio")) {
             snprintf(param, sizeof param, "messages[%d].audio", i);
-            return bad(e, param, "'%s' is not supported%s", "");
+            return oai_bad(e, param, "'%s' is not supported%s", "");
         }
         cJSON *norm_calls = NULL;
         if (calls && !(norm_calls = parse_tool_calls(calls, i, e))) return -1;
-        const cJSON *name = field(m, "name");
+        const cJSON *name = oai_field(m, "name");
         if (name && !cJSON_IsString(name)) {
             cJSON_Delete(norm_calls);
             snprintf(param, sizeof param, "messages[%d].name", i);
-            return bad(e, param, "'%s' must be a string%s", "");
+            return oai_bad(e, param, "'%s' must be a string%s", "");
         }
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         char *text = NULL;
@@ -521,7 +520,7 @@ static int parse_messages(const cJSON *root, oai_request *r, oai_error *e) {
             if (strcmp(rs, "assistant")) {
                 snprintf(param, sizeof param, "messages[%d].content", i);
                 cJSON_Delete(norm_calls);
-                return bad(e, param, "'%s' is required%s", "");
+                return oai_bad(e, param, "'%s' is required%s", "");
             }
             text = strdup("");
         } else if (!(text = content_text(content, i, e))) {
@@ -551,20 +550,20 @@ static int parse_messages(const cJSON *root, oai_request *r, oai_error *e) {
 }
 
 static int parse_prompt(const cJSON *root, int vocab, oai_request *r, oai_error *e) {
-    const cJSON *p = field(root, "prompt");
-    if (!p) return bad(e, "prompt", "'%s' is required%s", "");
+    const cJSON *p = oai_field(root, "prompt");
+    if (!p) return oai_bad(e, "prompt", "'%s' is required%s", "");
     /* a one-element array of a string or of a token array: the batch form with one prompt */
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
         (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
         p = p->child;
     if (cJSON_IsString(p)) {
-        if (!p->valuestring[0]) return bad(e, "prompt", "'%s' must not be empty%s", "");
+        if (!p->valuestring[0]) return oai_bad(e, "prompt", "'%s' must not be empty%s", "");
         if (check_text(p->valuestring, "prompt", e)) return -1;
         r->prompt_text = strdup(p->valuestring);
         return r->prompt_text ? 0 : -1;
     }
     const int n = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0;
-    if (n == 0) return bad(e, "prompt", "'%s' must be a non-empty string or array of token ids%s", "");
+    if (n == 0) return oai_bad(e, "prompt", "'%s' must be a non-empty string or array of token ids%s", "");
     r->prompt_ids = malloc(sizeof(int32_t) * (size_t)n);
     if (!r->prompt_ids) return -1;
     const cJSON *t;
@@ -572,10 +571,10 @@ static int parse_prompt(const cJSON *root, int vocab, oai_request *r, oai_error 
         const double x = cJSON_IsNumber(t) ? t->valuedouble : NAN;
         if (!isfinite(x) || x != floor(x) || x < 0 || x >= vocab) {
             if (cJSON_IsString(t))
-                return bad(e, "prompt", "'%s': batches of several prompts are not supported%s", "");
+                return oai_bad(e, "prompt", "'%s': batches of several prompts are not supported%s", "");
             char what[64];
             snprintf(what, sizeof what, " (the vocabulary has %d tokens)", vocab);
-            return bad(e, "prompt", "'%s' token ids must be integers in range%s", what);
+            return oai_bad(e, "prompt", "'%s' token ids must be integers in range%s", what);
         }
         r->prompt_ids[r->n_prompt_ids++] = (int32_t)x;
     }
@@ -583,21 +582,21 @@ static int parse_prompt(const cJSON *root, int vocab, oai_request *r, oai_error 
 }
 
 static int parse_stop(const cJSON *root, oai_request *r, oai_error *e) {
-    const cJSON *s = field(root, "stop");
+    const cJSON *s = oai_field(root, "stop");
     if (!s) return 0;
     const cJSON *one = s;
     if (cJSON_IsArray(s)) {
         if (cJSON_GetArraySize(s) > OAI_MAX_STOP)
-            return bad(e, "stop", "'%s' takes at most 16 strings%s", "");
+            return oai_bad(e, "stop", "'%s' takes at most 16 strings%s", "");
         one = s->child;
     } else if (!cJSON_IsString(s)) {
-        return bad(e, "stop", "'%s' must be a string or an array of strings%s", "");
+        return oai_bad(e, "stop", "'%s' must be a string or an array of strings%s", "");
     }
     for (; one; one = cJSON_IsArray(s) ? one->next : NULL) {
-        if (!cJSON_IsString(one)) return bad(e, "stop", "'%s' must be a string or an array of strings%s", "");
+        if (!cJSON_IsString(one)) return oai_bad(e, "stop", "'%s' must be a string or an array of strings%s", "");
         const size_t l = strlen(one->valuestring);
         if (l == 0 || l > OAI_MAX_STOP_BYTES)
-            return bad(e, "stop", "'%s' strings must be 1 to 256 bytes%s", "");
+            return oai_bad(e, "stop", "'%s' strings must be 1 to 256 bytes%s", "");
         if (check_text(one->valuestring, "stop", e)) return -1;
         r->stop[r->n_stop++] = strdup(one->valuestring);
     }
@@ -621,14 +620,14 @@ static int parse_stop(const cJSON *root, oai_request *r, oai_error *e) {
  * [-100, 100] (OpenAI's range), at most OAI_MAX_LOGIT_BIAS entries. */
 #define OAI_MAX_LOGIT_BIAS 1024
 static int parse_logit_bias(const cJSON *root, int vocab, oai_request *r, oai_error *e) {
-    const cJSON *lb = field(root, "logit_bias");
+    const cJSON *lb = oai_field(root, "logit_bias");
     if (!lb) return 0;
     if (!cJSON_IsObject(lb))
-        return bad(e, "logit_bias", "'%s' must be an object mapping token ids to biases%s", "");
+        return oai_bad(e, "logit_bias", "'%s' must be an object mapping token ids to biases%s", "");
     const int n = cJSON_GetArraySize(lb);
     if (n == 0) return 0;
     if (n > OAI_MAX_LOGIT_BIAS)
-        return bad(e, "logit_bias", "'%s' has too many entries (at most 1024)%s", "");
+        return oai_bad(e, "logit_bias", "'%s' has too many entries (at most 1024)%s", "");
     r->bias_ids = malloc(sizeof(int32_t) * (size_t)n);
     r->bias_values = malloc(sizeof(float) * (size_t)n);
     if (!r->bias_ids || !r->bias_values) {
@@ -641,9 +640,9 @@ static int parse_logit_bias(const cJSON *root, int vocab, oai_request *r, oai_er
         char *end;
         const long id = strtol(it->string, &end, 10);
         if (end == it->string || *end || id < 0 || id >= vocab)
-            return bad(e, "logit_bias", "'%s' keys must be token ids of this model's vocabulary%s", "");
+            return oai_bad(e, "logit_bias", "'%s' keys must be token ids of this model's vocabulary%s", "");
         if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100 && it->valuedouble <= 100))
-            return bad(e, "logit_bias", "'%s' values must be numbers from -100 to 100%s", "");
+            return oai_bad(e, "logit_bias", "'%s' values must be numbers from -100 to 100%s", "");
         r->bias_ids[k] = (int32_t)id;
         r->bias_values[k] = (float)it->valuedouble;
         k++;
@@ -674,33 +673,33 @@ static int set_grammar(oai_request *r, const char *text, const char *param, oai_
 }
 
 static int parse_structured(const cJSON *root, oai_request *r, oai_error *e) {
-    const cJSON *rf = field(root, "response_format"), *gr = field(root, "grammar");
+    const cJSON *rf = oai_field(root, "response_format"), *gr = oai_field(root, "grammar");
     const cJSON *type = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
     if (rf && (!cJSON_IsObject(rf) || !cJSON_IsString(type)))
-        return bad(e, "response_format", "'%s' must be an object with a string 'type'%s", "");
+        return oai_bad(e, "response_format", "'%s' must be an object with a string 'type'%s", "");
     const int wants_format = rf && !is_string(type, "text");
     if (gr) {
-        if (wants_format) return bad(e, "grammar", "'%s' cannot be combined with a 'response_format' other than text%s", "");
-        if (!cJSON_IsString(gr) || !gr->valuestring[0]) return bad(e, "grammar", "'%s' must be a non-empty string%s", "");
+        if (wants_format) return oai_bad(e, "grammar", "'%s' cannot be combined with a 'response_format' other than text%s", "");
+        if (!cJSON_IsString(gr) || !gr->valuestring[0]) return oai_bad(e, "grammar", "'%s' must be a non-empty string%s", "");
         if (check_text(gr->valuestring, "grammar", e)) return -1;
         return set_grammar(r, gr->valuestring, "grammar", e);
     }
     if (!wants_format) return 0;
     if (is_string(type, "json_object")) return set_grammar(r, js_object_grammar(), "response_format", e);
     if (!is_string(type, "json_schema"))
-        return bad(e, "response_format", "'%s.type' must be \"text\", \"json_object\" or \"json_schema\"%s", "");
+        return oai_bad(e, "response_format", "'%s.type' must be \"text\", \"json_object\" or \"json_schema\"%s", "");
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
     if (!cJSON_IsObject(js))
-        return bad(e, "response_format", "'%s.json_schema' is required with type json_schema and must be an object%s", "");
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name"), *strict = field(js, "strict");
+        return oai_bad(e, "response_format", "'%s.json_schema' is required with type json_schema and must be an object%s", "");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name"), *strict = oai_field(js, "strict");
     if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 64)
-        return bad(e, "response_format", "'%s.json_schema.name' must be a string of 1 to 64 characters%s", "");
+        return oai_bad(e, "response_format", "'%s.json_schema.name' must be a string of 1 to 64 characters%s", "");
     if (strict && !cJSON_IsBool(strict))
-        return bad(e, "response_format", "'%s.json_schema.strict' must be a boolean%s", "");
-    const cJSON *schema = field(js, "schema");
+        return oai_bad(e, "response_format", "'%s.json_schema.strict' must be a boolean%s", "");
+    const cJSON *schema = oai_field(js, "schema");
     if (!schema) return set_grammar(r, js_object_grammar(), "response_format", e);
     if (!cJSON_IsObject(schema) && !cJSON_IsTrue(schema))
-        return bad(e, "response_format", "'%s.json_schema.schema' must be an object%s", "");
+        return oai_bad(e, "response_format", "'%s.json_schema.schema' must be an object%s", "");
     char err[256];
     char *text = js_schema_grammar(schema, err, sizeof err);
     if (!text) {
@@ -718,23 +717,23 @@ static int check_unsupported(const cJSON *root, oai_kind kind, oai_error *e) {
     if (kind == OAI_COMPLETION) {
         static const char *const CHAT_ONLY[] = {"tools", "tool_choice", "parallel_tool_calls"};
         for (size_t i = 0; i < sizeof CHAT_ONLY / sizeof CHAT_ONLY[0]; i++)
-            if (field(root, CHAT_ONLY[i]))
-                return bad(e, CHAT_ONLY[i], "'%s' is only available on /v1/chat/completions%s", "");
+            if (oai_field(root, CHAT_ONLY[i]))
+                return oai_bad(e, CHAT_ONLY[i], "'%s' is only available on /v1/chat/completions%s", "");
     }
-    if ((v = field(root, "functions")) && !is_empty_array(v))
-        return bad(e, "functions", "'%s' (the deprecated function calling) is not supported; use 'tools'%s", "");
-    if ((v = field(root, "function_call")) && !is_string(v, "none") && !is_string(v, "auto"))
-        return bad(e, "function_call", "'%s' (the deprecated function calling) is not supported; use 'tool_choice'%s",
+    if ((v = oai_field(root, "functions")) && !is_empty_array(v))
+        return oai_bad(e, "functions", "'%s' (the deprecated function calling) is not supported; use 'tools'%s", "");
+    if ((v = oai_field(root, "function_call")) && !is_string(v, "none") && !is_string(v, "auto"))
+        return oai_bad(e, "function_call", "'%s' (the deprecated function calling) is not supported; use 'tool_choice'%s",
                    "");
-    if ((v = field(root, "modalities")) &&
+    if ((v = oai_field(root, "modalities")) &&
         !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && is_string(v->child, "text")))
-        return bad(e, "modalities", "'%s' is not supported: the only modality is [\"text\"]%s", "");
+        return oai_bad(e, "modalities", "'%s' is not supported: the only modality is [\"text\"]%s", "");
     static const char *const NEVER[] = {"audio", "prediction", "reasoning_effort", "web_search_options",
                                         "verbosity"};
     for (size_t i = 0; i < sizeof NEVER / sizeof NEVER[0]; i++)
-        if (field(root, NEVER[i])) return bad(e, NEVER[i], "'%s' is not supported by this server%s", "");
-    if (kind == OAI_COMPLETION && (v = field(root, "suffix")) && !is_string(v, ""))
-        return bad(e, "suffix", "'%s' is not supported%s", "");
+        if (oai_field(root, NEVER[i])) return oai_bad(e, NEVER[i], "'%s' is not supported by this server%s", "");
+    if (kind == OAI_COMPLETION && (v = oai_field(root, "suffix")) && !is_string(v, ""))
+        return oai_bad(e, "suffix", "'%s' is not supported%s", "");
     return 0;
 }
 
@@ -773,13 +772,13 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
         oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
         goto out;
     }
-    const cJSON *model = field(root, "model");
+    const cJSON *model = oai_field(root, "model");
     if (!model) {
-        bad(e, "model", "'%s' is required%s", "");
+        oai_bad(e, "model", "'%s' is required%s", "");
         goto out;
     }
     if (!cJSON_IsString(model)) {
-        bad(e, "model", "'%s' must be a string%s", "");
+        oai_bad(e, "model", "'%s' must be a string%s", "");
         goto out;
     }
     r->model = strdup(model->valuestring);
@@ -822,14 +821,14 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
     if (got) r->n = (int)ll;
     if (get_bool(root, "stream", &r->stream, e) < 0) goto out;
     if (get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) goto out;
-    const cJSON *so = field(root, "stream_options");
+    const cJSON *so = oai_field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) {
-            bad(e, "stream_options", "'%s' must be an object%s", "");
+            oai_bad(e, "stream_options", "'%s' must be an object%s", "");
             goto out;
         }
         if (!r->stream) {
-            bad(e, "stream_options", "'%s' is only allowed when 'stream' is true%s", "");
+            oai_bad(e, "stream_options", "'%s' is only allowed when 'stream' is true%s", "");
             goto out;
         }
         if (get_bool(so, "include_usage", &r->include_usage, e) < 0) goto out;
@@ -842,7 +841,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
         if (get_bool(root, "logprobs", &b, e) < 0) goto out;
         if ((got = get_int(root, "top_logprobs", 0, OAI_MAX_TOP_LOGPROBS, &ll, e)) < 0) goto out;
         if (got && !b) {
-            bad(e, "top_logprobs", "'%s' requires 'logprobs' to be true%s", "");
+            oai_bad(e, "top_logprobs", "'%s' requires 'logprobs' to be true%s", "");
             goto out;
         }
         r->logprobs = b;
@@ -855,12 +854,12 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
         b = 0;
         if (get_bool(root, "echo", &b, e) < 0) goto out;
         if (b) {
-            bad(e, "echo", "'%s' is not supported%s", "");
+            oai_bad(e, "echo", "'%s' is not supported%s", "");
             goto out;
         }
-        const cJSON *bo = field(root, "best_of");
+        const cJSON *bo = oai_field(root, "best_of");
         if (bo && !(cJSON_IsNumber(bo) && bo->valuedouble == r->n)) {
-            bad(e, "best_of", "'%s' other than n is not supported%s", "");
+            oai_bad(e, "best_of", "'%s' other than n is not supported%s", "");
             goto out;
         }
     }

@@ -76,6 +76,12 @@ void oai_error_set(oai_error *e, int status, const char *type, const char *param
 /* {"error": {"message", "type", "param", "code"}} as a malloc'd string. */
 char *oai_error_json(const oai_error *e);
 
+/* Request-validation helpers shared by the parsers (embeddings.c too): a 400
+ * "invalid_request_error" for param, fmt formatted with (param, what); -1. */
+int oai_bad(oai_error *e, const char *param, const char *fmt, const char *what);
+/* The field, or NULL when absent or JSON null (both mean "use the default"). */
+const cJSON *oai_field(const cJSON *o, const char *name);
+
 /* Parses and validates a request body of len bytes (need not be
  * NUL-terminated). vocab bounds token ids of a token-array prompt. 0 on
  * success (free with oai_request_free), -1 with e filled (nothing to free). */

@@ -917,21 +917,29 @@ static int constrain_tool_call(server *s, oai_request *q, oai_error *e) {
     return 0;
 }
 
+/* The body of a generation or embeddings request, or NULL once the refusal
+ * is sent: 503 while draining, 413 past --max-body (the HTTP guard refused
+ * such bodies already; this is belt and braces). */
+static const char *request_body(server *s, struct evhttp_request *r, size_t *len) {
+    if (s->draining) {
+        reply_error_msg(s, r, 503, "server_error", "shutting_down", "the server is shutting down");
+        return NULL;
+    }
+    struct evbuffer *in = evhttp_request_get_input_buffer(r);
+    *len = evbuffer_get_length(in);
+    if (*len > (size_t)s->cfg.max_body) {
+        reply_error_msg(s, r, 413, "invalid_request_error", NULL, "request body too large");
+        return NULL;
+    }
+    return *len ? (const char *)evbuffer_pullup(in, (ev_ssize_t)*len) : "";
+}
+
 static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) {
     const double t0 = now_s();
     oai_error e = {0};
-    if (s->draining) {
-        reply_error_msg(s, r, 503, "server_error", "shutting_down", "the server is shutting down");
-        return;
-    }
-    struct evbuffer *in = evhttp_request_get_input_buffer(r);
-    const size_t len = evbuffer_get_length(in);
-    /* the HTTP guard already refused bodies over --max-body; this is belt and braces */
-    if (len > (size_t)s->cfg.max_body) {
-        reply_error_msg(s, r, 413, "invalid_request_error", NULL, "request body too large");
-        return;
-    }
-    const char *body = len ? (const char *)evbuffer_pullup(in, (ev_ssize_t)len) : "";
+    size_t len;
+    const char *body = request_body(s, r, &len);
+    if (!body) return;
     srv_req *q = calloc(1, sizeof *q);
     if (!q) {
         reply_error_msg(s, r, 500, "server_error", NULL, "out of memory");
@@ -1145,17 +1153,9 @@ static void handle_embeddings(server *s, struct evhttp_request *r) {
     const double t0 = now_s();
     const ingot_desc *d = &ingot_model_desc;
     oai_error e = {0};
-    if (s->draining) {
-        reply_error_msg(s, r, 503, "server_error", "shutting_down", "the server is shutting down");
-        return;
-    }
-    struct evbuffer *in = evhttp_request_get_input_buffer(r);
-    const size_t len = evbuffer_get_length(in);
-    if (len > (size_t)s->cfg.max_body) {
-        reply_error_msg(s, r, 413, "invalid_request_error", NULL, "request body too large");
-        return;
-    }
-    const char *body = len ? (const char *)evbuffer_pullup(in, (ev_ssize_t)len) : "";
+    size_t len;
+    const char *body = request_body(s, r, &len);
+    if (!body) return;
     srv_req *q = calloc(1, sizeof *q);
     emb_request *er = calloc(1, sizeof *er);
     if (!q || !er) {
