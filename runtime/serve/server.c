@@ -934,6 +934,24 @@ static const char *request_body(server *s, struct evhttp_request *r, size_t *len
     return *len ? (const char *)evbuffer_pullup(in, (ev_ssize_t)*len) : "";
 }
 
+/* sched_submit refused choice i of q: the earlier ones are cancelled, the
+ * later ones never submitted; the request is abandoned and e answered (a full
+ * queue, 503, with Retry-After: a slot frees as soon as any request ends, and
+ * a second is a fair first guess). */
+static void refuse_after_submit(server *s, srv_req *q, struct evhttp_request *r, oai_error *e, int i) {
+    for (int k = i; k < q->n_choices; k++) q->choices[k].seq_done = 1;
+    for (int k = 0; k < i; k++) sched_cancel(s->sched, q->choices[k].seq_id);
+    q->http = NULL;
+    q->state = REQ_ABANDONED;
+    settle_rate(s, q, 1);
+    if (e->status == 503) {
+        evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
+        met_inc(s->m_rejected, "queue_full", 1);
+    }
+    reply_error(s, r, e);
+    if (all_seqs_done(q)) req_free(s, q);
+}
+
 static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) {
     const double t0 = now_s();
     oai_error e = {0};
@@ -1105,19 +1123,8 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
             submit_error(&e, err);
             for (int k = i + 1; k < q->n_choices; k++) /* cons[i] went with the refused submit */
                 if (cons[k]) cons[k]->free(cons[k]);
-            for (int k = i; k < q->n_choices; k++) q->choices[k].seq_done = 1; /* never submitted */
-            for (int k = 0; k < i; k++) sched_cancel(s->sched, q->choices[k].seq_id);
-            q->http = NULL;
-            q->state = REQ_ABANDONED;
             free(ids);
-            settle_rate(s, q, 1);
-            /* a slot frees as soon as any request ends; a second is a fair first guess */
-            if (e.status == 503) {
-                evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
-                met_inc(s->m_rejected, "queue_full", 1);
-            }
-            reply_error(s, r, &e);
-            if (all_seqs_done(q)) req_free(s, q);
+            refuse_after_submit(s, q, r, &e, i);
             return;
         }
     }
@@ -1232,17 +1239,7 @@ static void handle_embeddings(server *s, struct evhttp_request *r) {
         if (sched_submit(s->sched, &sr, &q->choices[i].seq_id, err, sizeof err) != 0) {
             submit_error(&e, err);
             if (e.status == 400) snprintf(e.param, sizeof e.param, "input");
-            for (int k = i; k < q->n_choices; k++) q->choices[k].seq_done = 1;
-            for (int k = 0; k < i; k++) sched_cancel(s->sched, q->choices[k].seq_id);
-            q->http = NULL;
-            q->state = REQ_ABANDONED;
-            settle_rate(s, q, 1);
-            if (e.status == 503) {
-                evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
-                met_inc(s->m_rejected, "queue_full", 1);
-            }
-            reply_error(s, r, &e);
-            if (all_seqs_done(q)) req_free(s, q);
+            refuse_after_submit(s, q, r, &e, i);
             return;
         }
     }
