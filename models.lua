@@ -203,6 +203,25 @@ M.qwen3 = {
   head = lm_head,
 }
 
+-- One Gemma layer (2 and 3): (1 + w) norms before and after attention and
+-- the GeGLU MLP, soft-capped scores, a window on sliding layers. qk(q, k)
+-- gives the rotated queries and keys (Gemma 3 normalizes them first and
+-- takes its RoPE by layer kind).
+local function gemma_block(x, w, c, sliding, qk)
+  local norm = {offset = c.norm_offset}
+  local ab = c.attention_bias
+  local h = rmsnorm(x, w.attn_norm, c.eps, norm)
+  local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
+  q, k = qk(q, k)
+  local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim,
+                                window = sliding and c.window or 0, softcap = c.attn_softcap,
+                                scale = c.query_scalar ^ -0.5})
+  x = x + rmsnorm(linear(a, w.o, ab and w.o_bias), w.post_attn_norm, c.eps, norm)
+  h = rmsnorm(x, w.ffn_norm, c.eps, norm)
+  local m = linear(gelu_tanh(linear(h, w.gate)) * linear(h, w.up), w.down)
+  return x + rmsnorm(m, w.post_ffn_norm, c.eps, norm)
+end
+
 -- Gemma 2: scaled embedding, (1 + w) norms before and after attention and
 -- MLP, GeGLU, soft-capped attention scores and logits, sliding-window
 -- attention on alternate layers, query scale from query_pre_attn_scalar,
@@ -229,21 +248,11 @@ M.gemma2 = {
     return embedding(tokens, w.embed) * math.sqrt(c.dim)
   end,
   layer = function(x, w, c)
-    local norm = {offset = c.norm_offset}
     local sliding
     if c.layer_types then sliding = c.layer_types[c.layer + 1] == "sliding_attention" else sliding = c.layer % 2 == 0 end
-    local ab = c.attention_bias
-    local h = rmsnorm(x, w.attn_norm, c.eps, norm)
-    local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
-    q = rope(q, rope_opts(c, c.heads))
-    k = rope(k, rope_opts(c, c.kv_heads))
-    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim,
-                                  window = sliding and c.window or 0, softcap = c.attn_softcap,
-                                  scale = c.query_scalar ^ -0.5})
-    x = x + rmsnorm(linear(a, w.o, ab and w.o_bias), w.post_attn_norm, c.eps, norm)
-    h = rmsnorm(x, w.ffn_norm, c.eps, norm)
-    local m = linear(gelu_tanh(linear(h, w.gate)) * linear(h, w.up), w.down)
-    return x + rmsnorm(m, w.post_ffn_norm, c.eps, norm)
+    return gemma_block(x, w, c, sliding, function(q, k)
+      return rope(q, rope_opts(c, c.heads)), rope(k, rope_opts(c, c.kv_heads))
+    end)
   end,
   head = function(x, w, c)
     local logits = linear(rmsnorm(x, w.final_norm, c.eps, {offset = c.norm_offset}), w.lm_head)
@@ -505,19 +514,10 @@ M.gemma3 = {
       if sliding then o.theta, o.scaling = c.local_theta, merge(o.scaling, {type = "default"}) end
       return o
     end
-    local norm = {offset = c.norm_offset}
-    local ab = c.attention_bias
-    local h = rmsnorm(x, w.attn_norm, c.eps, norm)
-    local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
-    q = rope(rmsnorm(q, w.q_norm, c.eps, {heads = c.heads, offset = c.norm_offset}), rope_of(c.heads))
-    k = rope(rmsnorm(k, w.k_norm, c.eps, {heads = c.kv_heads, offset = c.norm_offset}), rope_of(c.kv_heads))
-    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim,
-                                  window = sliding and c.window or 0, softcap = c.attn_softcap,
-                                  scale = c.query_scalar ^ -0.5})
-    x = x + rmsnorm(linear(a, w.o, ab and w.o_bias), w.post_attn_norm, c.eps, norm)
-    h = rmsnorm(x, w.ffn_norm, c.eps, norm)
-    local m = linear(gelu_tanh(linear(h, w.gate)) * linear(h, w.up), w.down)
-    return x + rmsnorm(m, w.post_ffn_norm, c.eps, norm)
+    return gemma_block(x, w, c, sliding, function(q, k)
+      return rope(rmsnorm(q, w.q_norm, c.eps, {heads = c.heads, offset = c.norm_offset}), rope_of(c.heads)),
+             rope(rmsnorm(k, w.k_norm, c.eps, {heads = c.kv_heads, offset = c.norm_offset}), rope_of(c.kv_heads))
+    end)
   end,
   head = M.gemma2.head,
 }

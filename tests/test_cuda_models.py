@@ -80,7 +80,7 @@ def test_cudasim_f16_kv_cache_matches_cpu(built, tmp_path):
     round-to-nearest-even bit rebuild here) and widened when read. Against the CPU backend's f16
     cache (the same stored values; only summation order differs, as in the f32 comparison, plus
     the softmax of scores computed from them): within 1e-3; against transformers within the
-    5e-3 of test_models' f16-cache test."""
+    3e-3 of test_models' f16-cache test (measured 1.76e-3)."""
     model = "gqa_tied_hd16"
     cpu = cpu_build(TINY / model, f"t-{model}-kvf16", "--kv-dtype", "f16")
     sim = sim_build(TINY / model, f"cu-{model}-kvf16", "--kv-dtype", "f16")
@@ -89,7 +89,7 @@ def test_cudasim_f16_kv_cache_matches_cpu(built, tmp_path):
         want = logits(cpu, tokens, *args, tmp_path=tmp_path)
         got = logits(sim, tokens, *args, tmp_path=tmp_path)
         assert float(np.abs(got - want).max()) <= 1e-3, mode
-        assert float(np.abs(got - expected).max()) <= 5e-3, mode
+        assert float(np.abs(got - expected).max()) <= 3e-3, mode
 
 
 @pytest.mark.skipif(SAN, reason="quantized builds are covered by the optimized pass (the ASan pass runs one model)")

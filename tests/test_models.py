@@ -59,7 +59,7 @@ def test_f16_kv_cache_tracks_transformers(model, mode, tmp_path, built):
     2^-11) and computes in f32 as before. Each attention output is a convex
     combination of V rows, so it moves by at most 2^-11 of the V magnitudes,
     plus the softmax's response to the scores' rounding (|q|·|k|·2^-11); on
-    these models that measures below 2e-3 in the logits: bound 5e-3. The
+    these models that measures 1.7e-3 in the logits: bound 3e-3. The
     logits must also differ from the f32-KV build's (the cache really is
     f16)."""
     tokens, expected = reference(TINY / model)
@@ -68,7 +68,7 @@ def test_f16_kv_cache_tracks_transformers(model, mode, tmp_path, built):
     err = np.abs(got - expected).max()
     exact = logits(build(TINY / model, f"t-{model}"), tokens, *MODES[mode], tmp_path=tmp_path)
     print(f"{model} {mode}: f16 KV max |delta| {err:.3g}")
-    assert err <= 5e-3, f"{model} {mode}: max |delta| {err:.3g}"
+    assert err <= 3e-3, f"{model} {mode}: max |delta| {err:.3g}"
     assert not np.array_equal(got, exact)
 
 

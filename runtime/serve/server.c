@@ -934,6 +934,21 @@ static const char *request_body(server *s, struct evhttp_request *r, size_t *len
     return *len ? (const char *)evbuffer_pullup(in, (ev_ssize_t)*len) : "";
 }
 
+/* Every sequence of q is submitted: it waits for its events, under its
+ * deadline (--request-timeout), and a client that hangs up cancels it
+ * (on_conn_close, and on_peer_readable while the reply is pending). */
+static void start_waiting(server *s, srv_req *q, struct evhttp_request *r) {
+    q->state = REQ_WAITING;
+    arm_deadline(s, q);
+    q->conn = evhttp_request_get_connection(r);
+    if (q->conn) {
+        evhttp_connection_set_closecb(q->conn, on_conn_close, q);
+        const evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(q->conn));
+        if (fd >= 0 && (q->watch = event_new(s->base, fd, EV_READ | EV_PERSIST, on_peer_readable, q)))
+            event_add(q->watch, NULL);
+    }
+}
+
 /* sched_submit refused choice i of q: the earlier ones are cancelled, the
  * later ones never submitted; the request is abandoned and e answered (a full
  * queue, 503, with Retry-After: a slot frees as soon as any request ends, and
@@ -1129,15 +1144,7 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
         }
     }
     free(ids);
-    q->state = REQ_WAITING;
-    arm_deadline(s, q);
-    q->conn = evhttp_request_get_connection(r);
-    if (q->conn) {
-        evhttp_connection_set_closecb(q->conn, on_conn_close, q);
-        const evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(q->conn));
-        if (fd >= 0 && (q->watch = event_new(s->base, fd, EV_READ | EV_PERSIST, on_peer_readable, q)))
-            event_add(q->watch, NULL);
-    }
+    start_waiting(s, q, r);
     if (q->q.stream) {
         struct evkeyvalq *h = evhttp_request_get_output_headers(r);
         evhttp_add_header(h, "Content-Type", "text/event-stream");
@@ -1248,15 +1255,7 @@ static void handle_embeddings(server *s, struct evhttp_request *r) {
         free(er->inputs[i].ids);
         er->inputs[i].ids = NULL;
     }
-    q->state = REQ_WAITING;
-    arm_deadline(s, q);
-    q->conn = evhttp_request_get_connection(r);
-    if (q->conn) {
-        evhttp_connection_set_closecb(q->conn, on_conn_close, q);
-        const evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(q->conn));
-        if (fd >= 0 && (q->watch = event_new(s->base, fd, EV_READ | EV_PERSIST, on_peer_readable, q)))
-            event_add(q->watch, NULL);
-    }
+    start_waiting(s, q, r);
     return;
 fail:
     emb_request_free(er);

@@ -355,8 +355,8 @@ char *chat_render_prompt(const chat_template *c, const cJSON *messages, const cJ
 /* ---- strings of the template's own markup that are the client's ----------------
  *
  * Tool definitions and past calls' arguments reach a template as data it
- * writes with tojson, not as contents, so the placeholder match above does
- * not see them. The server names the strings among them that spell a
+ * writes with tojson, not as message contents, so the nonce-stamped stand-ins
+ * of chat_render_prompt never cover them. The server names the strings among them that spell a
  * control token; each of their occurrences becomes a plain range too. */
 
 static int span_cmp(const void *a, const void *b) {
