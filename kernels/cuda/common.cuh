@@ -5,14 +5,23 @@
 #pragma once
 
 // Weight element types; the values are runtime/load/dtype.h's ingot_dtype.
-enum { IG_F32 = 0, IG_F16 = 1, IG_BF16 = 2, IG_Q8_0 = 3, IG_Q4_0 = 4, IG_Q4_1 = 5 };
+enum {
+  IG_F32 = 0, IG_F16 = 1, IG_BF16 = 2, IG_Q8_0 = 3, IG_Q4_0 = 4, IG_Q4_1 = 5, IG_Q5_0 = 6, IG_Q5_1 = 7,
+  IG_Q2_K = 8, IG_Q3_K = 9, IG_Q4_K = 10, IG_Q5_K = 11, IG_Q6_K = 12, IG_IQ4_NL = 13, IG_IQ4_XS = 14
+};
 
 // GGUF blocks of 32 elements (byte-identical to runtime/load/dtype.h):
 //   Q8_0 34 B: f16 d, int8 q[32]              x = d*q
 //   Q4_0 18 B: f16 d, 16 B nibbles            x = d*(q-8)
 //   Q4_1 20 B: f16 d, f16 m, 16 B nibbles     x = d*q + m
+//   Q5_0 22 B: f16 d, u32 qh, 16 B nibbles    x = d*(q-16), bit 4 of element j = bit j of qh
+//   Q5_1 24 B: f16 d, f16 m, u32 qh, nibbles   x = d*q + m
+//   IQ4_NL 18 B: f16 d, 16 B nibbles          x = d*ig_iq4_value(q)
 // Nibbles: byte j holds element j (low nibble) and element j+16 (high nibble).
-// Blocks are only 2-byte (Q8_0, Q4_0) or 4-byte (Q4_1) aligned inside a row.
+// Super-blocks of 256 (the K-quants, IQ4_XS), laid out as runtime/load/dtype.h describes:
+//   Q2_K 84 B, Q3_K 110 B, Q4_K 144 B, Q5_K 176 B, Q6_K 210 B, IQ4_XS 136 B.
+// Blocks are only 2-byte (Q8_0, Q4_0, Q5_0, IQ4_NL, Q3_K, Q6_K) or 4-byte (the others) aligned
+// inside a row.
 #define IG_QBLOCK 32
 #define IG_KV_BLOCK 16 // tokens per paged-KV block (INGOT_KV_BLOCK)
 
@@ -23,6 +32,19 @@ template <> struct ig_dtype_info<IG_BF16> { static constexpr int elems = 1, byte
 template <> struct ig_dtype_info<IG_Q8_0> { static constexpr int elems = 32, bytes = 34; };
 template <> struct ig_dtype_info<IG_Q4_0> { static constexpr int elems = 32, bytes = 18; };
 template <> struct ig_dtype_info<IG_Q4_1> { static constexpr int elems = 32, bytes = 20; };
+template <> struct ig_dtype_info<IG_Q5_0> { static constexpr int elems = 32, bytes = 22; };
+template <> struct ig_dtype_info<IG_Q5_1> { static constexpr int elems = 32, bytes = 24; };
+template <> struct ig_dtype_info<IG_Q2_K> { static constexpr int elems = 256, bytes = 84; };
+template <> struct ig_dtype_info<IG_Q3_K> { static constexpr int elems = 256, bytes = 110; };
+template <> struct ig_dtype_info<IG_Q4_K> { static constexpr int elems = 256, bytes = 144; };
+template <> struct ig_dtype_info<IG_Q5_K> { static constexpr int elems = 256, bytes = 176; };
+template <> struct ig_dtype_info<IG_Q6_K> { static constexpr int elems = 256, bytes = 210; };
+template <> struct ig_dtype_info<IG_IQ4_NL> { static constexpr int elems = 32, bytes = 18; };
+template <> struct ig_dtype_info<IG_IQ4_XS> { static constexpr int elems = 256, bytes = 136; };
+// The row-length multiple a kernel needs: 8 for float rows (one slice of 8), else the block.
+template <int DT> __host__ __device__ constexpr int ig_row_multiple() {
+  return ig_dtype_info<DT>::elems == 1 ? 8 : ig_dtype_info<DT>::elems;
+}
 
 // Bytes of a row of n elements of type DT (n a multiple of the block size).
 template <int DT> __host__ __device__ constexpr long long ig_row_bytes(long long n) {
@@ -80,6 +102,19 @@ __device__ __forceinline__ unsigned short ig_ld_u16(const unsigned char* p) {
   return *reinterpret_cast<const unsigned short*>(p);
 }
 __device__ __forceinline__ unsigned ig_ld_u32(const unsigned char* p) { return *reinterpret_cast<const unsigned*>(p); }
+// 4 bytes at p, little-endian, when p is only ALIGN-byte aligned (2 or 4): blocks of 22, 110 or
+// 210 bytes leave their fields 2-byte aligned, so those are read as two halves.
+template <int ALIGN> __device__ __forceinline__ unsigned ig_ld4(const unsigned char* p) {
+  if constexpr (ALIGN >= 4) return ig_ld_u32(p);
+  else return (unsigned)ig_ld_u16(p) | ((unsigned)ig_ld_u16(p + 2) << 16);
+}
+
+// The value an IQ4 nibble selects (GGUF's kvalues_iq4nl: -127, -104, ..., 113), from two 64-bit
+// constants in registers: no table in memory, so it compiles the same with nvcc, NVRTC and cudasim.
+__device__ __forceinline__ float ig_iq4_value(unsigned q) {
+  const unsigned long long lo = 0xF6EADDCFBFAD9881ull, hi = 0x7159453526190D01ull;
+  return (float)(signed char)(((q < 8 ? lo : hi) >> (8 * (q & 7))) & 0xffu);
+}
 
 // E consecutive floats at p into r (p aligned to 16 B when E % 4 == 0, 8 B when E % 2 == 0).
 template <int E> __device__ __forceinline__ void ig_load_f(const float* p, float (&r)[E]) {

@@ -1,10 +1,11 @@
-// embed.cuh — embedding lookup: out[t][:] = dequantized row ids[t] of a [vocab][N] table (f32/f16/bf16/q8_0/q4_0/q4_1).
+// embed.cuh — embedding lookup: out[t][:] = dequantized row ids[t] of a [vocab][N] table (any weight dtype of common.cuh).
 //
 // embed_kernel<DT, N>: grid = T (one block per token), block = any multiple of 32 (256 suggested);
 // thread i produces elements i, i + blockDim.x, ... of the row. out row t at out + t*ldo.
 // Token ids must be valid (< vocab): the host checks them.
 #pragma once
 #include "common.cuh"
+#include "gemv_q.cuh"
 
 // Element i of row `row` (the row's first byte).
 template <int DT> __device__ __forceinline__ float ig_dequant_elem(const unsigned char* row, int i) {
@@ -14,6 +15,13 @@ template <int DT> __device__ __forceinline__ float ig_dequant_elem(const unsigne
     return ig_f16_to_f32(reinterpret_cast<const unsigned short*>(row)[i]);
   } else if constexpr (DT == IG_BF16) {
     return ig_bf16_to_f32(reinterpret_cast<const unsigned short*>(row)[i]);
+  } else if constexpr (DT >= IG_Q5_0) {
+    // the slice of 8 that holds element i (gemv_q.cuh's decoder; an embedding reads one row per
+    // token, so decoding 8 weights for one costs nothing that matters)
+    float w[8];
+    const int k = i & 31;
+    ig_gemv_slice_k<DT>(row, (i >> 5) * 4 + ((k & 15) >> 2), w);
+    return w[(k >= 16 ? 4 : 0) + (k & 3)];
   } else {
     const unsigned char* b = row + (i / 32) * ig_dtype_info<DT>::bytes;
     const int k = i % 32;
@@ -32,7 +40,7 @@ template <int DT> __device__ __forceinline__ float ig_dequant_elem(const unsigne
 
 // Row `id` of the table into o[0..N): the calling block's threads share the elements.
 template <int DT, int N> __device__ __forceinline__ void ig_row_embed(const void* __restrict__ table, int id, float* o) {
-  static_assert(ig_dtype_info<DT>::elems == 1 || N % IG_QBLOCK == 0, "quantized rows are whole blocks");
+  static_assert(N % ig_dtype_info<DT>::elems == 0, "quantized rows are whole blocks");
   const unsigned char* row = static_cast<const unsigned char*>(table) + (long long)id * ig_row_bytes<DT>(N);
   for (int i = threadIdx.x; i < N; i += blockDim.x) o[i] = ig_dequant_elem<DT>(row, i);
 }

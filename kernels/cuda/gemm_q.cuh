@@ -1,4 +1,4 @@
-// gemm_q.cuh — tiled GEMM for prefill-sized batches: Y[t][r] = scale[t] * sum_k dequant(W[r][k]) * g[k] * X[xrow(t)][k] + bias[r], W in f32/f16/bf16/Q8_0/Q4_0/Q4_1, f32 activations and accumulation.
+// gemm_q.cuh — tiled GEMM for prefill-sized batches: Y[t][r] = scale[t] * sum_k dequant(W[r][k]) * g[k] * X[xrow(t)][k] + bias[r], W in any weight dtype of common.cuh, f32 activations and accumulation.
 //
 // ig_gemm_tile<DT, IN>: one block of 256 threads computes a 64-token x 64-row tile. Per k-step of
 // 32 columns the block stages X[64][32] (times the folded norm weight g) and W[64][32] (dequantized:
@@ -8,7 +8,7 @@
 //   X rows: xrow(t) = rows ? rows[t] : t for t in [t0, t0 + n_tok) of the launch, at X + xrow*ldx.
 //   W rows r0 .. r0+63 of a [OUT][IN] matrix (rows >= OUT skipped); Y[t*ldy + r].
 //   scale: per-token factors for tokens t0.., e.g. 1/rms of a folded RMSNorm (NULL: 1).
-// Limits: IN % 32 == 0 for block-quantized W, IN % 8 == 0 otherwise; ldx % 4 == 0 (16-byte rows); 256 threads.
+// Limits: IN a multiple of the block (32, or 256 for the K-quants and IQ4_XS) for block-quantized W, IN % 8 == 0 otherwise; ldx % 4 == 0 (16-byte rows); 256 threads.
 #pragma once
 #include "common.cuh"
 #include "gemv_q.cuh"
@@ -22,7 +22,7 @@ __device__ __forceinline__ void ig_gemm_tile(const void* __restrict__ W, int r0,
                                              int ldx, const int* __restrict__ rows, int t0, int n_tok,
                                              const float* __restrict__ norm, float norm_offset, const float* scale,
                                              float* Y, int ldy, const float* __restrict__ bias) {
-  static_assert(IN % (ig_dtype_info<DT>::elems == 1 ? 8 : 32) == 0, "row length"); // a last partial k-step is zero-padded
+  static_assert(IN % ig_row_multiple<DT>() == 0, "row length"); // a last partial k-step is zero-padded
   __shared__ float xs[IG_GEMM_BK][IG_GEMM_BM + 1]; // [k][token], padded: conflict-free stores
   __shared__ float ws[IG_GEMM_BK][IG_GEMM_BN + 1]; // [k][row]
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;

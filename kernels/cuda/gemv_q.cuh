@@ -1,8 +1,9 @@
-// gemv_q.cuh — weight-only GEMV / small-batch GEMM: Y[t][r] (+)= sum_k dequant(W[r][k]) * X[t][k] (+ bias[r]) for T <= 8 tokens, W in f32/f16/bf16/Q8_0/Q4_0/Q4_1.
+// gemv_q.cuh — weight-only GEMV / small-batch GEMM: Y[t][r] (+)= sum_k dequant(W[r][k]) * X[t][k] (+ bias[r]) for T <= 8 tokens, W in f32/f16/bf16, Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, the K-quants Q2_K..Q6_K, IQ4_NL/IQ4_XS.
 //
 // gemv_q_kernel<DT, IN, TMAX = 1, WARPS = 4>
 //   grid  = ceil(OUT / WARPS), block = WARPS*32: one warp per output row r.
-//   W     row-major [OUT][IN] in DT's layout (GGUF blocks for Q types, IN % 32 == 0; IN % 8 == 0 for floats),
+//   W     row-major [OUT][IN] in DT's layout (GGUF blocks for Q types, IN a multiple of the block: 32, or 256
+//         for the K-quants and IQ4_XS; IN % 8 == 0 for floats),
 //         16-byte aligned base for f32/f16/bf16.
 //   X     n_tok <= TMAX rows of IN floats at X + t*ldx; 16-byte aligned rows (ldx % 4 == 0).
 //   Y     Y[t*ldy + r] = (accumulate ? Y : 0) + dot + (bias ? bias[r] : 0).
@@ -16,6 +17,116 @@
 // and the per-token partial sums are reduced with warp shuffles at the end.
 #pragma once
 #include "common.cuh"
+
+// The 8 weights of slice s of a row of the types added to GGUF after Q4_1 (Q5_0, Q5_1, IQ4_NL and
+// the 256-element super-blocks). Every type uses Q4_0's slice pattern: slice s covers elements
+// 4q..4q+3 and 16+4q..16+4q+3 of the row's 32-element group m = s/4 (q = s%4), so four consecutive
+// slices cover one whole group (what ig_gemm_tile stages per k-step) and consecutive lanes read
+// consecutive bytes of it. A super-block holds 8 groups; its scales are decoded per slice in
+// registers (a few integer ops per 8 weights: the GEMV is bound by the weight bytes, not by them).
+template <int DT>
+__device__ __forceinline__ void ig_gemv_slice_k(const unsigned char* __restrict__ row, int s, float (&w)[8]) {
+  constexpr int BYTES = ig_dtype_info<DT>::bytes;
+  constexpr int ALIGN = BYTES % 4 == 0 ? 4 : 2;
+  const int m = s >> 2, q = s & 3, l = 4 * q; // group m of the row; elements l.. and 16+l.. of the group
+  float dl, ml, dh, mh;                         // w = dl*code + ml (elements l..), dh*code + mh (16+l..)
+  unsigned lo, hi;                              // the 4 codes of each half, one per byte
+  if constexpr (ig_dtype_info<DT>::elems == 32) {
+    const unsigned char* blk = row + m * BYTES;
+    const float d = ig_f16_to_f32(ig_ld_u16(blk));
+    if constexpr (DT == IG_IQ4_NL) {
+      const unsigned n = ig_ld4<ALIGN>(blk + 2 + l);
+      lo = n & 0x0f0f0f0fu, hi = (n >> 4) & 0x0f0f0f0fu;
+      dl = dh = d, ml = mh = 0.0f;
+    } else {
+      constexpr int QH = DT == IG_Q5_0 ? 2 : 4; // byte offset of qh; the nibbles follow it
+      const unsigned qh = ig_ld4<ALIGN>(blk + QH), n = ig_ld4<ALIGN>(blk + QH + 4 + l);
+      lo = hi = 0;
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        lo |= (((n >> (8 * i)) & 15u) | (((qh >> (l + i)) & 1u) << 4)) << (8 * i);
+        hi |= (((n >> (8 * i + 4)) & 15u) | (((qh >> (16 + l + i)) & 1u) << 4)) << (8 * i);
+      }
+      dl = dh = d;
+      ml = mh = DT == IG_Q5_0 ? -16.0f * d : ig_f16_to_f32(ig_ld_u16(blk + 2));
+    }
+  } else {
+    const unsigned char* blk = row + (m >> 3) * BYTES;
+    const int g = m & 7; // the group within the super-block
+    if constexpr (DT == IG_Q4_K || DT == IG_Q5_K) {
+      const float d = ig_f16_to_f32(ig_ld_u16(blk)), dmin = ig_f16_to_f32(ig_ld_u16(blk + 2));
+      const unsigned char* sc = blk + 4;
+      int scale, mn; // 6-bit scale and min of group g (runtime/load/dtype.h's dtype_k4_scale_min)
+      if (g < 4) scale = sc[g] & 63, mn = sc[g + 4] & 63;
+      else scale = (sc[g + 4] & 15) | ((sc[g - 4] >> 6) << 4), mn = (sc[g + 4] >> 4) | ((sc[g] >> 6) << 4);
+      constexpr int QS = DT == IG_Q4_K ? 16 : 48;
+      const int sh = 4 * (g & 1);
+      const unsigned char* qs = blk + QS + 32 * (g >> 1);
+      lo = (ig_ld4<4>(qs + l) >> sh) & 0x0f0f0f0fu;
+      hi = (ig_ld4<4>(qs + 16 + l) >> sh) & 0x0f0f0f0fu;
+      if constexpr (DT == IG_Q5_K) {
+        lo |= ((ig_ld4<4>(blk + 16 + l) >> g) & 0x01010101u) << 4;
+        hi |= ((ig_ld4<4>(blk + 32 + l) >> g) & 0x01010101u) << 4;
+      }
+      dl = dh = d * (float)scale;
+      ml = mh = -dmin * (float)mn;
+    } else if constexpr (DT == IG_Q2_K || DT == IG_Q3_K) {
+      constexpr int QS = DT == IG_Q2_K ? 16 : 32;
+      const int sh = 2 * (g & 3);
+      const unsigned char* qs = blk + QS + 32 * (g >> 2);
+      lo = (ig_ld4<ALIGN>(qs + l) >> sh) & 0x03030303u;
+      hi = (ig_ld4<ALIGN>(qs + 16 + l) >> sh) & 0x03030303u;
+      if constexpr (DT == IG_Q2_K) { // scales[16] at 0: low nibble scale, high nibble min, per 16 elements
+        const float d = ig_f16_to_f32(ig_ld_u16(blk + 80)), dmin = ig_f16_to_f32(ig_ld_u16(blk + 82));
+        const unsigned sl = blk[2 * g], sh2 = blk[2 * g + 1];
+        dl = d * (float)(sl & 15u), ml = -dmin * (float)(sl >> 4);
+        dh = d * (float)(sh2 & 15u), mh = -dmin * (float)(sh2 >> 4);
+      } else { // hmask[32] at 0 (bit g: the third bit, set = no -4), 12 bytes of 6-bit scales at 96
+        lo |= ((ig_ld4<ALIGN>(blk + l) >> g) & 0x01010101u) << 2;
+        hi |= ((ig_ld4<ALIGN>(blk + 16 + l) >> g) & 0x01010101u) << 2;
+        const unsigned char* sc = blk + 96;
+        const float d = ig_f16_to_f32(ig_ld_u16(blk + 108));
+        int s6[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int k = 2 * g + h;
+          s6[h] = ((k < 8 ? sc[k] & 15 : sc[k - 8] >> 4) | (((sc[8 + (k & 3)] >> (2 * (k >> 2))) & 3) << 4)) - 32;
+        }
+        dl = d * (float)s6[0], dh = d * (float)s6[1];
+        ml = -4.0f * dl, mh = -4.0f * dh;
+      }
+    } else if constexpr (DT == IG_Q6_K) { // ql[128] at 0, qh[64] at 128, int8 scales[16] at 192, d at 208
+      const unsigned char* ql = blk + 64 * (g >> 2) + 32 * (g & 1);
+      const unsigned char* qh = blk + 128 + 32 * (g >> 2);
+      const int nsh = 4 * ((g & 3) >> 1), hsh = 2 * (g & 3);
+      lo = ((ig_ld4<2>(ql + l) >> nsh) & 0x0f0f0f0fu) | (((ig_ld4<2>(qh + l) >> hsh) & 0x03030303u) << 4);
+      hi = ((ig_ld4<2>(ql + 16 + l) >> nsh) & 0x0f0f0f0fu) | (((ig_ld4<2>(qh + 16 + l) >> hsh) & 0x03030303u) << 4);
+      const float d = ig_f16_to_f32(ig_ld_u16(blk + 208));
+      dl = d * (float)(signed char)blk[192 + 2 * g], dh = d * (float)(signed char)blk[193 + 2 * g];
+      ml = -32.0f * dl, mh = -32.0f * dh;
+    } else { // IQ4_XS: f16 d, u16 scales_h, scales_l[4], qs[128] (group g: bytes 16g.., as IQ4_NL)
+      static_assert(DT == IG_IQ4_XS, "a weight type without a slice decoder");
+      const float d = ig_f16_to_f32(ig_ld_u16(blk));
+      const int ls = ((blk[4 + (g >> 1)] >> (4 * (g & 1))) & 15) | (((ig_ld_u16(blk + 2) >> (2 * g)) & 3) << 4);
+      const unsigned n = ig_ld4<4>(blk + 8 + 16 * g + l);
+      lo = n & 0x0f0f0f0fu, hi = (n >> 4) & 0x0f0f0f0fu;
+      dl = dh = d * (float)(ls - 32), ml = mh = 0.0f;
+    }
+  }
+  if constexpr (DT == IG_IQ4_NL || DT == IG_IQ4_XS) { // the codes index the non-linear table
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      w[i] = dl * ig_iq4_value((lo >> (8 * i)) & 15u);
+      w[4 + i] = dh * ig_iq4_value((hi >> (8 * i)) & 15u);
+    }
+  } else { // affine codes: w = scale*code + offset
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      w[i] = fmaf((float)((lo >> (8 * i)) & 0xffu), dl, ml);
+      w[4 + i] = fmaf((float)((hi >> (8 * i)) & 0xffu), dh, mh);
+    }
+  }
+}
 
 // The 8 weights of slice s of a row (row = the row's first byte) and the X offsets of its two
 // groups of 4 consecutive elements (w[0..3] pair with X[x0..x0+3], w[4..7] with X[x1..x1+3]).
@@ -40,6 +151,9 @@ __device__ __forceinline__ void ig_gemv_slice(const unsigned char* __restrict__ 
       }
     }
     x0 = 8 * s, x1 = 8 * s + 4;
+  } else if constexpr (DT >= IG_Q5_0) {
+    ig_gemv_slice_k<DT>(row, s, w);
+    x0 = 32 * (s >> 2) + 4 * (s & 3), x1 = x0 + 16;
   } else {
     const int b = s >> 2, j = s & 3;
     const unsigned char* blk = row + b * ig_dtype_info<DT>::bytes;
@@ -84,7 +198,7 @@ __device__ __forceinline__ void ig_gemv_warp(const void* __restrict__ W, int r, 
                                              const float* scale, float* Y, int ldy,
                                              const float* __restrict__ bias, int accumulate) {
   static_assert(TMAX >= 1 && TMAX <= 8 && (TMAX & (TMAX - 1)) == 0, "small batch only, a power of two");
-  static_assert(IN % (ig_dtype_info<DT>::elems == 1 ? 8 : 32) == 0, "row length");
+  static_assert(IN % ig_row_multiple<DT>() == 0, "row length");
   constexpr int NS = IN / 8; // slices per row
   const int lane = threadIdx.x & 31;
   const unsigned char* row = static_cast<const unsigned char*>(W) + (long long)r * ig_row_bytes<DT>(IN);

@@ -10,8 +10,12 @@
 #include <cstring>
 #include <vector>
 
+extern "C" {
+#include "dtype.h" // runtime/load/dtype.c is linked in, compiled as C (the scalar reference of every type)
+}
 extern "C++" {
 #include "kc_matmul.h"
+#include "kc_kquant.h"
 #include "kc_ops.h"
 }
 
@@ -63,6 +67,36 @@ static inline uint16_t f2bf(float f) { // round to nearest even
   return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+// A [rows][n] matrix of a type added after Q4_1 (Q5_0 .. IQ4_XS): random bytes everywhere (every
+// code, bit and 6-bit scale pattern occurs), then the f16 fields set to small positive scales so that
+// the values stay moderate.
+static inline std::vector<unsigned char> rnd_kblocks(int dt, int rows, int n, unsigned seed) {
+  struct layout { int elems, bytes, f16[2]; };
+  layout L{};
+  switch (dt) {
+    case INGOT_Q5_0: L = {32, 22, {0, -1}}; break;
+    case INGOT_Q5_1: L = {32, 24, {0, 2}}; break;
+    case INGOT_IQ4_NL: L = {32, 18, {0, -1}}; break;
+    case INGOT_Q2_K: L = {256, 84, {80, 82}}; break;
+    case INGOT_Q3_K: L = {256, 110, {108, -1}}; break;
+    case INGOT_Q4_K: L = {256, 144, {0, 2}}; break;
+    case INGOT_Q5_K: L = {256, 176, {0, 2}}; break;
+    case INGOT_Q6_K: L = {256, 210, {208, -1}}; break;
+    case INGOT_IQ4_XS: L = {256, 136, {0, -1}}; break;
+    default: std::fprintf(stderr, "rnd_matrix: dtype %d\n", dt); std::exit(2);
+  }
+  std::vector<unsigned char> m((size_t)rows * (n / L.elems) * L.bytes);
+  unsigned s = seed * 747796405u + 7u;
+  for (auto& b : m) b = (unsigned char)rnd_u32(s);
+  for (size_t off = 0; off < m.size(); off += L.bytes)
+    for (int f : L.f16)
+      if (f >= 0) {
+        const uint16_t h = f2h((float)(1 + rnd_u32(s) % 64) / (L.elems == 32 ? 1024.0f : 8192.0f));
+        std::memcpy(&m[off + f], &h, 2);
+      }
+  return m;
+}
+
 // A [rows][n] matrix of dtype dt (ingot_dtype values) with random contents, as raw bytes.
 static inline std::vector<unsigned char> rnd_matrix(int dt, int rows, int n, unsigned seed) {
   size_t rb = 0;
@@ -72,6 +106,7 @@ static inline std::vector<unsigned char> rnd_matrix(int dt, int rows, int n, uns
     case INGOT_Q8_0: rb = n / 32 * sizeof(block_q8_0); break;
     case INGOT_Q4_0: rb = n / 32 * sizeof(block_q4_0); break;
     case INGOT_Q4_1: rb = n / 32 * sizeof(block_q4_1); break;
+    default: return rnd_kblocks(dt, rows, n, seed);
   }
   std::vector<unsigned char> m(rb * rows);
   unsigned s = seed * 747796405u + 1u;

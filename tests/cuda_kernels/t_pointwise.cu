@@ -111,6 +111,15 @@ int main() {
   embed_case<IG_Q8_0, 96>("embed q8_0", 9, 4);
   embed_case<IG_Q4_0, 64>("embed q4_0", 9, 5);
   embed_case<IG_Q4_1, 96>("embed q4_1", 9, 6);
+  embed_case<IG_Q5_0, 64>("embed q5_0", 9, 21);
+  embed_case<IG_Q5_1, 96>("embed q5_1", 9, 22);
+  embed_case<IG_IQ4_NL, 64>("embed iq4_nl", 9, 23);
+  embed_case<IG_Q2_K, 256>("embed q2_k", 9, 24);
+  embed_case<IG_Q3_K, 512>("embed q3_k", 9, 25);
+  embed_case<IG_Q4_K, 256>("embed q4_k", 9, 26);
+  embed_case<IG_Q5_K, 512>("embed q5_k", 9, 27);
+  embed_case<IG_Q6_K, 256>("embed q6_k", 9, 28);
+  embed_case<IG_IQ4_XS, 256>("embed iq4_xs", 9, 29);
   rmsnorm_case<200, 200, 128>("rmsnorm N200 offset0", 3, 0.0f, false);
   rmsnorm_case<576, 576, 256>("rmsnorm N576 offset1 in-place", 2, 1.0f, true);
   rmsnorm_case<96, 96, 32>("rmsnorm N96 one warp", 2, 0.0f, false);
