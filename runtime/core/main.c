@@ -56,10 +56,14 @@ static void usage(FILE *f) {
             "  --info                          print the model descriptor\n"
             "  generate -p TEXT [-n 64] [--temp 0] [--top-k 0] [--top-p 1] [--min-p 0] [--seed S]\n"
             "           [--repeat-penalty 1] [--ignore-eos] [--ids-out FILE]\n"
+            "           [--spec off|ngram] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]\n"
+            "           (--spec ngram: speculative decoding with prompt-lookup drafts, through the scheduler;\n"
+            "           the same output, faster when the text repeats its input)\n"
             "  logits --tokens 1,2,3 [--chunk N | --decode] [--out FILE] [--routing-out FILE]\n"
             "  perplexity (-f TEXT_FILE | --ids IDS_FILE) [--ctx 512] [--argmax-out FILE] [--tokens-out FILE]\n"
             "  tokenize -p TEXT\n"
-            "  batch -f REQUESTS.jsonl [--kv-blocks N] [--max-batch-tokens N] [--max-running N] [--no-prefix-cache]\n" SRV_USAGE,
+            "  batch -f REQUESTS.jsonl [--kv-blocks N] [--max-batch-tokens N] [--max-running N] [--no-prefix-cache]\n"
+            "        [--spec off|ngram] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]\n" SRV_USAGE,
             ingot_model_desc.name);
 }
 
@@ -407,6 +411,22 @@ static int cmd_perplexity(const cli_common *c, int argc, char **argv) {
     return 0;
 }
 
+/* --spec off|ngram, --spec-k N, --spec-ngram-min N, --spec-ngram-max N at
+ * argv[*i] into cfg (generate, batch); 1 when it was one of them. */
+static int parse_spec_option(int argc, char **argv, int *i, sched_config *cfg) {
+    const char *a = argv[*i];
+    if (*i + 1 >= argc) return 0;
+    const char *v = argv[*i + 1];
+    if (!strcmp(a, "--spec")) {
+        if (sched_spec_parse(v, &cfg->spec) != 0) die("--spec is off or ngram");
+    } else if (!strcmp(a, "--spec-k")) cfg->spec_k = (int)parse_long(v, "--spec-k", 1, 32);
+    else if (!strcmp(a, "--spec-ngram-min")) cfg->spec_ngram_min = (int)parse_long(v, "--spec-ngram-min", 1, 64);
+    else if (!strcmp(a, "--spec-ngram-max")) cfg->spec_ngram_max = (int)parse_long(v, "--spec-ngram-max", 1, 64);
+    else return 0;
+    (*i)++;
+    return 1;
+}
+
 static int cmd_tokenize(const cli_common *c, int argc, char **argv) {
     const char *prompt = NULL;
     for (int i = 0; i < argc; i++) {
@@ -428,10 +448,73 @@ static int cmd_tokenize(const cli_common *c, int argc, char **argv) {
     return 0;
 }
 
+/* generate --spec ngram: the one request goes through the scheduler, which
+ * owns speculative decoding; streams the text as tokens arrive. */
+static int generate_scheduled(const cli_common *c, ingot_model *m, tok_tokenizer *tok, sched_config *cfg,
+                              const int32_t *prompt_ids, size_t n_prompt, int n_predict, const samp_params *sp,
+                              int ignore_eos) {
+    char err[512];
+    cfg->n_threads = c->threads;
+    cfg->kv_blocks = (int)((n_prompt + (size_t)n_predict) / INGOT_KV_BLOCK + 1);
+    cfg->max_running = 1;
+    cfg->prefix_cache = 0;
+    cfg->n_stop_ids = tok_stop_ids(tok, &cfg->stop_ids);
+    sched *s = sched_create(m, cfg, err, sizeof err);
+    if (!s) die(err);
+    sched_request r = {.prompt = prompt_ids, .n_prompt = n_prompt, .sampling = *sp, .max_tokens = n_predict,
+                       .top_logprobs = -1, .ignore_eos = ignore_eos};
+    uint64_t id;
+    const double t0 = now_seconds();
+    if (sched_submit(s, &r, &id, err, sizeof err) != 0) die(err);
+    tok_stream ts;
+    tok_stream_init(&ts);
+    char out[256];
+    int generated = 0, done = 0;
+    double t_first = 0;
+    sched_event evs[64];
+    while (!done) {
+        const size_t n = sched_poll(s, evs, 64);
+        if (n == 0) {
+            struct timespec pause = {0, 100000};
+            nanosleep(&pause, NULL);
+            continue;
+        }
+        for (size_t k = 0; k < n; k++) {
+            if (evs[k].kind == SCHED_EV_DONE) {
+                if (evs[k].finish == SCHED_FINISH_ERROR) die(evs[k].error);
+                done = 1;
+                continue;
+            }
+            if (generated++ == 0) t_first = now_seconds();
+            const size_t w = tok_stream_push(&ts, tok, evs[k].token, 1, out, sizeof out);
+            fwrite(out, 1, w, stdout);
+            fflush(stdout);
+        }
+    }
+    const size_t w = tok_stream_flush(&ts, out, sizeof out);
+    fwrite(out, 1, w, stdout);
+    printf("\n");
+    const double t2 = now_seconds();
+    sched_stats st;
+    sched_get_stats(s, &st);
+    fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tokens/s)\n", n_prompt, t_first - t0,
+            n_prompt / (t_first - t0));
+    fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tokens/s)\n", generated, t2 - t_first,
+            generated > 1 ? (generated - 1) / (t2 - t_first) : 0.0);
+    fprintf(stderr, "spec:    %s, %llu drafted tokens, %llu accepted (%.1f%%), %llu steps\n",
+            sched_spec_name(cfg->spec), (unsigned long long)st.spec_proposed_tokens,
+            (unsigned long long)st.spec_accepted_tokens,
+            st.spec_proposed_tokens ? 100.0 * (double)st.spec_accepted_tokens / (double)st.spec_proposed_tokens : 0.0,
+            (unsigned long long)st.steps);
+    sched_destroy(s);
+    return 0;
+}
+
 static int cmd_generate(const cli_common *c, int argc, char **argv) {
     const char *prompt = NULL, *ids_out = NULL;
     int n_predict = 64, ignore_eos = 0;
     samp_params sp = samp_default_params();
+    sched_config spec = {.spec = SCHED_SPEC_OFF};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -445,6 +528,7 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
         else if (!strcmp(a, "--seed") && v) sp.seed = (uint64_t)parse_long(argv[++i], "--seed", 0, INT64_MAX);
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--ids-out") && v) ids_out = argv[++i];
+        else if (parse_spec_option(argc, argv, &i, &spec)) continue;
         else die("generate: unknown option (see --help)");
     }
     if (!prompt) die("generate needs -p TEXT");
@@ -459,6 +543,15 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
     if (n_prompt == 0) die("the prompt encodes to no tokens");
     const int total = (int)n_prompt + n_predict;
     if (total > ingot_model_desc.max_ctx) die("prompt plus -n exceeds the model's context");
+    if (spec.spec != SCHED_SPEC_OFF) {
+        if (ids_out) die("--ids-out needs --spec off");
+        if (n_predict < 1) die("--spec needs -n of at least 1");
+        generate_scheduled(c, m, tok, &spec, prompt_ids, n_prompt, n_predict, &sp, ignore_eos);
+        tok_free(tok);
+        ingot_model_free(m);
+        free(prompt_ids);
+        return 0;
+    }
     tp_pool *pool = tp_create(c->threads);
     cli_seq s;
     seq_init(&s, m, pool, total);
@@ -539,6 +632,7 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
         else if (!strcmp(argv[i], "--max-batch-tokens") && i + 1 < argc) cfg.max_batch_tokens = (int)parse_long(argv[++i], "--max-batch-tokens", 1, 1 << 20);
         else if (!strcmp(argv[i], "--max-running") && i + 1 < argc) cfg.max_running = (int)parse_long(argv[++i], "--max-running", 1, 4096);
         else if (!strcmp(argv[i], "--no-prefix-cache")) cfg.prefix_cache = 0;
+        else if (parse_spec_option(argc, argv, &i, &cfg)) continue;
         else die("batch: unknown option (see --help)");
     }
     if (!file) die("batch needs -f REQUESTS.jsonl");
@@ -653,9 +747,11 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
     sched_stats st;
     sched_get_stats(s, &st);
     printf("{\"stats\": {\"steps\": %llu, \"preemptions\": %llu, \"prefix_hit_tokens\": %llu, "
-           "\"kv_blocks\": %d, \"generated\": %ld, \"seconds\": %.3f}}\n",
+           "\"kv_blocks\": %d, \"generated\": %ld, \"seconds\": %.3f, \"spec_proposed\": %llu, "
+           "\"spec_accepted\": %llu}}\n",
            (unsigned long long)st.steps, (unsigned long long)st.preemptions,
-           (unsigned long long)st.prefix_hit_tokens, st.kv_blocks_total, total, dt);
+           (unsigned long long)st.prefix_hit_tokens, st.kv_blocks_total, total, dt,
+           (unsigned long long)st.spec_proposed_tokens, (unsigned long long)st.spec_accepted_tokens);
     sched_destroy(s);
     for (int i = 0; i < n_req; i++) {
         free(out[i]);

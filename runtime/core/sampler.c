@@ -32,7 +32,8 @@ int samp_init(samp_sampler *s, int vocab, const samp_params *p) {
     s->probs = malloc(sizeof(float) * (size_t)vocab);
     s->order = malloc(sizeof(int) * (size_t)vocab);
     s->counts = calloc((size_t)vocab, sizeof(int));
-    if (!s->probs || !s->order || !s->counts) {
+    s->dist = malloc(sizeof(float) * (size_t)vocab);
+    if (!s->probs || !s->order || !s->counts || !s->dist) {
         samp_free(s);
         return -1;
     }
@@ -57,6 +58,8 @@ void samp_free(samp_sampler *s) {
     free(s->counts);
     free(s->bias_ids);
     free(s->bias_values);
+    free(s->dist);
+    s->dist = NULL;
     s->probs = NULL;
     s->order = NULL;
     s->counts = NULL;
@@ -105,12 +108,17 @@ static int samp_by_prob_desc(const void *a, const void *b) {
     return *(const int *)a - *(const int *)b;
 }
 
-int samp_sample(samp_sampler *s, float *logits, const int32_t *history, size_t n_history) {
+/* Bias, penalties and temperature; then the candidates (top-k, min-p,
+ * top-p) sorted by probability in s->order[0..n). Returns n and their total
+ * probability in *total; -1 for greedy (temperature 0: nothing computed
+ * beyond the processed logits). */
+static int samp_candidates(samp_sampler *s, float *logits, const int32_t *history, size_t n_history,
+                           double *total_out) {
     for (int i = 0; i < s->p.n_bias; i++)
         if (s->bias_ids[i] >= 0 && s->bias_ids[i] < s->vocab) logits[s->bias_ids[i]] += s->bias_values[i];
     samp_penalize(s, logits, history, n_history);
     const int V = s->vocab;
-    if (s->p.temperature <= 0.0f) return samp_argmax(logits, V);
+    if (s->p.temperature <= 0.0f) return -1;
 
     /* Softmax at temperature, in f32 with the max subtracted. */
     float maxv = logits[samp_argmax(logits, V)];
@@ -141,10 +149,65 @@ int samp_sample(samp_sampler *s, float *logits, const int32_t *history, size_t n
     }
     double total = 0.0;
     for (int i = 0; i < n; i++) total += s->probs[s->order[i]];
+    *total_out = total;
+    return n;
+}
+
+int samp_sample(samp_sampler *s, float *logits, const int32_t *history, size_t n_history) {
+    double total;
+    const int n = samp_candidates(s, logits, history, n_history, &total);
+    if (n < 0) return samp_argmax(logits, s->vocab);
     double r = samp_uniform(&s->rng) * total;
     for (int i = 0; i < n; i++) {
         r -= s->probs[s->order[i]];
         if (r <= 0.0) return s->order[i];
     }
     return s->order[n > 0 ? n - 1 : 0];
+}
+
+int samp_spec_pick(const float *p, const float *q, int vocab, int draft, double u1, double u2, int *accepted) {
+    const double qd = q ? q[draft] : 1.0;
+    if (u1 * qd < (double)p[draft]) {
+        *accepted = 1;
+        return draft;
+    }
+    *accepted = 0;
+    /* the residual max(0, p - q): what p puts where the drafter under-proposes */
+    double sum = 0.0;
+    int last = -1;
+    for (int i = 0; i < vocab; i++) {
+        const double r = (double)p[i] - (q ? (double)q[i] : (i == draft ? 1.0 : 0.0));
+        if (r > 0.0) {
+            sum += r;
+            last = i;
+        }
+    }
+    if (last < 0) return draft; /* p == q: a rejection has probability 0; rounding got here */
+    double r = u2 * sum;
+    for (int i = 0; i < vocab; i++) {
+        const double ri = (double)p[i] - (q ? (double)q[i] : (i == draft ? 1.0 : 0.0));
+        if (ri <= 0.0) continue;
+        r -= ri;
+        if (r < 0.0) return i;
+    }
+    return last;
+}
+
+int samp_verify(samp_sampler *s, float *logits, const int32_t *history, size_t n_history, int draft,
+                const float *draft_probs, int *accepted) {
+    double total;
+    const int n = samp_candidates(s, logits, history, n_history, &total);
+    if (n < 0) { /* greedy: the argmax is the only token plain decoding can emit */
+        const int tok = samp_argmax(logits, s->vocab);
+        *accepted = tok == draft;
+        return tok;
+    }
+    /* p as samp_sample draws from it: the candidates, renormalised */
+    memset(s->dist, 0, sizeof(float) * (size_t)s->vocab);
+    for (int i = 0; i < n; i++) s->dist[s->order[i]] = (float)(s->probs[s->order[i]] / total);
+    const double u1 = samp_uniform(&s->rng);
+    double u2 = 0.0;
+    const double qd = draft_probs ? draft_probs[draft] : 1.0;
+    if (!(u1 * qd < (double)s->dist[draft])) u2 = samp_uniform(&s->rng); /* drawn only on a rejection */
+    return samp_spec_pick(s->dist, draft_probs, s->vocab, draft, u1, u2, accepted);
 }

@@ -35,6 +35,7 @@ typedef struct {
     int *counts;  /* [vocab] occurrences in the history, for penalties */
     int32_t *bias_ids; /* owned copies of p.bias_* */
     float *bias_values;
+    float *dist;  /* [vocab] scratch: the filtered distribution, for speculative verification */
 } samp_sampler;
 
 samp_params samp_default_params(void);
@@ -46,5 +47,23 @@ int samp_sample(samp_sampler *s, float *logits, const int32_t *history, size_t n
 /* log-softmax of logits[id] (for logprobs and perplexity), in double. */
 double samp_logprob(const float *logits, int vocab, int id);
 int samp_argmax(const float *logits, int vocab);
+
+/* Speculative decoding: decides on one drafted token at the position whose
+ * logits these are, so that the token returned is distributed exactly as
+ * samp_sample's (greedy: it is samp_sample's). The logits get the same
+ * processing (bias, penalties over history, temperature, top-k/top-p/min-p).
+ * draft_probs: the drafter's distribution over the vocabulary, or NULL for a
+ * point mass on draft (n-gram drafts). *accepted is 1 when the token returned
+ * is the draft taken as proposed (later drafts may then be checked), 0 when
+ * it replaces it (the rest of the draft is void). Draws from the sampler's
+ * own generator, so a seeded request stays reproducible. */
+int samp_verify(samp_sampler *s, float *logits, const int32_t *history, size_t n_history, int draft,
+                const float *draft_probs, int *accepted);
+/* The acceptance rule itself, given its two uniform draws in [0, 1): accept
+ * the draft when u1 * q(draft) < p(draft), i.e. with probability
+ * min(1, p/q); otherwise draw with u2 from norm(max(0, p - q)). p and q are
+ * distributions over vocab tokens; q NULL is the point mass on draft (then
+ * a rejection draws from p with the draft removed). Returns the token. */
+int samp_spec_pick(const float *p, const float *q, int vocab, int draft, double u1, double u2, int *accepted);
 
 #endif

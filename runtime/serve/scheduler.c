@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "kv_pool.h"
+#include "spec_ngram.h"
 #include "threadpool.h"
 
 typedef struct sched_seq {
@@ -49,6 +50,7 @@ typedef struct sched_seq {
     double *pool_sum;    /* embeddings: running sum of hidden rows (mean) or the last row, [dim] */
     int cancelled;
     sched_constraint *constraint; /* NULL or owned */
+    int spec;            /* 1: drafts tokens when decoding (speculative decoding) */
     struct sched_seq *next; /* waiting list / submission list */
 } sched_seq;
 
@@ -88,7 +90,9 @@ struct sched {
     const int32_t **b_tables;
     sched_seq **b_seqs;       /* per sequence slot in the batch */
     int *b_first, *b_count;   /* per slot: first token index, token count */
-    float *logits;            /* [max_running][vocab] */
+    int *b_drafts;            /* per slot: drafted tokens among its count (after its last sampled token) */
+    int spec_rows;            /* logits rows for drafts in one step, beyond one per sequence */
+    float *logits;            /* [max_running + spec_rows][vocab] */
     float *raw_logits;        /* [vocab]: a row before sampling modifies it, for logprobs */
     int32_t *b_hidden_rows;   /* [max_batch_tokens]: rows whose final hidden state is wanted */
     float *hidden;            /* [max_batch_tokens][dim] */
@@ -99,6 +103,17 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int sched_spec_parse(const char *name, sched_spec_mode *out) {
+    if (!strcmp(name, "off")) *out = SCHED_SPEC_OFF;
+    else if (!strcmp(name, "ngram")) *out = SCHED_SPEC_NGRAM;
+    else return -1;
+    return 0;
+}
+
+const char *sched_spec_name(sched_spec_mode mode) {
+    return mode == SCHED_SPEC_NGRAM ? "ngram" : "off";
 }
 
 /* ---- events ------------------------------------------------------------ */
@@ -284,6 +299,8 @@ static int submit(sched *s, const sched_request *r, uint64_t *id, char *err, siz
     }
     s->n_live++;
     q->constraint = r->constraint;
+    /* a grammar would have to advance through drafts and back on a rejection */
+    q->spec = s->cfg.spec != SCHED_SPEC_OFF && r->task == SCHED_GENERATE && !r->constraint;
     q->id = ++s->next_id;
     if (s->incoming_tail) s->incoming_tail->next = q;
     else s->incoming_head = q;
@@ -557,6 +574,103 @@ static void pool_rows(sched *s, sched_seq *q, int chunk, int *hrow) {
     finish(s, q, SCHED_FINISH_LENGTH, NULL, v);
 }
 
+/* The drafts of a decoding sequence for this step, written to draft: at
+ * most cfg.spec_k, room (this step's budget left, the step's draft rows
+ * left), what max_tokens and the context still allow after the token the
+ * step samples anyway, and positions whose KV blocks the pool can give now
+ * (drafting never preempts). Returns how many. */
+static int draft_tokens(sched *s, sched_seq *q, int room, int rows_left, int32_t *draft) {
+    int k = s->cfg.spec_k;
+    if (k > room) k = room;
+    if (k > rows_left) k = rows_left;
+    if (k > q->max_tokens - q->generated - 1) k = q->max_tokens - q->generated - 1;
+    if (k > q->capacity - q->n_tokens) k = q->capacity - q->n_tokens;
+    if (k <= 0) return 0;
+    k = ngram_propose(q->tokens, q->n_tokens, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, k, draft);
+    /* the drafts sit at positions n_tokens .. n_tokens + k - 1 */
+    while (k > 0 && blocks_for(s, q->n_tokens + k) > q->n_blocks) {
+        const int b = kv_alloc(s->blocks);
+        if (b < 0) break;
+        q->blocks[q->n_blocks++] = b;
+    }
+    while (k > 0 && blocks_for(s, q->n_tokens + k) > q->n_blocks) k--;
+    return k;
+}
+
+/* After a verification that rejected drafts: blocks past the one the next
+ * decode writes held only rejected positions, so they go back to the pool
+ * (they were never published). */
+static void release_beyond(sched *s, sched_seq *q) {
+    const int keep = blocks_for(s, q->n_tokens);
+    while (q->n_blocks > keep) kv_unref(s->blocks, q->blocks[--q->n_blocks]);
+}
+
+/* Samples from a generating sequence's logits rows (lg: k + 1 rows; the
+ * first follows its last token, row t + 1 follows draft[t]) and emits the
+ * tokens: with no drafts the one token plain decoding samples; else the
+ * drafts verification accepts, left to right, then the token verification
+ * drew where it stopped (the replacement of a rejected draft, or after all k
+ * the next token). Each row is processed as plain decoding processes it at
+ * that position (its history is the tokens before it). Accepted drafts'
+ * positions join the KV cache (n_computed). Constrained sequences never
+ * draft (k is 0). Returns 1 when the sequence ended (it is freed), else 0. */
+static int sample_rows(sched *s, sched_seq *q, const float *lg_rows, const int32_t *draft, int k,
+                       double *mask_seconds) {
+    int i_run = 0;
+    while (s->running[i_run] != q) i_run++;
+    if (q->generated >= q->max_tokens || q->n_tokens >= q->capacity) {
+        /* recomputed after a preemption that came right after its last token */
+        running_remove(s, i_run);
+        finish(s, q, SCHED_FINISH_LENGTH, NULL, NULL);
+        return 1;
+    }
+    int accepted_drafts = 0, ended = 0;
+    for (int t = 0; t <= k && !ended; t++) {
+        float *lg = (float *)lg_rows + (size_t)t * s->vocab;
+        if (q->top_logprobs >= 0) memcpy(s->raw_logits, lg, sizeof(float) * (size_t)s->vocab);
+        if (q->constraint) {
+            const double tm = now_s();
+            q->constraint->mask(q->constraint, lg, s->vocab);
+            *mask_seconds += now_s() - tm;
+        }
+        int tok, accepted = 0;
+        if (t < k) tok = samp_verify(&q->sampler, lg, q->tokens, (size_t)q->n_tokens, draft[t], NULL, &accepted);
+        else tok = samp_sample(&q->sampler, lg, q->tokens, (size_t)q->n_tokens);
+        if (is_stop(s, tok) && (!q->ignore_eos || q->constraint)) {
+            running_remove(s, i_run);
+            finish(s, q, SCHED_FINISH_EOS, NULL, NULL);
+            ended = 1;
+            break;
+        }
+        emit_token(s, q, s->raw_logits, tok);
+        q->tokens[q->n_tokens++] = tok;
+        q->generated++;
+        if (q->constraint && q->constraint->accept(q->constraint, tok)) {
+            running_remove(s, i_run);
+            finish(s, q, SCHED_FINISH_EOS, NULL, NULL);
+            ended = 1;
+        } else if (q->generated >= q->max_tokens || q->n_tokens >= q->capacity) {
+            running_remove(s, i_run);
+            finish(s, q, SCHED_FINISH_LENGTH, NULL, NULL);
+            ended = 1;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->stats.generated_tokens++;
+        pthread_mutex_unlock(&s->mu);
+        if (!accepted) break;
+        /* the draft was fed at this position: its KV entry is now the sequence's own */
+        accepted_drafts++;
+        if (!ended) q->n_computed++;
+    }
+    if (k > 0) {
+        pthread_mutex_lock(&s->mu);
+        s->stats.spec_proposed_tokens += (uint64_t)k;
+        s->stats.spec_accepted_tokens += (uint64_t)accepted_drafts;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return ended;
+}
+
 static int step(sched *s) {
     const double t0 = now_s();
     intake(s);
@@ -593,15 +707,20 @@ restart:
             q->blocks[q->n_blocks++] = b;
         }
     }
+    int spec_left = s->spec_rows;
     for (int i = 0; i < s->n_running && n_tokens < budget; i++) {
         sched_seq *q = s->running[i];
         if (q->n_tokens - q->n_computed != 1) continue;
         if (blocks_for(s, q->n_computed + 1) > q->n_blocks) abort(); /* invariant: every decode has its block */
         s->b_seqs[n_slots] = q;
         s->b_first[n_slots] = n_tokens;
-        s->b_count[n_slots] = 1;
+        s->b_tokens[n_tokens] = q->tokens[q->n_computed];
+        const int k = q->spec ? draft_tokens(s, q, budget - n_tokens - 1, spec_left, s->b_tokens + n_tokens + 1) : 0;
+        spec_left -= k;
+        s->b_count[n_slots] = 1 + k;
+        s->b_drafts[n_slots] = k;
         n_slots++;
-        n_tokens++;
+        n_tokens += 1 + k;
     }
     /* Prefill chunks, in running order, within what is left of the budget. */
     for (int i = 0; i < s->n_running && n_tokens < budget; i++) {
@@ -613,6 +732,7 @@ restart:
         s->b_seqs[n_slots] = q;
         s->b_first[n_slots] = n_tokens;
         s->b_count[n_slots] = k;
+        s->b_drafts[n_slots] = 0;
         n_slots++;
         n_tokens += k;
     }
@@ -623,19 +743,20 @@ restart:
         sched_seq *q = s->b_seqs[j];
         for (int t = 0; t < s->b_count[j]; t++) {
             const int idx = s->b_first[j] + t;
-            s->b_tokens[idx] = q->tokens[q->n_computed + t];
+            if (t <= s->b_count[j] - 1 - s->b_drafts[j]) s->b_tokens[idx] = q->tokens[q->n_computed + t];
             s->b_pos[idx] = q->n_computed + t;
             s->b_seq[idx] = j;
         }
         s->b_tables[j] = q->blocks;
         s->b_seq_len[j] = q->n_computed + s->b_count[j];
-        const int completes = q->n_computed + s->b_count[j] == q->n_tokens;
+        const int completes = q->n_computed + s->b_count[j] - s->b_drafts[j] == q->n_tokens;
         if (q->task == SCHED_EMBED_MEAN) /* every row of the chunk is pooled */
             for (int t = 0; t < s->b_count[j]; t++) s->b_hidden_rows[n_hidden++] = s->b_first[j] + t;
         else if (q->task == SCHED_EMBED_LAST && completes)
             s->b_hidden_rows[n_hidden++] = s->b_first[j] + s->b_count[j] - 1;
-        else if (q->task == SCHED_GENERATE && completes)
-            s->b_rows[n_logits++] = s->b_first[j] + s->b_count[j] - 1;
+        else if (q->task == SCHED_GENERATE && completes) /* the last token's row, then each draft's */
+            for (int t = s->b_count[j] - 1 - s->b_drafts[j]; t < s->b_count[j]; t++)
+                s->b_rows[n_logits++] = s->b_first[j] + t;
     }
     ingot_batch b = {.n_tokens = n_tokens, .tokens = s->b_tokens, .pos = s->b_pos, .seq = s->b_seq,
                      .n_seqs = n_slots, .block_tables = s->b_tables, .seq_len = s->b_seq_len,
@@ -660,49 +781,26 @@ restart:
             finish(s, q, SCHED_FINISH_ERROR, err, NULL);
             continue;
         }
-        q->n_computed += s->b_count[j];
-        publish_blocks(s, q);
-        release_out_of_window(s, q);
+        const int k = s->b_drafts[j];
+        q->n_computed += s->b_count[j] - k; /* drafts count once accepted */
         if (q->task != SCHED_GENERATE) {
+            publish_blocks(s, q);
+            release_out_of_window(s, q);
             pool_rows(s, q, s->b_count[j], &hrow);
             continue;
         }
-        if (q->n_computed != q->n_tokens) continue;
-        float *lg = s->logits + (size_t)row++ * s->vocab;
-        int i_run = 0;
-        while (s->running[i_run] != q) i_run++;
-        if (q->generated >= q->max_tokens || q->n_tokens >= q->capacity) {
-            /* recomputed after a preemption that came right after its last token */
-            running_remove(s, i_run);
-            finish(s, q, SCHED_FINISH_LENGTH, NULL, NULL);
+        if (q->n_computed != q->n_tokens) {
+            publish_blocks(s, q);
+            release_out_of_window(s, q);
             continue;
         }
-        if (q->top_logprobs >= 0) memcpy(s->raw_logits, lg, sizeof(float) * (size_t)s->vocab);
-        if (q->constraint) {
-            const double tm = now_s();
-            q->constraint->mask(q->constraint, lg, s->vocab);
-            mask_seconds += now_s() - tm;
-            n_masked++;
-        }
-        const int tok = samp_sample(&q->sampler, lg, q->tokens, (size_t)q->n_tokens);
-        if (is_stop(s, tok) && (!q->ignore_eos || q->constraint)) {
-            running_remove(s, i_run);
-            finish(s, q, SCHED_FINISH_EOS, NULL, NULL);
-            continue;
-        }
-        emit_token(s, q, s->raw_logits, tok);
-        q->tokens[q->n_tokens++] = tok;
-        q->generated++;
-        pthread_mutex_lock(&s->mu);
-        s->stats.generated_tokens++;
-        pthread_mutex_unlock(&s->mu);
-        if (q->constraint && q->constraint->accept(q->constraint, tok)) {
-            running_remove(s, i_run);
-            finish(s, q, SCHED_FINISH_EOS, NULL, NULL);
-        } else if (q->generated >= q->max_tokens || q->n_tokens >= q->capacity) {
-            running_remove(s, i_run);
-            finish(s, q, SCHED_FINISH_LENGTH, NULL, NULL);
-        }
+        const float *lg = s->logits + (size_t)row * s->vocab;
+        row += 1 + k;
+        if (q->constraint) n_masked++;
+        if (sample_rows(s, q, lg, s->b_tokens + s->b_first[j] + s->b_count[j] - k, k, &mask_seconds)) continue;
+        publish_blocks(s, q); /* after the verification: a block is published only with all its tokens accepted */
+        release_out_of_window(s, q);
+        release_beyond(s, q);
     }
     const double t1 = now_s();
     pthread_mutex_lock(&s->mu);
@@ -776,11 +874,21 @@ static void effective_limits(const sched_config *cfg, int model_max_tokens, int 
     *running = R;
 }
 
+/* Logits rows for drafts in one step: every running sequence's spec_k, but
+ * at most 16 sequences' worth (a vocabulary-wide row each: with more
+ * sequences decoding at once, the rest decode plainly in that step). */
+static int spec_rows_for(const sched_config *cfg, int running) {
+    if (cfg->spec == SCHED_SPEC_OFF) return 0;
+    return (running < 16 ? running : 16) * cfg->spec_k;
+}
+
 size_t sched_scratch_bytes(const sched_config *cfg, int model_max_tokens) {
     int B, R;
     effective_limits(cfg, model_max_tokens, &B, &R);
     const size_t vocab = (size_t)ingot_model_desc.vocab, dim = (size_t)ingot_model_desc.dim;
-    return sizeof(float) * ((size_t)R * vocab + vocab + (size_t)B * dim) + sizeof(int32_t) * (size_t)(5 * B + 8 * R);
+    const size_t rows = (size_t)(R + spec_rows_for(cfg, R));
+    return sizeof(float) * (rows * vocab + vocab + (size_t)B * dim) + sizeof(int32_t) * (size_t)(5 * B + 8 * R) +
+           sizeof(int32_t) * rows;
 }
 
 sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t errlen) {
@@ -810,6 +918,11 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     if (s->cfg.max_running < 1) s->cfg.max_running = 64;
     if (s->cfg.max_waiting < 1) s->cfg.max_waiting = 1024;
     effective_limits(&s->cfg, ingot_model_max_tokens(m), &s->cfg.max_batch_tokens, &s->cfg.max_running);
+    if (s->cfg.spec_k < 1) s->cfg.spec_k = 4;
+    if (s->cfg.spec_ngram_max < 1) s->cfg.spec_ngram_max = 3;
+    if (s->cfg.spec_ngram_min < 1) s->cfg.spec_ngram_min = 1;
+    if (s->cfg.spec_ngram_min > s->cfg.spec_ngram_max) s->cfg.spec_ngram_min = s->cfg.spec_ngram_max;
+    s->spec_rows = spec_rows_for(&s->cfg, s->cfg.max_running);
     if (s->cfg.kv_blocks < 1) {
         snprintf(err, errlen, "the KV pool needs at least one block");
         free(s);
@@ -825,13 +938,14 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     s->b_tokens = malloc(sizeof(int32_t) * (size_t)B);
     s->b_pos = malloc(sizeof(int32_t) * (size_t)B);
     s->b_seq = malloc(sizeof(int32_t) * (size_t)B);
-    s->b_rows = malloc(sizeof(int32_t) * (size_t)R);
+    s->b_rows = malloc(sizeof(int32_t) * (size_t)(R + s->spec_rows));
     s->b_seq_len = malloc(sizeof(int32_t) * (size_t)R);
     s->b_tables = malloc(sizeof(*s->b_tables) * (size_t)R);
     s->b_seqs = malloc(sizeof(*s->b_seqs) * (size_t)R);
     s->b_first = malloc(sizeof(int) * (size_t)R);
     s->b_count = malloc(sizeof(int) * (size_t)R);
-    s->logits = malloc(sizeof(float) * (size_t)R * s->vocab);
+    s->b_drafts = malloc(sizeof(int) * (size_t)R);
+    s->logits = malloc(sizeof(float) * (size_t)(R + s->spec_rows) * s->vocab);
     s->raw_logits = malloc(sizeof(float) * (size_t)s->vocab);
     s->b_hidden_rows = malloc(sizeof(int32_t) * (size_t)B);
     s->hidden = malloc(sizeof(float) * (size_t)B * s->dim);
@@ -839,7 +953,7 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     pthread_cond_init(&s->wake, NULL);
     s->stats.kv_blocks_total = s->cfg.kv_blocks;
     if (!s->kv.data || !s->blocks || !s->pool || !s->running || !s->b_tokens || !s->b_pos || !s->b_seq ||
-        !s->b_rows || !s->b_seq_len || !s->b_tables || !s->b_seqs || !s->b_first || !s->b_count || !s->logits ||
+        !s->b_rows || !s->b_seq_len || !s->b_tables || !s->b_seqs || !s->b_first || !s->b_count || !s->b_drafts || !s->logits ||
         !s->raw_logits || !s->b_hidden_rows || !s->hidden || pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         if (kv_err[0]) snprintf(err, errlen, "%s", kv_err);
         else snprintf(err, errlen, "out of memory for a KV pool of %d blocks (%zu bytes each)", s->cfg.kv_blocks,
@@ -878,6 +992,7 @@ void sched_destroy(sched *s) {
     free(s->b_seqs);
     free(s->b_first);
     free(s->b_count);
+    free(s->b_drafts);
     free(s->logits);
     free(s->raw_logits);
     free(s->b_hidden_rows);

@@ -10,6 +10,14 @@
  * loop wakes up. When KV blocks run out it preempts the most recently
  * admitted sequence: its blocks are freed and it is requeued to recompute
  * its prompt and the tokens generated so far, then continues where it was.
+ *
+ * Speculative decoding (cfg.spec): a decoding sequence brings its last token
+ * plus up to spec_k drafted tokens at the following positions and gets logits
+ * for all of them in the same forward; drafts are accepted left to right
+ * while they pass samp_verify (greedy: equal to the argmax plain decoding
+ * takes), and the first rejected one is replaced by the token verification
+ * drew, so every step emits between 1 and spec_k + 1 tokens and the output is
+ * what plain decoding gives (greedy) or is distributed as it (sampling).
  */
 #ifndef INGOT_SCHEDULER_H
 #define INGOT_SCHEDULER_H
@@ -22,6 +30,16 @@
 
 #define SCHED_MAX_TOP_LOGPROBS 20
 
+/* How decoding sequences draft tokens for speculative decoding. */
+typedef enum {
+    SCHED_SPEC_OFF = 0,
+    SCHED_SPEC_NGRAM,       /* prompt lookup: what followed the latest earlier occurrence of the last n tokens */
+} sched_spec_mode;
+
+/* "off", "ngram" → the mode (0), or -1 for another word. */
+int sched_spec_parse(const char *name, sched_spec_mode *out);
+const char *sched_spec_name(sched_spec_mode mode);
+
 typedef struct {
     int n_threads;          /* forward threads (default 2) */
     int kv_blocks;          /* blocks of INGOT_KV_BLOCK tokens in the pool */
@@ -33,6 +51,10 @@ typedef struct {
     int n_stop_ids;         /* the model's EOS, end-of-turn and end-of-message ids (copied) */
     void (*notify)(void *user); /* called on the scheduler thread after events are queued */
     void *notify_user;
+    sched_spec_mode spec;   /* speculative decoding of unconstrained generation (constrained sequences
+                               decode plainly: their grammar state is not advanced through drafts) */
+    int spec_k;             /* tokens drafted per step and sequence (default 4) */
+    int spec_ngram_min, spec_ngram_max; /* n-gram lengths tried, longest first (default 1..3) */
 } sched_config;
 
 /* What a request computes: generated tokens, or one embedding of its prompt
@@ -114,6 +136,7 @@ typedef struct {
     double last_mask_seconds;   /* the constraint masks of the last step that had any */
     double mask_seconds;        /* constraint masks, in total */
     uint64_t masked_tokens;     /* tokens sampled under a constraint */
+    uint64_t spec_proposed_tokens, spec_accepted_tokens; /* drafted tokens verified, and of them accepted */
 } sched_stats;
 
 typedef struct sched sched;

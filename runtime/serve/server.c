@@ -83,6 +83,8 @@ typedef struct {
     int kv_explicit;       /* --kv-blocks or --kv-memory was given */
     double rate_rpm, rate_tpm; /* per key and minute; 0: none */
     double request_timeout;    /* seconds a request may run before it is cut off (504); 0: none */
+    sched_spec_mode spec;      /* speculative decoding (--spec) */
+    int spec_k, spec_ngram_min, spec_ngram_max;
 } srv_config;
 
 /* ---- requests ------------------------------------------------------------- */
@@ -172,7 +174,7 @@ struct server {
     met_family *m_requests, *m_prompt_tokens, *m_gen_tokens, *m_ttft, *m_e2e, *m_tpot, *m_running,
         *m_waiting, *m_kv_usage, *m_kv_used, *m_kv_total, *m_prefix_hit, *m_prefix_lookup, *m_preempt,
         *m_batch_tokens, *m_batch_seqs, *m_steps, *m_inflight, *m_step_seconds, *m_cancelled, *m_rejected,
-        *m_mask_seconds, *m_masked_tokens, *m_step_mask_seconds;
+        *m_mask_seconds, *m_masked_tokens, *m_step_mask_seconds, *m_spec_proposed, *m_spec_accepted;
 };
 
 static double now_s(void) {
@@ -1365,6 +1367,8 @@ static void handle_metrics(server *s, struct evhttp_request *r) {
     met_set(s->m_mask_seconds, NULL, st.mask_seconds);
     met_set(s->m_masked_tokens, NULL, (double)st.masked_tokens);
     met_set(s->m_step_mask_seconds, NULL, st.last_mask_seconds);
+    met_set(s->m_spec_proposed, NULL, (double)st.spec_proposed_tokens);
+    met_set(s->m_spec_accepted, NULL, (double)st.spec_accepted_tokens);
     met_set(s->m_inflight, NULL, s->n_reqs);
     /* this scrape is counted before rendering, so it sees itself */
     count_status(s, 200);
@@ -1542,6 +1546,12 @@ static int parse_pooling(const char *v, const char *what, sched_task *out) {
     return 0;
 }
 
+static int parse_spec(const char *v, const char *what, sched_spec_mode *out) {
+    if (sched_spec_parse(v, out) == 0) return 0;
+    fprintf(stderr, "%s: error: %s must be off or ngram, got '%s'\n", ingot_model_desc.name, what, v);
+    return -1;
+}
+
 /* One option: its flag, its environment variable, and where it goes. */
 typedef struct {
     const char *flag, *env;
@@ -1552,7 +1562,8 @@ typedef struct {
 
 static int parse_config(srv_config *c, int argc, char **argv) {
     double port = 8080, kv_blocks = 0, kv_mem = 0, mbt = 0, running = 32, waiting = 1024, body = 4 << 20,
-           grace = 30, dev_frac = 0.90, read_timeout = 30, max_conns = 512, rpm = 0, tpm = 0, req_timeout = 0;
+           grace = 30, dev_frac = 0.90, read_timeout = 30, max_conns = 512, rpm = 0, tpm = 0, req_timeout = 0,
+           spec_k = 4, ngram_min = 1, ngram_max = 3;
     const srv_numopt opts[] = {
         {"--device-memory-fraction", "INGOT_DEVICE_MEMORY_FRACTION", 0.01, 1.0, 0, &dev_frac},
         {"--port", "INGOT_PORT", 0, 65535, 1, &port},
@@ -1568,6 +1579,9 @@ static int parse_config(srv_config *c, int argc, char **argv) {
         {"--rate-limit-rpm", "INGOT_RATE_LIMIT_RPM", 0, 1e9, 0, &rpm},
         {"--rate-limit-tpm", "INGOT_RATE_LIMIT_TPM", 0, 1e12, 0, &tpm},
         {"--request-timeout", "INGOT_REQUEST_TIMEOUT", 0, 7 * 86400, 0, &req_timeout},
+        {"--spec-k", "INGOT_SPEC_K", 1, 32, 1, &spec_k},
+        {"--spec-ngram-min", "INGOT_SPEC_NGRAM_MIN", 1, 64, 1, &ngram_min},
+        {"--spec-ngram-max", "INGOT_SPEC_NGRAM_MAX", 1, 64, 1, &ngram_max},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     snprintf(c->host, sizeof c->host, "127.0.0.1");
@@ -1585,6 +1599,7 @@ static int parse_config(srv_config *c, int argc, char **argv) {
     if ((v = getenv("INGOT_KV_BLOCKS")) && *v) c->kv_explicit = 1;
     if ((v = getenv("INGOT_KV_MEMORY")) && *v) c->kv_explicit = 1;
     if ((v = getenv("INGOT_POOLING")) && *v && parse_pooling(v, "INGOT_POOLING", &c->pooling) != 0) return -1;
+    if ((v = getenv("INGOT_SPEC")) && *v && parse_spec(v, "INGOT_SPEC", &c->spec) != 0) return -1;
     /* a stall means something is broken, so nothing from outside can cause
      * one; this lets the probes' answer to it (and what a load balancer or
      * orchestrator does with that) be tried */
@@ -1615,6 +1630,11 @@ static int parse_config(srv_config *c, int argc, char **argv) {
         }
         if (!strcmp(a, "--memory-budget") && val) {
             if (parse_bytes(val, "--memory-budget", &c->memory_budget) != 0) return -1;
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--spec") && val) {
+            if (parse_spec(val, "--spec", &c->spec) != 0) return -1;
             i++;
             continue;
         }
@@ -1656,6 +1676,14 @@ static int parse_config(srv_config *c, int argc, char **argv) {
     c->rate_rpm = rpm;
     c->rate_tpm = tpm;
     c->request_timeout = req_timeout;
+    c->spec_k = (int)spec_k;
+    c->spec_ngram_min = (int)ngram_min;
+    c->spec_ngram_max = (int)ngram_max;
+    if (c->spec_ngram_min > c->spec_ngram_max) {
+        fprintf(stderr, "%s: error: --spec-ngram-min (%d) is above --spec-ngram-max (%d)\n", ingot_model_desc.name,
+                c->spec_ngram_min, c->spec_ngram_max);
+        return -1;
+    }
     return 0;
 }
 
@@ -1689,6 +1717,8 @@ static void add_metrics(server *s) {
     s->m_mask_seconds = met_add(r, MET_COUNTER, "ingot_grammar_mask_seconds_total", "Time spent computing grammar token masks (structured output).", NULL);
     s->m_masked_tokens = met_add(r, MET_COUNTER, "ingot_grammar_masked_tokens_total", "Tokens sampled under a grammar mask.", NULL);
     s->m_step_mask_seconds = met_add(r, MET_GAUGE, "ingot_last_step_mask_seconds", "Grammar mask time of the last step that had any.", NULL);
+    s->m_spec_proposed = met_add(r, MET_COUNTER, "ingot_spec_proposed_tokens_total", "Drafted tokens verified by speculative decoding.", NULL);
+    s->m_spec_accepted = met_add(r, MET_COUNTER, "ingot_spec_accepted_tokens_total", "Drafted tokens accepted by speculative decoding's verification.", NULL);
 }
 
 /* What the process will hold, and the KV pool's size. */
@@ -1719,7 +1749,8 @@ static int plan_memory(const srv_config *c, double weight_bytes, int model_max, 
     }
     int mbt = c->max_batch_tokens ? c->max_batch_tokens : model_max;
     if (mbt > model_max) mbt = model_max;
-    const sched_config limits = {.max_batch_tokens = mbt, .max_running = c->max_running};
+    const sched_config limits = {.max_batch_tokens = mbt, .max_running = c->max_running, .spec = c->spec,
+                                 .spec_k = c->spec_k};
     const double scratch_bytes = (double)ingot_model_scratch_bytes(NULL) + (double)sched_scratch_bytes(&limits, model_max);
     if (budget > 0 && !c->kv_explicit) {
         const double fit = floor((budget - weight_bytes - scratch_bytes) / (double)block_bytes);
@@ -1850,7 +1881,9 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
 
     sched_config sc = {.n_threads = n_threads, .kv_blocks = kv_blocks, .max_batch_tokens = mbt,
                        .max_running = s->cfg.max_running, .prefix_cache = s->cfg.prefix_cache,
-                       .max_waiting = s->cfg.max_waiting, .notify = srv_notify, .notify_user = s};
+                       .max_waiting = s->cfg.max_waiting, .notify = srv_notify, .notify_user = s,
+                       .spec = s->cfg.spec, .spec_k = s->cfg.spec_k, .spec_ngram_min = s->cfg.spec_ngram_min,
+                       .spec_ngram_max = s->cfg.spec_ngram_max};
     sc.n_stop_ids = tok_stop_ids(tok, &sc.stop_ids);
     s->stop_ids = sc.stop_ids;
     s->n_stop_ids = sc.n_stop_ids;
@@ -1864,7 +1897,10 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
         fprintf(stderr, "%s: error: scheduler: %s\n", d->name, err);
         goto out;
     }
-    char rate_text[96] = "none", timeout_text[32] = "none";
+    char rate_text[96] = "none", timeout_text[32] = "none", spec_text[96] = "off";
+    if (s->cfg.spec == SCHED_SPEC_NGRAM)
+        snprintf(spec_text, sizeof spec_text, "ngram (%d drafted tokens per step, n-grams of %d..%d tokens)",
+                 s->cfg.spec_k, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max);
     if (s->rl)
         snprintf(rate_text, sizeof rate_text, "%g requests, %g tokens per minute and key (0: no limit)",
                  s->cfg.rate_rpm, s->cfg.rate_tpm);
@@ -1889,14 +1925,15 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
             "  embeddings        %s pooling, L2-normalised\n"
             "  memory            weights %.1f MiB + KV cache %.1f MiB + scratch %.1f MiB = %.1f MiB (%s)\n"
             "  rate limits       %s\n"
-            "  request timeout   %s\n",
+            "  request timeout   %s\n"
+            "  speculative       %s\n",
             d->name, d->name, d->arch, d->max_ctx, d->vocab, s->cfg.host, port,
             s->cfg.api_key ? "required" : "none", kv_blocks, INGOT_KV_BLOCK, kv_blocks * INGOT_KV_BLOCK,
             (double)block_bytes * kv_blocks / 1048576.0, mbt, s->cfg.max_running, s->cfg.max_waiting,
             s->cfg.prefix_cache ? "on" : "off", s->cfg.max_body, s->cfg.read_timeout, s->cfg.max_connections,
             s->cfg.metrics_auth && s->cfg.api_key ? "api key required" : "open", s->cfg.grace, n_threads,
             chat_source(s->chat), s->cfg.pooling == SCHED_EMBED_MEAN ? "mean" : "last-token", weight_bytes / mib,
-            kv_bytes / mib, scratch_bytes / mib, total_bytes / mib, budget_text, rate_text, timeout_text);
+            kv_bytes / mib, scratch_bytes / mib, total_bytes / mib, budget_text, rate_text, timeout_text, spec_text);
     if (chat_is_builtin(s->chat))
         fprintf(stderr, "%s: the model has no chat template; chat requests use the built-in ChatML template\n",
                 d->name);

@@ -5,14 +5,16 @@
  *              [--max-body BYTES] [--grace SECONDS] [--read-timeout SECONDS]
  *              [--max-connections N] [--metrics-auth] [--parse-special-in-content]
  *              [--pooling last|mean] [--memory-budget BYTES] [--rate-limit-rpm N] [--rate-limit-tpm N]
- *              [--request-timeout SECONDS]
+ *              [--request-timeout SECONDS] [--spec off|ngram] [--spec-k 4] [--spec-ngram-min 1]
+ *              [--spec-ngram-max 3]
  *
  * Each option also reads from the environment (INGOT_HOST, INGOT_PORT,
  * INGOT_API_KEY, INGOT_KV_BLOCKS, INGOT_KV_MEMORY, INGOT_MAX_BATCH_TOKENS,
  * INGOT_MAX_RUNNING, INGOT_MAX_WAITING, INGOT_PREFIX_CACHE=0,
  * INGOT_MAX_BODY, INGOT_GRACE, INGOT_READ_TIMEOUT, INGOT_MAX_CONNECTIONS,
  * INGOT_METRICS_AUTH=1, INGOT_PARSE_SPECIAL_IN_CONTENT=1, INGOT_POOLING, INGOT_MEMORY_BUDGET,
- * INGOT_RATE_LIMIT_RPM, INGOT_RATE_LIMIT_TPM, INGOT_REQUEST_TIMEOUT); the command line
+ * INGOT_RATE_LIMIT_RPM, INGOT_RATE_LIMIT_TPM, INGOT_REQUEST_TIMEOUT, INGOT_SPEC,
+ * INGOT_SPEC_K, INGOT_SPEC_NGRAM_MIN, INGOT_SPEC_NGRAM_MAX); the command line
  * wins. --port 0 binds a free port; the "listening on" line names it.
  */
 #ifndef INGOT_SERVER_H
@@ -29,6 +31,8 @@
     "        [--pooling last|mean]  (/v1/embeddings: last-token (default) or mean pooling)\n"              \
     "        [--memory-budget BYTES (512M, 4G)] [--rate-limit-rpm N] [--rate-limit-tpm N]\n"               \
     "        [--request-timeout SECONDS]\n"                                                                 \
+    "        [--spec off|ngram] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]  (speculative\n"    \
+    "        decoding: drafts from earlier text, verified in one forward; same output)\n"                  \
     "        OpenAI-compatible HTTP server (CUDA builds: the KV pool defaults to the fraction of free\n"   \
     "        device memory left after weights and scratch)\n"
 
