@@ -1,0 +1,162 @@
+"""Speculative decoding (--spec ngram): drafts from earlier text, verified in one forward.
+
+Greedy output must be exactly plain decoding's: the tiny model through the
+scheduler's `batch` command (with and without a KV pool so tight that
+sequences are preempted), and the real SmolLM2 through `generate` and the
+OpenAI-compatible server (streamed and not, n > 1, logprobs, penalties, a
+tight pool). The acceptance rule's sampled distribution is checked exactly
+in C (tests/c/test_spec_accept.c).
+"""
+import concurrent.futures
+import random
+import re
+import shutil
+import subprocess
+
+import openai
+import pytest
+
+from conftest import run
+from modelbuild import TINY, build, run_batch, serving_binary, smollm2_gguf
+from serverproc import ServerProc
+
+
+def test_acceptance_rule_unit(built):
+    """tests/c/test_spec_accept.c: the emitted token's distribution is p for point-mass
+    and draft-model drafts (computed over the RNG draws, not sampled); greedy
+    verification is plain decoding's argmax after bias and penalties; seeded runs repeat."""
+    r = run([built / "tests" / "test_spec_accept"])
+    assert r.returncode == 0 and " 0 failed" in r.stdout, r.stdout[-4000:]
+
+
+@pytest.fixture(scope="module")
+def tiny(built):
+    return build(TINY / "gqa_untied_8h2kv", "t-gqa_untied_8h2kv")
+
+
+def repetitive_requests(n, seed, temperature=0.0):
+    """Prompts that repeat a random phrase, so n-gram drafts exist (and a random model's
+    output, which loops, gives drafts of its own)."""
+    rng = random.Random(seed)
+    reqs = []
+    for i in range(n):
+        phrase = [rng.randrange(1, 600) for _ in range(rng.randrange(3, 20))]
+        prompt = phrase * 3 + phrase[:rng.randrange(1, len(phrase))]
+        reqs.append({"prompt": prompt, "max_tokens": rng.randrange(8, 40), "ignore_eos": True,
+                     "temperature": temperature, "seed": 100 + i})
+    return reqs
+
+
+@pytest.mark.parametrize("pool", [[], ["--kv-blocks", "8", "--max-batch-tokens", "32"]], ids=["roomy", "preempting"])
+def test_greedy_identical_to_plain_tiny(tiny, tmp_path, pool):
+    reqs = repetitive_requests(16, 1)
+    plain, _ = run_batch(tiny, reqs, tmp_path=tmp_path)
+    spec, stats = run_batch(tiny, reqs, "--spec", "ngram", "--spec-k", "5", *pool, tmp_path=tmp_path)
+    for i, (a, b) in enumerate(zip(plain, spec)):
+        assert b["tokens"] == a["tokens"], f"request {i} differs with speculative decoding"
+        assert b["finish"] == a["finish"] == "length" and len(b["tokens"]) == reqs[i]["max_tokens"]
+    assert 0 < stats["spec_accepted"] <= stats["spec_proposed"]
+    if pool:
+        assert stats["preemptions"] > 0
+    else:  # accepted drafts save steps
+        plain_alone, plain_stats = run_batch(tiny, reqs[:1], tmp_path=tmp_path)
+        spec_alone, spec_stats = run_batch(tiny, reqs[:1], "--spec", "ngram", tmp_path=tmp_path)
+        assert spec_alone[0]["tokens"] == plain_alone[0]["tokens"]
+        assert spec_stats["steps"] < plain_stats["steps"] or spec_stats["spec_accepted"] == 0
+
+
+def test_sampled_seeded_reproducible_tiny(tiny, tmp_path):
+    """Sampling under speculative decoding draws from the request's seeded generator:
+    the same seed gives the same tokens again (alone and batched: drafts depend
+    only on the sequence's own text)."""
+    reqs = repetitive_requests(8, 2, temperature=0.8)
+    a, stats = run_batch(tiny, reqs, "--spec", "ngram", tmp_path=tmp_path)
+    b, _ = run_batch(tiny, reqs, "--spec", "ngram", tmp_path=tmp_path)
+    assert [r["tokens"] for r in a] == [r["tokens"] for r in b]
+    alone = [run_batch(tiny, [r], "--spec", "ngram", tmp_path=tmp_path)[0][0]["tokens"] for r in reqs[:3]]
+    assert alone == [r["tokens"] for r in a[:3]]
+    assert stats["spec_proposed"] > 0
+
+
+def test_ngram_options_are_checked(tiny):
+    r = subprocess.run([str(tiny), "batch", "-f", "/dev/null", "--spec", "eagle"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--spec is off or ngram" in r.stderr
+
+
+# ---- the real model ---------------------------------------------------------
+
+SUMMARY_PROMPT = ("Summarize this in one sentence, quoting it: The committee met on Tuesday to review the "
+                  "budget for the new library. The committee agreed that the budget for the new library "
+                  "should include funds for books, computers and a reading room for children.")
+
+
+def test_generate_cli_identical(built, tmp_path):
+    binary = build(smollm2_gguf(), "smollm2")
+    plain = subprocess.run([str(binary), "generate", "-p", SUMMARY_PROMPT, "-n", "48"], capture_output=True,
+                           text=True, timeout=300)
+    spec = subprocess.run([str(binary), "generate", "-p", SUMMARY_PROMPT, "-n", "48", "--spec", "ngram"],
+                          capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0 and spec.returncode == 0, plain.stderr + spec.stderr
+    assert spec.stdout == plain.stdout
+    m = re.search(r"spec:\s+ngram, (\d+) drafted tokens, (\d+) accepted", spec.stderr)
+    assert m and 0 < int(m.group(2)) <= int(m.group(1)), spec.stderr
+
+
+@pytest.fixture(scope="module")
+def servers(request):
+    """A plain server and a speculative one with a KV pool tight enough to preempt."""
+    binary = serving_binary(request)
+    with ServerProc(binary, "--max-running", "4") as plain, \
+            ServerProc(binary, "--spec", "ngram", "--spec-k", "4", "--kv-blocks", "12", "--max-running", "4",
+                       "--max-batch-tokens", "64") as spec:
+        yield plain, spec
+
+
+def chat(srv, **kw):
+    client = openai.OpenAI(base_url=srv.base_url, api_key="x")
+    return client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": SUMMARY_PROMPT}],
+                                          temperature=0, **kw)
+
+
+def test_serve_greedy_identical_with_logprobs_and_n(servers):
+    plain, spec = servers
+    assert re.search(r"speculative\s+ngram", spec.log)
+    kw = dict(max_tokens=40, n=2, logprobs=True, top_logprobs=3, frequency_penalty=0.3)
+    a, b = chat(plain, **kw), chat(spec, **kw)
+    for ca, cb in zip(a.choices, b.choices):
+        assert cb.message.content == ca.message.content
+        assert cb.finish_reason == ca.finish_reason
+        la, lb = ca.logprobs.content, cb.logprobs.content
+        assert [t.token for t in lb] == [t.token for t in la]
+        for ta, tb in zip(la, lb):
+            assert tb.logprob == pytest.approx(ta.logprob, abs=1e-4)
+            assert [t.token for t in tb.top_logprobs] == [t.token for t in ta.top_logprobs]
+    # streamed: the same text (no penalty here)
+    stream = chat(spec, max_tokens=40, stream=True)
+    streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert streamed == chat(plain, max_tokens=40).choices[0].message.content
+
+
+def test_serve_preemption_identical_and_metrics(servers):
+    plain, spec = servers
+    prompts = [SUMMARY_PROMPT, "Repeat after me: one two three four five, one two three four five, one two",
+               "Write the word hello ten times:", "List the days of the week, then list them again:"]
+
+    def both(srv):
+        client = openai.OpenAI(base_url=srv.base_url, api_key="x")
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            futs = [ex.submit(client.completions.create, model="smollm2", prompt=p, max_tokens=64, temperature=0)
+                    for p in prompts]
+            return [f.result().choices[0].text for f in futs]
+
+    assert both(spec) == both(plain)
+    values, text = spec.metrics()
+    proposed = values[("ingot_spec_proposed_tokens_total", "")]
+    accepted = values[("ingot_spec_accepted_tokens_total", "")]
+    assert 0 < accepted <= proposed
+    assert values[("ingot_preemptions_total", "")] > 0
+    plain_values, _ = plain.metrics()
+    assert plain_values[("ingot_spec_proposed_tokens_total", "")] == 0
+    if shutil.which("promtool"):
+        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
