@@ -3,7 +3,8 @@
 bytes per decoded token, and the bandwidth roofline on an H100 (3.35 TB/s) — ESTIMATES from the
 generator's plan (what each launch reads and writes), printed by `NAME --info`. Where a GPU is
 present, it also measures decode tokens/s of both builds (`generate`, greedy) in the same run, and
-prefill tokens/s of an f16 build with cuBLASLt against the same build's tiled GEMM.
+prefill tokens/s of an f16 build with cuBLASLt against the same build's tiled GEMM, and decode
+tokens/s of builds converted to q8_0, q4_k_m and q6_k.
 
     python3 bench/bench_cuda.py [MODEL] [--tokens 128]
 
@@ -85,6 +86,11 @@ def main():
         lt, tiled = prefill_tps(half, 480), prefill_tps(half, 480, {"INGOT_CUBLASLT": "0"})
         print(f"MEASURED prefill (--dtype f16, ~480 tokens): cuBLASLt {lt} tok/s, tiled GEMM {tiled} tok/s"
               + (f", ratio {lt / tiled:.2f}x" if lt and tiled else ""))
+        # the weight types of llama.cpp's presets, cast from the same file (--dtype converts at load)
+        for dtype in ("q8_0", "q4_k_m", "q6_k"):
+            name = "bench-cuda-" + dtype.replace("_", "-")
+            build(model, name, "--dtype", dtype)
+            print(f"MEASURED decode --dtype {dtype}: {decode_tps(os.path.join(ROOT, 'build', name, name), a.tokens)} tok/s")
     else:
         print(f"measured decode: skipped ({fused['no_gpu_reason']})")
 

@@ -26,16 +26,21 @@ emit.TMAX = 8        -- tokens per matmul launch (rows of X a warp multiplies ea
 emit.MM_WARPS = 4    -- warps (output rows) per matmul block
 emit.ROWS_NT = 256   -- threads of a rows kernel block
 
-local DT = {f32 = "IG_F32", f16 = "IG_F16", bf16 = "IG_BF16", q8_0 = "IG_Q8_0", q4_0 = "IG_Q4_0", q4_1 = "IG_Q4_1"}
-local DT_BYTES = {f32 = {1, 4}, f16 = {1, 2}, bf16 = {1, 2}, q8_0 = {32, 34}, q4_0 = {32, 18}, q4_1 = {32, 20}}
+-- Every weight dtype of the runtime (kernels/cuda/common.cuh's IG_* ids), with its block
+-- {elements, bytes}.
+local DT = {f32 = "IG_F32", f16 = "IG_F16", bf16 = "IG_BF16", q8_0 = "IG_Q8_0", q4_0 = "IG_Q4_0", q4_1 = "IG_Q4_1",
+            q5_0 = "IG_Q5_0", q5_1 = "IG_Q5_1", q2_k = "IG_Q2_K", q3_k = "IG_Q3_K", q4_k = "IG_Q4_K", q5_k = "IG_Q5_K",
+            q6_k = "IG_Q6_K", iq4_nl = "IG_IQ4_NL", iq4_xs = "IG_IQ4_XS"}
+local DT_BYTES = {f32 = {1, 4}, f16 = {1, 2}, bf16 = {1, 2}, q8_0 = {32, 34}, q4_0 = {32, 18}, q4_1 = {32, 20},
+                  q5_0 = {32, 22}, q5_1 = {32, 24}, q2_k = {256, 84}, q3_k = {256, 110}, q4_k = {256, 144},
+                  q5_k = {256, 176}, q6_k = {256, 210}, iq4_nl = {32, 18}, iq4_xs = {256, 136}}
 
--- The CUDA kernels read the dtypes of DT only; a weight of another dtype (the
--- K-quants, Q5, IQ4 of a GGUF) stops the build rather than emit wrong code.
+-- A weight of a dtype the kernels do not read stops the build rather than emit wrong code.
 function emit.check_dtypes(weights)
   for _, w in ipairs(weights) do
     if not DT[w.dtype] then
-      util.die(string.format("not yet supported on CUDA: %s (tensor %s); build with --backend cpu, or convert with "
-        .. "--dtype q8_0|q4_0|q4_1|f16|bf16|f32", w.dtype, w.tensor or w.logical))
+      util.die(string.format("not supported on CUDA: %s (tensor %s); build with --backend cpu, or convert with --dtype",
+        w.dtype, w.tensor or w.logical))
     end
   end
 end

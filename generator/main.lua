@@ -91,7 +91,7 @@ local function compiled_dtype(opts, w, stored, is_head, n_layers)
   if plan.block_elems(want) > 1 and want ~= "q8_0" then
     local gguf = w.decl.gguf or ""
     if is_head then
-      want = opts.backend == "cuda" and "q8_0" or "q6_k" -- the CUDA kernels have no q6_k
+      want = "q6_k"
     elseif MIXES[opts.dtype] and w.layer and (gguf:find("attn_v", 1, true) or gguf:find("ffn_down", 1, true))
         and use_more_bits(w.layer, n_layers) then
       want = "q6_k"
