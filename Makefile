@@ -1,6 +1,6 @@
 # ingot — the runtime library, tools and C tests.
 #
-#   make            runtime library + tools (optimized)
+#   make            runtime library + tools + the router (optimized)
 #   make SAN=1      the same under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tests      C test programs (tests/c/test_*.c)
 #   make test       the default tier, what CI runs (see README)
@@ -10,15 +10,20 @@
 
 include build/flags.mk
 
-RUNTIME_SRC := $(filter-out runtime/core/main.c,$(wildcard runtime/*/*.c))
+# runtime/router is a program of its own (ingot-router), not part of the library
+RUNTIME_SRC := $(filter-out runtime/core/main.c runtime/router/%,$(wildcard runtime/*/*.c))
 RUNTIME_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(RUNTIME_SRC))
 TOOLS       := $(patsubst tools/%.c,$(OBJDIR)/tools/%,$(wildcard tools/*.c))
 TESTS       := $(patsubst tests/c/%.c,$(OBJDIR)/tests/%,$(wildcard tests/c/test_*.c))
 HEADERS     := $(wildcard runtime/*/*.h kernels/cpu/*.h tests/c/*.h tools/*.h)
 
-.PHONY: all tools tests test test-full clean
-all: $(OBJDIR)/libingot.a tools
+ROUTER_OBJ  := $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard runtime/router/*.c))
+ROUTER      := $(OBJDIR)/ingot-router
+
+.PHONY: all tools router tests test test-full clean
+all: $(OBJDIR)/libingot.a tools router
 tools: $(TOOLS)
+router: $(ROUTER)
 tests: $(TESTS)
 
 $(OBJDIR)/%.o: %.c $(HEADERS)
@@ -32,6 +37,11 @@ $(OBJDIR)/libingot.a: $(RUNTIME_OBJ)
 $(OBJDIR)/tools/%: tools/%.c $(OBJDIR)/libingot.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
+
+# several models behind one endpoint: it shares only the Prometheus registry with the servers
+$(ROUTER): $(ROUTER_OBJ) $(OBJDIR)/runtime/serve/metrics.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(OBJDIR)/tests/%: tests/c/%.c $(OBJDIR)/libingot.a $(HEADERS)
 	@mkdir -p $(dir $@)

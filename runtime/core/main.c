@@ -812,7 +812,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&c, argc - i, argv + i);
     if (!strcmp(cmd, "serve")) {
         const int pre = server_preflight(argc - i, argv + i); /* before the weights are mapped or copied */
-        if (pre != 0) return pre;
+        if (pre != 0) return pre < 0 ? 0 : pre; /* < 0: --print-memory answered */
         ingot_model *m = load_model(&c);
         tok_tokenizer *tok = load_tokenizer(&c, m);
         const int rc = server_main(m, tok, c.threads, argc - i, argv + i);

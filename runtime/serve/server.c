@@ -85,6 +85,7 @@ typedef struct {
     double request_timeout;    /* seconds a request may run before it is cut off (504); 0: none */
     sched_spec_mode spec;      /* speculative decoding (--spec) */
     int spec_k, spec_ngram_min, spec_ngram_max;
+    int print_memory;          /* --print-memory: print the memory plan as JSON and exit */
 } srv_config;
 
 /* ---- requests ------------------------------------------------------------- */
@@ -1623,6 +1624,10 @@ static int parse_config(srv_config *c, int argc, char **argv) {
             c->parse_special = 1;
             continue;
         }
+        if (!strcmp(a, "--print-memory")) {
+            c->print_memory = 1;
+            continue;
+        }
         if (!strcmp(a, "--host") && val) {
             snprintf(c->host, sizeof c->host, "%s", val);
             i++;
@@ -1781,10 +1786,17 @@ int server_preflight(int argc, char **argv) {
     srv_config c;
     memset(&c, 0, sizeof c);
     if (parse_config(&c, argc, argv) != 0) return 2;
-    if (c.memory_budget <= 0) return 0;
+    if (c.memory_budget <= 0 && !c.print_memory) return 0;
     /* the device's free memory is not known before the model is loaded: only the budget's own limit here */
     mem_plan p;
-    return plan_memory(&c, (double)ingot_weights_planned_bytes(), ingot_model_max_tokens(NULL), 0, &p) != 0 ? 1 : 0;
+    if (plan_memory(&c, (double)ingot_weights_planned_bytes(), ingot_model_max_tokens(NULL), 0, &p) != 0) return 1;
+    if (!c.print_memory) return 0;
+    /* what a supervisor (ingot-router) adds up against its own budget before starting this process */
+    printf("{\"model\": \"%s\", \"weights_bytes\": %.0f, \"kv_bytes\": %.0f, \"kv_blocks\": %d, "
+           "\"scratch_bytes\": %.0f, \"total_bytes\": %.0f}\n", ingot_model_desc.name, p.weights, p.kv,
+           p.kv_blocks, p.scratch, p.total);
+    fflush(stdout);
+    return -1;
 }
 
 int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, char **argv) {

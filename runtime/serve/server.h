@@ -6,7 +6,7 @@
  *              [--max-connections N] [--metrics-auth] [--parse-special-in-content]
  *              [--pooling last|mean] [--memory-budget BYTES] [--rate-limit-rpm N] [--rate-limit-tpm N]
  *              [--request-timeout SECONDS] [--spec off|ngram] [--spec-k 4] [--spec-ngram-min 1]
- *              [--spec-ngram-max 3]
+ *              [--spec-ngram-max 3] [--print-memory]
  *
  * Each option also reads from the environment (INGOT_HOST, INGOT_PORT,
  * INGOT_API_KEY, INGOT_KV_BLOCKS, INGOT_KV_MEMORY, INGOT_MAX_BATCH_TOKENS,
@@ -33,6 +33,7 @@
     "        [--request-timeout SECONDS]\n"                                                                 \
     "        [--spec off|ngram] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]  (speculative\n"    \
     "        decoding: drafts from earlier text, verified in one forward; same output)\n"                  \
+    "        [--print-memory]  (print the memory plan, weights + KV + scratch in bytes, as JSON; exit)\n"      \
     "        OpenAI-compatible HTTP server (CUDA builds: the KV pool defaults to the fraction of free\n"   \
     "        device memory left after weights and scratch)\n"
 
@@ -41,7 +42,10 @@
  * least one KV block fit in it, so that a start that cannot fit fails before
  * it maps or copies gigabytes; server_main checks again with what was loaded
  * (and, on a device backend, its free memory). 0 to go on, else the exit
- * status: 2 for bad options, 1 when it does not fit (the reason printed). */
+ * status: 2 for bad options, 1 when it does not fit (the reason printed);
+ * -1 after --print-memory printed the plan (one JSON line on stdout: weights,
+ * KV and scratch bytes the serve options give, what a supervisor such as
+ * ingot-router counts against its budget): exit 0 without loading. */
 int server_preflight(int argc, char **argv);
 
 /* Runs until SIGTERM/SIGINT and the grace period; returns the exit status
