@@ -7,7 +7,9 @@
 #                              regenerate tests/fixtures and to run bench/
 set -euo pipefail
 
-APT_PACKAGES="gcc make lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev prometheus"
+# prometheus: promtool checks /metrics; nginx-light: the gateway in front of several `serve` processes
+# (tests/test_router.py, docs/deployment.md)
+APT_PACKAGES="gcc make lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev prometheus nginx-light"
 PIP_PACKAGES="numpy pytest pytest-xdist safetensors gguf tokenizers jinja2 openai requests"
 ORACLE_PACKAGES="torch transformers accelerate sentencepiece llama-cpp-python"
 

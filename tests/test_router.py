@@ -1,0 +1,345 @@
+"""ingot-router: several model binaries behind one port, over real sockets with the openai client.
+
+The two models are the real SmolLM2-135M-Instruct cast twice (the f32 and the
+f16 KV cache builds the other tests use: "smollm2" and "smollm2-kvf16"). Each
+child gets a 64 MiB KV cache, so its footprint (weights + KV + scratch, from
+`serve --print-memory`) is about 192 MiB; a 300 MiB budget fits one of them.
+The gateway test puts nginx (Debian) in front of two `serve` processes.
+"""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+import openai
+import pytest
+import requests
+
+from conftest import OBJDIR, ROOT, SAN
+from modelbuild import build, serving_binary, smollm2_gguf
+from serverproc import ServerProc, parse_metrics
+
+A, B = "smollm2", "smollm2-kvf16"
+SLOW = 8 if SAN else 1
+CHILD = ("--kv-memory", "64", "--grace", "5")
+ONE_FITS = "300M"  # one ~192 MiB child fits, two do not
+PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def binaries(request):
+    a = serving_binary(request)  # also builds the router (make all)
+    b = build(smollm2_gguf(), B, "--kv-dtype", "f16")
+    return {A: a, B: b}
+
+
+def router(binaries, *opts):
+    """A ServerProc for ingot-router serving both models (start it with `with`)."""
+    args = [*opts]
+    for name, path in binaries.items():
+        args += ["--model", name, path]
+    return ServerProc(OBJDIR / "ingot-router", *args, "--", *CHILD, command=(), start_timeout=60 * SLOW)
+
+
+def client_of(srv):
+    return openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120 * SLOW)
+
+
+def health(srv):
+    return srv.health()["models"]
+
+
+def wait_for(cond, timeout, what):
+    t0 = time.time()
+    while not cond():
+        assert time.time() - t0 < timeout, what
+        time.sleep(0.02)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purposes (the router reaps it)
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def promtool_ok(text):
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr + text
+
+
+def check_clean_exit(srv):
+    rc = srv.stop()
+    assert rc == 0, srv.log
+    assert not srv.sanitizer_report(), srv.log
+
+
+# ---- two models on one port ----------------------------------------------------------------
+
+
+def test_two_models_answer_listed_and_merged_metrics(binaries):
+    srv = router(binaries)
+    with srv:
+        c = client_of(srv)
+        listed = {m.id for m in c.models.list().data}
+        assert listed == {A, B}
+        assert {m["state"] for m in health(srv).values()} == {"stopped"}  # nothing starts before its first request
+
+        r = c.chat.completions.create(model=A, messages=PROMPT, max_tokens=8, temperature=0)
+        assert r.model == A and r.choices[0].message.content and r.usage.completion_tokens > 0
+        chunks = list(c.chat.completions.create(model=B, messages=PROMPT, max_tokens=8, temperature=0, stream=True))
+        assert {ch.model for ch in chunks} == {B}
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        assert streamed and chunks[-1].choices[0].finish_reason in ("length", "stop")
+        # the same greedy answer from the f32 and the f16 KV cache builds of one checkpoint (8 tokens)
+        assert streamed.split()[0] == r.choices[0].message.content.split()[0]
+        comp = c.completions.create(model=B, prompt="The capital of France is", max_tokens=4, temperature=0)
+        assert comp.model == B and comp.choices[0].text
+
+        with pytest.raises(openai.NotFoundError) as e:
+            c.chat.completions.create(model="no-such-model", messages=PROMPT, max_tokens=4)
+        assert e.value.body["code"] == "model_not_found" and e.value.body["param"] == "model"
+        bad = requests.post(srv.base_url + "/chat/completions", json={"messages": PROMPT}, timeout=30)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "model"
+        bad = requests.post(srv.base_url + "/chat/completions", data=b"{not json", timeout=30)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
+        # a child's own validation passes through: its 400 names the field
+        bad = requests.post(srv.base_url + "/chat/completions", json={"model": A, "messages": "x"}, timeout=30)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+
+        states = health(srv)
+        assert states[A]["state"] == states[B]["state"] == "ready"  # no budget: both stay
+        m, text = srv.metrics()
+        for name in (A, B):
+            assert m[("ingot_http_requests_total", f'{{model="{name}",code="200"}}')] >= 1
+            assert m[("ingot_router_model_starts_total", f'{{model="{name}"}}')] == 1
+            assert m[("ingot_kv_blocks_capacity", f'{{model="{name}"}}')] > 0
+        assert m[("ingot_router_requests_total", '{code="404"}')] == 1
+        assert text.count("# TYPE ingot_time_to_first_token_seconds histogram") == 1
+        promtool_ok(text)
+    check_clean_exit(srv)
+    assert "ingot-router: stopped" in srv.log
+
+
+def test_client_disconnect_cancels_in_the_child(binaries):
+    srv = router(binaries)
+    with srv:
+        body = json.dumps({"model": A, "prompt": "Count forever: 1, 2, 3,", "max_tokens": 1000, "temperature": 0,
+                           "stream": True, "ignore_eos": True}).encode()
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=60 * SLOW)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        got = b""
+        while got.count(b"data: ") < 4:  # a few chunks came through the router as they were made
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200") and b"text/event-stream" in got
+        s.close()
+
+        def cancelled():
+            m, _ = srv.metrics()
+            return m.get(("ingot_client_disconnects_total", f'{{model="{A}"}}'), 0) >= 1
+
+        wait_for(cancelled, 5 * SLOW, "the child never saw the client go")
+        wait_for(lambda: health(srv)[A]["in_flight"] == 0, 5 * SLOW, "the router still counts the request")
+        assert srv.metrics()[0][("ingot_router_requests_total", '{code="499"}')] == 1
+        wait_for(lambda: srv.metrics()[0][("ingot_num_requests_running", f'{{model="{A}"}}')] == 0, 2 * SLOW,
+                 "the child still runs the sequence")
+    check_clean_exit(srv)
+
+
+# ---- the memory budget: least recently used goes ------------------------------------------
+
+
+def test_lru_under_a_budget_that_fits_one(binaries):
+    srv = router(binaries, "--memory-budget", ONE_FITS)
+    with srv:
+        c = client_of(srv)
+        c.completions.create(model=A, prompt="Hello", max_tokens=2)
+        first_a = health(srv)[A]["pid"]
+        assert health(srv)[B]["state"] == "stopped"
+        c.completions.create(model=B, prompt="Hello", max_tokens=2)  # A has to go first
+        states = health(srv)
+        assert states[A]["state"] == "stopped" and states[B]["state"] == "ready"
+        assert not alive(first_a)
+        c.completions.create(model=A, prompt="Hello", max_tokens=2)  # and back
+        states = health(srv)
+        assert states[A]["state"] == "ready" and states[B]["state"] == "stopped"
+        assert states[A]["pid"] != first_a
+        m, text = srv.metrics()
+        assert m[("ingot_router_model_evictions_total", f'{{model="{A}"}}')] == 1
+        assert m[("ingot_router_model_evictions_total", f'{{model="{B}"}}')] == 1
+        assert m[("ingot_router_model_starts_total", f'{{model="{A}"}}')] == 2
+        assert m[("ingot_router_memory_used_bytes", "")] <= m[("ingot_router_memory_budget_bytes", "")]
+        assert f'model="{B}",' not in text.split("# HELP ingot_http_requests_total")[1]  # only A's process reports
+        promtool_ok(text)
+    check_clean_exit(srv)
+
+
+def test_a_model_larger_than_the_budget_is_an_error_at_start(binaries):
+    args = ["--memory-budget", "100M"]
+    for name, path in binaries.items():
+        args += ["--model", name, path]
+    r = subprocess.run([OBJDIR / "ingot-router", "--port", "0", *args, "--", *CHILD], capture_output=True,
+                       text=True, timeout=60 * SLOW)
+    assert r.returncode == 1
+    assert f"model '{A}' needs 191.7 MiB, more than the whole --memory-budget of 100.0 MiB" in r.stderr, r.stderr
+    r = subprocess.run([OBJDIR / "ingot-router", "--model", "other-name", binaries[A]], capture_output=True,
+                       text=True, timeout=60 * SLOW)
+    assert r.returncode == 1 and f"serves the model '{A}', not 'other-name'" in r.stderr, r.stderr
+
+
+# ---- crashes -----------------------------------------------------------------------------------
+
+
+def test_crash_fails_in_flight_with_502_and_the_next_request_restarts(binaries):
+    srv = router(binaries)
+    with srv:
+        c = client_of(srv)
+        c.completions.create(model=A, prompt="Hello", max_tokens=2)
+        failed = []
+
+        def long_request():
+            try:
+                c.completions.create(model=A, prompt="Count forever: 1, 2,", max_tokens=1000,
+                                     extra_body={"ignore_eos": True})
+            except openai.APIStatusError as e:
+                failed.append(e)
+
+        t = threading.Thread(target=long_request)
+        t.start()
+        wait_for(lambda: health(srv)[A]["in_flight"] == 1, 10 * SLOW, "the request never reached the child")
+        os.kill(health(srv)[A]["pid"], signal.SIGKILL)
+        t.join(30 * SLOW)
+        assert not t.is_alive()
+        assert failed and failed[0].status_code == 502 and failed[0].body["code"] == "model_crashed"
+        wait_for(lambda: health(srv)[A]["state"] == "stopped", 5 * SLOW, "the crash was not noticed")
+
+        r = c.completions.create(model=A, prompt="Hello", max_tokens=2)  # restarts it (after a 0.5 s backoff)
+        assert r.choices[0].text is not None and health(srv)[A]["state"] == "ready"
+        m, text = srv.metrics()
+        assert m[("ingot_router_model_crashes_total", f'{{model="{A}"}}')] == 1
+        assert m[("ingot_router_model_restarts_total", f'{{model="{A}"}}')] == 1
+        assert m[("ingot_router_model_starts_total", f'{{model="{A}"}}')] == 2
+        assert m[("ingot_router_requests_total", '{code="502"}')] == 1
+        assert "exited unexpectedly (killed by signal 9)" in srv.log
+        promtool_ok(text)
+    check_clean_exit(srv)
+
+
+# ---- the front end -------------------------------------------------------------------------------
+
+
+def test_ingot_serve_config_builds_then_routes(binaries, tmp_path):
+    gguf = smollm2_gguf()
+    build_opts = ["--kv-dtype", "f32"] + (["--san"] if SAN else [])  # the options of the cached build
+    cfg = tmp_path / "models.json"
+    cfg.write_text(json.dumps({"models": [
+        {"path": gguf, "name": A, "build": build_opts, "serve": ["--kv-memory", "64"]},
+        {"path": gguf, "name": B, "build": ["--kv-dtype", "f16"] + (["--san"] if SAN else []),
+         "serve": ["--kv-memory", "32"]},
+    ]}))
+    srv = ServerProc(ROOT / "ingot", "--api-key", "sekrit", "--", "--grace", "5",
+                     command=["serve", "--config", cfg], start_timeout=300 * SLOW)
+    with srv:
+        denied = requests.get(srv.base_url + "/models", timeout=30)
+        assert denied.status_code == 401 and denied.json()["error"]["code"] == "missing_api_key"
+        c = openai.OpenAI(base_url=srv.base_url, api_key="sekrit", max_retries=0, timeout=120 * SLOW)
+        assert {m.id for m in c.models.list().data} == {A, B}
+        assert c.completions.create(model=B, prompt="Hi", max_tokens=2).model == B
+        m, _ = srv.metrics()
+        # each model's own serve options: B's KV cache is 32 MiB smaller
+        mib = 1 << 20
+        assert m[("ingot_router_model_memory_bytes", f'{{model="{A}"}}')] - \
+            m[("ingot_router_model_memory_bytes", f'{{model="{B}"}}')] == pytest.approx(32 * mib, abs=mib)
+    check_clean_exit(srv)
+    bad = subprocess.run([ROOT / "ingot", "serve", gguf, gguf], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "two models are named" in bad.stderr
+
+
+# ---- a gateway in front of several serve processes ------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+NGINX_CONF = """
+worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+    upstream smollm2 {{
+        server 127.0.0.1:{p1};
+        server 127.0.0.1:{p2};
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://smollm2;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 600s;
+        }}
+    }}
+}}
+"""
+
+
+def test_nginx_gateway_in_front_of_two_serve_processes(binaries):
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if nginx is None:
+        pytest.skip("nginx not installed (Debian package nginx-light; scripts/setup.sh installs it)")
+    with ServerProc(binaries[A], *CHILD) as s1, ServerProc(binaries[A], *CHILD) as s2, \
+            tempfile.TemporaryDirectory() as prefix:
+        port = free_port()
+        conf = pathlib.Path(prefix) / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(prefix=prefix, p1=s1.port, p2=s2.port, port=port))
+        gw = subprocess.Popen([nginx, "-p", prefix, "-c", str(conf), "-e", f"{prefix}/error.log",
+                               "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: gw.poll() is not None or _connects(port), 10, "nginx did not listen")
+            assert gw.poll() is None, gw.stderr.read()
+            c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0,
+                              timeout=120 * SLOW)
+            for _ in range(2):  # round robin: one each
+                r = c.chat.completions.create(model=A, messages=PROMPT, max_tokens=4, temperature=0)
+                assert r.choices[0].message.content
+            chunks = list(c.chat.completions.create(model=A, messages=PROMPT, max_tokens=4, stream=True))
+            assert chunks[-1].choices[0].finish_reason in ("length", "stop")
+            served = [s.metrics()[0].get(("ingot_http_requests_total", '{code="200"}'), 0) for s in (s1, s2)]
+            assert min(served) >= 1 and sum(served) >= 3, served
+        finally:
+            gw.terminate()
+            gw.wait(10)
+
+
+def _connects(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
