@@ -17,9 +17,10 @@ local DT_ENUM = {f32 = "INGOT_F32", f16 = "INGOT_F16", bf16 = "INGOT_BF16",
                  q8_0 = "INGOT_Q8_0", q4_0 = "INGOT_Q4_0", q4_1 = "INGOT_Q4_1"}
 local DT_CTYPE = {f32 = "const float", f16 = "const uint16_t", bf16 = "const uint16_t",
                   q8_0 = "const block_q8_0", q4_0 = "const block_q4_0", q4_1 = "const block_q4_1"}
--- The GGUF types whose matmuls are in kernels/cpu/kc_kquant.h: block struct
--- names follow dtype.h (block_q4_K for q4_k), enums INGOT_Q4_K.
-for _, dt in ipairs({"q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"}) do
+-- The GGUF types whose matmuls are in kernels/cpu/kc_kquant.h, and the types
+-- GPTQ/AWQ/FP8 checkpoints are repacked into: block struct names follow
+-- dtype.h (block_q4_K for q4_k), enums INGOT_Q4_K.
+for _, dt in ipairs({"q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "q4_z", "q8_z", "f8_b32"}) do
   DT_ENUM[dt] = "INGOT_" .. dt:upper()
   DT_CTYPE[dt] = "const block_" .. dt:gsub("_k$", "_K")
 end

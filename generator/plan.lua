@@ -21,12 +21,16 @@ local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end
 -- Elements per block of each block-quantized weight dtype (runtime/load/dtype.h):
 -- a row must be a whole number of blocks.
 plan.BLOCK = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, iq4_nl = 32,
-              q2_k = 256, q3_k = 256, q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256}
+              q2_k = 256, q3_k = 256, q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256,
+              -- what GPTQ/AWQ (zero-point int4/int8) and FP8 checkpoints are repacked into at load
+              q4_z = 32, q8_z = 32, f8_b32 = 32}
 
 -- The dtypes with integer-dot kernels for int8 activations (kc_mm_*: every
--- block type; kc_kquant.h for those beyond Q8_0/Q4_0/Q4_1).
+-- GGUF block type; kc_kquant.h for those beyond Q8_0/Q4_0/Q4_1). The
+-- repacked checkpoint types keep f32 activations (the checkpoint's arithmetic).
+local F32_ONLY = {q4_z = true, q8_z = true, f8_b32 = true}
 local INT8_KERNELS = {}
-for dt in pairs(plan.BLOCK) do INT8_KERNELS[dt] = true end
+for dt in pairs(plan.BLOCK) do INT8_KERNELS[dt] = not F32_ONLY[dt] or nil end
 
 -- Whether a weight dtype is block-quantized.
 function plan.quantized(dtype)

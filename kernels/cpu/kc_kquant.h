@@ -1,4 +1,5 @@
-/* kc_kquant.h — matmuls with f32 activations for Q5_0, Q5_1, IQ4_NL and the super-block types Q2_K..Q6_K, IQ4_XS. */
+/* kc_kquant.h — matmuls with f32 activations for Q5_0, Q5_1, IQ4_NL, the super-block types Q2_K..Q6_K, IQ4_XS,
+ * and the types GPTQ, AWQ and FP8 checkpoints are repacked into (Q4_Z, Q8_Z, F8_B32). */
 #ifndef INGOT_KC_KQUANT_H
 #define INGOT_KC_KQUANT_H
 
@@ -11,9 +12,12 @@
  * offset) and two (d, c) pairs, one per half of 16 elements, so that
  *     w = q * d + c                        (Q5, K-quants)
  *     w = d * dtype_iq4_values[q]          (IQ4_NL, IQ4_XS)
+ *     w = (e4m3(q) * 256) * d             (F8_B32: q's bits placed in an f16
+ *                                          are e4m3(q) / 256, exactly)
  * with the offsets folded into c: -16d (Q5_0), m (Q5_1), -dmin*m (Q2_K,
- * Q4_K, Q5_K), -4d (Q3_K), -32d (Q6_K). Every product q*d (d being the f16
- * scale times a group scale of at most 8 bits) is exact in f32, so q*d + c,
+ * Q4_K, Q5_K), -4d (Q3_K), -32d (Q6_K), -z*d (Q4_Z, Q8_Z: the zero point).
+ * Every product q*d (d being the f16 scale times a group scale of at most 8
+ * bits, or Q8_Z's f16 scale and a code of 8 bits) is exact in f32, so q*d + c,
  * with one FMA or with a multiply and an add, rounds once at the add: the
  * weights are bit-identical to dtype_dequantize_row's (GGUF's reference),
  * and the matmul is the f32 matmul with the dequantized weight matrix.
@@ -26,7 +30,8 @@
  * dequantized weights shared by a token chunk, multiplied by kc_mmx's
  * outer-product microkernels. */
 
-enum { KC_WQ5_0 = 16, KC_WQ5_1, KC_WIQ4_NL, KC_WQ2_K, KC_WQ3_K, KC_WQ4_K, KC_WQ5_K, KC_WQ6_K, KC_WIQ4_XS };
+enum { KC_WQ5_0 = 16, KC_WQ5_1, KC_WIQ4_NL, KC_WQ2_K, KC_WQ3_K, KC_WQ4_K, KC_WQ5_K, KC_WQ6_K, KC_WIQ4_XS,
+       KC_WQ4_Z, KC_WQ8_Z, KC_WF8_B32 };
 
 /* Bytes per block and segments per block of a type. */
 KC_INLINE size_t kc__kbytes(int wt) {
@@ -39,10 +44,15 @@ KC_INLINE size_t kc__kbytes(int wt) {
     case KC_WQ4_K: return sizeof(block_q4_K);
     case KC_WQ5_K: return sizeof(block_q5_K);
     case KC_WQ6_K: return sizeof(block_q6_K);
+    case KC_WQ4_Z: return sizeof(block_q4_z);
+    case KC_WQ8_Z: return sizeof(block_q8_z);
+    case KC_WF8_B32: return sizeof(block_f8_b32);
     default: return sizeof(block_iq4_xs);
     }
 }
-KC_INLINE int kc__kspb(int wt) { return wt == KC_WQ5_0 || wt == KC_WQ5_1 || wt == KC_WIQ4_NL ? 1 : 8; }
+KC_INLINE int kc__kspb(int wt) {
+    return wt == KC_WQ5_0 || wt == KC_WQ5_1 || wt == KC_WIQ4_NL || wt == KC_WQ4_Z || wt == KC_WQ8_Z || wt == KC_WF8_B32 ? 1 : 8;
+}
 KC_INLINE int kc__ktable(int wt) { return wt == KC_WIQ4_NL || wt == KC_WIQ4_XS; }
 
 KC_INLINE float kc__h(const uint8_t *p) { /* an f16 field (blocks need not be 2-aligned in memory) */
@@ -57,6 +67,13 @@ KC_INLINE void kc__kscales(const uint8_t *b, int wt, int g, float *d0, float *c0
     case KC_WQ5_0: *d0 = kc__h(b); *c0 = -16.0f * *d0; break;
     case KC_WQ5_1: *d0 = kc__h(b); *c0 = kc__h(b + 2); break;
     case KC_WIQ4_NL: *d0 = kc__h(b); *c0 = 0.0f; break;
+    case KC_WQ4_Z: case KC_WQ8_Z: {
+        uint16_t z;
+        memcpy(&z, b + 2, 2);
+        *d0 = kc__h(b), *c0 = -((float)z * *d0);
+        break;
+    }
+    case KC_WF8_B32: memcpy(d0, b, 4); *c0 = 0.0f; break;
     case KC_WQ2_K: {
         const float d = kc__h(b + offsetof(block_q2_K, d)), dmin = kc__h(b + offsetof(block_q2_K, dmin));
         const uint8_t s0 = b[2 * g], s1 = b[2 * g + 1];
@@ -132,6 +149,9 @@ KC_INLINE __m256i kc__kcodes(const uint8_t *b, int wt, int g) {
     case KC_WQ5_1:
         return _mm256_or_si256(kc__knibbles(b + offsetof(block_q5_1, qs)), kc__kfifth(b + offsetof(block_q5_1, qh)));
     case KC_WIQ4_NL: return kc__knibbles(b + offsetof(block_iq4_nl, qs));
+    case KC_WQ4_Z: return kc__knibbles(b + offsetof(block_q4_z, qs));
+    case KC_WQ8_Z: case KC_WF8_B32: /* the bytes as they are (both have qs at offset 4) */
+        return _mm256_loadu_si256((const __m256i *)(const void *)(b + offsetof(block_q8_z, qs)));
     case KC_WQ2_K: return kc__kfield(b + offsetof(block_q2_K, qs) + 32 * (g / 4), 2 * (g % 4), 3);
     case KC_WQ3_K:
         return _mm256_or_si256(kc__kfield(b + offsetof(block_q3_K, qs) + 32 * (g / 4), 2 * (g % 4), 3),
@@ -153,9 +173,11 @@ KC_INLINE void kc__kcodes(const uint8_t *b, int wt, int g, uint8_t q[32]) {
     for (int l = 0; l < 32; l++) {
         int v;
         switch (wt) {
-        case KC_WQ5_0: case KC_WQ5_1: case KC_WIQ4_NL: case KC_WIQ4_XS: {
+        case KC_WQ8_Z: case KC_WF8_B32: v = b[offsetof(block_q8_z, qs) + l]; break;
+        case KC_WQ5_0: case KC_WQ5_1: case KC_WIQ4_NL: case KC_WIQ4_XS: case KC_WQ4_Z: {
             const size_t qs = wt == KC_WQ5_0 ? offsetof(block_q5_0, qs) : wt == KC_WQ5_1 ? offsetof(block_q5_1, qs)
-                              : wt == KC_WIQ4_NL ? offsetof(block_iq4_nl, qs) : offsetof(block_iq4_xs, qs) + 16 * (size_t)g;
+                              : wt == KC_WIQ4_NL ? offsetof(block_iq4_nl, qs) : wt == KC_WQ4_Z ? offsetof(block_q4_z, qs)
+                              : offsetof(block_iq4_xs, qs) + 16 * (size_t)g;
             v = (b[qs + l % 16] >> (4 * (l / 16))) & 15;
             if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
                 const uint8_t *qh = b + (wt == KC_WQ5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh));
@@ -192,6 +214,29 @@ KC_INLINE void kc__kseg(const uint8_t *row, int wt, int s, kc_vf w[KC_KSV]) {
     const uint8_t *b = row + (size_t)(s / spb) * kc__kbytes(wt);
     float d0, c0, d1, c1;
     kc__kscales(b, wt, g, &d0, &c0, &d1, &c1);
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+    if (wt == KC_WF8_B32) { /* E4M3 bits moved into f16 bits (sign to bit 15, the rest up by 7), widened */
+        const __m256i q = kc__kcodes(b, wt, g);
+        const __m256i m7f = _mm256_set1_epi16(0x7f), m80 = _mm256_set1_epi16(0x80);
+        __m128i h[2];
+        KC_UNROLL for (int k = 0; k < 2; k++) {
+            const __m256i v = _mm256_cvtepu8_epi16(k ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q));
+            const __m256i f16 = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(v, m80), 8),
+                                                _mm256_slli_epi16(_mm256_and_si256(v, m7f), 7));
+#if defined(__AVX512F__)
+            w[k] = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtph_ps(f16), _mm512_set1_ps(256.0f)), _mm512_set1_ps(d0));
+            (void)h;
+#else
+            h[0] = _mm256_castsi256_si128(f16), h[1] = _mm256_extracti128_si256(f16, 1);
+            KC_UNROLL for (int u = 0; u < 2; u++)
+                w[2 * k + u] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(h[u]), _mm256_set1_ps(256.0f)),
+                                             _mm256_set1_ps(d0));
+#endif
+        }
+        (void)c0, (void)d1, (void)c1;
+        return;
+    }
+#endif
 #if defined(__AVX512F__)
     const __m256i q = kc__kcodes(b, wt, g);
     const __m512i q0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)), q1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1));
@@ -223,7 +268,8 @@ KC_INLINE void kc__kseg(const uint8_t *row, int wt, int s, kc_vf w[KC_KSV]) {
     uint8_t q[32];
     kc__kcodes(b, wt, g, q);
     for (int l = 0; l < 32; l++)
-        w[l] = kc__ktable(wt) ? d0 * (float)dtype_iq4_values[q[l]] : (float)q[l] * (l < 16 ? d0 : d1) + (l < 16 ? c0 : c1);
+        w[l] = wt == KC_WF8_B32 ? kc_fp16_to_f32((uint16_t)((q[l] & 0x80) << 8 | (q[l] & 0x7f) << 7)) * 256.0f * d0
+               : kc__ktable(wt) ? d0 * (float)dtype_iq4_values[q[l]] : (float)q[l] * (l < 16 ? d0 : d1) + (l < 16 ? c0 : c1);
 #endif
 }
 
@@ -460,5 +506,16 @@ KC_KMM_ENTRY(q5_k, block_q5_K, KC_WQ5_K)
 KC_KMM_ENTRY(q6_k, block_q6_K, KC_WQ6_K)
 KC_KMM_ENTRY(iq4_xs, block_iq4_xs, KC_WIQ4_XS)
 #undef KC_KMM_ENTRY
+/* The repacked GPTQ/AWQ/FP8 types take f32 activations only: their matmul
+ * is the checkpoint's arithmetic (an int8 path would round the activations). */
+#define KC_KMMX_ENTRY(name, block, wt)                                                                                \
+    static inline void kc_mmx_##name(const block *W, const float *X, int ldx, float *Y, int ldy, int T, int IN,      \
+                                     int r0, int r1, const float *bias, int accumulate) {                            \
+        kc__kmm(W, wt, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);                                              \
+    }
+KC_KMMX_ENTRY(q4_z, block_q4_z, KC_WQ4_Z)
+KC_KMMX_ENTRY(q8_z, block_q8_z, KC_WQ8_Z)
+KC_KMMX_ENTRY(f8_b32, block_f8_b32, KC_WF8_B32)
+#undef KC_KMMX_ENTRY
 
 #endif

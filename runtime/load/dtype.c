@@ -13,12 +13,15 @@ static const char *const dtype_names[INGOT_DTYPE_COUNT] = {
     [INGOT_Q5_0] = "q5_0", [INGOT_Q5_1] = "q5_1", [INGOT_Q2_K] = "q2_k",
     [INGOT_Q3_K] = "q3_k", [INGOT_Q4_K] = "q4_k", [INGOT_Q5_K] = "q5_k",
     [INGOT_Q6_K] = "q6_k", [INGOT_IQ4_NL] = "iq4_nl", [INGOT_IQ4_XS] = "iq4_xs",
+    [INGOT_I32] = "i32", [INGOT_F8_E4M3] = "f8_e4m3", [INGOT_Q4_Z] = "q4_z", [INGOT_Q8_Z] = "q8_z",
+    [INGOT_F8_B32] = "f8_b32",
 };
 
 _Static_assert(sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_iq4_nl) == 18, "32-block sizes");
 _Static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(block_q4_K) == 144 &&
                    sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 && sizeof(block_iq4_xs) == 136,
                "super-block sizes");
+_Static_assert(sizeof(block_q4_z) == 20 && sizeof(block_q8_z) == 36 && sizeof(block_f8_b32) == 36, "zero-point and fp8 blocks");
 
 const int8_t dtype_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
@@ -43,6 +46,7 @@ int dtype_from_name(const char *name, ingot_dtype *out) {
 int dtype_block_elems(ingot_dtype t) {
     switch (t) {
     case INGOT_Q8_0: case INGOT_Q4_0: case INGOT_Q4_1: case INGOT_Q5_0: case INGOT_Q5_1: case INGOT_IQ4_NL:
+    case INGOT_Q4_Z: case INGOT_Q8_Z: case INGOT_F8_B32:
         return INGOT_QBLOCK;
     case INGOT_Q2_K: case INGOT_Q3_K: case INGOT_Q4_K: case INGOT_Q5_K: case INGOT_Q6_K: case INGOT_IQ4_XS:
         return INGOT_KBLOCK;
@@ -69,6 +73,11 @@ size_t dtype_block_bytes(ingot_dtype t) {
     case INGOT_Q6_K: return sizeof(block_q6_K);
     case INGOT_IQ4_NL: return sizeof(block_iq4_nl);
     case INGOT_IQ4_XS: return sizeof(block_iq4_xs);
+    case INGOT_I32: return 4;
+    case INGOT_F8_E4M3: return 1;
+    case INGOT_Q4_Z: return sizeof(block_q4_z);
+    case INGOT_Q8_Z: return sizeof(block_q8_z);
+    case INGOT_F8_B32: return sizeof(block_f8_b32);
     default: return 0;
     }
 }
@@ -269,6 +278,14 @@ static void dequant_superblock(ingot_dtype t, const uint8_t *p, float *y) {
     }
 }
 
+/* E4M3 has the layout of an f16 with 4 exponent bits (bias 7) and 3
+ * mantissa bits: shifted into an f16 (bias 15) it is the value times 2^-8,
+ * normals and subnormals alike, and both conversions are exact. */
+float fp8_e4m3_to_f32(uint8_t b) {
+    if ((b & 0x7f) == 0x7f) return NAN;
+    return fp16_to_f32((uint16_t)((b & 0x80) << 8 | (b & 0x7f) << 7)) * 256.0f;
+}
+
 /* src is treated as raw bytes so it may be unaligned. */
 void dtype_dequantize_row(ingot_dtype t, const void *src, float *dst, int64_t n) {
     const uint8_t *p = src;
@@ -314,6 +331,36 @@ void dtype_dequantize_row(ingot_dtype t, const void *src, float *dst, int64_t n)
     case INGOT_Q2_K: case INGOT_Q3_K: case INGOT_Q4_K: case INGOT_Q5_K: case INGOT_Q6_K: case INGOT_IQ4_XS:
         for (int64_t b = 0; b < n / INGOT_KBLOCK; b++, p += dtype_block_bytes(t), dst += INGOT_KBLOCK)
             dequant_superblock(t, p, dst);
+        break;
+    case INGOT_F8_E4M3:
+        for (int64_t i = 0; i < n; i++) dst[i] = fp8_e4m3_to_f32(p[i]);
+        break;
+    case INGOT_I32:
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)(int32_t)ld32(p + 4 * i);
+        break;
+    case INGOT_Q4_Z: /* d*(q-z): q-z is a small integer and d an f16, so the product is exact */
+        for (int64_t b = 0; b < n / INGOT_QBLOCK; b++, p += sizeof(block_q4_z), dst += INGOT_QBLOCK) {
+            const float d = fp16_to_f32(ld16(p));
+            const int z = ld16(p + 2);
+            for (int j = 0; j < 16; j++) {
+                dst[j] = d * (float)((p[4 + j] & 0x0f) - z);
+                dst[j + 16] = d * (float)((p[4 + j] >> 4) - z);
+            }
+        }
+        break;
+    case INGOT_Q8_Z:
+        for (int64_t b = 0; b < n / INGOT_QBLOCK; b++, p += sizeof(block_q8_z), dst += INGOT_QBLOCK) {
+            const float d = fp16_to_f32(ld16(p));
+            const int z = ld16(p + 2);
+            for (int j = 0; j < 32; j++) dst[j] = d * (float)(p[4 + j] - z);
+        }
+        break;
+    case INGOT_F8_B32:
+        for (int64_t b = 0; b < n / INGOT_QBLOCK; b++, p += sizeof(block_f8_b32), dst += INGOT_QBLOCK) {
+            float d;
+            memcpy(&d, p, 4);
+            for (int j = 0; j < 32; j++) dst[j] = d * fp8_e4m3_to_f32(p[4 + j]);
+        }
         break;
     default:
         break;
@@ -420,12 +467,22 @@ static void scale_offsets(ingot_dtype t, int *a, int *b) {
     case INGOT_Q2_K: *a = (int)offsetof(block_q2_K, d); *b = (int)offsetof(block_q2_K, dmin); break;
     case INGOT_Q3_K: *a = (int)offsetof(block_q3_K, d); break;
     case INGOT_Q6_K: *a = (int)offsetof(block_q6_K, d); break;
+    case INGOT_Q4_Z: case INGOT_Q8_Z: *a = 0; break;
     default: break;
     }
 }
 
 /* An f16 whose exponent bits are all ones is an infinity or a NaN. */
 int dtype_check_scales(ingot_dtype t, const void *src, int64_t n, int64_t *bad_block) {
+    if (t == INGOT_F8_B32) { /* an f32 scale */
+        const uint8_t *p = src;
+        for (int64_t i = 0; i < n / INGOT_QBLOCK; i++, p += sizeof(block_f8_b32))
+            if ((ld32(p) & 0x7f800000u) == 0x7f800000u) {
+                *bad_block = i;
+                return -1;
+            }
+        return 0;
+    }
     int a, b;
     scale_offsets(t, &a, &b);
     if (a < 0) return 0;

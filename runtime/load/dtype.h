@@ -27,6 +27,15 @@ typedef enum {
     INGOT_Q6_K,  /* 256: 16 groups of 16, int8 scale, 6-bit q (4 + 2 bits)           */
     INGOT_IQ4_NL, /* 32 elements: d, 4-bit index into a fixed non-linear table      */
     INGOT_IQ4_XS, /* 256: 8 groups of 32, 6-bit signed scale, 4-bit table index     */
+    /* Safetensors element types that are parts of a quantized checkpoint
+     * (GPTQ/AWQ packed codes, FP8 weights): read, never a kernel's type. */
+    INGOT_I32,     /* int32 element                                               */
+    INGOT_F8_E4M3, /* float8_e4m3fn element (no infinities; 0x7f/0xff are NaN)    */
+    /* What GPTQ, AWQ and FP8 checkpoints are repacked into at load
+     * (quant_ckpt.h): every weight they define, exactly. */
+    INGOT_Q4_Z,   /* 32 elements: f16 scale d, integer zero z, nibbles; x = d*(q-z)     */
+    INGOT_Q8_Z,   /* 32 elements: f16 scale d, integer zero z, bytes;   x = d*(q-z)     */
+    INGOT_F8_B32, /* 32 elements: f32 scale d, E4M3 codes;             x = d*e4m3(q)   */
     INGOT_DTYPE_COUNT
 } ingot_dtype;
 
@@ -44,6 +53,18 @@ typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } block_q5_0;       
 typedef struct { uint16_t d; uint16_t m; uint8_t qh[4]; uint8_t qs[16]; } block_q5_1; /* 24 bytes */
 /* IQ4_NL: nibbles as in Q4_0, each an index into dtype_iq4_values; x = d*value. */
 typedef struct { uint16_t d; uint8_t qs[16]; } block_iq4_nl;                          /* 18 bytes */
+
+/* Zero-point blocks (GPTQ, AWQ): z is 0..16 (Q4_Z) or 0..256 (Q8_Z), the
+ * checkpoint's zero point after its format's convention; Q4_Z's nibbles are
+ * ordered as Q4_0's, Q8_Z's bytes are the unsigned codes in order. F8_B32:
+ * the scale is the checkpoint's (per tensor or per 128x128 block) as f32,
+ * the codes its E4M3 bytes in order. */
+typedef struct { uint16_t d; uint16_t z; uint8_t qs[16]; } block_q4_z; /* 20 bytes */
+typedef struct { uint16_t d; uint16_t z; uint8_t qs[32]; } block_q8_z; /* 36 bytes */
+typedef struct { float d; uint8_t qs[32]; } block_f8_b32;              /* 36 bytes */
+
+/* An E4M3 (float8_e4m3fn) byte as f32, exactly; 0x7f and 0xff are NaN. */
+float fp8_e4m3_to_f32(uint8_t b);
 
 /* Super-blocks of 256 (GGUF's QK_K). Element e = 32*g + l of a super-block
  * (g = 0..7 its group of 32, l = 0..31) is stored as:
@@ -82,7 +103,7 @@ static inline void dtype_k4_scale_min(const uint8_t *scales, int g, int *sc, int
 }
 
 /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k",
- * "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs" */
+ * "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "i32", "f8_e4m3", "q4_z", "q8_z", "f8_b32" */
 const char *dtype_name(ingot_dtype t);
 /* Parses a name as above (case-insensitive); returns 0 on success, -1 if unknown. */
 int dtype_from_name(const char *name, ingot_dtype *out);

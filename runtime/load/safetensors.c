@@ -95,6 +95,9 @@ static int parse_dtype(const char *s, ingot_dtype *out) {
     if (strcmp(s, "F32") == 0) { *out = INGOT_F32; return 0; }
     if (strcmp(s, "F16") == 0) { *out = INGOT_F16; return 0; }
     if (strcmp(s, "BF16") == 0) { *out = INGOT_BF16; return 0; }
+    /* the parts of quantized checkpoints (GPTQ/AWQ codes, FP8 weights) */
+    if (strcmp(s, "I32") == 0) { *out = INGOT_I32; return 0; }
+    if (strcmp(s, "F8_E4M3") == 0) { *out = INGOT_F8_E4M3; return 0; }
     return -1;
 }
 
@@ -115,7 +118,7 @@ static int add_tensor(st_file *f, size_t si, const cJSON *item, char *err, size_
     t.shard = si;
     if (parse_dtype(jd->valuestring, &t.dtype)) {
         char db[64];
-        return st_fail(err, errlen, sh->path, "tensor '%s': unsupported dtype '%s' (supported: F32, F16, BF16)", name,
+        return st_fail(err, errlen, sh->path, "tensor '%s': unsupported dtype '%s' (supported: F32, F16, BF16, I32, F8_E4M3)", name,
                        printable(jd->valuestring, db, sizeof db));
     }
     int nd = cJSON_GetArraySize(js);

@@ -5,7 +5,8 @@
  * shard it names (each once) from the index's folder. Every data_offsets pair
  * is checked against the shape, the dtype and the file size; overlapping
  * tensors and duplicate names are rejected. The `__metadata__` entry is skipped.
- * Supported dtypes: F32, F16, BF16. Data pointers point into the mappings
+ * Supported dtypes: F32, F16, BF16, and I32 and F8_E4M3 (the parts of GPTQ,
+ * AWQ and FP8 checkpoints, which quant_ckpt.h repacks). Data pointers point into the mappings
  * (zero copy, not necessarily aligned) and live until st_close.
  */
 #ifndef INGOT_SAFETENSORS_H

@@ -1,6 +1,7 @@
 /* weights.c — one tensor view over GGUF and safetensors checkpoints (dispatch by content, not name). */
 #include "weights.h"
 #include "safetensors.h"
+#include "quant_ckpt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +17,9 @@ struct wt_file {
     gguf_file *gguf;
     st_file *st;
     size_t n;
-    wt_tensor *tensors; /* same order as the underlying reader's list */
+    wt_tensor *tensors; /* same order as the underlying reader's list, unless repacked */
+    qc_result qc;       /* a GPTQ/AWQ/FP8 checkpoint's repacked list (owns tensors then) */
+    const wt_tensor **sorted; /* by name, when repacked (the reader's index no longer matches) */
 };
 
 /* Fills the tensor list from whichever reader is open. */
@@ -93,6 +96,48 @@ static file_kind sniff(const char *path, char *err, size_t errlen, int *io_error
     return KIND_UNKNOWN;
 }
 
+static int cmp_name(const void *a, const void *b) {
+    return strcmp((*(const wt_tensor *const *)a)->name, (*(const wt_tensor *const *)b)->name);
+}
+
+/* A safetensors checkpoint's config.json (in the folder, or beside the
+ * file) may declare GPTQ, AWQ or FP8 quantization: its linears are
+ * repacked (quant_ckpt.h) and the list is replaced by the repacked one. */
+static int repack_quantized(wt_file *f, int is_dir, char *err, size_t errlen) {
+    size_t n = strlen(f->path) + sizeof "/config.json";
+    char *config = malloc(n);
+    if (!config) {
+        snprintf(err, errlen, "%s: out of memory", f->path);
+        return -1;
+    }
+    if (is_dir) snprintf(config, n, "%s/config.json", f->path);
+    else {
+        const char *slash = strrchr(f->path, '/');
+        if (slash) snprintf(config, n, "%.*s/config.json", (int)(slash - f->path), f->path);
+        else snprintf(config, n, "config.json");
+    }
+    int rc = qc_repack(f->path, config, f->tensors, f->n, &f->qc, err, errlen);
+    free(config);
+    if (rc) return -1;
+    if (!f->qc.method) { /* not quantized: the reader's list and index as they are */
+        qc_free(&f->qc);
+        return 0;
+    }
+    free(f->tensors);
+    f->tensors = f->qc.tensors;
+    f->n = f->qc.n;
+    f->sorted = malloc((f->n ? f->n : 1) * sizeof *f->sorted);
+    if (!f->sorted) {
+        snprintf(err, errlen, "%s: out of memory", f->path);
+        return -1;
+    }
+    for (size_t i = 0; i < f->n; i++) f->sorted[i] = &f->tensors[i];
+    qsort(f->sorted, f->n, sizeof *f->sorted, cmp_name);
+    return 0;
+}
+
+const char *wt_quant_method(const wt_file *f) { return f->qc.method; }
+
 wt_file *wt_open(const char *path, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
     char scratch[32];
@@ -139,6 +184,10 @@ wt_file *wt_open(const char *path, char *err, size_t errlen) {
         wt_close(f);
         return NULL;
     }
+    if (f->st && repack_quantized(f, S_ISDIR(st.st_mode), err, errlen)) {
+        wt_close(f);
+        return NULL;
+    }
     return f;
 }
 
@@ -146,6 +195,9 @@ void wt_close(wt_file *f) {
     if (!f) return;
     gguf_close(f->gguf);
     st_close(f->st);
+    if (f->qc.tensors == f->tensors) f->tensors = NULL; /* qc_free releases it */
+    qc_free(&f->qc);
+    free(f->sorted);
     free(f->tensors);
     free(f->path);
     free(f);
@@ -162,6 +214,16 @@ const wt_tensor *wt_find(const wt_file *f, const char *name) {
     if (f->gguf) {
         const gguf_tensor *t = gguf_find_tensor(f->gguf, name);
         return t ? &f->tensors[t - gguf_tensor_at(f->gguf, 0)] : NULL;
+    }
+    if (f->sorted) {
+        size_t lo = 0, hi = f->n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            int c = strcmp(name, f->sorted[mid]->name);
+            if (c == 0) return f->sorted[mid];
+            if (c < 0) hi = mid; else lo = mid + 1;
+        }
+        return NULL;
     }
     const st_tensor *t = st_find(f->st, name);
     return t ? &f->tensors[t - st_tensor_at(f->st, 0)] : NULL;

@@ -4,7 +4,8 @@
  * model.safetensors or model.safetensors.index.json (sharded). Tensors are
  * presented in PyTorch order (outermost dimension first), so a GGUF tensor
  * with ne = {576, 1536} appears as shape {1536, 576}: 1536 rows of 576.
- * Data pointers point into read-only mappings that live until wt_close.
+ * Data pointers point into read-only mappings (or, for the repacked linears
+ * of a GPTQ/AWQ/FP8 checkpoint, memory of the wt_file) that live until wt_close.
  */
 #ifndef INGOT_WEIGHTS_H
 #define INGOT_WEIGHTS_H
@@ -37,6 +38,11 @@ const wt_tensor *wt_at(const wt_file *f, size_t i);
 const wt_tensor *wt_find(const wt_file *f, const char *name); /* NULL if absent */
 const gguf_file *wt_gguf(const wt_file *f); /* NULL unless GGUF */
 const char *wt_path(const wt_file *f);      /* the path given to wt_open */
+/* "gptq", "awq" or "fp8" for a quantized safetensors checkpoint, whose
+ * linears wt_open repacked (quant_ckpt.h) into `<prefix>.weight` tensors of
+ * type q4_z, q8_z or f8_b32 (f32 for an act-order GPTQ whose groups
+ * interleave); NULL otherwise. */
+const char *wt_quant_method(const wt_file *f);
 
 /* Checks that tensor `name` exists with this shape and one of the allowed
  * dtypes (mask of 1u << ingot_dtype). On failure writes e.g.
