@@ -88,6 +88,26 @@ def dump(built, path, name, tmp_path):
     return np.fromfile(out, dtype="<f4")
 
 
+# ------------------------------------------------------------------ kernels
+
+@pytest.mark.parametrize("march", ["native", "haswell", "x86-64"], ids=["native", "avx2", "portable"])
+def test_kernels(march, built, tmp_path):
+    """tests/c/test_zquant_kernels.c: kc_mmx_q4_z/q8_z/f8_b32 decode exactly dtype.c's weights and multiply
+    within summation order; built by make for this CPU, and here again for AVX2 and for no SIMD."""
+    binary = built / "tests" / "test_zquant_kernels"
+    if march != "native":
+        if SAN:
+            pytest.skip("the sanitizer pass runs the make-built binary")
+        binary = tmp_path / f"test_zquant_kernels-{march}"
+        inc = [f"-I{ROOT / d}" for d in ("runtime/core", "runtime/load", "kernels/cpu", "tests/c")]
+        r = run(["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", f"-march={march}", *inc, ROOT / "tests/c/test_zquant_kernels.c",
+                 "-o", binary, built / "libingot.a", "-lcjson", "-lm", "-pthread"])
+        assert r.returncode == 0, r.stderr
+    r = run([binary])
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert r.stdout.strip().splitlines()[-1].endswith(" 0 failed")
+
+
 # ------------------------------------------------------------------ loader
 
 LOADER_CASES = {
@@ -307,3 +327,32 @@ def test_quantized_model_matches_transformers(name, built, tmp_path):
         got = logits(binary, TOKENS, *mode, weights=d, tmp_path=tmp_path)
         err = np.abs(got - ref).max()
         assert err <= 2e-5, f"{name} {mode}: max |delta| {err:.3g}"
+
+
+def test_model_binary_refuses_bad_quantized_checkpoints(built, tmp_path):
+    """Through the generated load path: one line naming the tensor, exit 1."""
+    from safetensors.numpy import load_file
+    d, _ = quantized_model("gptq4-llama")
+    binary = build(d, "qc-gptq4-llama")
+
+    def fails(weights, *words):
+        r = run([binary, "--weights", weights, "logits", "--tokens", "1,2,3", "--out", "/dev/null"])
+        assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, (r.returncode, r.stderr)
+        for w in words:
+            assert w in r.stderr, f"{w!r} not in {r.stderr!r}"
+
+    tensors = load_file(d / "model.safetensors")
+    g = tensors["model.layers.1.mlp.down_proj.g_idx"].copy()
+    g[200] = 99
+    bad_dir = tmp_path / "bad"
+    shutil.copytree(d, bad_dir)
+    save(bad_dir / "model.safetensors", {**tensors, "model.layers.1.mlp.down_proj.g_idx": g})
+    fails(bad_dir, "model.layers.1.mlp.down_proj.g_idx", "entry 200 is group 99")
+    # the configuration says 8 bits over 4-bit words: the packed shapes disagree
+    eight = tmp_path / "eight"
+    shutil.copytree(d, eight)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["quantization_config"]["bits"] = 8
+    (eight / "config.json").write_text(json.dumps(cfg))
+    fails(eight, "model.layers.", ".scales': expected f16", "groups of 32 inputs")
