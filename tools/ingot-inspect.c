@@ -1,6 +1,6 @@
 /* ingot-inspect.c — prints a checkpoint's format, metadata and tensor list as JSON; dumps a tensor as f32.
  *
- *   ingot-inspect [--full-arrays] FILE_OR_DIR [--dump NAME OUT.f32]
+ *   ingot-inspect [--full-arrays] FILE_OR_DIR [--dump NAME OUT.f32 [--as TYPE]]
  *
  * Output (stable; the Lua generator reads it):
  *   {"format":"gguf"|"safetensors", "gguf_version":3 (GGUF only),
@@ -167,8 +167,10 @@ static cJSON *describe(const wt_file *wf, int full_arrays) {
     return root;
 }
 
-/* Writes tensor `name` as raw little-endian f32, a chunk of rows at a time. */
-static int dump(const wt_file *wf, const char *name, const char *out) {
+/* Writes tensor `name` as raw little-endian f32, a chunk of rows at a time. With as_type set
+ * (--as), each row goes through ingot's load-time quantizer first (dtype_quantize_row, what
+ * --dtype does) and back: the values a build converted to that type computes with. */
+static int dump(const wt_file *wf, const char *name, const char *out, const char *as_type) {
     const wt_tensor *t = wt_find(wf, name);
     if (!t) { fprintf(stderr, "%s: tensor '%s' not found\n", wt_path(wf), name); return 1; }
     int64_t row = t->n_dims ? t->shape[t->n_dims - 1] : 1;
@@ -176,40 +178,59 @@ static int dump(const wt_file *wf, const char *name, const char *out) {
     for (int d = 0; d + 1 < t->n_dims; d++) rows *= t->shape[d];
     size_t row_bytes;
     if (dtype_row_bytes(t->dtype, row, &row_bytes)) { fprintf(stderr, "%s: tensor '%s': bad row size\n", wt_path(wf), name); return 1; }
+    ingot_dtype as = INGOT_F32;
+    size_t as_row_bytes = 0;
+    if (as_type) {
+        if (dtype_from_name(as_type, &as) != 0 || !dtype_can_quantize(as)) {
+            fprintf(stderr, "--as %s: not a type ingot quantizes to\n", as_type);
+            return 1;
+        }
+        if (dtype_row_bytes(as, row, &as_row_bytes)) {
+            fprintf(stderr, "%s: tensor '%s': rows of %lld are not whole %s blocks\n", wt_path(wf), name, (long long)row, as_type);
+            return 1;
+        }
+    }
     FILE *fp = fopen(out, "wb");
     if (!fp) { perror(out); return 1; }
     int64_t chunk = row > 0 ? (1 << 20) / row : rows;
     if (chunk < 1) chunk = 1;
     int64_t buf_elems = row * (chunk < rows ? chunk : rows);
     float *buf = malloc((size_t)(buf_elems > 0 ? buf_elems : 1) * sizeof(float)); /* never malloc(0) */
-    int rc = buf ? 0 : 1;
-    if (!buf) fprintf(stderr, "out of memory\n");
+    uint8_t *qbuf = as_type ? malloc(as_row_bytes > 0 ? as_row_bytes : 1) : NULL;
+    int rc = buf && (qbuf || !as_type) ? 0 : 1;
+    if (rc) fprintf(stderr, "out of memory\n");
     for (int64_t r = 0; rc == 0 && row > 0 && r < rows; r += chunk) {
         int64_t nr = rows - r < chunk ? rows - r : chunk;
         dtype_dequantize_row(t->dtype, (const uint8_t *)t->data + (size_t)r * row_bytes, buf, nr * row);
+        for (int64_t i = 0; as_type && i < nr; i++) {
+            dtype_quantize_row(as, buf + i * row, qbuf, row);
+            dtype_dequantize_row(as, qbuf, buf + i * row, row);
+        }
         if (fwrite(buf, sizeof(float), (size_t)(nr * row), fp) != (size_t)(nr * row)) { perror(out); rc = 1; }
     }
     free(buf);
+    free(qbuf);
     if (fclose(fp) != 0 && rc == 0) { perror(out); rc = 1; }
     return rc;
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: ingot-inspect [--full-arrays] FILE_OR_DIR [--dump NAME OUT.f32]\n");
+    fprintf(stderr, "usage: ingot-inspect [--full-arrays] FILE_OR_DIR [--dump NAME OUT.f32 [--as TYPE]]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
-    const char *path = NULL, *dump_name = NULL, *dump_out = NULL;
+    const char *path = NULL, *dump_name = NULL, *dump_out = NULL, *as_type = NULL;
     int full_arrays = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--full-arrays") == 0) full_arrays = 1;
         else if (strcmp(argv[i], "--dump") == 0 && i + 2 < argc) { dump_name = argv[i + 1]; dump_out = argv[i + 2]; i += 2; }
+        else if (strcmp(argv[i], "--as") == 0 && i + 1 < argc) as_type = argv[++i];
         else if (argv[i][0] == '-' && argv[i][1] != 0) return usage();
         else if (!path) path = argv[i];
         else return usage();
     }
-    if (!path) return usage();
+    if (!path || (as_type && !dump_name)) return usage();
     {
         /* dtype_dequantize_row writes host floats; the dump format is little-endian. */
         const uint32_t one = 1;
@@ -220,7 +241,7 @@ int main(int argc, char **argv) {
     if (!wf) { fprintf(stderr, "%s\n", err); return 1; }
     int rc = 0;
     if (dump_name) {
-        rc = dump(wf, dump_name, dump_out);
+        rc = dump(wf, dump_name, dump_out, as_type);
     } else {
         cJSON *doc = describe(wf, full_arrays);
         char *text = doc ? cJSON_Print(doc) : NULL;
