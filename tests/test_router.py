@@ -161,6 +161,30 @@ def test_client_disconnect_cancels_in_the_child(binaries):
     check_clean_exit(srv)
 
 
+def test_concurrent_first_requests_start_the_model_once(binaries):
+    srv = router(binaries)
+    with srv:
+        c = client_of(srv)
+        results, errors = [], []
+
+        def ask():
+            try:
+                results.append(c.completions.create(model=B, prompt="Hello", max_tokens=2).model)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60 * SLOW)
+        assert not errors and results == [B] * 4
+        m, _ = srv.metrics()
+        assert m[("ingot_router_model_starts_total", f'{{model="{B}"}}')] == 1
+        assert srv.log.count(f"ingot-router: starting {B} ") == 1
+    check_clean_exit(srv)
+
+
 # ---- the memory budget: least recently used goes ------------------------------------------
 
 
@@ -186,6 +210,52 @@ def test_lru_under_a_budget_that_fits_one(binaries):
         assert m[("ingot_router_memory_used_bytes", "")] <= m[("ingot_router_memory_budget_bytes", "")]
         assert f'model="{B}",' not in text.split("# HELP ingot_http_requests_total")[1]  # only A's process reports
         promtool_ok(text)
+    check_clean_exit(srv)
+
+
+@pytest.mark.full
+def test_a_busy_model_is_not_evicted_the_other_waits(binaries):
+    srv = router(binaries, "--memory-budget", ONE_FITS)
+    with srv:
+        c = client_of(srv)
+        c.completions.create(model=A, prompt="Hello", max_tokens=2)
+        done = {}
+
+        def long_a():
+            done["a"] = c.completions.create(model=A, prompt="Count: 1, 2,", max_tokens=120,
+                                             extra_body={"ignore_eos": True}).usage.completion_tokens
+
+        def then_b():
+            done["b"] = c.completions.create(model=B, prompt="Hello", max_tokens=2).model
+
+        ta = threading.Thread(target=long_a)
+        ta.start()
+        wait_for(lambda: health(srv)[A]["in_flight"] == 1, 10 * SLOW, "A never got the request")
+        tb = threading.Thread(target=then_b)
+        tb.start()
+        wait_for(lambda: health(srv)[B]["waiting"] == 1, 10 * SLOW, "B's request is not waiting")
+        assert health(srv)[A]["state"] == "ready"  # busy: not stopped under its request
+        ta.join(120 * SLOW)
+        tb.join(120 * SLOW)
+        assert done == {"a": 120, "b": B}
+        states = health(srv)
+        assert states[A]["state"] == "stopped" and states[B]["state"] == "ready"
+    check_clean_exit(srv)
+
+    # a start that cannot happen in time: 503 model_unavailable, and the busy model is untouched
+    srv = router(binaries, "--memory-budget", ONE_FITS, "--start-timeout", "3")
+    with srv:
+        c = client_of(srv)
+        c.completions.create(model=A, prompt="Hello", max_tokens=2)
+        t = threading.Thread(target=lambda: c.completions.create(model=A, prompt="Count: 1, 2,", max_tokens=300,
+                                                                  extra_body={"ignore_eos": True}))
+        t.start()
+        wait_for(lambda: health(srv)[A]["in_flight"] == 1, 10 * SLOW, "A never got the request")
+        with pytest.raises(openai.APIStatusError) as e:
+            c.completions.create(model=B, prompt="Hello", max_tokens=2)
+        assert e.value.status_code == 503 and e.value.body["code"] == "model_unavailable"
+        t.join(120 * SLOW)
+        assert health(srv)[A]["state"] == "ready"
     check_clean_exit(srv)
 
 
