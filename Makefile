@@ -38,10 +38,11 @@ $(OBJDIR)/tools/%: tools/%.c $(OBJDIR)/libingot.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 
-# several models behind one endpoint: it shares only the Prometheus registry with the servers
-$(ROUTER): $(ROUTER_OBJ) $(OBJDIR)/runtime/serve/metrics.o
+# several models behind one endpoint: it takes the HTTP guard and the Prometheus registry from
+# the library (the static link pulls in nothing that needs a model)
+$(ROUTER): $(ROUTER_OBJ) $(OBJDIR)/libingot.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(ROUTER_OBJ) -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 
 $(OBJDIR)/tests/%: tests/c/%.c $(OBJDIR)/libingot.a $(HEADERS)
 	@mkdir -p $(dir $@)

@@ -185,6 +185,44 @@ def test_concurrent_first_requests_start_the_model_once(binaries):
     check_clean_exit(srv)
 
 
+def raw_exchange(port, data, wait=None):
+    """Sends raw bytes (optionally waiting between the two halves of a list), returns the reply's bytes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        for i, part in enumerate(data if isinstance(data, list) else [data]):
+            if i and wait:
+                time.sleep(wait)
+            s.sendall(part)
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return got
+            got += chunk
+            if b"\r\n\r\n" in got and b'"error"' in got:
+                return got
+
+
+def test_the_http_guard_is_in_front_of_the_router(binaries):
+    # nothing here reaches a model: no process starts
+    srv = router(binaries, "--max-body", "4K", "--read-timeout", "0.5")
+    with srv:
+        big = json.dumps({"model": A, "prompt": "x" * 8192}).encode()
+        got = raw_exchange(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                           % len(big) + big)
+        assert got.startswith(b"HTTP/1.1 413") and b'"error"' in got, got
+        got = raw_exchange(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                           b"\r\n5\r\nhello\r\n0\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 411"), got
+        got = raw_exchange(srv.port, [b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n", b"Content-Length: 2\r\n\r\n{}"],
+                           wait=1.0)
+        assert got.startswith(b"HTTP/1.1 408"), got
+        m, _ = srv.metrics()
+        for code in ("408", "411", "413"):
+            assert m[("ingot_router_requests_total", f'{{code="{code}"}}')] == 1
+        assert {s["state"] for s in health(srv).values()} == {"stopped"}
+    check_clean_exit(srv)
+
+
 # ---- the memory budget: least recently used goes ------------------------------------------
 
 

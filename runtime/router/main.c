@@ -2,6 +2,7 @@
  *
  *   ingot-router [--host 127.0.0.1] [--port 8080] [--memory-budget BYTES] [--api-key KEY]
  *                [--start-timeout 120] [--stop-timeout 10] [--max-body BYTES] [--max-waiting 256]
+ *                [--read-timeout 30] [--max-connections 512]
  *                (--config FILE | --model NAME BINARY [--model NAME BINARY ...])
  *                [-- SERVE OPTIONS given to every model's process]
  *
@@ -28,6 +29,7 @@
 #define USAGE                                                                                                   \
     "usage: ingot-router [--host 127.0.0.1] [--port 8080] [--memory-budget BYTES (512M, 4G)] [--api-key KEY]\n" \
     "                    [--start-timeout 120] [--stop-timeout 10] [--max-body BYTES] [--max-waiting 256]\n"    \
+    "                    [--read-timeout 30] [--max-connections 512]\n"                                          \
     "                    (--config FILE | --model NAME BINARY [--model NAME BINARY ...])\n"                      \
     "                    [-- SERVE OPTIONS given to every model's process]\n"                                     \
     "  --config FILE: {\"models\": [{\"name\": N, \"binary\": PATH, \"serve\": [OPTIONS...]}, ...]} ('-': stdin)\n"
@@ -108,6 +110,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
     rt_check_drained(r);
 }
 
+/* what the guard answered itself (400, 408, 413, ...) is counted like our own replies */
+static void guard_replied(int status, void *user) { rt_count_status(user, status); }
+
 static void add_metrics(rt_router *r) {
     met_registry *m = r->met;
     r->m_requests = met_add(m, MET_COUNTER, "ingot_router_requests_total", "Requests the router answered, by status code (499: the client went away first).", "code");
@@ -132,6 +137,8 @@ int main(int argc, char **argv) {
     r->stop_timeout = 10;
     r->max_body = 4 << 20;
     r->max_pending = 256;
+    r->read_timeout = 30;
+    r->max_connections = 512;
     const char *config = NULL;
     int rc = 2, first_common = argc;
     for (int i = 1; i < argc; i++) {
@@ -167,6 +174,11 @@ int main(int argc, char **argv) {
             if (parse_seconds(v, 0.1, 86400, &r->start_timeout) != 0) return usage_error("--start-timeout takes seconds, not '%s'", v);
         } else if (!strcmp(a, "--stop-timeout")) {
             if (parse_seconds(v, 0, 86400, &r->stop_timeout) != 0) return usage_error("--stop-timeout takes seconds, not '%s'", v);
+        } else if (!strcmp(a, "--read-timeout")) {
+            if (parse_seconds(v, 0.05, 86400, &r->read_timeout) != 0) return usage_error("--read-timeout takes seconds, not '%s'", v);
+        } else if (!strcmp(a, "--max-connections")) {
+            if (parse_seconds(v, 1, 1 << 20, &d) != 0 || d != floor(d)) return usage_error("--max-connections must be 1..1048576, not '%s'", v);
+            r->max_connections = (int)d;
         } else if (!strcmp(a, "--max-waiting")) {
             if (parse_seconds(v, 1, 1 << 20, &d) != 0) return usage_error("--max-waiting must be 1..1048576, not '%s'", v);
             r->max_pending = (int)d;
@@ -192,8 +204,11 @@ int main(int argc, char **argv) {
     r->base = event_base_new();
     r->http = r->base ? evhttp_new(r->base) : NULL;
     if (!r->http) goto out;
-    evhttp_set_max_body_size(r->http, r->max_body);
-    evhttp_set_max_headers_size(r->http, 32768);
+    /* the guard frames and limits requests before evhttp sees them and times
+     * reads, as in serve; a reply that makes no progress for an hour is abandoned */
+    const hg_config gc = {.max_body = (size_t)r->max_body, .read_timeout = r->read_timeout, .write_timeout = 3600,
+                          .max_connections = r->max_connections, .on_reply = guard_replied, .user = r};
+    if (!(r->guard = hg_install(r->http, r->base, &gc))) goto out;
     evhttp_set_allowed_methods(r->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(r->http, rt_on_request, r);
@@ -244,6 +259,7 @@ out:
     if (r->sig_int) event_free(r->sig_int);
     if (r->shutdown_timer) event_free(r->shutdown_timer);
     if (r->base) event_base_free(r->base);
+    hg_free(r->guard); /* connections torn down by the two calls above refer to it */
     met_free(r->met);
     rt_config_free(r);
     return rc;

@@ -27,6 +27,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "http_guard.h"
 #include "metrics.h"
 
 typedef enum {
@@ -77,7 +78,10 @@ struct rt_router {
     double start_timeout;   /* seconds a request waits for its model's process to become ready */
     double stop_timeout;    /* seconds between SIGTERM and SIGKILL */
     long max_body;
+    double read_timeout;    /* seconds a request may take to arrive, and an idle connection may stay */
+    int max_connections;
     int max_pending;        /* requests waiting for one model's start */
+    hg_guard *guard;        /* runtime/serve/http_guard: frames, limits and times requests as serve does */
     double created;
 
     rt_fwd *fwds;           /* every live forwarded or waiting request */
