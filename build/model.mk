@@ -1,5 +1,5 @@
 # Builds one model binary from its generated sources:
-#   make -f build/model.mk MODEL_DIR=build/<name> NAME=<name> [SAN=1]
+#   make -f build/model.mk MODEL_DIR=build/<name> NAME=<name> [SAN=1] [DRAFT_DIR=build/<name>/draft]
 #   make -f build/model.mk MODEL_DIR=... NAME=... BACKEND=cuda      nvcc: sm_80/86/89/90 cubins + PTX
 #   make -f build/model.mk MODEL_DIR=... NAME=... BACKEND=cudasim   the CUDA sources on cudasim (CPU)
 # ./ingot build runs this after the generator; the binary is $(MODEL_DIR)/$(NAME)
@@ -27,8 +27,20 @@ CUDA_INC  := -I$(ROOT)/kernels/cuda -I$(ROOT)/templates/cuda $(RUNTIME_INC) -I$(
 SIM_MODE  ?= $(if $(filter 1,$(SAN)),asan,plain)
 
 ifeq ($(BACKEND),cpu)
-$(BIN): $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/core/main.c $(OBJDIR)/libingot.a $(HEADERS)
-	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/core/main.c -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
+# DRAFT_DIR=build/<name>/draft (./ingot build --draft): the draft model's generated source, compiled with
+# every model_api.h symbol renamed ingot_draft_* (templates/cpu/draft_prefix.h) and linked beside the
+# target's; main.c then finds it as ingot_draft_api. No other global ingot_ symbol may come from it.
+ifneq ($(DRAFT_DIR),)
+DRAFT_OBJS := $(GEN)/draft_model$(SUFFIX).o $(GEN)/draft_api$(SUFFIX).o
+DRAFT_CC   := $(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -include $(ROOT)/templates/cpu/draft_prefix.h
+$(GEN)/draft_model$(SUFFIX).o: $(DRAFT_DIR)/gen/model.c $(ROOT)/templates/cpu/draft_prefix.h $(HEADERS)
+	$(DRAFT_CC) -c $< -o $@
+	@nm -g --defined-only $@ | awk '$$3 ~ /^ingot_/ && $$3 !~ /^ingot_draft_/ { print "the draft defines " $$3 " (not renamed by draft_prefix.h)"; bad = 1 } END { exit bad }' || { rm -f $@; exit 1; }
+$(GEN)/draft_api$(SUFFIX).o: $(ROOT)/templates/cpu/draft_api.c $(ROOT)/templates/cpu/draft_prefix.h $(HEADERS)
+	$(DRAFT_CC) -c $< -o $@
+endif
+$(BIN): $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/core/main.c $(OBJDIR)/libingot.a $(HEADERS) $(DRAFT_OBJS)
+	$(CC) $(CFLAGS) $(if $(DRAFT_DIR),-DINGOT_DRAFT,) -I$(ROOT)/templates/cpu $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/core/main.c $(DRAFT_OBJS) -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 
 endif
 

@@ -1,11 +1,14 @@
-"""Speculative decoding (--spec ngram): drafts from earlier text, verified in one forward.
+"""Speculative decoding: n-gram drafts (--spec ngram) and a draft model built into the
+binary (./ingot build TARGET --draft DRAFT, --spec draft), verified in one forward.
 
 Greedy output must be exactly plain decoding's: the tiny model through the
 scheduler's `batch` command (with and without a KV pool so tight that
 sequences are preempted), and the real SmolLM2 through `generate` and the
 OpenAI-compatible server (streamed and not, n > 1, logprobs, penalties, a
-tight pool). The acceptance rule's sampled distribution is checked exactly
-in C (tests/c/test_spec_accept.c).
+tight pool). The draft model is the tiny target's own architecture with
+perturbed weights (--draft-weights), so that it agrees with the target only
+sometimes, or SmolLM2 as its own draft. The acceptance rule's sampled
+distribution is checked exactly in C (tests/c/test_spec_accept.c).
 """
 import concurrent.futures
 import random
@@ -16,7 +19,7 @@ import subprocess
 import openai
 import pytest
 
-from conftest import run
+from conftest import ROOT, run
 from modelbuild import TINY, build, run_batch, serving_binary, smollm2_gguf
 from serverproc import ServerProc
 
@@ -78,9 +81,85 @@ def test_sampled_seeded_reproducible_tiny(tiny, tmp_path):
     assert stats["spec_proposed"] > 0
 
 
-def test_ngram_options_are_checked(tiny):
+def test_spec_options_are_checked(tiny, tmp_path):
     r = subprocess.run([str(tiny), "batch", "-f", "/dev/null", "--spec", "eagle"], capture_output=True, text=True)
-    assert r.returncode != 0 and "--spec is off or ngram" in r.stderr
+    assert r.returncode != 0 and "--spec is off, ngram or draft" in r.stderr
+    f = tmp_path / "one.jsonl"
+    f.write_text('{"prompt": [1, 2, 3], "max_tokens": 2}\n')
+    r = subprocess.run([str(tiny), "batch", "-f", str(f), "--spec", "draft"], capture_output=True, text=True)
+    assert r.returncode != 0 and "needs a binary built with a draft model" in r.stderr
+
+
+# ---- a draft model ----------------------------------------------------------
+
+TARGET = TINY / "gqa_tied_hd16"
+
+
+@pytest.fixture(scope="module")
+def with_draft(built):
+    """The tiny target with a draft of the same architecture and vocabulary (itself, as built)."""
+    return build(TARGET, "t-spec-draft", "--draft", str(TARGET))
+
+
+@pytest.fixture(scope="module")
+def perturbed_draft(tmp_path_factory):
+    """The target's weights plus noise: a draft that agrees with the target only sometimes."""
+    import numpy as np
+    import safetensors.numpy
+
+    weights = safetensors.numpy.load_file(str(TARGET / "model.safetensors"))
+    rng = np.random.default_rng(0)
+    noisy = {k: (v + rng.normal(0, 0.2 * v.std() + 1e-3, v.shape)).astype(v.dtype) for k, v in weights.items()}
+    path = tmp_path_factory.mktemp("draft") / "model.safetensors"
+    safetensors.numpy.save_file(noisy, str(path))
+    return path
+
+
+def random_requests(n, seed, temperature=0.0):
+    rng = random.Random(seed)
+    return [{"prompt": [rng.randrange(1, 300) for _ in range(rng.randrange(3, 40))], "max_tokens": rng.randrange(8, 50),
+             "ignore_eos": True, "temperature": temperature, "seed": 200 + i} for i in range(n)]
+
+
+@pytest.mark.parametrize("pool", [[], ["--kv-blocks", "10", "--max-batch-tokens", "32"]], ids=["roomy", "preempting"])
+def test_draft_model_greedy_identical_tiny(with_draft, perturbed_draft, tmp_path, pool):
+    reqs = random_requests(12, 3)
+    plain, _ = run_batch(with_draft, reqs, tmp_path=tmp_path)
+    spec, stats = run_batch(with_draft, reqs, "--draft-weights", perturbed_draft, "--spec", "draft", *pool,
+                            tmp_path=tmp_path)
+    for i, (a, b) in enumerate(zip(plain, spec)):
+        assert b["tokens"] == a["tokens"], f"request {i} differs with the draft model"
+    # the perturbed draft is right sometimes and wrong sometimes: both paths ran
+    assert 0 < stats["spec_accepted"] < stats["spec_proposed"]
+    if pool:
+        assert stats["preemptions"] > 0
+    # the unperturbed draft is the target itself: every draft is accepted
+    _, same = run_batch(with_draft, reqs[:2], "--spec", "draft", tmp_path=tmp_path)
+    assert same["spec_accepted"] == same["spec_proposed"] > 0
+
+
+def test_draft_model_sampled_seeded_reproducible(with_draft, perturbed_draft, tmp_path):
+    reqs = random_requests(6, 4, temperature=0.9)
+    opts = ("--draft-weights", perturbed_draft, "--spec", "draft")
+    a, stats = run_batch(with_draft, reqs, *opts, tmp_path=tmp_path)
+    b, _ = run_batch(with_draft, reqs, *opts, tmp_path=tmp_path)
+    assert [r["tokens"] for r in a] == [r["tokens"] for r in b]
+    assert all(len(r["tokens"]) == q["max_tokens"] for r, q in zip(a, reqs))
+    assert 0 < stats["spec_accepted"] < stats["spec_proposed"]
+
+
+def test_draft_with_another_vocabulary_is_a_build_error(built):
+    r = subprocess.run([str(ROOT / "ingot"), "build", str(TARGET), "--name", "t-spec-badvocab", "--draft",
+                        str(TINY / "gqa_untied_8h2kv")], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert "the draft's vocabulary has 600 tokens, the target's 300" in r.stderr, r.stderr
+
+
+def test_info_names_the_draft(with_draft, tiny):
+    info = subprocess.run([str(with_draft), "--info"], capture_output=True, text=True).stdout
+    assert re.search(r"draft model:\s+t-spec-draft-draft \(llama, dim 64, layers 2, vocab 300", info), info
+    info = subprocess.run([str(tiny), "--info"], capture_output=True, text=True).stdout
+    assert re.search(r"draft model:\s+none", info), info
 
 
 # ---- the real model ---------------------------------------------------------
@@ -112,9 +191,9 @@ def servers(request):
         yield plain, spec
 
 
-def chat(srv, **kw):
+def chat(srv, model="smollm2", **kw):
     client = openai.OpenAI(base_url=srv.base_url, api_key="x")
-    return client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": SUMMARY_PROMPT}],
+    return client.chat.completions.create(model=model, messages=[{"role": "user", "content": SUMMARY_PROMPT}],
                                           temperature=0, **kw)
 
 
@@ -160,3 +239,34 @@ def test_serve_preemption_identical_and_metrics(servers):
     if shutil.which("promtool"):
         r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def selfdraft(built):
+    """SmolLM2 with itself as its draft (every greedy draft must be accepted)."""
+    gguf = smollm2_gguf()
+    return build(gguf, "smollm2-selfdraft", "--draft", gguf)
+
+
+def test_draft_model_generate_smollm2(selfdraft):
+    args = [str(selfdraft), "generate", "-p", "The three primary colors are", "-n", "24", "--ignore-eos"]
+    plain = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    spec = subprocess.run(args + ["--spec", "draft", "--spec-k", "3"], capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0 and spec.returncode == 0, plain.stderr + spec.stderr
+    assert spec.stdout == plain.stdout
+    m = re.search(r"spec:\s+draft, (\d+) drafted tokens, (\d+) accepted", spec.stderr)
+    assert m and int(m.group(1)) == int(m.group(2)) > 0, spec.stderr
+
+
+@pytest.mark.full
+def test_draft_model_serve_smollm2(selfdraft):
+    with ServerProc(selfdraft, "--max-running", "2") as plain, \
+            ServerProc(selfdraft, "--spec", "draft", "--max-running", "2", "--kv-blocks", "10") as spec:
+        assert re.search(r"speculative\s+draft model smollm2-selfdraft-draft", spec.log)
+        kw = dict(model="smollm2-selfdraft", max_tokens=32, n=2, logprobs=True, top_logprobs=2)
+        a, b = chat(plain, **kw), chat(spec, **kw)
+        for ca, cb in zip(a.choices, b.choices):
+            assert cb.message.content == ca.message.content
+            assert [t.token for t in cb.logprobs.content] == [t.token for t in ca.logprobs.content]
+        values, _ = spec.metrics()
+        assert values[("ingot_spec_accepted_tokens_total", "")] == values[("ingot_spec_proposed_tokens_total", "")] > 0

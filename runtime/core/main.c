@@ -35,7 +35,18 @@ typedef struct {
     const char *tokenizer;
     int threads;
     int mmap;       /* --mmap: INGOT_LOAD_MMAP */
+    const char *draft_weights; /* --draft-weights: the draft model's (default: the checkpoint it was built from) */
 } cli_common;
+
+/* The draft model of speculative decoding, in a binary built with --draft
+ * (build/model.mk links it as ingot_draft_api); NULL otherwise. */
+#ifdef INGOT_DRAFT
+extern const ingot_model_api ingot_draft_api;
+static const ingot_model_api *draft_api_of_build = &ingot_draft_api;
+#else
+static const ingot_model_api *draft_api_of_build = NULL;
+#endif
+#define DRAFT_API draft_api_of_build
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -56,14 +67,14 @@ static void usage(FILE *f) {
             "  --info                          print the model descriptor\n"
             "  generate -p TEXT [-n 64] [--temp 0] [--top-k 0] [--top-p 1] [--min-p 0] [--seed S]\n"
             "           [--repeat-penalty 1] [--ignore-eos] [--ids-out FILE]\n"
-            "           [--spec off|ngram] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]\n"
-            "           (--spec ngram: speculative decoding with prompt-lookup drafts, through the scheduler;\n"
-            "           the same output, faster when the text repeats its input)\n"
+            "           [--spec off|ngram|draft] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]\n"
+            "           (speculative decoding through the scheduler, the same output: ngram drafts by prompt\n"
+            "           lookup, draft by the draft model of a binary built with --draft; --draft-weights PATH)\n"
             "  logits --tokens 1,2,3 [--chunk N | --decode] [--out FILE] [--routing-out FILE]\n"
             "  perplexity (-f TEXT_FILE | --ids IDS_FILE) [--ctx 512] [--argmax-out FILE] [--tokens-out FILE]\n"
             "  tokenize -p TEXT\n"
             "  batch -f REQUESTS.jsonl [--kv-blocks N] [--max-batch-tokens N] [--max-running N] [--no-prefix-cache]\n"
-            "        [--spec off|ngram] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]\n" SRV_USAGE,
+            "        [--spec off|ngram|draft] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]\n" SRV_USAGE,
             ingot_model_desc.name);
 }
 
@@ -200,6 +211,13 @@ static int cmd_info(const cli_common *c, int load) {
     printf("vocab, context:  %d, %d\n", d->vocab, d->max_ctx);
     printf("rope theta, eps: %g, %g\n", d->rope_theta, d->norm_eps);
     printf("weight dtypes:   %s\n", d->weight_dtypes);
+    if (DRAFT_API) {
+        const ingot_desc *dd = DRAFT_API->desc;
+        printf("draft model:     %s (%s, dim %d, layers %d, vocab %d, context %d, %s) from %s: --spec draft\n",
+               dd->name, dd->arch, dd->dim, dd->n_layers, dd->vocab, dd->max_ctx, dd->weight_dtypes, dd->source);
+    } else {
+        printf("draft model:     none (--spec ngram needs none; --spec draft needs ./ingot build --draft)\n");
+    }
     printf("KV cache:        %zu bytes/token (%s), %.1f MiB for the full context of one sequence\n",
            d->kv_bytes_per_token, d->kv_dtype, (double)d->kv_bytes_per_token * d->max_ctx / (1 << 20));
     printf("scratch arena:   %zu bytes/token of a step\n", d->arena_bytes_per_token);
@@ -418,13 +436,30 @@ static int parse_spec_option(int argc, char **argv, int *i, sched_config *cfg) {
     if (*i + 1 >= argc) return 0;
     const char *v = argv[*i + 1];
     if (!strcmp(a, "--spec")) {
-        if (sched_spec_parse(v, &cfg->spec) != 0) die("--spec is off or ngram");
+        if (sched_spec_parse(v, &cfg->spec) != 0) die("--spec is off, ngram or draft");
     } else if (!strcmp(a, "--spec-k")) cfg->spec_k = (int)parse_long(v, "--spec-k", 1, 32);
     else if (!strcmp(a, "--spec-ngram-min")) cfg->spec_ngram_min = (int)parse_long(v, "--spec-ngram-min", 1, 64);
     else if (!strcmp(a, "--spec-ngram-max")) cfg->spec_ngram_max = (int)parse_long(v, "--spec-ngram-max", 1, 64);
     else return 0;
     (*i)++;
     return 1;
+}
+
+/* --spec draft: loads the draft model into cfg (freed by the caller with
+ * cfg->draft->free after the scheduler). */
+static void attach_draft(const cli_common *c, sched_config *cfg) {
+    if (cfg->spec != SCHED_SPEC_DRAFT) return;
+    if (!DRAFT_API) die("--spec draft needs a binary built with a draft model (./ingot build MODEL --draft DRAFT)");
+    char err[1024];
+    const char *path = c->draft_weights ? c->draft_weights : DRAFT_API->desc->source;
+    cfg->draft = DRAFT_API;
+    cfg->draft_model = DRAFT_API->load(path, 0, c->mmap ? INGOT_LOAD_MMAP : 0, err, sizeof err);
+    if (!cfg->draft_model) die(err);
+}
+
+static void detach_draft(sched_config *cfg) {
+    if (cfg->draft_model) cfg->draft->free(cfg->draft_model);
+    cfg->draft_model = NULL;
 }
 
 static int cmd_tokenize(const cli_common *c, int argc, char **argv) {
@@ -459,6 +494,7 @@ static int generate_scheduled(const cli_common *c, ingot_model *m, tok_tokenizer
     cfg->max_running = 1;
     cfg->prefix_cache = 0;
     cfg->n_stop_ids = tok_stop_ids(tok, &cfg->stop_ids);
+    attach_draft(c, cfg);
     sched *s = sched_create(m, cfg, err, sizeof err);
     if (!s) die(err);
     sched_request r = {.prompt = prompt_ids, .n_prompt = n_prompt, .sampling = *sp, .max_tokens = n_predict,
@@ -495,6 +531,7 @@ static int generate_scheduled(const cli_common *c, ingot_model *m, tok_tokenizer
     fwrite(out, 1, w, stdout);
     printf("\n");
     const double t2 = now_seconds();
+    if (generated == 0) t_first = t2; /* a stop id first: nothing was decoded */
     sched_stats st;
     sched_get_stats(s, &st);
     fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tokens/s)\n", n_prompt, t_first - t0,
@@ -507,6 +544,7 @@ static int generate_scheduled(const cli_common *c, ingot_model *m, tok_tokenizer
             st.spec_proposed_tokens ? 100.0 * (double)st.spec_accepted_tokens / (double)st.spec_proposed_tokens : 0.0,
             (unsigned long long)st.steps);
     sched_destroy(s);
+    detach_draft(cfg);
     return 0;
 }
 
@@ -689,6 +727,7 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
     if (cfg.kv_blocks == 0) { /* enough for every request at once */
         for (int i = 0; i < n_req; i++) cfg.kv_blocks += (int)((reqs[i].n_prompt + reqs[i].max_tokens) / INGOT_KV_BLOCK + 1);
     }
+    attach_draft(c, &cfg);
     sched *s = sched_create(m, &cfg, err, sizeof err);
     if (!s) die(err);
     uint64_t *ids = calloc((size_t)n_req, sizeof(uint64_t));
@@ -753,6 +792,7 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
            (unsigned long long)st.prefix_hit_tokens, st.kv_blocks_total, total, dt,
            (unsigned long long)st.spec_proposed_tokens, (unsigned long long)st.spec_accepted_tokens);
     sched_destroy(s);
+    detach_draft(&cfg);
     for (int i = 0; i < n_req; i++) {
         free(out[i]);
         free((void *)reqs[i].prompt);
@@ -770,7 +810,7 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    cli_common c = {NULL, NULL, 2, 0};
+    cli_common c = {NULL, NULL, 2, 0, NULL};
     const char *env_threads = getenv("INGOT_THREADS");
     if (env_threads) c.threads = (int)parse_long(env_threads, "INGOT_THREADS", 1, 64);
     int i = 1;
@@ -779,6 +819,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) c.tokenizer = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) c.threads = (int)parse_long(argv[++i], "--threads", 1, 64);
         else if (!strcmp(argv[i], "--mmap")) c.mmap = 1;
+        else if (!strcmp(argv[i], "--draft-weights") && i + 1 < argc) c.draft_weights = argv[++i];
         else break;
     }
     if (i >= argc) {
@@ -798,6 +839,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[j], "--tokenizer") && j + 1 < argc) c.tokenizer = argv[++j];
         else if (!strcmp(argv[j], "--threads") && j + 1 < argc) c.threads = (int)parse_long(argv[++j], "--threads", 1, 64);
         else if (!strcmp(argv[j], "--mmap")) c.mmap = 1;
+        else if (!strcmp(argv[j], "--draft-weights") && j + 1 < argc) c.draft_weights = argv[++j];
         else argv[i + n_rest++] = argv[j];
     }
     argc = i + n_rest;
@@ -815,7 +857,8 @@ int main(int argc, char **argv) {
         if (pre != 0) return pre < 0 ? 0 : pre; /* < 0: --print-memory answered */
         ingot_model *m = load_model(&c);
         tok_tokenizer *tok = load_tokenizer(&c, m);
-        const int rc = server_main(m, tok, c.threads, argc - i, argv + i);
+        const srv_draft draft = {DRAFT_API, c.draft_weights, c.mmap ? INGOT_LOAD_MMAP : 0};
+        const int rc = server_main(m, tok, c.threads, &draft, argc - i, argv + i);
         tok_free(tok);
         ingot_model_free(m);
         return rc;

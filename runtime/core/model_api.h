@@ -116,6 +116,23 @@ int ingot_kv_fit_blocks(ingot_model *m, double fraction);
 int ingot_forward(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *pool, char *err,
                   size_t errlen);
 
+/* A model's entry points as values. A binary built with a draft model
+ * (./ingot build TARGET --draft DRAFT) holds a second generated model whose
+ * symbols carry the ingot_draft_ prefix (templates/cpu/draft_prefix.h); it
+ * exports them as ingot_draft_api, and the runtime drives it through this
+ * table (speculative decoding), while the target keeps the plain names. */
+typedef struct {
+    const ingot_desc *desc;
+    ingot_model *(*load)(const char *weights_path, int max_tokens, unsigned flags, char *err, size_t errlen);
+    void (*free)(ingot_model *m);
+    int (*max_tokens)(const ingot_model *m);
+    size_t (*weight_bytes)(const ingot_model *m);
+    size_t (*scratch_bytes)(const ingot_model *m);
+    int (*kv_alloc)(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen);
+    void (*kv_release)(ingot_model *m, ingot_kv *kv);
+    int (*forward)(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *pool, char *err, size_t errlen);
+} ingot_model_api;
+
 /* Debugging tap of mixture-of-experts models: when set, called for every
  * token of every MoE layer with the experts chosen, best first. */
 extern void (*ingot_moe_observer)(int moe_layer, int pos, int top_k, const int32_t *experts);

@@ -165,6 +165,25 @@ int samp_sample(samp_sampler *s, float *logits, const int32_t *history, size_t n
     return s->order[n > 0 ? n - 1 : 0];
 }
 
+int samp_draft(samp_sampler *s, float *logits, const int32_t *history, size_t n_history, float *dist) {
+    double total;
+    const int n = samp_candidates(s, logits, history, n_history, &total);
+    if (n < 0) return samp_argmax(logits, s->vocab);
+    memset(dist, 0, sizeof(float) * (size_t)s->vocab);
+    for (int i = 0; i < n; i++) dist[s->order[i]] = (float)(s->probs[s->order[i]] / total);
+    /* the draw walks the same normalised values it reports, so the token is distributed exactly as dist */
+    double r = samp_uniform(&s->rng);
+    int last = s->order[0];
+    for (int i = 0; i < n; i++) {
+        const int id = s->order[i];
+        if (dist[id] <= 0.0f) continue;
+        last = id;
+        r -= dist[id];
+        if (r < 0.0) return id;
+    }
+    return last;
+}
+
 int samp_spec_pick(const float *p, const float *q, int vocab, int draft, double u1, double u2, int *accepted) {
     const double qd = q ? q[draft] : 1.0;
     if (u1 * qd < (double)p[draft]) {

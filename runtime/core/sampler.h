@@ -59,6 +59,12 @@ int samp_argmax(const float *logits, int vocab);
  * own generator, so a seeded request stays reproducible. */
 int samp_verify(samp_sampler *s, float *logits, const int32_t *history, size_t n_history, int draft,
                 const float *draft_probs, int *accepted);
+/* A draft model's proposal: processes the draft's logits as samp_sample
+ * would and draws a token from the result with the sampler's generator;
+ * dist (vocab floats) receives the distribution it was drawn from, which
+ * samp_verify needs as draft_probs. Greedy: the argmax, and dist is left
+ * alone (greedy verification needs no distribution). */
+int samp_draft(samp_sampler *s, float *logits, const int32_t *history, size_t n_history, float *dist);
 /* The acceptance rule itself, given its two uniform draws in [0, 1): accept
  * the draft when u1 * q(draft) < p(draft), i.e. with probability
  * min(1, p/q); otherwise draw with u2 from norm(max(0, p - q)). p and q are

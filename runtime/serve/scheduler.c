@@ -51,6 +51,13 @@ typedef struct sched_seq {
     int cancelled;
     sched_constraint *constraint; /* NULL or owned */
     int spec;            /* 1: drafts tokens when decoding (speculative decoding) */
+    /* draft model (SCHED_SPEC_DRAFT): its KV holds positions [0, draft_computed) of tokens (always
+     * recomputed from 0 after an admission: the prefix cache holds target KV only); this step's
+     * drafts, and for sampled requests the distribution each was drawn from */
+    int draft_computed, n_drafts;
+    int32_t *drafts;     /* [spec_k] */
+    float *draft_dist;   /* [spec_k][vocab], sampled requests only */
+    samp_sampler draft_sampler;
     struct sched_seq *next; /* waiting list / submission list */
 } sched_seq;
 
@@ -97,6 +104,15 @@ struct sched {
     int32_t *b_hidden_rows;   /* [max_batch_tokens]: rows whose final hidden state is wanted */
     float *hidden;            /* [max_batch_tokens][dim] */
     int dim;
+
+    /* the draft model's step (SCHED_SPEC_DRAFT) */
+    ingot_kv draft_kv;
+    int d_max;                /* tokens per draft forward */
+    int32_t *d_tokens, *d_pos, *d_seq, *d_rows, *d_seq_len; /* [d_max], [d_max], [d_max], [R], [R] */
+    const int32_t **d_tables; /* [R] */
+    sched_seq **d_cands;      /* [R] */
+    int *d_want, *d_row;      /* [R] */
+    float *d_logits;          /* [R][vocab] */
 };
 
 static double now_s(void) {
@@ -108,12 +124,13 @@ static double now_s(void) {
 int sched_spec_parse(const char *name, sched_spec_mode *out) {
     if (!strcmp(name, "off")) *out = SCHED_SPEC_OFF;
     else if (!strcmp(name, "ngram")) *out = SCHED_SPEC_NGRAM;
+    else if (!strcmp(name, "draft")) *out = SCHED_SPEC_DRAFT;
     else return -1;
     return 0;
 }
 
 const char *sched_spec_name(sched_spec_mode mode) {
-    return mode == SCHED_SPEC_NGRAM ? "ngram" : "off";
+    return mode == SCHED_SPEC_NGRAM ? "ngram" : mode == SCHED_SPEC_DRAFT ? "draft" : "off";
 }
 
 /* ---- events ------------------------------------------------------------ */
@@ -154,7 +171,10 @@ static void seq_free(sched_seq *q) {
     free(q->tokens);
     free(q->blocks);
     free(q->pool_sum);
+    free(q->drafts);
+    free(q->draft_dist);
     samp_free(&q->sampler);
+    samp_free(&q->draft_sampler);
     if (q->constraint) q->constraint->free(q->constraint);
     free(q);
 }
@@ -169,6 +189,7 @@ static void release_blocks(sched *s, sched_seq *q) {
     q->n_published = 0;
     q->last_hash = 0;
     q->matched = 0;
+    q->draft_computed = 0;
 }
 
 static void finish(sched *s, sched_seq *q, sched_finish why, const char *error, float *embedding) {
@@ -285,6 +306,18 @@ static int submit(sched *s, const sched_request *r, uint64_t *id, char *err, siz
     q->ignore_eos = r->ignore_eos;
     q->task = r->task;
     if (embed && !(q->pool_sum = calloc((size_t)s->dim, sizeof(double)))) goto oom;
+    /* a grammar would have to advance through drafts and back on a rejection */
+    q->spec = s->cfg.spec != SCHED_SPEC_OFF && r->task == SCHED_GENERATE && !r->constraint;
+    if (q->spec && s->cfg.spec == SCHED_SPEC_DRAFT) {
+        /* the draft's own generator: the request's seed, another stream */
+        samp_params dp = r->sampling;
+        dp.seed ^= 0x9e3779b97f4a7c15ULL;
+        q->drafts = malloc(sizeof(int32_t) * (size_t)s->cfg.spec_k);
+        if (!q->drafts || samp_init(&q->draft_sampler, s->vocab, &dp) != 0) goto oom;
+        if (r->sampling.temperature > 0.0f &&
+            !(q->draft_dist = malloc(sizeof(float) * (size_t)s->cfg.spec_k * (size_t)s->vocab)))
+            goto oom;
+    }
 
     pthread_mutex_lock(&s->mu);
     /* What counts is what is live, not a snapshot of the queue: requests that
@@ -299,8 +332,6 @@ static int submit(sched *s, const sched_request *r, uint64_t *id, char *err, siz
     }
     s->n_live++;
     q->constraint = r->constraint;
-    /* a grammar would have to advance through drafts and back on a rejection */
-    q->spec = s->cfg.spec != SCHED_SPEC_OFF && r->task == SCHED_GENERATE && !r->constraint;
     q->id = ++s->next_id;
     if (s->incoming_tail) s->incoming_tail->next = q;
     else s->incoming_head = q;
@@ -579,15 +610,18 @@ static void pool_rows(sched *s, sched_seq *q, int chunk, int *hrow) {
  * left), what max_tokens and the context still allow after the token the
  * step samples anyway, and positions whose KV blocks the pool can give now
  * (drafting never preempts). Returns how many. */
-static int draft_tokens(sched *s, sched_seq *q, int room, int rows_left, int32_t *draft) {
+static int draft_limit(const sched *s, const sched_seq *q, int room, int rows_left) {
     int k = s->cfg.spec_k;
     if (k > room) k = room;
     if (k > rows_left) k = rows_left;
     if (k > q->max_tokens - q->generated - 1) k = q->max_tokens - q->generated - 1;
     if (k > q->capacity - q->n_tokens) k = q->capacity - q->n_tokens;
-    if (k <= 0) return 0;
-    k = ngram_propose(q->tokens, q->n_tokens, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, k, draft);
-    /* the drafts sit at positions n_tokens .. n_tokens + k - 1 */
+    return k;
+}
+
+/* Blocks for draft positions n_tokens .. n_tokens + k - 1 while the pool has
+ * them; returns how many of the k they cover. */
+static int cover_drafts(sched *s, sched_seq *q, int k) {
     while (k > 0 && blocks_for(s, q->n_tokens + k) > q->n_blocks) {
         const int b = kv_alloc(s->blocks);
         if (b < 0) break;
@@ -595,6 +629,105 @@ static int draft_tokens(sched *s, sched_seq *q, int room, int rows_left, int32_t
     }
     while (k > 0 && blocks_for(s, q->n_tokens + k) > q->n_blocks) k--;
     return k;
+}
+
+static int draft_tokens(sched *s, sched_seq *q, int room, int rows_left, int32_t *draft) {
+    int k = draft_limit(s, q, room, rows_left);
+    if (k <= 0) return 0;
+    if (s->cfg.spec == SCHED_SPEC_DRAFT) { /* drafted by draft_round, blocks included */
+        if (k > q->n_drafts) k = q->n_drafts;
+        memcpy(draft, q->drafts, sizeof(int32_t) * (size_t)k);
+        return k;
+    }
+    k = ngram_propose(q->tokens, q->n_tokens, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, k, draft);
+    return cover_drafts(s, q, k);
+}
+
+/* SCHED_SPEC_DRAFT: runs the draft model for every decoding sequence that
+ * may draft this step (in the order step() places them, within the same
+ * limits): the first draft forward feeds each its tokens the draft has not
+ * seen yet (the whole prompt after an admission, one or two tokens after a
+ * step) and the next ones one drafted token each, k forwards in all; each
+ * row's token is drawn by samp_draft from the draft's processed logits
+ * (greedy: its argmax), with the sequence's tokens and earlier drafts as
+ * history (written after n_tokens, where the capacity has room for them). A
+ * sequence whose unseen tokens do not fit in one draft forward feeds what
+ * fits and drafts nothing this step. */
+static void draft_round(sched *s) {
+    const ingot_model_api *api = s->cfg.draft;
+    const int budget = s->cfg.max_batch_tokens, V = s->vocab;
+    int n_c = 0, used = 0, rows_left = s->spec_rows, max_want = 0;
+    for (int i = 0; i < s->n_running && used < budget; i++) {
+        sched_seq *q = s->running[i];
+        if (q->n_tokens - q->n_computed != 1) continue;
+        used++;
+        q->n_drafts = 0;
+        if (!q->spec) continue;
+        int k = draft_limit(s, q, budget - used, rows_left);
+        if (k > api->desc->max_ctx - q->n_tokens + 1) k = api->desc->max_ctx - q->n_tokens + 1;
+        if (k <= 0 || (k = cover_drafts(s, q, k)) <= 0) continue;
+        s->d_cands[n_c] = q;
+        s->d_want[n_c++] = k;
+        used += k;
+        rows_left -= k;
+        if (k > max_want) max_want = k;
+    }
+    char err[256];
+    for (int t = 0; t < max_want; t++) {
+        int n_tok = 0, n_seq = 0, n_rows = 0;
+        for (int c = 0; c < n_c; c++) {
+            sched_seq *q = s->d_cands[c];
+            s->d_row[c] = -1;
+            if (s->d_want[c] <= t) continue;
+            if (n_tok >= s->d_max) { /* no room left in this forward: it keeps the drafts it has */
+                s->d_want[c] = t;
+                continue;
+            }
+            /* t = 0: everything the draft has not seen; later: the previous draft */
+            const int first = q->draft_computed, end = q->n_tokens + t;
+            int n = end - first;
+            const int fits = n <= s->d_max - n_tok;
+            if (!fits) n = s->d_max - n_tok;
+            for (int j = 0; j < n; j++) {
+                s->d_tokens[n_tok + j] = q->tokens[first + j];
+                s->d_pos[n_tok + j] = first + j;
+                s->d_seq[n_tok + j] = n_seq;
+            }
+            s->d_tables[n_seq] = q->blocks;
+            s->d_seq_len[n_seq] = first + n;
+            n_tok += n;
+            n_seq++;
+            q->draft_computed = first + n;
+            if (!fits) {
+                s->d_want[c] = 0;
+                continue;
+            }
+            s->d_row[c] = n_rows;
+            s->d_rows[n_rows++] = n_tok - 1;
+        }
+        if (n_tok == 0) break;
+        ingot_batch b = {.n_tokens = n_tok, .tokens = s->d_tokens, .pos = s->d_pos, .seq = s->d_seq,
+                         .n_seqs = n_seq, .block_tables = s->d_tables, .seq_len = s->d_seq_len,
+                         .n_logits = n_rows, .logit_rows = s->d_rows, .logits = s->d_logits};
+        if (api->forward(s->cfg.draft_model, &s->draft_kv, &b, s->pool, err, sizeof err) != 0) {
+            fprintf(stderr, "scheduler: the draft model's forward failed (%s); this step decodes plainly\n", err);
+            for (int c = 0; c < n_c; c++) {
+                s->d_cands[c]->n_drafts = 0;
+                s->d_cands[c]->draft_computed = 0;
+            }
+            return;
+        }
+        for (int c = 0; c < n_c; c++) {
+            if (s->d_row[c] < 0) continue;
+            sched_seq *q = s->d_cands[c];
+            float *dist = q->draft_dist ? q->draft_dist + (size_t)t * V : NULL;
+            const int d = samp_draft(&q->draft_sampler, s->d_logits + (size_t)s->d_row[c] * V, q->tokens,
+                                     (size_t)(q->n_tokens + t), dist);
+            q->drafts[t] = d;
+            q->tokens[q->n_tokens + t] = d; /* history of the next draft; not part of the sequence */
+            q->n_drafts = t + 1;
+        }
+    }
 }
 
 /* After a verification that rejected drafts: blocks past the one the next
@@ -634,7 +767,9 @@ static int sample_rows(sched *s, sched_seq *q, const float *lg_rows, const int32
             *mask_seconds += now_s() - tm;
         }
         int tok, accepted = 0;
-        if (t < k) tok = samp_verify(&q->sampler, lg, q->tokens, (size_t)q->n_tokens, draft[t], NULL, &accepted);
+        if (t < k)
+            tok = samp_verify(&q->sampler, lg, q->tokens, (size_t)q->n_tokens, draft[t],
+                              q->draft_dist ? q->draft_dist + (size_t)t * s->vocab : NULL, &accepted);
         else tok = samp_sample(&q->sampler, lg, q->tokens, (size_t)q->n_tokens);
         if (is_stop(s, tok) && (!q->ignore_eos || q->constraint)) {
             running_remove(s, i_run);
@@ -707,6 +842,7 @@ restart:
             q->blocks[q->n_blocks++] = b;
         }
     }
+    if (s->cfg.spec == SCHED_SPEC_DRAFT) draft_round(s);
     int spec_left = s->spec_rows;
     for (int i = 0; i < s->n_running && n_tokens < budget; i++) {
         sched_seq *q = s->running[i];
@@ -801,6 +937,8 @@ restart:
         publish_blocks(s, q); /* after the verification: a block is published only with all its tokens accepted */
         release_out_of_window(s, q);
         release_beyond(s, q);
+        /* the draft's KV past the accepted tokens holds rejected drafts */
+        if (q->draft_computed > q->n_computed) q->draft_computed = q->n_computed;
     }
     const double t1 = now_s();
     pthread_mutex_lock(&s->mu);
@@ -923,6 +1061,19 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     if (s->cfg.spec_ngram_min < 1) s->cfg.spec_ngram_min = 1;
     if (s->cfg.spec_ngram_min > s->cfg.spec_ngram_max) s->cfg.spec_ngram_min = s->cfg.spec_ngram_max;
     s->spec_rows = spec_rows_for(&s->cfg, s->cfg.max_running);
+    if (s->cfg.spec == SCHED_SPEC_DRAFT) {
+        const char *why = NULL;
+        if (!s->cfg.draft || !s->cfg.draft_model) why = "--spec draft needs a binary built with --draft DRAFT";
+        else if (s->cfg.draft->desc->vocab != s->vocab) why = "the draft model's vocabulary differs from the model's";
+        else if (ingot_model_desc.kv_window > 0 || s->cfg.draft->desc->kv_window > 0)
+            why = "--spec draft does not support sliding-window models";
+        if (why) {
+            snprintf(err, errlen, "%s", why);
+            free(s->stop_ids);
+            free(s);
+            return NULL;
+        }
+    }
     if (s->cfg.kv_blocks < 1) {
         snprintf(err, errlen, "the KV pool needs at least one block");
         free(s);
@@ -949,12 +1100,34 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     s->raw_logits = malloc(sizeof(float) * (size_t)s->vocab);
     s->b_hidden_rows = malloc(sizeof(int32_t) * (size_t)B);
     s->hidden = malloc(sizeof(float) * (size_t)B * s->dim);
+    int draft_ok = 1;
+    if (s->cfg.spec == SCHED_SPEC_DRAFT) {
+        s->d_max = s->cfg.draft->max_tokens(s->cfg.draft_model);
+        s->d_tokens = malloc(sizeof(int32_t) * (size_t)s->d_max);
+        s->d_pos = malloc(sizeof(int32_t) * (size_t)s->d_max);
+        s->d_seq = malloc(sizeof(int32_t) * (size_t)s->d_max);
+        s->d_rows = malloc(sizeof(int32_t) * (size_t)R);
+        s->d_seq_len = malloc(sizeof(int32_t) * (size_t)R);
+        s->d_tables = malloc(sizeof(*s->d_tables) * (size_t)R);
+        s->d_cands = malloc(sizeof(*s->d_cands) * (size_t)R);
+        s->d_want = malloc(sizeof(int) * (size_t)R);
+        s->d_row = malloc(sizeof(int) * (size_t)R);
+        s->d_logits = malloc(sizeof(float) * (size_t)R * s->vocab);
+        draft_ok = s->d_tokens && s->d_pos && s->d_seq && s->d_rows && s->d_seq_len && s->d_tables && s->d_cands &&
+                   s->d_want && s->d_row && s->d_logits;
+        /* the draft's KV pool: the same block ids as the target's */
+        if (draft_ok && s->cfg.draft->kv_alloc(s->cfg.draft_model, &s->draft_kv, s->cfg.kv_blocks, kv_err,
+                                               sizeof kv_err) != 0) {
+            s->draft_kv.data = NULL;
+            draft_ok = 0;
+        }
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->stats.kv_blocks_total = s->cfg.kv_blocks;
     if (!s->kv.data || !s->blocks || !s->pool || !s->running || !s->b_tokens || !s->b_pos || !s->b_seq ||
         !s->b_rows || !s->b_seq_len || !s->b_tables || !s->b_seqs || !s->b_first || !s->b_count || !s->b_drafts || !s->logits ||
-        !s->raw_logits || !s->b_hidden_rows || !s->hidden || pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+        !s->raw_logits || !s->b_hidden_rows || !s->hidden || !draft_ok || pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         if (kv_err[0]) snprintf(err, errlen, "%s", kv_err);
         else snprintf(err, errlen, "out of memory for a KV pool of %d blocks (%zu bytes each)", s->cfg.kv_blocks,
                       block_bytes);
@@ -982,6 +1155,17 @@ void sched_destroy(sched *s) {
     tp_free(s->pool);
     kv_destroy(s->blocks);
     if (s->kv.data) ingot_kv_release(s->model, &s->kv);
+    if (s->draft_kv.data) s->cfg.draft->kv_release(s->cfg.draft_model, &s->draft_kv);
+    free(s->d_tokens);
+    free(s->d_pos);
+    free(s->d_seq);
+    free(s->d_rows);
+    free(s->d_seq_len);
+    free(s->d_tables);
+    free(s->d_cands);
+    free(s->d_want);
+    free(s->d_row);
+    free(s->d_logits);
     free(s->running);
     free(s->b_tokens);
     free(s->b_pos);

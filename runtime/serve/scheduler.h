@@ -34,9 +34,10 @@
 typedef enum {
     SCHED_SPEC_OFF = 0,
     SCHED_SPEC_NGRAM,       /* prompt lookup: what followed the latest earlier occurrence of the last n tokens */
+    SCHED_SPEC_DRAFT,       /* a draft model (cfg.draft) proposes spec_k tokens, one draft forward each */
 } sched_spec_mode;
 
-/* "off", "ngram" → the mode (0), or -1 for another word. */
+/* "off", "ngram", "draft" → the mode (0), or -1 for another word. */
 int sched_spec_parse(const char *name, sched_spec_mode *out);
 const char *sched_spec_name(sched_spec_mode mode);
 
@@ -55,6 +56,10 @@ typedef struct {
                                decode plainly: their grammar state is not advanced through drafts) */
     int spec_k;             /* tokens drafted per step and sequence (default 4) */
     int spec_ngram_min, spec_ngram_max; /* n-gram lengths tried, longest first (default 1..3) */
+    const ingot_model_api *draft; /* SCHED_SPEC_DRAFT: the draft model built into the binary (same
+                               vocabulary) and its loaded instance; its KV pool mirrors the target's
+                               block for block, addressed by the same block tables */
+    ingot_model *draft_model;
 } sched_config;
 
 /* What a request computes: generated tokens, or one embedding of its prompt

@@ -147,6 +147,8 @@ typedef struct srv_req {
 struct server {
     srv_config cfg;
     ingot_model *model;
+    const ingot_model_api *draft_api; /* --spec draft: the draft model and its entry points */
+    ingot_model *draft_model;
     tok_tokenizer *tok;
     chat_template *chat;
     tc_format tool_format;  /* how this model writes tool calls (from its template) */
@@ -1549,7 +1551,7 @@ static int parse_pooling(const char *v, const char *what, sched_task *out) {
 
 static int parse_spec(const char *v, const char *what, sched_spec_mode *out) {
     if (sched_spec_parse(v, out) == 0) return 0;
-    fprintf(stderr, "%s: error: %s must be off or ngram, got '%s'\n", ingot_model_desc.name, what, v);
+    fprintf(stderr, "%s: error: %s must be off, ngram or draft, got '%s'\n", ingot_model_desc.name, what, v);
     return -1;
 }
 
@@ -1799,7 +1801,7 @@ int server_preflight(int argc, char **argv) {
     return -1;
 }
 
-int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, char **argv) {
+int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_draft *draft, int argc, char **argv) {
     const ingot_desc *d = &ingot_model_desc;
     server *s = calloc(1, sizeof *s);
     if (!s) return 1;
@@ -1904,6 +1906,21 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
         fprintf(stderr, "%s: error: out of memory for the grammar vocabulary\n", d->name);
         goto out;
     }
+    if (s->cfg.spec == SCHED_SPEC_DRAFT) {
+        if (!draft || !draft->api) {
+            fprintf(stderr, "%s: error: --spec draft needs a binary built with a draft model (./ingot build MODEL "
+                            "--draft DRAFT)\n", d->name);
+            goto out;
+        }
+        const char *path = draft->weights ? draft->weights : draft->api->desc->source;
+        if (!(s->draft_model = draft->api->load(path, 0, draft->load_flags, err, sizeof err))) {
+            fprintf(stderr, "%s: error: the draft model: %s\n", d->name, err);
+            goto out;
+        }
+        s->draft_api = draft->api;
+        sc.draft = draft->api;
+        sc.draft_model = s->draft_model;
+    }
     s->sched = sched_create(m, &sc, err, sizeof err);
     if (!s->sched) {
         fprintf(stderr, "%s: error: scheduler: %s\n", d->name, err);
@@ -1913,6 +1930,9 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
     if (s->cfg.spec == SCHED_SPEC_NGRAM)
         snprintf(spec_text, sizeof spec_text, "ngram (%d drafted tokens per step, n-grams of %d..%d tokens)",
                  s->cfg.spec_k, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max);
+    else if (s->cfg.spec == SCHED_SPEC_DRAFT)
+        snprintf(spec_text, sizeof spec_text, "draft model %s (%d drafted tokens per step)", s->draft_api->desc->name,
+                 s->cfg.spec_k);
     if (s->rl)
         snprintf(rate_text, sizeof rate_text, "%g requests, %g tokens per minute and key (0: no limit)",
                  s->cfg.rate_rpm, s->cfg.rate_tpm);
@@ -1967,6 +1987,7 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, cha
 out:
     /* the scheduler thread stops first, so notify can no longer touch the loop */
     if (s->sched) sched_destroy(s->sched);
+    if (s->draft_model) s->draft_api->free(s->draft_model);
     while (s->reqs) {
         srv_req *q = s->reqs;
         unwatch(q);

@@ -5,7 +5,7 @@
  *              [--max-body BYTES] [--grace SECONDS] [--read-timeout SECONDS]
  *              [--max-connections N] [--metrics-auth] [--parse-special-in-content]
  *              [--pooling last|mean] [--memory-budget BYTES] [--rate-limit-rpm N] [--rate-limit-tpm N]
- *              [--request-timeout SECONDS] [--spec off|ngram] [--spec-k 4] [--spec-ngram-min 1]
+ *              [--request-timeout SECONDS] [--spec off|ngram|draft] [--spec-k 4] [--spec-ngram-min 1]
  *              [--spec-ngram-max 3] [--print-memory]
  *
  * Each option also reads from the environment (INGOT_HOST, INGOT_PORT,
@@ -31,8 +31,8 @@
     "        [--pooling last|mean]  (/v1/embeddings: last-token (default) or mean pooling)\n"              \
     "        [--memory-budget BYTES (512M, 4G)] [--rate-limit-rpm N] [--rate-limit-tpm N]\n"               \
     "        [--request-timeout SECONDS]\n"                                                                 \
-    "        [--spec off|ngram] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]  (speculative\n"    \
-    "        decoding: drafts from earlier text, verified in one forward; same output)\n"                  \
+    "        [--spec off|ngram|draft] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]  (speculative\n" \
+    "        decoding: drafts from earlier text or the --draft model, verified in one forward; same output)\n" \
     "        [--print-memory]  (print the memory plan, weights + KV + scratch in bytes, as JSON; exit)\n"      \
     "        OpenAI-compatible HTTP server (CUDA builds: the KV pool defaults to the fraction of free\n"   \
     "        device memory left after weights and scratch)\n"
@@ -51,6 +51,13 @@ int server_preflight(int argc, char **argv);
 /* Runs until SIGTERM/SIGINT and the grace period; returns the exit status
  * (0 after a clean shutdown, 2 for bad options, 1 when it cannot start).
  * argv: the options after "serve". The model and tokenizer stay the caller's. */
-int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, int argc, char **argv);
+/* The draft model a binary was built with (--draft), loaded by server_main for --spec draft. */
+typedef struct {
+    const ingot_model_api *api; /* NULL: the binary has none */
+    const char *weights;        /* NULL: the checkpoint it was built from */
+    unsigned load_flags;        /* ingot_model_load's */
+} srv_draft;
+
+int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_draft *draft, int argc, char **argv);
 
 #endif
