@@ -95,6 +95,9 @@ def test_two_models_answer_listed_and_merged_metrics(binaries):
         c = client_of(srv)
         listed = {m.id for m in c.models.list().data}
         assert listed == {A, B}
+        assert c.models.retrieve(B).id == B
+        with pytest.raises(openai.NotFoundError):
+            c.models.retrieve("no-such-model")
         assert {m["state"] for m in health(srv).values()} == {"stopped"}  # nothing starts before its first request
 
         r = c.chat.completions.create(model=A, messages=PROMPT, max_tokens=8, temperature=0)
@@ -126,7 +129,7 @@ def test_two_models_answer_listed_and_merged_metrics(binaries):
             assert m[("ingot_http_requests_total", f'{{model="{name}",code="200"}}')] >= 1
             assert m[("ingot_router_model_starts_total", f'{{model="{name}"}}')] == 1
             assert m[("ingot_kv_blocks_capacity", f'{{model="{name}"}}')] > 0
-        assert m[("ingot_router_requests_total", '{code="404"}')] == 1
+        assert m[("ingot_router_requests_total", '{code="404"}')] == 2  # retrieve and create
         assert text.count("# TYPE ingot_time_to_first_token_seconds histogram") == 1
         promtool_ok(text)
     check_clean_exit(srv)
@@ -297,6 +300,23 @@ def test_a_busy_model_is_not_evicted_the_other_waits(binaries):
     check_clean_exit(srv)
 
 
+@pytest.mark.full
+def test_a_client_gone_while_its_model_starts_is_forgotten(binaries):
+    srv = router(binaries)
+    with srv:
+        body = json.dumps({"model": B, "prompt": "Hello", "max_tokens": 2}).encode()
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        s.close()  # at once: the model is still starting
+        wait_for(lambda: health(srv)[B]["waiting"] == 0 and health(srv)[B]["state"] == "ready", 30 * SLOW,
+                 "the model did not start, or the request still waits")
+        assert health(srv)[B]["in_flight"] == 0
+        m, _ = srv.metrics()
+        assert m[("ingot_router_requests_total", '{code="499"}')] == 1
+        assert client_of(srv).completions.create(model=B, prompt="Hi", max_tokens=2).model == B
+    check_clean_exit(srv)
+
+
 def test_a_model_larger_than_the_budget_is_an_error_at_start(binaries):
     args = ["--memory-budget", "100M"]
     for name, path in binaries.items():
@@ -308,6 +328,12 @@ def test_a_model_larger_than_the_budget_is_an_error_at_start(binaries):
     r = subprocess.run([OBJDIR / "ingot-router", "--model", "other-name", binaries[A]], capture_output=True,
                        text=True, timeout=60 * SLOW)
     assert r.returncode == 1 and f"serves the model '{A}', not 'other-name'" in r.stderr, r.stderr
+    # a child's serve options are checked by the binary itself, before the router listens
+    r = subprocess.run([OBJDIR / "ingot-router", "--model", A, binaries[A], "--", "--kv-memory", "lots"],
+                       capture_output=True, text=True, timeout=60 * SLOW)
+    assert r.returncode == 1 and "--kv-memory" in r.stderr and "--print-memory' failed" in r.stderr, r.stderr
+    r = subprocess.run([OBJDIR / "ingot-router", "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "no models" in r.stderr
 
 
 # ---- crashes -----------------------------------------------------------------------------------
