@@ -400,8 +400,12 @@ def test_ingot_serve_config_builds_then_routes(binaries, tmp_path):
         assert m[("ingot_router_model_memory_bytes", f'{{model="{A}"}}')] - \
             m[("ingot_router_model_memory_bytes", f'{{model="{B}"}}')] == pytest.approx(32 * mib, abs=mib)
     check_clean_exit(srv)
-    bad = subprocess.run([ROOT / "ingot", "serve", gguf, gguf], capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "two models are named" in bad.stderr
+    bad = subprocess.run([ROOT / "ingot", "serve", "--dtype", "f32", gguf, gguf], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and "two models are named" in bad.stderr  # refused before anything is built
+    cfg.write_text(json.dumps({"models": [{"path": gguf, "serve": "--kv-memory 64"}]}))
+    bad = subprocess.run([ROOT / "ingot", "serve", "--config", cfg], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "models[0].serve must be an array of strings" in bad.stderr, bad.stderr
 
 
 # ---- a gateway in front of several serve processes ------------------------------------------------
