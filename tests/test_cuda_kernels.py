@@ -35,6 +35,7 @@ _spec.loader.exec_module(cb)
 # 9/3 heads of 64, ff 1536, vocab 49152; Llama-3-8B-like: 4096, 32/8 heads of 128, ff 14336;
 # Gemma-2-like: head_dim 256, group 2). NVRTC and nvcc compile the same list.
 KQUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")  # 256-element super-blocks: rows of 1536, 4096, ...
+REPACKED = ("Q4_Z", "Q8_Z", "F8_B32")  # what GPTQ/AWQ/FP8 checkpoints load as (runtime/load/quant_ckpt.h)
 INSTANCES = {
     "embed.cuh": ["embed_kernel<IG_F32, 576>", "embed_kernel<IG_F16, 4096>", "embed_kernel<IG_BF16, 2304>",
                   "embed_kernel<IG_Q8_0, 576>", "embed_kernel<IG_Q4_0, 4096>", "embed_kernel<IG_Q4_1, 576>",
@@ -45,7 +46,7 @@ INSTANCES = {
     "gemv_q.cuh": ["gemv_q_kernel<IG_%s, %d, %d>" % (dt, k, t)
                    for dt in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL")
                    for (k, t) in ((576, 1), (1536, 8), (4096, 1), (14336, 4))]
-                  + ["gemv_q_kernel<IG_%s, %d, %d>" % (dt, k, t) for dt in KQUANTS
+                  + ["gemv_q_kernel<IG_%s, %d, %d>" % (dt, k, t) for dt in KQUANTS + REPACKED
                      for (k, t) in ((1536, 8), (4096, 1), (14336, 4))],
     "rope_kv.cuh": ["rope_kv_kernel<9, 3, 64, 64, true>", "rope_kv_kernel<32, 8, 128, 128, false>",
                     "rope_kv_kernel<8, 4, 256, 256, false>", "rope_kv_kernel<16, 2, 128, 64, false>"],
@@ -61,7 +62,7 @@ INSTANCES = {
     "argmax.cuh": ["argmax_kernel<49152>", "argmax_kernel<128256, 512>"],
     "gemm_q.cuh": ["gemm_q_kernel<IG_%s, %d>" % (dt, k) for dt in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
                                                                      "Q5_0", "Q5_1", "IQ4_NL") for k in (576, 4096)]
-                  + ["gemm_q_kernel<IG_%s, 4096>" % dt for dt in KQUANTS],
+                  + ["gemm_q_kernel<IG_%s, 4096>" % dt for dt in KQUANTS + REPACKED],
     "pack.cuh": ["pack_kernel<576, IG_F16>", "pack_kernel<4096, IG_BF16>", "pack_kernel<2304, IG_F32>"],
     "attn_rows.cuh": ["attn_rows_kernel<64, 3, 3>", "attn_rows_kernel<12, 4, 2>", "attn_rows_kernel<40, 2, 1>",
                       "attn_rows_kernel<256, 2, 4>"],
@@ -214,6 +215,7 @@ def sim_build():
         if (prog, mode) not in cache:
             wd = os.path.join(OBJ, "sim_" + mode)
             out = os.path.join(wd, prog)
+            os.makedirs(wd, exist_ok=True)
             incs = ["-I", KDIR, "-I", os.path.join(ROOT, "kernels", "cpu"),
                     *[a for d in ("core", "load", "text", "serve") for a in ("-I", os.path.join(ROOT, "runtime", d))]]
             # the CPU reference kernels read runtime/load's tables (dtype.c: the IQ4 values), compiled as C

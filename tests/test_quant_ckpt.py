@@ -356,3 +356,32 @@ def test_model_binary_refuses_bad_quantized_checkpoints(built, tmp_path):
     cfg["quantization_config"]["bits"] = 8
     (eight / "config.json").write_text(json.dumps(cfg))
     fails(eight, "model.layers.", ".scales': expected f16", "groups of 32 inputs")
+
+
+# ------------------------------------------------------------------ CUDA
+
+@pytest.mark.parametrize("name", [n if n == "gptq4-llama" else pytest.param(n, marks=BREADTH) for n in MODELS])
+def test_cudasim_quantized_model_matches_cpu(name, built, tmp_path):
+    """The CUDA backend's kernels (GEMV for decode-sized steps, the shared-memory GEMM tiles for
+    prefill) on cudasim against the CPU backend and transformers: the same weights, summation order
+    only (measured within 1e-5 of both). The default tier runs one model (q4_z); tests/cuda_kernels/
+    t_gemv.cu runs every repacked type's GEMV and GEMM against the CPU kernels on cudasim."""
+    if SAN and name != DEFAULT_MODELS[0]:
+        pytest.skip("the sanitizer pass runs one quantized model on cudasim")
+    d, ref = quantized_model(name)
+    cpu = build(d, f"qc-{name}")
+    sim = build(d, f"qc-{name}-cu", "--backend", "cuda", "--cudasim")
+    want = logits(cpu, TOKENS, weights=d, tmp_path=tmp_path)
+    for mode in [("--decode",)] if SAN else [(), ("--chunk", "7"), ("--decode",)]:
+        got = logits(sim, TOKENS, *mode, weights=d, tmp_path=tmp_path)
+        assert np.abs(got - want).max() <= 5e-5, f"{name} {mode}: max |cuda - cpu| {np.abs(got - want).max():.3g}"
+        assert np.abs(got - ref).max() <= 5e-5, f"{name} {mode}: max |cuda - transformers| {np.abs(got - ref).max():.3g}"
+
+
+@pytest.mark.full
+@pytest.mark.skipif(SAN, reason="nvcc builds are the same under sanitizers")
+def test_nvcc_builds_quantized_models_without_spills(built):
+    """nvcc compiles the generated kernels of each format's model for sm_80..sm_90 without spills
+    (the kernel library's instances at model shapes are checked in test_cuda_kernels.py)."""
+    from test_cuda_models import nvcc_check
+    nvcc_check([(quantized_model(n)[0], f"qc-{n}-cuda", ()) for n in DEFAULT_MODELS], "quant_ckpt_ptxas.txt")

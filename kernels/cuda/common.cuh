@@ -7,7 +7,9 @@
 // Weight element types; the values are runtime/load/dtype.h's ingot_dtype.
 enum {
   IG_F32 = 0, IG_F16 = 1, IG_BF16 = 2, IG_Q8_0 = 3, IG_Q4_0 = 4, IG_Q4_1 = 5, IG_Q5_0 = 6, IG_Q5_1 = 7,
-  IG_Q2_K = 8, IG_Q3_K = 9, IG_Q4_K = 10, IG_Q5_K = 11, IG_Q6_K = 12, IG_IQ4_NL = 13, IG_IQ4_XS = 14
+  IG_Q2_K = 8, IG_Q3_K = 9, IG_Q4_K = 10, IG_Q5_K = 11, IG_Q6_K = 12, IG_IQ4_NL = 13, IG_IQ4_XS = 14,
+  // 15, 16: int32 and float8 checkpoint parts, never a weight; then what GPTQ/AWQ/FP8 linears are repacked into
+  IG_Q4_Z = 17, IG_Q8_Z = 18, IG_F8_B32 = 19
 };
 
 // GGUF blocks of 32 elements (byte-identical to runtime/load/dtype.h):
@@ -17,6 +19,9 @@ enum {
 //   Q5_0 22 B: f16 d, u32 qh, 16 B nibbles    x = d*(q-16), bit 4 of element j = bit j of qh
 //   Q5_1 24 B: f16 d, f16 m, u32 qh, nibbles   x = d*q + m
 //   IQ4_NL 18 B: f16 d, 16 B nibbles          x = d*ig_iq4_value(q)
+//   Q4_Z 20 B: f16 d, u16 z, 16 B nibbles     x = d*(q-z)   (GPTQ/AWQ 4-bit, z the zero point)
+//   Q8_Z 36 B: f16 d, u16 z, u8 q[32]         x = d*(q-z)   (GPTQ 8-bit)
+//   F8_B32 36 B: f32 d, E4M3 q[32]            x = d*ig_e4m3(q) (FP8 checkpoints)
 // Nibbles: byte j holds element j (low nibble) and element j+16 (high nibble).
 // Super-blocks of 256 (the K-quants, IQ4_XS), laid out as runtime/load/dtype.h describes:
 //   Q2_K 84 B, Q3_K 110 B, Q4_K 144 B, Q5_K 176 B, Q6_K 210 B, IQ4_XS 136 B.
@@ -41,6 +46,9 @@ template <> struct ig_dtype_info<IG_Q5_K> { static constexpr int elems = 256, by
 template <> struct ig_dtype_info<IG_Q6_K> { static constexpr int elems = 256, bytes = 210; };
 template <> struct ig_dtype_info<IG_IQ4_NL> { static constexpr int elems = 32, bytes = 18; };
 template <> struct ig_dtype_info<IG_IQ4_XS> { static constexpr int elems = 256, bytes = 136; };
+template <> struct ig_dtype_info<IG_Q4_Z> { static constexpr int elems = 32, bytes = 20; };
+template <> struct ig_dtype_info<IG_Q8_Z> { static constexpr int elems = 32, bytes = 36; };
+template <> struct ig_dtype_info<IG_F8_B32> { static constexpr int elems = 32, bytes = 36; };
 // The row-length multiple a kernel needs: 8 for float rows (one slice of 8), else the block.
 template <int DT> __host__ __device__ constexpr int ig_row_multiple() {
   return ig_dtype_info<DT>::elems == 1 ? 8 : ig_dtype_info<DT>::elems;
@@ -107,6 +115,12 @@ __device__ __forceinline__ unsigned ig_ld_u32(const unsigned char* p) { return *
 template <int ALIGN> __device__ __forceinline__ unsigned ig_ld4(const unsigned char* p) {
   if constexpr (ALIGN >= 4) return ig_ld_u32(p);
   else return (unsigned)ig_ld_u16(p) | ((unsigned)ig_ld_u16(p + 2) << 16);
+}
+
+// An E4M3 (float8_e4m3fn) code as f32, exactly: its bits moved into an f16 (sign to bit 15, the
+// rest up by 7) are the value / 256, normals and subnormals alike. NaN codes are refused at load.
+__device__ __forceinline__ float ig_e4m3_to_f32(unsigned q) {
+  return ig_f16_to_f32((unsigned short)(((q & 0x80u) << 8) | ((q & 0x7fu) << 7))) * 256.0f;
 }
 
 // The value an IQ4 nibble selects (GGUF's kvalues_iq4nl: -127, -104, ..., 113), from two 64-bit

@@ -1,4 +1,4 @@
-// gemv_q.cuh — weight-only GEMV / small-batch GEMM: Y[t][r] (+)= sum_k dequant(W[r][k]) * X[t][k] (+ bias[r]) for T <= 8 tokens, W in f32/f16/bf16, Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, the K-quants Q2_K..Q6_K, IQ4_NL/IQ4_XS.
+// gemv_q.cuh — weight-only GEMV / small-batch GEMM: Y[t][r] (+)= sum_k dequant(W[r][k]) * X[t][k] (+ bias[r]) for T <= 8 tokens, W in f32/f16/bf16, Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, the K-quants Q2_K..Q6_K, IQ4_NL/IQ4_XS, and the repacked GPTQ/AWQ/FP8 types Q4_Z/Q8_Z/F8_B32.
 //
 // gemv_q_kernel<DT, IN, TMAX = 1, WARPS = 4>
 //   grid  = ceil(OUT / WARPS), block = WARPS*32: one warp per output row r.
@@ -38,6 +38,14 @@ __device__ __forceinline__ void ig_gemv_slice_k(const unsigned char* __restrict_
       const unsigned n = ig_ld4<ALIGN>(blk + 2 + l);
       lo = n & 0x0f0f0f0fu, hi = (n >> 4) & 0x0f0f0f0fu;
       dl = dh = d, ml = mh = 0.0f;
+    } else if constexpr (DT == IG_Q4_Z) { // f16 d, u16 zero z, Q4_0's nibbles: w = q*d - z*d (exact)
+      const unsigned n = ig_ld4<4>(blk + 4 + l);
+      lo = n & 0x0f0f0f0fu, hi = (n >> 4) & 0x0f0f0f0fu;
+      dl = dh = d, ml = mh = -((float)ig_ld_u16(blk + 2) * d);
+    } else if constexpr (DT == IG_Q8_Z || DT == IG_F8_B32) { // 32 code bytes at 4: elements l.. and 16+l..
+      lo = ig_ld4<4>(blk + 4 + l), hi = ig_ld4<4>(blk + 20 + l);
+      if constexpr (DT == IG_Q8_Z) dl = dh = d, ml = mh = -((float)ig_ld_u16(blk + 2) * d);
+      else dl = dh = __uint_as_float(ig_ld_u32(blk)), ml = mh = 0.0f; // the f32 scale (d above is unused)
     } else {
       constexpr int QH = DT == IG_Q5_0 ? 2 : 4; // byte offset of qh; the nibbles follow it
       const unsigned qh = ig_ld4<ALIGN>(blk + QH), n = ig_ld4<ALIGN>(blk + QH + 4 + l);
@@ -113,7 +121,13 @@ __device__ __forceinline__ void ig_gemv_slice_k(const unsigned char* __restrict_
       dl = dh = d * (float)(ls - 32), ml = mh = 0.0f;
     }
   }
-  if constexpr (DT == IG_IQ4_NL || DT == IG_IQ4_XS) { // the codes index the non-linear table
+  if constexpr (DT == IG_F8_B32) { // E4M3 codes: (value) * scale, one rounding as the CPU's
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      w[i] = ig_e4m3_to_f32((lo >> (8 * i)) & 0xffu) * dl;
+      w[4 + i] = ig_e4m3_to_f32((hi >> (8 * i)) & 0xffu) * dh;
+    }
+  } else if constexpr (DT == IG_IQ4_NL || DT == IG_IQ4_XS) { // the codes index the non-linear table
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       w[i] = dl * ig_iq4_value((lo >> (8 * i)) & 15u);

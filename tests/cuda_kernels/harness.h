@@ -97,9 +97,35 @@ static inline std::vector<unsigned char> rnd_kblocks(int dt, int rows, int n, un
   return m;
 }
 
+// A [rows][n] matrix of a type GPTQ/AWQ/FP8 checkpoints are repacked into: random codes, small
+// positive f16 scales and zero points over their whole range (Q4_Z, Q8_Z); f32 scales of either
+// sign over 2^-12..2^-4 and every E4M3 code but the two NaNs (F8_B32).
+static inline std::vector<unsigned char> rnd_zblocks(int dt, int rows, int n, unsigned seed) {
+  const size_t bytes = dt == INGOT_Q4_Z ? sizeof(block_q4_z) : sizeof(block_q8_z);
+  std::vector<unsigned char> m((size_t)rows * (n / 32) * bytes);
+  unsigned s = seed * 747796405u + 11u;
+  for (auto& b : m) b = (unsigned char)rnd_u32(s);
+  for (size_t off = 0; off < m.size(); off += bytes) {
+    if (dt == INGOT_F8_B32) {
+      const float d = std::ldexp(1.0f + (float)(rnd_u32(s) % 1024) / 1024.0f, -4 - (int)(rnd_u32(s) % 9)) *
+                      (rnd_u32(s) & 1 ? -1.0f : 1.0f);
+      std::memcpy(&m[off], &d, 4);
+      for (size_t k = 4; k < bytes; k++)
+        if ((m[off + k] & 0x7f) == 0x7f) m[off + k] ^= 1;
+      continue;
+    }
+    const uint16_t d = f2h((float)(1 + rnd_u32(s) % 64) / 1024.0f);
+    const uint16_t z = (uint16_t)(rnd_u32(s) % (dt == INGOT_Q4_Z ? 17 : 257));
+    std::memcpy(&m[off], &d, 2);
+    std::memcpy(&m[off + 2], &z, 2);
+  }
+  return m;
+}
+
 // A [rows][n] matrix of dtype dt (ingot_dtype values) with random contents, as raw bytes.
 static inline std::vector<unsigned char> rnd_matrix(int dt, int rows, int n, unsigned seed) {
   size_t rb = 0;
+  if (dt == INGOT_Q4_Z || dt == INGOT_Q8_Z || dt == INGOT_F8_B32) return rnd_zblocks(dt, rows, n, seed);
   switch (dt) {
     case INGOT_F32: rb = 4u * n; break;
     case INGOT_F16: case INGOT_BF16: rb = 2u * n; break;

@@ -17,6 +17,7 @@ static void cpu_matmul(int DT, const std::vector<unsigned char>& W, const std::v
     KQ(IG_Q5_0, q5_0, block_q5_0) KQ(IG_Q5_1, q5_1, block_q5_1) KQ(IG_IQ4_NL, iq4_nl, block_iq4_nl)
     KQ(IG_Q2_K, q2_k, block_q2_K) KQ(IG_Q3_K, q3_k, block_q3_K) KQ(IG_Q4_K, q4_k, block_q4_K)
     KQ(IG_Q5_K, q5_k, block_q5_K) KQ(IG_Q6_K, q6_k, block_q6_K) KQ(IG_IQ4_XS, iq4_xs, block_iq4_xs)
+    KQ(IG_Q4_Z, q4_z, block_q4_z) KQ(IG_Q8_Z, q8_z, block_q8_z) KQ(IG_F8_B32, f8_b32, block_f8_b32)
 #undef KQ
     default: std::fprintf(stderr, "cpu_matmul: dtype %d\n", DT); std::exit(2);
   }
@@ -82,6 +83,16 @@ int main() {
   run_case<IG_Q6_K, 256, 4, 4>("gemv q6_k IN256 T3/4", 23, 3, false, false, 19);
   run_case<IG_Q6_K, 768, 1, 4>("gemv q6_k IN768 T1 bias", 29, 1, true, false, 20);
   run_case<IG_IQ4_XS, 512, 8, 4>("gemv iq4_xs IN512 T7/8", 17, 7, false, false, 21);
+  // The GPTQ/AWQ/FP8 repacked types: 32-blocks with a zero point or an f32 scale.
+  run_case<IG_Q4_Z, 320, 1, 4>("gemv q4_z IN320 T1 bias", 29, 1, true, false, 40);
+  run_case<IG_Q4_Z, 96, 8, 4>("gemv q4_z IN96 T7/8 acc", 13, 7, false, true, 41);
+  run_case<IG_Q8_Z, 256, 4, 4>("gemv q8_z IN256 T3/4 bias+acc", 21, 3, true, true, 42);
+  run_case<IG_Q8_Z, 320, 1, 2>("gemv q8_z IN320 T1", 19, 1, false, false, 43);
+  run_case<IG_F8_B32, 320, 8, 4>("gemv f8_b32 IN320 T8 bias", 17, 8, true, false, 44);
+  run_case<IG_F8_B32, 96, 2, 4>("gemv f8_b32 IN96 T2 acc", 23, 2, false, true, 45);
+  gemm_case<IG_Q4_Z, 96>("gemm q4_z IN96 T70", 70, 70, 46);
+  gemm_case<IG_Q8_Z, 64>("gemm q8_z IN64 T20", 37, 20, 47);
+  gemm_case<IG_F8_B32, 128>("gemm f8_b32 IN128 T33", 65, 33, 48);
   gemm_case<IG_Q4_0, 96>("gemm q4_0 IN96 T70", 70, 70, 30);
   gemm_case<IG_Q5_1, 64>("gemm q5_1 IN64 T20", 37, 20, 31);
   gemm_case<IG_Q3_K, 256>("gemm q3_k IN256 T70", 67, 70, 32);
