@@ -272,3 +272,20 @@ def test_draft_model_serve_smollm2(selfdraft):
         values, _ = spec.metrics()
         proposed = values[("ingot_spec_proposed_tokens_total", "")]
         assert proposed > 0 and values[("ingot_spec_accepted_tokens_total", "")] >= 0.8 * proposed
+
+
+def test_draft_counts_in_the_memory_plan(selfdraft):
+    """--spec draft adds the draft's weights and a KV pool as large as the target's to serve's plan."""
+    import json
+
+    def plan(*opts):
+        r = subprocess.run([str(selfdraft), "serve", "--print-memory", "--kv-blocks", "100", *opts],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    off, draft = plan(), plan("--spec", "draft")
+    assert draft["kv_blocks"] == off["kv_blocks"] == 100
+    assert draft["weights_bytes"] == 2 * off["weights_bytes"]  # the draft is the target's own checkpoint
+    assert draft["kv_bytes"] == 2 * off["kv_bytes"]
+    assert draft["scratch_bytes"] > off["scratch_bytes"]

@@ -853,11 +853,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(&c, argc - i, argv + i);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&c, argc - i, argv + i);
     if (!strcmp(cmd, "serve")) {
-        const int pre = server_preflight(argc - i, argv + i); /* before the weights are mapped or copied */
+        const srv_draft draft = {DRAFT_API, c.draft_weights, c.mmap ? INGOT_LOAD_MMAP : 0};
+        const int pre = server_preflight(&draft, argc - i, argv + i); /* before the weights are mapped or copied */
         if (pre != 0) return pre < 0 ? 0 : pre; /* < 0: --print-memory answered */
         ingot_model *m = load_model(&c);
         tok_tokenizer *tok = load_tokenizer(&c, m);
-        const srv_draft draft = {DRAFT_API, c.draft_weights, c.mmap ? INGOT_LOAD_MMAP : 0};
         const int rc = server_main(m, tok, c.threads, &draft, argc - i, argv + i);
         tok_free(tok);
         ingot_model_free(m);

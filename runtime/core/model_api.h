@@ -128,6 +128,7 @@ typedef struct {
     int (*max_tokens)(const ingot_model *m);
     size_t (*weight_bytes)(const ingot_model *m);
     size_t (*scratch_bytes)(const ingot_model *m);
+    size_t (*weights_planned_bytes)(void);
     int (*kv_alloc)(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen);
     void (*kv_release)(ingot_model *m, ingot_kv *kv);
     int (*forward)(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *pool, char *err, size_t errlen);

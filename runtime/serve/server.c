@@ -1740,10 +1740,14 @@ typedef struct {
  * without --kv-blocks/--kv-memory the pool is what the budget leaves (on a
  * device backend at most device_blocks, what its free memory holds; 0: no
  * such limit). 0, or -1 with the reason printed, naming what needs how much. */
-static int plan_memory(const srv_config *c, double weight_bytes, int model_max, int device_blocks, mem_plan *p) {
+static int plan_memory(const srv_config *c, const ingot_model_api *draft, double weight_bytes, int model_max,
+                       int device_blocks, mem_plan *p) {
     const ingot_desc *d = &ingot_model_desc;
     const double mib = 1048576.0, budget = c->memory_budget;
-    const size_t block_bytes = d->kv_bytes_per_token * INGOT_KV_BLOCK;
+    /* --spec draft: the draft's weights, scratch and a KV pool of as many blocks as the target's */
+    if (c->spec != SCHED_SPEC_DRAFT) draft = NULL;
+    const size_t block_bytes = (d->kv_bytes_per_token + (draft ? draft->desc->kv_bytes_per_token : 0)) * INGOT_KV_BLOCK;
+    if (draft) weight_bytes += (double)draft->weights_planned_bytes();
     const int ctx_blocks = (d->max_ctx + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
     int kv_blocks = c->kv_blocks;
     if (device_blocks > 0) kv_blocks = device_blocks;
@@ -1758,7 +1762,9 @@ static int plan_memory(const srv_config *c, double weight_bytes, int model_max, 
     if (mbt > model_max) mbt = model_max;
     const sched_config limits = {.max_batch_tokens = mbt, .max_running = c->max_running, .spec = c->spec,
                                  .spec_k = c->spec_k};
-    const double scratch_bytes = (double)ingot_model_scratch_bytes(NULL) + (double)sched_scratch_bytes(&limits, model_max);
+    const double scratch_bytes = (double)ingot_model_scratch_bytes(NULL) + (double)sched_scratch_bytes(&limits, model_max) +
+                                 (draft ? (double)draft->scratch_bytes(NULL) +
+                                              sizeof(float) * (double)c->max_running * (double)d->vocab : 0.0);
     if (budget > 0 && !c->kv_explicit) {
         const double fit = floor((budget - weight_bytes - scratch_bytes) / (double)block_bytes);
         if (fit < 1) {
@@ -1784,14 +1790,16 @@ static int plan_memory(const srv_config *c, double weight_bytes, int model_max, 
     return 0;
 }
 
-int server_preflight(int argc, char **argv) {
+int server_preflight(const srv_draft *draft, int argc, char **argv) {
     srv_config c;
     memset(&c, 0, sizeof c);
     if (parse_config(&c, argc, argv) != 0) return 2;
     if (c.memory_budget <= 0 && !c.print_memory) return 0;
     /* the device's free memory is not known before the model is loaded: only the budget's own limit here */
     mem_plan p;
-    if (plan_memory(&c, (double)ingot_weights_planned_bytes(), ingot_model_max_tokens(NULL), 0, &p) != 0) return 1;
+    if (plan_memory(&c, draft ? draft->api : NULL, (double)ingot_weights_planned_bytes(), ingot_model_max_tokens(NULL), 0,
+                    &p) != 0)
+        return 1;
     if (!c.print_memory) return 0;
     /* what a supervisor (ingot-router) adds up against its own budget before starting this process */
     printf("{\"model\": \"%s\", \"weights_bytes\": %.0f, \"kv_bytes\": %.0f, \"kv_blocks\": %d, "
@@ -1832,7 +1840,8 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_dra
     const int device_blocks = s->cfg.kv_blocks || s->cfg.kv_memory_mib > 0
                                   ? 0 : ingot_kv_fit_blocks(m, s->cfg.device_memory_fraction);
     mem_plan mp;
-    if (plan_memory(&s->cfg, (double)ingot_model_weight_bytes(m), ingot_model_max_tokens(m), device_blocks, &mp) != 0)
+    if (plan_memory(&s->cfg, draft ? draft->api : NULL, (double)ingot_model_weight_bytes(m), ingot_model_max_tokens(m),
+                    device_blocks, &mp) != 0)
         goto out;
     const size_t block_bytes = d->kv_bytes_per_token * INGOT_KV_BLOCK;
     const int kv_blocks = mp.kv_blocks, mbt = mp.batch_tokens;

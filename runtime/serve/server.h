@@ -37,6 +37,13 @@
     "        OpenAI-compatible HTTP server (CUDA builds: the KV pool defaults to the fraction of free\n"   \
     "        device memory left after weights and scratch)\n"
 
+/* The draft model a binary was built with (--draft), loaded by server_main for --spec draft. */
+typedef struct {
+    const ingot_model_api *api; /* NULL: the binary has none */
+    const char *weights;        /* NULL: the checkpoint it was built from */
+    unsigned load_flags;        /* ingot_model_load's */
+} srv_draft;
+
 /* Checks the options before the model is loaded and, with --memory-budget,
  * that the weights (their size from the build's weight table), scratch and at
  * least one KV block fit in it, so that a start that cannot fit fails before
@@ -45,19 +52,14 @@
  * status: 2 for bad options, 1 when it does not fit (the reason printed);
  * -1 after --print-memory printed the plan (one JSON line on stdout: weights,
  * KV and scratch bytes the serve options give, what a supervisor such as
- * ingot-router counts against its budget): exit 0 without loading. */
-int server_preflight(int argc, char **argv);
+ * ingot-router counts against its budget): exit 0 without loading. With
+ * --spec draft the draft model's weights, scratch and KV pool (as many blocks
+ * as the target's) count too. */
+int server_preflight(const srv_draft *draft, int argc, char **argv);
 
 /* Runs until SIGTERM/SIGINT and the grace period; returns the exit status
  * (0 after a clean shutdown, 2 for bad options, 1 when it cannot start).
  * argv: the options after "serve". The model and tokenizer stay the caller's. */
-/* The draft model a binary was built with (--draft), loaded by server_main for --spec draft. */
-typedef struct {
-    const ingot_model_api *api; /* NULL: the binary has none */
-    const char *weights;        /* NULL: the checkpoint it was built from */
-    unsigned load_flags;        /* ingot_model_load's */
-} srv_draft;
-
 int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_draft *draft, int argc, char **argv);
 
 #endif

@@ -9,6 +9,7 @@ const ingot_model_api ingot_draft_api = {
     .max_tokens = ingot_model_max_tokens,
     .weight_bytes = ingot_model_weight_bytes,
     .scratch_bytes = ingot_model_scratch_bytes,
+    .weights_planned_bytes = ingot_weights_planned_bytes,
     .kv_alloc = ingot_kv_alloc,
     .kv_release = ingot_kv_release,
     .forward = ingot_forward,
