@@ -10,7 +10,8 @@ decode rate (the `decode:` line on stderr: tokens after the first over the
 time from the first token to the last; prefill not included), the speedup,
 and the acceptance rate (accepted / drafted tokens, from the `spec:` line).
 It also checks that the two outputs are the same text (greedy speculative
-decoding is exact).
+decoding is exact). tok/step is the tokens generated per scheduler step
+with drafting (plain decoding: 1), which load on the machine does not move.
 
 Prompts (SmolLM2's chat format, written out):
   summary    a paragraph and "summarise it, quoting it": the answer repeats the input
@@ -87,9 +88,9 @@ def run(binary, prompt, n, threads, spec):
     m = re.search(r"decode:\s+(\d+) tokens in ([\d.]+) s \(([\d.]+) tokens/s\)", r.stderr)
     rate = float(m.group(3))
     accept = None
-    s = re.search(r"spec:\s+\S+ (\d+) drafted tokens, (\d+) accepted", r.stderr)
+    s = re.search(r"spec:\s+\S+ (\d+) drafted tokens, (\d+) accepted \([^)]*\), (\d+) steps", r.stderr)
     if s:
-        accept = (int(s.group(1)), int(s.group(2)))
+        accept = (int(s.group(1)), int(s.group(2)), int(s.group(3)))
     return r.stdout, rate, int(m.group(1)), accept
 
 
@@ -115,21 +116,23 @@ def main():
     print(f"load at start: {loadavg()}")
     print(f"SmolLM2-135M-Instruct Q4_1, greedy, {a.tokens} tokens, {a.threads} threads, --spec-k {a.spec_k}, "
           f"{a.reps} reps alternated (medians)\n")
-    print(f"{'prompt':<10} {'plain tok/s':>11} {'spec tok/s':>10} {'speedup':>8} {'accepted':>9} {'same text':>9}")
+    print(f"{'prompt':<10} {'plain tok/s':>11} {'spec tok/s':>10} {'speedup':>8} {'accepted':>9} {'tok/step':>8} "
+          f"{'same text':>9}")
     for name, text in PROMPTS.items():
         prompt = chat(text)
         run(binary, prompt, 8, a.threads, 0)  # warm-up (page cache, huge pages)
-        plain, spec, acc, same = [], [], None, True
+        plain, spec, acc, same, n_gen = [], [], None, True, 0
         for _ in range(a.reps):
             out_p, rate_p, _, _ = run(binary, prompt, a.tokens, a.threads, 0)
-            out_s, rate_s, _, acc = run(binary, prompt, a.tokens, a.threads, a.spec_k)
+            out_s, rate_s, n_gen, acc = run(binary, prompt, a.tokens, a.threads, a.spec_k)
             plain.append(rate_p)
             spec.append(rate_s)
             same = same and out_p == out_s
         mp, ms = statistics.median(plain), statistics.median(spec)
         rate = f"{100.0 * acc[1] / acc[0]:.0f}%" if acc and acc[0] else "-"
-        print(f"{name:<10} {mp:>11.1f} {ms:>10.1f} {ms / mp:>7.2f}x {rate:>9} {'yes' if same else 'NO':>9}",
-              flush=True)
+        per_step = f"{n_gen / acc[2]:.2f}" if acc and acc[2] else "-"
+        print(f"{name:<10} {mp:>11.1f} {ms:>10.1f} {ms / mp:>7.2f}x {rate:>9} {per_step:>8} "
+              f"{'yes' if same else 'NO':>9}", flush=True)
     print(f"\nload at end: {loadavg()}")
 
 
