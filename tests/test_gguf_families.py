@@ -1,0 +1,71 @@
+"""Every family's GGUF as llama.cpp's own converter writes it (tests/fixtures/gguf_families,
+made by make_family_ggufs.py: convert_hf_to_gguf.py of the installed llama-cpp-python's sources,
+then llama_model_quantize to Q8_0) casts through the models.lua entry's GGUF names and metadata
+keys, and computes what transformers and llama.cpp compute.
+
+F32 file: ingot against transformers within 1e-4 (the same f32 weights; the converter's exact
+transforms — permuted q/k rows, Gemma's norm weights stored as 1 + w — are undone or matched by
+the description), in prefill and in decode; llama.cpp itself reads the same file to within the
+recorded max |delta| (<= 1e-3, asserted when the fixture was made).
+Q8_0 file (the default tier runs two families; make test-full all): the same weights on both
+sides, llama.cpp rounding activations to int8 as well. Bound, by the triangle inequality through
+transformers: |ingot - llama.cpp| <= |ingot Q8_0 - ingot F32| + 1e-4 + |llama.cpp Q8_0 -
+transformers| (each measured on the same tokens); greedy tokens agree except at near-ties (the
+two candidates within 2 max|delta| in llama.cpp's logits)."""
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+import modelbuild
+from conftest import BREADTH, ROOT, run
+
+FIXTURES = ROOT / "tests" / "fixtures" / "gguf_families"
+NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "reference.json").exists())
+Q8_DEFAULT = {"gemma3", "qwen3moe"}  # the rest: make test-full
+
+
+def fixture(name):
+    d = FIXTURES / name
+    ref = json.loads((d / "reference.json").read_text())
+    logits = {k: np.fromfile(d / f, dtype="<f4").reshape(ref["shape"]) for k, f in ref["logits"].items()}
+    for kind, f in ref["files"].items():
+        assert hashlib.sha256((d / f).read_bytes()).hexdigest() == ref["sha256"][kind], f"{name}/{f} changed"
+    return d, ref, logits
+
+
+def test_every_family_has_a_gguf():
+    """Each models.lua entry with a GGUF architecture that llama.cpp converts has a fixture here
+    (Llama and Mistral: SmolLM2 and the K-quant fixtures; Mixtral: test_families' stacked experts)."""
+    assert set(NAMES) >= {"qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite", "smollm3", "qwen3moe", "phi3"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_f32_gguf_matches_transformers(name, tmp_path, built):
+    d, ref, logits = fixture(name)
+    binary = modelbuild.build(d / ref["files"]["f32"], f"gg-{name}")
+    info = run([binary, "--info"]).stdout
+    assert f"architecture:    {ref['family']}" in info, info
+    for mode in ((), ("--decode",)):
+        got = modelbuild.logits(binary, ref["tokens"], *mode, tmp_path=tmp_path)
+        err = float(np.abs(got - logits["transformers"]).max())
+        assert err <= 1e-4, f"{name} {mode}: max |ingot - transformers| = {err:.3g}"
+        err = float(np.abs(got - logits["llamacpp_f32"]).max())
+        assert err <= 1e-4 + ref["max_delta_llamacpp_f32_transformers"], f"{name} {mode}: vs llama.cpp {err:.3g}"
+
+
+@pytest.mark.parametrize("name", [n if n in Q8_DEFAULT else pytest.param(n, marks=BREADTH) for n in NAMES])
+def test_q8_0_gguf_matches_llamacpp(name, tmp_path, built):
+    d, ref, logits = fixture(name)
+    q8 = modelbuild.logits(modelbuild.build(d / ref["files"]["q8_0"], f"gg-{name}-q8"), ref["tokens"],
+                           tmp_path=tmp_path)
+    f32 = modelbuild.logits(modelbuild.build(d / ref["files"]["f32"], f"gg-{name}"), ref["tokens"], tmp_path=tmp_path)
+    llama = logits["llamacpp_q8_0"]
+    bound = float(np.abs(q8 - f32).max()) + 1e-4 + float(np.abs(llama - logits["transformers"]).max())
+    delta = np.abs(q8 - llama)
+    assert delta.max() <= bound, f"{name}: max |ingot - llama.cpp| = {delta.max():.3g} > {bound:.3g}"
+    ours, theirs = q8.argmax(1), llama.argmax(1)
+    for t in np.flatnonzero(ours != theirs):
+        gap = llama[t, theirs[t]] - llama[t, ours[t]]
+        assert gap <= 2 * delta.max(), f"{name} position {t}: argmax differs by {gap:.3f}, not a near-tie"
