@@ -374,6 +374,25 @@ def test_crash_fails_in_flight_with_502_and_the_next_request_restarts(binaries):
     check_clean_exit(srv)
 
 
+@pytest.mark.full
+def test_a_crash_mid_stream_ends_the_stream_with_an_error_event(binaries):
+    srv = router(binaries)
+    with srv:
+        c = client_of(srv)
+        got = []
+        with pytest.raises(openai.APIError) as e:
+            for chunk in c.completions.create(model=A, prompt="Count: 1, 2,", max_tokens=1000, stream=True,
+                                              extra_body={"ignore_eos": True}):
+                got.append(chunk.choices[0].text)
+                if len(got) == 3:
+                    os.kill(health(srv)[A]["pid"], signal.SIGKILL)
+        assert len(got) >= 3 and "exited mid-stream" in str(e.value)
+        wait_for(lambda: health(srv)[A]["state"] == "stopped", 5 * SLOW, "the crash was not noticed")
+        assert "the reply was cut short" in srv.log
+        assert c.completions.create(model=A, prompt="Hi", max_tokens=2).model == A  # restarted
+    check_clean_exit(srv)
+
+
 # ---- the front end -------------------------------------------------------------------------------
 
 
