@@ -148,12 +148,6 @@ typedef struct {
     struct evhttp_connection *conn;
 } metrics_fetch;
 
-static void free_conn_later(evutil_socket_t fd, short what, void *arg) {
-    (void)fd;
-    (void)what;
-    evhttp_connection_free(arg);
-}
-
 static void gather_finish(metrics_gather *g) {
     rt_router *r = g->router;
     size_t own_len, len = 0;
@@ -184,9 +178,7 @@ static void on_child_metrics(struct evhttp_request *up, void *arg) {
         fprintf(stderr, "ingot-router: %s: /metrics answered %d; left out of the merge\n", mf->model->name,
                 up ? evhttp_request_get_response_code(up) : 0);
     }
-    const struct timeval now = {0, 0};
-    if (event_base_once(g->router->base, -1, EV_TIMEOUT, free_conn_later, mf->conn, &now) != 0)
-        fprintf(stderr, "ingot-router: out of memory (a connection leaks)\n");
+    rt_release_conn(g->router->base, mf->conn);
     free(mf);
     if (--g->waiting == 0) gather_finish(g);
 }

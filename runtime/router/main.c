@@ -61,7 +61,7 @@ static int parse_bytes(const char *s, double *out) {
     return 0;
 }
 
-static int parse_seconds(const char *s, double lo, double hi, double *out) {
+static int parse_number(const char *s, double lo, double hi, double *out) {
     char *end;
     errno = 0;
     const double v = strtod(s, &end);
@@ -163,24 +163,32 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--host")) snprintf(r->host, sizeof r->host, "%s", v);
         else if (!strcmp(a, "--api-key")) r->api_key = *v ? v : NULL;
         else if (!strcmp(a, "--port")) {
-            if (parse_seconds(v, 0, 65535, &d) != 0 || d != floor(d)) return usage_error("--port must be 0..65535, not '%s'", v);
+            if (parse_number(v, 0, 65535, &d) != 0 || d != floor(d))
+                return usage_error("--port must be 0..65535, not '%s'", v);
             r->port = (int)d;
         } else if (!strcmp(a, "--memory-budget")) {
-            if (parse_bytes(v, &r->memory_budget) != 0) return usage_error("--memory-budget takes bytes (512M, 4G), not '%s'", v);
+            if (parse_bytes(v, &r->memory_budget) != 0)
+                return usage_error("--memory-budget takes bytes (512M, 4G), not '%s'", v);
         } else if (!strcmp(a, "--max-body")) {
-            if (parse_bytes(v, &d) != 0 || d < 1024 || d > (1 << 30)) return usage_error("--max-body must be 1K..1G, not '%s'", v);
+            if (parse_bytes(v, &d) != 0 || d < 1024 || d > (1 << 30))
+                return usage_error("--max-body must be 1K..1G, not '%s'", v);
             r->max_body = (long)d;
         } else if (!strcmp(a, "--start-timeout")) {
-            if (parse_seconds(v, 0.1, 86400, &r->start_timeout) != 0) return usage_error("--start-timeout takes seconds, not '%s'", v);
+            if (parse_number(v, 0.1, 86400, &r->start_timeout) != 0)
+                return usage_error("--start-timeout takes seconds, not '%s'", v);
         } else if (!strcmp(a, "--stop-timeout")) {
-            if (parse_seconds(v, 0, 86400, &r->stop_timeout) != 0) return usage_error("--stop-timeout takes seconds, not '%s'", v);
+            if (parse_number(v, 0, 86400, &r->stop_timeout) != 0)
+                return usage_error("--stop-timeout takes seconds, not '%s'", v);
         } else if (!strcmp(a, "--read-timeout")) {
-            if (parse_seconds(v, 0.05, 86400, &r->read_timeout) != 0) return usage_error("--read-timeout takes seconds, not '%s'", v);
+            if (parse_number(v, 0.05, 86400, &r->read_timeout) != 0)
+                return usage_error("--read-timeout takes seconds, not '%s'", v);
         } else if (!strcmp(a, "--max-connections")) {
-            if (parse_seconds(v, 1, 1 << 20, &d) != 0 || d != floor(d)) return usage_error("--max-connections must be 1..1048576, not '%s'", v);
+            if (parse_number(v, 1, 1 << 20, &d) != 0 || d != floor(d))
+                return usage_error("--max-connections must be 1..1048576, not '%s'", v);
             r->max_connections = (int)d;
         } else if (!strcmp(a, "--max-waiting")) {
-            if (parse_seconds(v, 1, 1 << 20, &d) != 0) return usage_error("--max-waiting must be 1..1048576, not '%s'", v);
+            if (parse_number(v, 1, 1 << 20, &d) != 0)
+                return usage_error("--max-waiting must be 1..1048576, not '%s'", v);
             r->max_pending = (int)d;
         } else {
             return usage_error("unknown option '%s'", a);

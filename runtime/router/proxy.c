@@ -29,8 +29,6 @@
  * --request-timeout is what bounds it. */
 #define UPSTREAM_TIMEOUT (7 * 86400)
 
-void rt_check_drained(rt_router *r);
-
 /* Headers that describe one hop, not the message (RFC 9110 7.6.1), and those
  * libevent writes itself. */
 static int hop_by_hop(const char *key) {
@@ -73,12 +71,15 @@ static void free_conn_later(evutil_socket_t fd, short what, void *arg) {
     evhttp_connection_free(arg);
 }
 
-/* A connection cannot be freed from inside its own request's callback. */
+void rt_release_conn(struct event_base *base, struct evhttp_connection *conn) {
+    const struct timeval now = {0, 0};
+    if (event_base_once(base, -1, EV_TIMEOUT, free_conn_later, conn, &now) != 0)
+        fprintf(stderr, "ingot-router: out of memory (a connection is left open)\n");
+}
+
 static void release_upstream(rt_fwd *f) {
     if (!f->up_conn) return;
-    const struct timeval now = {0, 0};
-    if (event_base_once(f->router->base, -1, EV_TIMEOUT, free_conn_later, f->up_conn, &now) != 0)
-        evhttp_connection_free(f->up_conn); /* no memory for the event: freed here rather than leaked */
+    rt_release_conn(f->router->base, f->up_conn);
     f->up_conn = NULL;
     f->up_req = NULL;
 }

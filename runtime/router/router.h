@@ -93,6 +93,11 @@ struct rt_router {
         *m_memory_used, *m_memory_budget, *m_pending, *m_in_flight;
 };
 
+/* ---- main.c ------------------------------------------------------------------ */
+
+/* While shutting down: exits the loop once no child and no request is left. */
+void rt_check_drained(rt_router *r);
+
 /* ---- config.c -------------------------------------------------------------- */
 
 /* Reads {"models": [{"name": N, "binary": PATH, "serve": [ARGS...]}, ...]}
@@ -149,6 +154,9 @@ struct rt_fwd {
 rt_fwd *rt_fwd_new(rt_router *r, rt_model *m, struct evhttp_request *req, const char *body, size_t len);
 /* Sends f to its model's process (which is ready). */
 void rt_forward(rt_fwd *f);
+/* Frees a client connection once the current callback has returned (a
+ * connection cannot be freed from inside its own request's callback). */
+void rt_release_conn(struct event_base *base, struct evhttp_connection *conn);
 /* Answers f with an OpenAI-style error and frees it (it must not be forwarded). */
 void rt_fwd_fail(rt_fwd *f, int status, const char *type, const char *code, const char *message);
 
