@@ -32,7 +32,9 @@ SAN_EXTRA="tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/tes
            tests/test_embeddings.py::test_embeddings_bad_requests_name_the_field
            tests/test_quant_ckpt.py::test_repacked_weights_are_exact tests/test_quant_ckpt.py::test_bad_gptq
            tests/test_quant_ckpt.py::test_bad_awq tests/test_quant_ckpt.py::test_bad_fp8
-           tests/test_quant_ckpt.py::test_model_binary_refuses_bad_quantized_checkpoints tests/test_quant_ckpt.py::test_kernels"
+           tests/test_quant_ckpt.py::test_model_binary_refuses_bad_quantized_checkpoints tests/test_quant_ckpt.py::test_kernels
+           tests/test_spec.py::test_acceptance_rule_unit tests/test_spec.py::test_greedy_identical_to_plain_tiny
+           tests/test_spec.py::test_draft_model_greedy_identical_tiny"
 
 tiers=""
 tier_start=0
