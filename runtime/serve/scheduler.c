@@ -51,6 +51,9 @@ typedef struct sched_seq {
     int cancelled;
     sched_constraint *constraint; /* NULL or owned */
     int spec;            /* 1: drafts tokens when decoding (speculative decoding) */
+    int spec_k;          /* drafts it asks for next: grows by one after a step that accepted all of
+                            them, falls to one more than were accepted after a rejection, so a
+                            sequence whose drafts keep failing stops paying for long ones */
     /* draft model (SCHED_SPEC_DRAFT): its KV holds positions [0, draft_computed) of tokens (always
      * recomputed from 0 after an admission: the prefix cache holds target KV only); this step's
      * drafts, and for sampled requests the distribution each was drawn from */
@@ -308,6 +311,7 @@ static int submit(sched *s, const sched_request *r, uint64_t *id, char *err, siz
     if (embed && !(q->pool_sum = calloc((size_t)s->dim, sizeof(double)))) goto oom;
     /* a grammar would have to advance through drafts and back on a rejection */
     q->spec = s->cfg.spec != SCHED_SPEC_OFF && r->task == SCHED_GENERATE && !r->constraint;
+    q->spec_k = s->cfg.spec_k;
     if (q->spec && s->cfg.spec == SCHED_SPEC_DRAFT) {
         /* the draft's own generator: the request's seed, another stream */
         samp_params dp = r->sampling;
@@ -605,13 +609,12 @@ static void pool_rows(sched *s, sched_seq *q, int chunk, int *hrow) {
     finish(s, q, SCHED_FINISH_LENGTH, NULL, v);
 }
 
-/* The drafts of a decoding sequence for this step, written to draft: at
- * most cfg.spec_k, room (this step's budget left, the step's draft rows
- * left), what max_tokens and the context still allow after the token the
- * step samples anyway, and positions whose KV blocks the pool can give now
- * (drafting never preempts). Returns how many. */
-static int draft_limit(const sched *s, const sched_seq *q, int room, int rows_left) {
-    int k = s->cfg.spec_k;
+/* How many drafts a decoding sequence may bring this step: its spec_k,
+ * within room (this step's budget left, the step's draft rows left) and
+ * what max_tokens and the context still allow after the token the step
+ * samples anyway. */
+static int draft_limit(const sched_seq *q, int room, int rows_left) {
+    int k = q->spec_k;
     if (k > room) k = room;
     if (k > rows_left) k = rows_left;
     if (k > q->max_tokens - q->generated - 1) k = q->max_tokens - q->generated - 1;
@@ -631,8 +634,11 @@ static int cover_drafts(sched *s, sched_seq *q, int k) {
     return k;
 }
 
+/* The drafts of a decoding sequence for this step, written to draft, at
+ * positions whose KV blocks the pool can give now (drafting never
+ * preempts). Returns how many. */
 static int draft_tokens(sched *s, sched_seq *q, int room, int rows_left, int32_t *draft) {
-    int k = draft_limit(s, q, room, rows_left);
+    int k = draft_limit(q, room, rows_left);
     if (k <= 0) return 0;
     if (s->cfg.spec == SCHED_SPEC_DRAFT) { /* drafted by draft_round, blocks included */
         if (k > q->n_drafts) k = q->n_drafts;
@@ -663,7 +669,7 @@ static void draft_round(sched *s) {
         used++;
         q->n_drafts = 0;
         if (!q->spec) continue;
-        int k = draft_limit(s, q, budget - used, rows_left);
+        int k = draft_limit(q, budget - used, rows_left);
         if (k > api->desc->max_ctx - q->n_tokens + 1) k = api->desc->max_ctx - q->n_tokens + 1;
         if (k <= 0 || (k = cover_drafts(s, q, k)) <= 0) continue;
         s->d_cands[n_c] = q;
@@ -796,6 +802,10 @@ static int sample_rows(sched *s, sched_seq *q, const float *lg_rows, const int32
         /* the draft was fed at this position: its KV entry is now the sequence's own */
         accepted_drafts++;
         if (!ended) q->n_computed++;
+    }
+    if (k > 0 && !ended) {
+        if (accepted_drafts == k) q->spec_k = q->spec_k < s->cfg.spec_k ? q->spec_k + 1 : s->cfg.spec_k;
+        else q->spec_k = accepted_drafts + 1;
     }
     if (k > 0) {
         pthread_mutex_lock(&s->mu);
