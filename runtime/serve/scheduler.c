@@ -642,6 +642,7 @@ static int draft_tokens(sched *s, sched_seq *q, int room, int rows_left, int32_t
     if (k <= 0) return 0;
     if (s->cfg.spec == SCHED_SPEC_DRAFT) { /* drafted by draft_round, blocks included */
         if (k > q->n_drafts) k = q->n_drafts;
+        while (k > 0 && blocks_for(s, q->n_tokens + k) > q->n_blocks) k--;
         memcpy(draft, q->drafts, sizeof(int32_t) * (size_t)k);
         return k;
     }
@@ -663,11 +664,12 @@ static void draft_round(sched *s) {
     const ingot_model_api *api = s->cfg.draft;
     const int budget = s->cfg.max_batch_tokens, V = s->vocab;
     int n_c = 0, used = 0, rows_left = s->spec_rows, max_want = 0;
+    /* none keeps drafts of an earlier step: step() may place a sequence this loop did not reach */
+    for (int i = 0; i < s->n_running; i++) s->running[i]->n_drafts = 0;
     for (int i = 0; i < s->n_running && used < budget; i++) {
         sched_seq *q = s->running[i];
         if (q->n_tokens - q->n_computed != 1) continue;
         used++;
-        q->n_drafts = 0;
         if (!q->spec) continue;
         int k = draft_limit(q, budget - used, rows_left);
         if (k > api->desc->max_ctx - q->n_tokens + 1) k = api->desc->max_ctx - q->n_tokens + 1;
