@@ -124,6 +124,16 @@ local function phase_rows(ctx, s, name, nodes, extra)
   return lines
 end
 
+-- The slot of the buffer a linear's reordered activations are gathered into (plan.lua's perm_buffer).
+local function perm_slot(s, l)
+  local key = "perm" .. l.perm_buffer.id
+  if not s.buf_index[key] then
+    s.bufs[#s.bufs + 1] = {key = key, node = {buffer = l.perm_buffer, width = l.perm_buffer.width}}
+    s.buf_index[key] = #s.bufs - 1
+  end
+  return "b" .. s.buf_index[key]
+end
+
 local function phase_matmul(ctx, s, name, grp)
   local lines = {}
   lines[#lines + 1] = string.format("static void %s(void *vp, int64_t r0, int64_t r1, int tid) {", name)
@@ -139,7 +149,7 @@ local function phase_matmul(ctx, s, name, grp)
     if plan_mod.int8_activations(w.dtype, ctx.act_quant) then
       x, ldx, fn = "(const kc_q8 *)a->q8", string.format("%d", IN // 32), "kc_mm_" .. w.dtype
     else
-      x, ldx = s.buf(l.inputs[1].node), string.format("%d", IN)
+      x, ldx = l.perm_buffer and perm_slot(s, l) or s.buf(l.inputs[1].node), string.format("%d", IN)
       fn = (plan_mod.quantized(w.dtype) and "kc_mmx_" or "kc_mm_") .. w.dtype
     end
     lines[#lines + 1] = "    " .. emit.src(ctx, l)
@@ -374,6 +384,15 @@ function emit.kernels(ctx, groups, final_node)
         local x = grp.linears[1].inputs[1]
         q8_line = string.format("kc_quantize_q8(%s, (kc_q8 *)a->q8 + (size_t)t * %d, %d); /* activations quantized once for every linear below */",
           row(s.buf(x.node), "t", x.width), x.width // 32, x.width)
+      end
+      for _, l in ipairs(grp.linears) do
+        if l.perm_buffer then -- the activations in the order of the weight's reordered inputs
+          local x = l.inputs[1]
+          q8_line = (q8_line and q8_line .. "\n        " or "") .. string.format(
+            "kc_gather(%s, (const int32_t *)%s, %d, %s); /* %s reads its inputs in act-order */",
+            row(s.buf(x.node), "t", x.width), s.weight(l.inputs[2].perm), x.width, row(perm_slot(s, l), "t", x.width),
+            l.inputs[2].logical)
+        end
       end
       if #grp.prologue > 0 or q8_line then
         phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_pre", grp.prologue, q8_line)

@@ -265,6 +265,30 @@ local function main(argv)
     counts[w.dtype] = (counts[w.dtype] or 0) + 1
     weights[i] = w
   end
+  -- An act-order GPTQ linear repacked with its inputs reordered (runtime/load/quant_ckpt.h) comes
+  -- with `<tensor>.perm`, the order: a weight of its own (i32, copied as stored) that the matmul's
+  -- activations are gathered by.
+  for i = 1, #weights do
+    local w = weights[i]
+    local pname = w.tensor and (w.tensor .. ".perm")
+    if pname and tensors[pname] and w.same_as < 0 then
+      if w.first_row ~= 0 or w.stacked ~= 0 or w.decl.slice or #w.shape ~= 2 then
+        util.die(string.format("%s:%d: error: '%s' has reordered inputs (%s) but is read as a slice", d.path,
+          w.decl.line, w.tensor, pname))
+      end
+      if opts.act_quant == "q8" then
+        util.die(string.format("%s has reordered inputs (act-order GPTQ): build with --act-quant none", w.tensor))
+      end
+      local p = {logical = w.logical .. ".perm", layer = w.layer, decl = w.decl, tensor = pname, tied_c = "NULL",
+                 shape = {w.shape[2]}, stored_shape = {w.shape[2]}, first_row = 0, stacked = 0, dtype = "i32",
+                 dtype_enum = "INGOT_I32", slot = #weights, same_as = -1}
+      weights[#weights + 1] = p
+      w.perm = p
+      consumed[pname] = true
+    elseif pname and tensors[pname] then
+      w.perm = weights[w.same_as + 1].perm
+    end
+  end
   check_every_tensor_used(d, entry, info.tensors, consumed, opts)
   if opts.backend == "cuda" then emit_cuda.check_dtypes(weights) end
   local summary = {}

@@ -101,6 +101,15 @@ function plan.run(g, groups, final_node, act_quant)
       end
     end
     if grp.kind == "matmul" then
+      -- a linear whose weight's inputs were reordered at load (act-order GPTQ: the weight's .perm)
+      -- reads its activations gathered into that order, once per token
+      for _, l in ipairs(grp.linears) do
+        if l.inputs[2].perm then
+          local w = l.inputs[1].width
+          l.perm_buffer = new_buffer({bytes = align(w * 4), first = grp.index, last = grp.index, nodes = {},
+                                      kind = "perm", width = w})
+        end
+      end
       local needs_q8 = false
       for _, l in ipairs(grp.linears) do
         if plan.int8_activations(l.inputs[2].dtype, act_quant) then needs_q8 = true end

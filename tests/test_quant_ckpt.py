@@ -119,8 +119,9 @@ LOADER_CASES = {
     "gptq8-g32": ("gptq", dict(bits=8, group_size=32), "q8_z"),
     "gptq8-g128-sym": ("gptq", dict(bits=8, group_size=128, sym=True), "q8_z"),
     "gptq8-gall-v2": ("gptq", dict(bits=8, group_size=-1, v2=True), "q8_z"),
-    "gptq4-g64-act-order": ("gptq", dict(bits=4, group_size=64, desc_act=True), "f32"),
-    "gptq8-g32-act-order": ("gptq", dict(bits=8, group_size=32, desc_act=True, sym=True), "f32"),
+    "gptq4-g64-act-order": ("gptq", dict(bits=4, group_size=64, desc_act=True), "q4_z"),
+    "gptq8-g32-act-order": ("gptq", dict(bits=8, group_size=32, desc_act=True, sym=True), "q8_z"),
+    "gptq4-g48-act-order": ("gptq", dict(bits=4, group_size=48, desc_act=True), "f32"),
     "awq-g32": ("awq", dict(group_size=32), "q4_z"),
     "awq-g64": ("awq", dict(group_size=64), "q4_z"),
     "awq-g128": ("awq", dict(group_size=128), "q4_z"),
@@ -136,12 +137,21 @@ def test_repacked_weights_are_exact(case, built, tmp_path):
     rng = np.random.default_rng(abs(hash(case)) % 2**32)
     w = (rng.standard_normal((72, 256)) * 0.05).astype(np.float32)  # 72 rows: partial 128-blocks, 9 AWQ words
     expect = write_linear(tmp_path / "m", method, q, w)
+    assert np.abs(expect - w).max() < 0.05  # the quantizer is sane: the oracle is not trivially all zeros
     doc = json.loads(inspect(built, tmp_path / "m").stdout)
-    assert doc["tensors"] == [{"name": "layer.weight", "dtype": dtype, "shape": [72, 256],
-                               "nbytes": doc["tensors"][0]["nbytes"]}]
+    listed = {t["name"]: t for t in doc["tensors"]}
+    assert listed["layer.weight"] == {"name": "layer.weight", "dtype": dtype, "shape": [72, 256],
+                                      "nbytes": listed["layer.weight"]["nbytes"]}
+    act_order = q.get("desc_act") and dtype != "f32"
+    assert sorted(listed) == ["layer.weight"] + (["layer.weight.perm"] if act_order else [])
+    if act_order:  # the inputs sorted by group: the weight's columns in that order, and the order itself
+        g_idx = qr.quantize_gptq(w, q["bits"], q["group_size"], sym=q.get("sym", False), act_order=True)["g_idx"]
+        perm = np.argsort(g_idx, kind="stable")
+        assert listed["layer.weight.perm"]["dtype"] == "i32" and listed["layer.weight.perm"]["shape"] == [256]
+        assert np.array_equal(dump(built, tmp_path / "m", "layer.weight.perm", tmp_path), perm)
+        expect = np.ascontiguousarray(expect[:, perm])
     got = dump(built, tmp_path / "m", "layer.weight", tmp_path).reshape(72, 256)
     assert np.array_equal(got.view(np.uint32), expect.view(np.uint32)), np.abs(got - expect).max()
-    assert np.abs(expect - w).max() < 0.05  # the quantizer is sane: the oracle is not trivially all zeros
 
 
 def test_unquantized_tensors_pass_through(built, tmp_path):
@@ -257,7 +267,7 @@ MODELS = {
     "gptq4-g128-llama": ("llama", "gptq", dict(bits=4, group_size=128)),
     "fp8-tensor-qwen2": ("qwen2", "fp8", dict()),
 }
-DEFAULT_MODELS = ("gptq4-llama", "awq-qwen2", "fp8-llama")
+DEFAULT_MODELS = ("gptq4-act-order-llama", "awq-qwen2", "fp8-llama")
 TOKENS = [1, 17, 42, 99, 5, 250, 7, 31, 64, 128, 200, 3, 77, 12, 190, 45, 8, 222, 9, 60]
 
 
@@ -319,8 +329,6 @@ def test_quantized_model_matches_transformers(name, built, tmp_path):
     r = run([binary, "--info"])
     assert r.returncode == 0, r.stderr
     dtype = {"gptq": "q8_z" if MODELS[name][2].get("bits") == 8 else "q4_z", "awq": "q4_z", "fp8": "f8_b32"}[MODELS[name][1]]
-    if MODELS[name][2].get("desc_act"):
-        dtype = "f32"
     assert dtype in r.stdout, r.stdout
     modes = [("--decode",)] if SAN else [(), ("--chunk", "7"), ("--decode",)]
     for mode in modes:
@@ -332,8 +340,8 @@ def test_quantized_model_matches_transformers(name, built, tmp_path):
 def test_model_binary_refuses_bad_quantized_checkpoints(built, tmp_path):
     """Through the generated load path: one line naming the tensor, exit 1."""
     from safetensors.numpy import load_file
-    d, _ = quantized_model("gptq4-llama")
-    binary = build(d, "qc-gptq4-llama")
+    d, _ = quantized_model("gptq4-act-order-llama")
+    binary = build(d, "qc-gptq4-act-order-llama")
 
     def fails(weights, *words):
         r = run([binary, "--weights", weights, "logits", "--tokens", "1,2,3", "--out", "/dev/null"])
@@ -355,7 +363,9 @@ def test_model_binary_refuses_bad_quantized_checkpoints(built, tmp_path):
     cfg = json.loads((d / "config.json").read_text())
     cfg["quantization_config"]["bits"] = 8
     (eight / "config.json").write_text(json.dumps(cfg))
-    fails(eight, "model.layers.", ".scales': expected f16", "groups of 32 inputs")
+    fails(eight, "model.layers.", ".scales': expected f16", "groups of 64 inputs")
+    # the same model without act-order: its weights are not reordered, so the binary's orders are missing
+    fails(quantized_model("gptq4-llama")[0], "model.layers.0.self_attn.q_proj.weight.perm' not found", "models.lua:")
 
 
 # ------------------------------------------------------------------ CUDA

@@ -57,6 +57,12 @@ static inline __m512 kc__kv_load16(const kc_kv_t *p) {
 /* out = x / rms(x) * (w + weight_offset). Sum of squares in double: the
  * references (transformers f32) are more accurate than a naive f32 sum over
  * long rows, and this costs nothing next to the matmuls. */
+/* y[i] = x[perm[i]], i < n: the activations in the input order of a weight
+ * whose columns were reordered at load (act-order GPTQ). */
+static inline void kc_gather(const float *x, const int32_t *perm, int n, float *y) {
+    for (int i = 0; i < n; i++) y[i] = x[perm[i]];
+}
+
 static inline void kc_rmsnorm(const float *x, const float *w, float *out, int n, float eps,
                               float weight_offset) {
     double ss = 0.0;

@@ -239,10 +239,12 @@ static int own(qc_ctx *c, void *p) {
     return 0;
 }
 
-/* Appends the repacked tensor `prefix.weight` (data and name become owned). */
-static int emit(qc_ctx *c, const char *prefix, size_t plen, ingot_dtype dt, int64_t rows, int64_t cols, void *data,
-                size_t nbytes) {
-    char *name = malloc(plen + sizeof ".weight");
+/* Appends the repacked tensor `prefix + suffix` (data and name become owned): [rows, cols], or
+ * [cols] when rows is 0. */
+static int emit_named(qc_ctx *c, const char *prefix, size_t plen, const char *suffix, ingot_dtype dt, int64_t rows,
+                      int64_t cols, void *data, size_t nbytes) {
+    const size_t slen = strlen(suffix) + 1;
+    char *name = malloc(plen + slen);
     if (!name || own(c, data)) {
         free(name);
         free(data);
@@ -253,18 +255,25 @@ static int emit(qc_ctx *c, const char *prefix, size_t plen, ingot_dtype dt, int6
         return qc_fail(c, "out of memory");
     }
     memcpy(name, prefix, plen);
-    memcpy(name + plen, ".weight", sizeof ".weight");
+    memcpy(name + plen, suffix, slen);
     wt_tensor *t = &c->out->tensors[c->out->n++];
     memset(t, 0, sizeof *t);
     t->name = name;
     t->dtype = dt;
-    t->n_dims = 2;
-    t->shape[0] = rows;
-    t->shape[1] = cols;
+    t->n_dims = rows ? 2 : 1;
+    t->shape[0] = rows ? rows : cols;
+    t->shape[1] = rows ? cols : 0;
     t->data = data;
     t->nbytes = nbytes;
     return 0;
 }
+
+static int emit(qc_ctx *c, const char *prefix, size_t plen, ingot_dtype dt, int64_t rows, int64_t cols, void *data,
+                size_t nbytes) {
+    return emit_named(c, prefix, plen, ".weight", dt, rows, cols, data, nbytes);
+}
+
+
 
 static int shape_is(const wt_tensor *t, int n_dims, int64_t a, int64_t b) {
     return t->n_dims == n_dims && t->shape[0] == a && (n_dims < 2 || t->shape[1] == b);
@@ -302,6 +311,22 @@ static inline uint32_t zp_zero(const zp_linear *L, int64_t g, int64_t j) {
 static inline int64_t zp_group(const zp_linear *L, int64_t i) {
     if (L->g_idx) return (int32_t)ld32(L->g_idx->data, (size_t)i);
     return L->group_size < 0 ? 0 : i / L->group_size;
+}
+
+/* The inputs in the order that makes act-order groups contiguous: by group, then by input (a
+ * stable counting sort). */
+static int32_t *group_order(const zp_linear *L) {
+    int32_t *perm = malloc((size_t)L->in * sizeof *perm);
+    int64_t *start = calloc((size_t)L->groups + 1, sizeof *start);
+    if (!perm || !start) {
+        free(perm), free(start);
+        return NULL;
+    }
+    for (int64_t i = 0; i < L->in; i++) start[zp_group(L, i) + 1]++;
+    for (int64_t g = 0; g < L->groups; g++) start[g + 1] += start[g];
+    for (int64_t i = 0; i < L->in; i++) perm[start[zp_group(L, i)]++] = (int32_t)i;
+    free(start);
+    return perm;
 }
 
 static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw, const char *prefix, size_t plen) {
@@ -367,11 +392,26 @@ static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw,
             if ((ld16(L.scales->data, (size_t)(g * L.out + j)) & 0x7c00) == 0x7c00)
                 return qc_fail(c, "tensor '%s': the scale of group %lld, output %lld is not finite (NaN or infinity)",
                                printable(L.scales->name, nb, sizeof nb), (long long)g, (long long)j);
-    /* Blocks of 32 inputs with one group each take the block types; an
-     * act-order g_idx that mixes groups inside one takes f32. */
+    /* Blocks of 32 inputs with one group each take the block types. An
+     * act-order g_idx that mixes groups inside a block is reordered: the
+     * inputs sorted by group (`<prefix>.weight.perm`, the kernels read the
+     * activations in that order); when even then a block would straddle two
+     * groups (a group whose size is not a multiple of 32), the weights are
+     * f32. */
     int blocked = 1;
     for (int64_t i = 0; i < L.in && blocked; i++) blocked = zp_group(&L, i) == zp_group(&L, i - i % INGOT_QBLOCK);
     const int64_t nb32 = L.in / INGOT_QBLOCK;
+    int32_t *perm = NULL;
+    if (!blocked) {
+        if (!(perm = group_order(&L))) return qc_fail(c, "out of memory repacking '%s'", qname);
+        blocked = 1;
+        for (int64_t i = 0; i < L.in && blocked; i++)
+            blocked = zp_group(&L, perm[i]) == zp_group(&L, perm[i - i % INGOT_QBLOCK]);
+        if (!blocked) {
+            free(perm);
+            perm = NULL;
+        }
+    }
     if (!blocked) {
         float *w = malloc((size_t)L.out * (size_t)L.in * sizeof *w);
         if (!w) return qc_fail(c, "out of memory repacking '%s'", qname);
@@ -386,21 +426,28 @@ static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw,
     const ingot_dtype dt = L.bits == 4 ? INGOT_Q4_Z : INGOT_Q8_Z;
     const size_t bb = dtype_block_bytes(dt), nbytes = (size_t)L.out * (size_t)nb32 * bb;
     uint8_t *w = calloc(1, nbytes);
-    if (!w) return qc_fail(c, "out of memory repacking '%s'", qname);
+    if (!w) {
+        free(perm);
+        return qc_fail(c, "out of memory repacking '%s'", qname);
+    }
     for (int64_t j = 0; j < L.out; j++)
         for (int64_t b = 0; b < nb32; b++) {
             uint8_t *blk = w + ((size_t)j * (size_t)nb32 + (size_t)b) * bb;
-            const int64_t i0 = b * INGOT_QBLOCK, g = zp_group(&L, i0);
+            const int64_t i0 = b * INGOT_QBLOCK, g = zp_group(&L, perm ? perm[i0] : i0);
             const uint16_t d = ld16(L.scales->data, (size_t)(g * L.out + j)), z = (uint16_t)zp_zero(&L, g, j);
             memcpy(blk, &d, 2);
             memcpy(blk + 2, &z, 2);
             for (int l = 0; l < INGOT_QBLOCK; l++) {
-                const uint32_t v = zp_code(&L, i0 + l, j);
+                const uint32_t v = zp_code(&L, perm ? perm[i0 + l] : i0 + l, j);
                 if (dt == INGOT_Q8_Z) blk[4 + l] = (uint8_t)v;
                 else blk[4 + l % 16] |= (uint8_t)(v << (4 * (l / 16))); /* Q4_0's nibble order */
             }
         }
-    return emit(c, prefix, plen, dt, L.out, L.in, w, nbytes);
+    if (emit(c, prefix, plen, dt, L.out, L.in, w, nbytes)) {
+        free(perm);
+        return -1;
+    }
+    return perm ? emit_named(c, prefix, plen, ".weight.perm", INGOT_I32, 0, L.in, perm, (size_t)L.in * sizeof *perm) : 0;
 }
 
 /* ---- FP8 ---- */

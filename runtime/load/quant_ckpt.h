@@ -15,10 +15,14 @@
  *     of the tensor) and the E4M3 codes (x = scale*e4m3(q)).
  *
  * A GPTQ checkpoint with act-order (desc_act) whose g_idx mixes groups
- * within 32 consecutive inputs cannot be cut into blocks of one scale
- * without reordering the inputs: its weights are dequantized once to f32
- * instead (d*(q - z) is exact in f32), the same values, four to eight times
- * the memory.
+ * within 32 consecutive inputs has its inputs reordered by group (a stable
+ * sort): the block tensor holds W[:, perm] and a second tensor
+ * `<prefix>.weight.perm` (i32 [in]) holds perm; the matmul reads activation
+ * perm[k] for weight column k (the generator gathers the activations once
+ * per matmul). When even sorted a block of 32 would straddle two groups (a
+ * group size that is not a multiple of 32), the weights are dequantized
+ * once to f32 instead (d*(q - z) is exact in f32), the same values, four to
+ * eight times the memory.
  *
  * Every shape, packed width, group index, zero, scale and code is checked
  * against the configuration; an error names the tensor and the value.
