@@ -30,6 +30,7 @@ SAN_EXTRA="tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/tes
            tests/test_limits.py::test_rate_limit_buckets_unit tests/test_limits.py::test_request_timeout_cuts_off_and_frees
            tests/test_embeddings.py::test_pooled_embeddings_match_transformers
            tests/test_embeddings.py::test_embeddings_bad_requests_name_the_field
+           tests/test_router.py::test_metrics_merge_c
            tests/test_quant_ckpt.py::test_repacked_weights_are_exact tests/test_quant_ckpt.py::test_bad_gptq
            tests/test_quant_ckpt.py::test_bad_awq tests/test_quant_ckpt.py::test_bad_fp8
            tests/test_quant_ckpt.py::test_model_binary_refuses_bad_quantized_checkpoints tests/test_quant_ckpt.py::test_kernels

@@ -86,6 +86,13 @@ def check_clean_exit(srv):
     assert not srv.sanitizer_report(), srv.log
 
 
+def test_metrics_merge_c(built):
+    """tests/c/test_metrics_merge.c: the merge on children's text (label placement, one HELP/TYPE per
+    family, histogram series, CRLF, a missing final newline, junk lines)."""
+    r = subprocess.run([built / "tests" / "test_metrics_merge"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and " 0 failed" in r.stdout, r.stdout + r.stderr
+
+
 # ---- two models on one port ----------------------------------------------------------------
 
 
