@@ -2,6 +2,7 @@
 #
 #   make            runtime library + tools + the router (optimized)
 #   make SAN=1      the same under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make lib ISA=avx2   the runtime library for one x86-64 level (build/_obj-isa-avx2; build/flags.mk)
 #   make tests      C test programs (tests/c/test_*.c)
 #   make test       the default tier, what CI runs (see README)
 #   make test-full  every test at full breadth, both passes over every file
@@ -20,8 +21,9 @@ HEADERS     := $(wildcard runtime/*/*.h kernels/cpu/*.h tests/c/*.h tools/*.h)
 ROUTER_OBJ  := $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard runtime/router/*.c))
 ROUTER      := $(OBJDIR)/ingot-router
 
-.PHONY: all tools router tests test test-full clean
+.PHONY: all lib tools router tests test test-full clean
 all: $(OBJDIR)/libingot.a tools router
+lib: $(OBJDIR)/libingot.a
 tools: $(TOOLS)
 router: $(ROUTER)
 tests: $(TESTS)

@@ -3,17 +3,30 @@
 CC      ?= cc
 SAN     ?= 0
 ROOT    ?= .
-ARCH    ?= -march=native
+# ISA: the x86-64 level everything is compiled for. native (the default): this machine's own
+# (-march=native). A model built with ./ingot build --isa all is compiled once per level below
+# (each against a runtime library of that level, in its own folder), and a launcher picks the
+# best one this CPU runs at start (templates/cpu/isa_launcher.c).
+ISA     ?= native
+ISA_FLAGS_native   := -march=native
+ISA_FLAGS_avx512   := -march=x86-64-v4 -mavx512vnni -mtune=generic
+ISA_FLAGS_avx2     := -march=x86-64-v3 -mtune=generic
+ISA_FLAGS_portable := -march=x86-64 -mtune=generic
+ifeq ($(ISA_FLAGS_$(ISA)),)
+$(error unknown ISA '$(ISA)' (native, avx512, avx2 or portable))
+endif
+ARCH    ?= $(ISA_FLAGS_$(ISA))
+ISA_DIR := $(if $(filter native,$(ISA)),,-isa-$(ISA))
 WARN    := -Wall -Wextra -Werror -Wno-unused-function
 # the runtime's folders (runtime/README.md): every header is included by its bare name
 RUNTIME_INC := -I$(ROOT)/runtime/core -I$(ROOT)/runtime/load -I$(ROOT)/runtime/text -I$(ROOT)/runtime/serve
-CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -pthread $(RUNTIME_INC) -I$(ROOT)/kernels/cpu
+CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -DINGOT_ISA='"$(ISA)"' -pthread $(RUNTIME_INC) -I$(ROOT)/kernels/cpu
 LDLIBS  := -lcjson -lutf8proc -levent -levent_pthreads -lm -pthread
 ifeq ($(SAN),1)
-OBJDIR  := $(ROOT)/build/_obj-san
+OBJDIR  := $(ROOT)/build/_obj-san$(ISA_DIR)
 CFLAGS  += -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDLIBS  += -fsanitize=address,undefined
 else
-OBJDIR  := $(ROOT)/build/_obj
+OBJDIR  := $(ROOT)/build/_obj$(ISA_DIR)
 CFLAGS  += -O2 -g
 endif

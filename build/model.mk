@@ -2,16 +2,26 @@
 #   make -f build/model.mk MODEL_DIR=build/<name> NAME=<name> [SAN=1] [DRAFT_DIR=build/<name>/draft]
 #   make -f build/model.mk MODEL_DIR=... NAME=... BACKEND=cuda      nvcc: sm_80/86/89/90 cubins + PTX
 #   make -f build/model.mk MODEL_DIR=... NAME=... BACKEND=cudasim   the CUDA sources on cudasim (CPU)
+#   make -f build/model.mk MODEL_DIR=... NAME=... ISAS="avx512 avx2 portable"   one binary per x86-64
+#                                                   level and a launcher (./ingot build --isa all)
 # ./ingot build runs this after the generator; the binary is $(MODEL_DIR)/$(NAME)
 # ($(NAME)-cudasim for BACKEND=cudasim, -san suffixed for SAN=1).
 comma := ,
-ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
+empty :=
+space := $(empty) $(empty)
+MODEL_MK := $(abspath $(lastword $(MAKEFILE_LIST)))
+ROOT := $(abspath $(dir $(MODEL_MK))/..)
 include $(ROOT)/build/flags.mk
 
 MODEL_DIR ?= $(error MODEL_DIR is required)
 NAME      ?= $(error NAME is required)
 SUFFIX    := $(if $(filter 1,$(SAN)),-san,)
-BIN       := $(MODEL_DIR)/$(NAME)$(SUFFIX)
+# ISAS=avx512 avx2 portable (./ingot build --isa all): one binary per x86-64 level,
+# $(NAME).<isa>, each made by this file again with ISA=<isa>, and $(NAME) the launcher that execs
+# the best one the CPU runs (templates/cpu/isa_launcher.c). ISA_TAG names a level's own files.
+ISAS      ?=
+ISA_TAG   := $(if $(filter native,$(ISA)),,.$(ISA))
+BIN       := $(MODEL_DIR)/$(NAME)$(ISA_TAG)$(SUFFIX)
 HEADERS   := $(wildcard $(ROOT)/runtime/*/*.h $(ROOT)/kernels/cpu/*.h $(ROOT)/templates/cpu/*.h)
 
 BACKEND   ?= cpu
@@ -26,17 +36,28 @@ CUDA_INC  := -I$(ROOT)/kernels/cuda -I$(ROOT)/templates/cuda $(RUNTIME_INC) -I$(
 # cudasim mode: plain, or race (shared/global-memory race detection); asan under SAN=1
 SIM_MODE  ?= $(if $(filter 1,$(SAN)),asan,plain)
 
-ifeq ($(BACKEND),cpu)
+ifneq ($(ISAS),)
+ifneq ($(BACKEND),cpu)
+$(error ISAS (one binary per x86-64 level) is a CPU-backend build)
+endif
+ISA_BINS := $(foreach i,$(ISAS),$(MODEL_DIR)/$(NAME).$(i)$(SUFFIX))
+$(BIN): $(ROOT)/templates/cpu/isa_launcher.c $(ISA_BINS)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O2 $(ISA_FLAGS_portable) $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined,) \
+	  -DINGOT_ISA_VARIANTS='"$(subst $(space),$(comma),$(strip $(ISAS)))"' -DINGOT_BINARY='"$(NAME)$(SUFFIX)"' $< -o $@
+$(MODEL_DIR)/$(NAME).%$(SUFFIX): FORCE
+	$(MAKE) -s -f $(MODEL_MK) MODEL_DIR=$(MODEL_DIR) NAME=$(NAME) SAN=$(SAN) ISA=$* ISAS= \
+	  DRAFT_DIR=$(DRAFT_DIR)
+else ifeq ($(BACKEND),cpu)
 # DRAFT_DIR=build/<name>/draft (./ingot build --draft): the draft model's generated source, compiled with
 # every model_api.h symbol renamed ingot_draft_* (templates/cpu/draft_prefix.h) and linked beside the
 # target's; main.c then finds it as ingot_draft_api. No other global ingot_ symbol may come from it.
 ifneq ($(DRAFT_DIR),)
-DRAFT_OBJS := $(GEN)/draft_model$(SUFFIX).o $(GEN)/draft_api$(SUFFIX).o
+DRAFT_OBJS := $(GEN)/draft_model$(ISA_TAG)$(SUFFIX).o $(GEN)/draft_api$(ISA_TAG)$(SUFFIX).o
 DRAFT_CC   := $(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -include $(ROOT)/templates/cpu/draft_prefix.h
-$(GEN)/draft_model$(SUFFIX).o: $(DRAFT_DIR)/gen/model.c $(ROOT)/templates/cpu/draft_prefix.h $(HEADERS)
+$(GEN)/draft_model$(ISA_TAG)$(SUFFIX).o: $(DRAFT_DIR)/gen/model.c $(ROOT)/templates/cpu/draft_prefix.h $(HEADERS)
 	$(DRAFT_CC) -c $< -o $@
 	@nm -g --defined-only $@ | awk '$$3 ~ /^ingot_/ && $$3 !~ /^ingot_draft_/ { print "the draft defines " $$3 " (not renamed by draft_prefix.h)"; bad = 1 } END { exit bad }' || { rm -f $@; exit 1; }
-$(GEN)/draft_api$(SUFFIX).o: $(ROOT)/templates/cpu/draft_api.c $(ROOT)/templates/cpu/draft_prefix.h $(HEADERS)
+$(GEN)/draft_api$(ISA_TAG)$(SUFFIX).o: $(ROOT)/templates/cpu/draft_api.c $(ROOT)/templates/cpu/draft_prefix.h $(HEADERS)
 	$(DRAFT_CC) -c $< -o $@
 endif
 $(BIN): $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/core/main.c $(OBJDIR)/libingot.a $(HEADERS) $(DRAFT_OBJS)
@@ -73,7 +94,7 @@ endif
 .DEFAULT_GOAL := $(BIN)
 
 $(OBJDIR)/libingot.a: FORCE
-	$(MAKE) -s -C $(ROOT) SAN=$(SAN) $(OBJDIR)/libingot.a tools
+	$(MAKE) -s -C $(ROOT) SAN=$(SAN) ISA=$(ISA) lib $(if $(ISA_TAG),,tools)
 
 FORCE:
 .PHONY: FORCE

@@ -22,6 +22,10 @@
 
 #include <cjson/cJSON.h>
 
+#ifndef INGOT_ISA
+#define INGOT_ISA "native" /* build/flags.mk sets it: the x86-64 level the binary was compiled for */
+#endif
+
 #include "hugealloc.h"
 #include "model_api.h"
 #include "sampler.h"
@@ -211,6 +215,12 @@ static int cmd_info(const cli_common *c, int load) {
     printf("vocab, context:  %d, %d\n", d->vocab, d->max_ctx);
     printf("rope theta, eps: %g, %g\n", d->rope_theta, d->norm_eps);
     printf("weight dtypes:   %s\n", d->weight_dtypes);
+    if (strcmp(d->backend, "cpu") == 0) {
+        /* the x86-64 level this binary's kernels were compiled for (build/flags.mk ISA) */
+        const char *choice = getenv("INGOT_ISA_CHOICE"); /* set by the launcher of an --isa all build */
+        printf("isa:             %s%s%s%s\n", INGOT_ISA, strcmp(INGOT_ISA, "native") == 0 ? " (-march=native: this machine's)" : "",
+               choice ? ", " : "", choice ? choice : "");
+    }
     if (DRAFT_API) {
         const ingot_desc *dd = DRAFT_API->desc;
         printf("draft model:     %s (%s, dim %d, layers %d, vocab %d, context %d, %s) from %s: --spec draft\n",
