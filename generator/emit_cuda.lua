@@ -31,11 +31,12 @@ emit.ROWS_NT = 256   -- threads of a rows kernel block
 local DT = {f32 = "IG_F32", f16 = "IG_F16", bf16 = "IG_BF16", q8_0 = "IG_Q8_0", q4_0 = "IG_Q4_0", q4_1 = "IG_Q4_1",
             q5_0 = "IG_Q5_0", q5_1 = "IG_Q5_1", q2_k = "IG_Q2_K", q3_k = "IG_Q3_K", q4_k = "IG_Q4_K", q5_k = "IG_Q5_K",
             q6_k = "IG_Q6_K", iq4_nl = "IG_IQ4_NL", iq4_xs = "IG_IQ4_XS",
-            q4_z = "IG_Q4_Z", q8_z = "IG_Q8_Z", f8_b32 = "IG_F8_B32"}
+            q4_z = "IG_Q4_Z", q8_z = "IG_Q8_Z", f8_b32 = "IG_F8_B32",
+            i32 = "IG_I32"} -- i32: an act-order weight's input order (read by the matmul, never multiplied)
 local DT_BYTES = {f32 = {1, 4}, f16 = {1, 2}, bf16 = {1, 2}, q8_0 = {32, 34}, q4_0 = {32, 18}, q4_1 = {32, 20},
                   q5_0 = {32, 22}, q5_1 = {32, 24}, q2_k = {256, 84}, q3_k = {256, 110}, q4_k = {256, 144},
                   q5_k = {256, 176}, q6_k = {256, 210}, iq4_nl = {32, 18}, iq4_xs = {256, 136},
-                  q4_z = {32, 20}, q8_z = {32, 36}, f8_b32 = {32, 36}}
+                  q4_z = {32, 20}, q8_z = {32, 36}, f8_b32 = {32, 36}, i32 = {1, 4}}
 
 -- A weight of a dtype the kernels do not read stops the build rather than emit wrong code.
 function emit.check_dtypes(weights)
@@ -192,9 +193,11 @@ local function matmul_kernel(ctx, s, grp, fold)
   for i, l in ipairs(grp.linears) do
     local w, bias, OUT = l.inputs[2], l.inputs[3], l.width
     L[#L + 1] = "    " .. emit_c.src(ctx, l)
-    L[#L + 1] = string.format("    %sif (r < %d) ig_gemv_warp<%s, %d, TM>(%s, r - %d, %s, %d, %s, nt, %s, %s, %s, %d, %s, 0);",
-      i > 1 and "else " or "", off + OUT, DT[w.dtype], IN, s.weight(w), off, xptr, IN, rows, norm, scale,
-      row(s.buf(l), "t0", OUT), OUT, bias and ("(const float *)" .. s.weight(bias)) or "nullptr")
+    -- an act-order weight (inputs reordered at load) reads X through its order
+    local perm = w.perm and string.format(", (const int *)%s", s.weight(w.perm)) or ""
+    L[#L + 1] = string.format("    %sif (r < %d) ig_gemv_warp<%s, %d, TM%s>(%s, r - %d, %s, %d, %s, nt, %s, %s, %s, %d, %s, 0%s);",
+      i > 1 and "else " or "", off + OUT, DT[w.dtype], IN, w.perm and ", true" or "", s.weight(w), off, xptr, IN, rows,
+      norm, scale, row(s.buf(l), "t0", OUT), OUT, bias and ("(const float *)" .. s.weight(bias)) or "nullptr", perm)
     off = off + OUT
   end
   if #grp.epilogue > 0 then
@@ -226,9 +229,10 @@ local function gemm_kernel(ctx, s, grp, fold)
     local w, bias, OUT = l.inputs[2], l.inputs[3], l.width
     local blocks = (OUT + 63) // 64
     L[#L + 1] = "    " .. emit_c.src(ctx, l)
-    L[#L + 1] = string.format("    %sif (blockIdx.x < %d) ig_gemm_tile<%s, %d>(%s, (blockIdx.x - %d) * IG_GEMM_BN, %d, %s, %d, %s, tb, n, %s, %s, %s, %d, %s);",
-      i > 1 and "else " or "", nb + blocks, DT[w.dtype], IN, s.weight(w), nb, OUT, xbase, IN, rows, norm, scale,
-      row(s.buf(l), "tb", OUT), OUT, bias and ("(const float *)" .. s.weight(bias)) or "nullptr")
+    local perm = w.perm and string.format(", (const int *)%s", s.weight(w.perm)) or ""
+    L[#L + 1] = string.format("    %sif (blockIdx.x < %d) ig_gemm_tile<%s, %d%s>(%s, (blockIdx.x - %d) * IG_GEMM_BN, %d, %s, %d, %s, tb, n, %s, %s, %s, %d, %s%s);",
+      i > 1 and "else " or "", nb + blocks, DT[w.dtype], IN, w.perm and ", true" or "", s.weight(w), nb, OUT, xbase, IN,
+      rows, norm, scale, row(s.buf(l), "tb", OUT), OUT, bias and ("(const float *)" .. s.weight(bias)) or "nullptr", perm)
     nb = nb + blocks
   end
   L[#L + 1] = "}"
@@ -247,7 +251,7 @@ local LT_BYTES = {f32 = 4, f16 = 2, bf16 = 2}
 local function lt_dtype(grp)
   local dt = grp.linears[1].inputs[2].dtype
   for _, l in ipairs(grp.linears) do
-    if l.inputs[2].dtype ~= dt then return nil end
+    if l.inputs[2].dtype ~= dt or l.inputs[2].perm then return nil end -- the pack kernel has no reordering
   end
   return LT_TYPE[dt] and dt or nil
 end

@@ -272,8 +272,8 @@ local function main(argv)
     local w = weights[i]
     local pname = w.tensor and (w.tensor .. ".perm")
     if pname and tensors[pname] and w.same_as < 0 then
-      if w.first_row ~= 0 or w.stacked ~= 0 or w.decl.slice or #w.shape ~= 2 then
-        util.die(string.format("%s:%d: error: '%s' has reordered inputs (%s) but is read as a slice", d.path,
+      if w.first_row ~= 0 or w.stacked ~= 0 or w.decl.slice or #w.shape ~= 2 or w.expert then
+        util.die(string.format("%s:%d: error: '%s' has reordered inputs (%s) but is read as a row slice or an expert (not supported)", d.path,
           w.decl.line, w.tensor, pname))
       end
       if opts.act_quant == "q8" then

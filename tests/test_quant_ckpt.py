@@ -370,11 +370,12 @@ def test_model_binary_refuses_bad_quantized_checkpoints(built, tmp_path):
 
 # ------------------------------------------------------------------ CUDA
 
-@pytest.mark.parametrize("name", [n if n == "gptq4-llama" else pytest.param(n, marks=BREADTH) for n in MODELS])
+@pytest.mark.parametrize("name", [n if n == DEFAULT_MODELS[0] else pytest.param(n, marks=BREADTH) for n in MODELS])
 def test_cudasim_quantized_model_matches_cpu(name, built, tmp_path):
     """The CUDA backend's kernels (GEMV for decode-sized steps, the shared-memory GEMM tiles for
     prefill) on cudasim against the CPU backend and transformers: the same weights, summation order
-    only (measured within 1e-5 of both). The default tier runs one model (q4_z); tests/cuda_kernels/
+    only (measured within 1e-5 of both). The default tier runs one model (act-order q4_z: the GEMV
+    and GEMM read X through the weights' input order); tests/cuda_kernels/
     t_gemv.cu runs every repacked type's GEMV and GEMM against the CPU kernels on cudasim."""
     if SAN and name != DEFAULT_MODELS[0]:
         pytest.skip("the sanitizer pass runs one quantized model on cudasim")
@@ -392,6 +393,14 @@ def test_cudasim_quantized_model_matches_cpu(name, built, tmp_path):
 @pytest.mark.skipif(SAN, reason="nvcc builds are the same under sanitizers")
 def test_nvcc_builds_quantized_models_without_spills(built):
     """nvcc compiles the generated kernels of each format's model for sm_80..sm_90 without spills
-    (the kernel library's instances at model shapes are checked in test_cuda_kernels.py)."""
+    (the kernel library's instances at model shapes are checked in test_cuda_kernels.py), and NVRTC
+    compiles them for compute_80 and compute_90."""
+    import re
     from test_cuda_models import nvcc_check
     nvcc_check([(quantized_model(n)[0], f"qc-{n}-cuda", ()) for n in DEFAULT_MODELS], "quant_ckpt_ptxas.txt")
+    for n in DEFAULT_MODELS:  # and NVRTC compiles the same generated sources (what the binary does on a GPU)
+        binary = build(quantized_model(n)[0], f"qc-{n}-cuda", "--backend", "cuda")
+        r = run([binary, "--info"], env=dict(os.environ, INGOT_NVRTC_CHECK="80,90"))
+        for arch in ("compute_80", "compute_90"):
+            m = re.search(r"nvrtc: %s: ok, (\d+) bytes of PTX, (\d+) of (\d+) kernels" % arch, r.stderr)
+            assert m and m.group(2) == m.group(3), (n, r.stderr[-2000:])

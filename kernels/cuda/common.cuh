@@ -8,7 +8,8 @@
 enum {
   IG_F32 = 0, IG_F16 = 1, IG_BF16 = 2, IG_Q8_0 = 3, IG_Q4_0 = 4, IG_Q4_1 = 5, IG_Q5_0 = 6, IG_Q5_1 = 7,
   IG_Q2_K = 8, IG_Q3_K = 9, IG_Q4_K = 10, IG_Q5_K = 11, IG_Q6_K = 12, IG_IQ4_NL = 13, IG_IQ4_XS = 14,
-  // 15, 16: int32 and float8 checkpoint parts, never a weight; then what GPTQ/AWQ/FP8 linears are repacked into
+  // 16: float8 checkpoint parts, never a weight; then what GPTQ/AWQ/FP8 linears are repacked into
+  IG_I32 = 15, // an act-order weight's input order (int32), read by the matmuls, not a weight type
   IG_Q4_Z = 17, IG_Q8_Z = 18, IG_F8_B32 = 19
 };
 

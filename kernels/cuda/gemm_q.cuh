@@ -17,11 +17,14 @@
 #define IG_GEMM_BN 64 // weight rows per tile
 #define IG_GEMM_BK 32 // columns per k-step
 
-template <int DT, int IN>
+// PERM: W's columns are the inputs in the order perm (ig_gemv_warp's PERM): X and g staged from
+// X[perm[k]], g[perm[k]].
+template <int DT, int IN, bool PERM = false>
 __device__ __forceinline__ void ig_gemm_tile(const void* __restrict__ W, int r0, int OUT, const float* __restrict__ X,
                                              int ldx, const int* __restrict__ rows, int t0, int n_tok,
                                              const float* __restrict__ norm, float norm_offset, const float* scale,
-                                             float* Y, int ldy, const float* __restrict__ bias) {
+                                             float* Y, int ldy, const float* __restrict__ bias,
+                                             const int* __restrict__ perm = nullptr) {
   static_assert(IN % ig_row_multiple<DT>() == 0, "row length"); // a last partial k-step is zero-padded
   __shared__ float xs[IG_GEMM_BK][IG_GEMM_BM + 1]; // [k][token], padded: conflict-free stores
   __shared__ float ws[IG_GEMM_BK][IG_GEMM_BN + 1]; // [k][row]
@@ -39,10 +42,21 @@ __device__ __forceinline__ void ig_gemm_tile(const void* __restrict__ W, int r0,
       const int e = tid + h * 256, t = e >> 3, c = (e & 7) * 4;
       float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if (t < n_tok && k0 + c < IN) {
-        ig_load_f<4>(X + (long long)(rows ? rows[t0 + t] : t0 + t) * ldx + k0 + c, v);
+        const float* xr = X + (long long)(rows ? rows[t0 + t] : t0 + t) * ldx;
+        if constexpr (PERM) {
+#pragma unroll
+          for (int i = 0; i < 4; i++) v[i] = xr[perm[k0 + c + i]];
+        } else {
+          ig_load_f<4>(xr + k0 + c, v);
+        }
         if (norm) {
           float g[4];
-          ig_load_f<4>(norm + k0 + c, g);
+          if constexpr (PERM) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) g[i] = norm[perm[k0 + c + i]];
+          } else {
+            ig_load_f<4>(norm + k0 + c, g);
+          }
 #pragma unroll
           for (int i = 0; i < 4; i++) v[i] *= g[i] + norm_offset;
         }

@@ -205,12 +205,15 @@ __device__ __forceinline__ void ig_gemv_slice(const unsigned char* __restrict__ 
 // xrow(t) = rows ? rows[t] : t (gathered rows, e.g. the logit rows); g[k] = norm[k] + norm_offset
 // when norm is given (an RMSNorm prologue folded into the weights: scale[t] is then the token's
 // 1/rms, from ig_rms_scales), else 1; scale NULL means 1. Lanes take slices l, l+32, ...
-template <int DT, int IN, int TMAX>
+// PERM: W's columns are the inputs in the order perm (an act-order GPTQ weight sorted by group
+// at load): column k multiplies X[perm[k]] (and g[perm[k]]), loaded element by element.
+template <int DT, int IN, int TMAX, bool PERM = false>
 __device__ __forceinline__ void ig_gemv_warp(const void* __restrict__ W, int r, const float* __restrict__ X, int ldx,
                                              const int* __restrict__ rows, int n_tok,
                                              const float* __restrict__ norm, float norm_offset,
                                              const float* scale, float* Y, int ldy,
-                                             const float* __restrict__ bias, int accumulate) {
+                                             const float* __restrict__ bias, int accumulate,
+                                             const int* __restrict__ perm = nullptr) {
   static_assert(TMAX >= 1 && TMAX <= 8 && (TMAX & (TMAX - 1)) == 0, "small batch only, a power of two");
   static_assert(IN % ig_row_multiple<DT>() == 0, "row length");
   constexpr int NS = IN / 8; // slices per row
@@ -224,10 +227,20 @@ __device__ __forceinline__ void ig_gemv_warp(const void* __restrict__ W, int r, 
     float w[8];
     int x0, x1;
     ig_gemv_slice<DT>(row, s, w, x0, x1);
+    int pa[4], pb[4]; // the inputs of the slice's two runs
+    if constexpr (PERM) {
+#pragma unroll
+      for (int i = 0; i < 4; i++) pa[i] = perm[x0 + i], pb[i] = perm[x1 + i];
+    }
     if (norm) {
       float ga[4], gb[4];
-      ig_load_f<4>(norm + x0, ga);
-      ig_load_f<4>(norm + x1, gb);
+      if constexpr (PERM) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) ga[i] = norm[pa[i]], gb[i] = norm[pb[i]];
+      } else {
+        ig_load_f<4>(norm + x0, ga);
+        ig_load_f<4>(norm + x1, gb);
+      }
 #pragma unroll
       for (int i = 0; i < 4; i++) w[i] *= ga[i] + norm_offset, w[4 + i] *= gb[i] + norm_offset;
     }
@@ -236,8 +249,13 @@ __device__ __forceinline__ void ig_gemv_warp(const void* __restrict__ W, int r, 
       if (t < n_tok) {
         const float* xr = X + (long long)(rows ? rows[t] : t) * ldx;
         float xa[4], xb[4];
-        ig_load_f<4>(xr + x0, xa);
-        ig_load_f<4>(xr + x1, xb);
+        if constexpr (PERM) {
+#pragma unroll
+          for (int i = 0; i < 4; i++) xa[i] = xr[pa[i]], xb[i] = xr[pb[i]];
+        } else {
+          ig_load_f<4>(xr + x0, xa);
+          ig_load_f<4>(xr + x1, xb);
+        }
         float a = acc[t];
 #pragma unroll
         for (int i = 0; i < 4; i++) a = fmaf(w[i], xa[i], a);

@@ -58,6 +58,51 @@ static void run_case(const char* name, int OUT, int n_tok, bool with_bias, bool 
   cudaFree(dW), cudaFree(dX), cudaFree(dY), cudaFree(dB);
 }
 
+// Act-order weights (columns in the order perm, inputs reordered at load): a GEMV (TMAX tokens)
+// or GEMM tile reads X[perm[k]] and the folded norm weight g[perm[k]] for column k. Reference:
+// the CPU matmul on X gathered and scaled on the host.
+template <int DT, int IN, int TMAX>
+__global__ void perm_gemv_kernel(const void* W, const float* X, int ldx, float* Y, int ldy, int OUT, int n_tok,
+                                 const float* norm, const int* perm) {
+  const int r = blockIdx.x * 4 + (threadIdx.x >> 5);
+  if (r < OUT) ig_gemv_warp<DT, IN, TMAX, true>(W, r, X, ldx, nullptr, n_tok, norm, 1.0f, nullptr, Y, ldy, nullptr, 0, perm);
+}
+template <int DT, int IN>
+__global__ void perm_gemm_kernel(const void* W, const float* X, int ldx, float* Y, int ldy, int OUT, int n_tok,
+                                 const float* norm, const int* perm) {
+  const int tb = blockIdx.y * IG_GEMM_BM;
+  ig_gemm_tile<DT, IN, true>(W, blockIdx.x * IG_GEMM_BN, OUT, X, ldx, nullptr, tb, min(IG_GEMM_BM, n_tok - tb), norm,
+                             1.0f, nullptr, Y + (long long)tb * ldy, ldy, nullptr, perm);
+}
+template <int DT, int IN, int TMAX>
+static void perm_case(const char* name, int OUT, int n_tok, bool gemm, unsigned seed) {
+  const std::vector<unsigned char> W = rnd_matrix(DT, OUT, IN, seed);
+  const int ldx = IN + 4, ldy = OUT + 3;
+  const std::vector<float> X = rnd((size_t)n_tok * ldx, seed + 1), g = rnd(IN, seed + 2);
+  std::vector<int> perm(IN);
+  for (int k = 0; k < IN; k++) perm[k] = k;
+  unsigned s = seed;
+  for (int k = IN - 1; k > 0; k--) std::swap(perm[k], perm[rnd_u32(s) % (unsigned)(k + 1)]);
+  std::vector<float> Xp((size_t)n_tok * ldx, 0.0f);
+  for (int t = 0; t < n_tok; t++)
+    for (int k = 0; k < IN; k++) Xp[(size_t)t * ldx + k] = X[(size_t)t * ldx + perm[k]] * (g[perm[k]] + 1.0f);
+  std::vector<float> Y0((size_t)n_tok * ldy, 0.0f), want = Y0;
+  cpu_matmul(DT, W, Xp, ldx, want, ldy, n_tok, IN, OUT, nullptr, 0);
+  unsigned char* dW = to_dev(W);
+  float *dX = to_dev(X), *dY = to_dev(Y0), *dG = to_dev(g);
+  int* dP = nullptr;
+  CHECK(cudaMalloc((void**)&dP, sizeof(int) * IN));
+  CHECK(cudaMemcpy(dP, perm.data(), sizeof(int) * IN, cudaMemcpyHostToDevice));
+  if (gemm)
+    perm_gemm_kernel<DT, IN><<<dim3((OUT + 63) / 64, (n_tok + 63) / 64), 256>>>(dW, dX, ldx, dY, ldy, OUT, n_tok, dG, dP);
+  else
+    perm_gemv_kernel<DT, IN, TMAX><<<(OUT + 3) / 4, 128>>>(dW, dX, ldx, dY, ldy, OUT, n_tok, dG, dP);
+  CHECK(cudaGetLastError());
+  const std::vector<float> got = from_dev(dY, Y0.size());
+  expect_close(name, got.data(), want.data(), got.size(), 1e-4f);
+  cudaFree(dW), cudaFree(dX), cudaFree(dY), cudaFree(dG), cudaFree(dP);
+}
+
 int main() {
   // IN = 256: 32 slices (one per lane); IN = 96: 12 slices (lanes idle); IN = 320: 40 slices (two rounds).
   run_case<IG_F32, 256, 1, 4>("gemv f32 IN256 T1", 37, 1, false, false, 1);
@@ -93,6 +138,9 @@ int main() {
   gemm_case<IG_Q4_Z, 96>("gemm q4_z IN96 T70", 70, 70, 46);
   gemm_case<IG_Q8_Z, 64>("gemm q8_z IN64 T20", 37, 20, 47);
   gemm_case<IG_F8_B32, 128>("gemm f8_b32 IN128 T33", 65, 33, 48);
+  perm_case<IG_Q4_Z, 320, 8>("gemv q4_z act-order IN320 T5/8 norm", 21, 5, false, 49);
+  perm_case<IG_Q8_Z, 96, 1>("gemv q8_z act-order IN96 T1 norm", 13, 1, false, 50);
+  perm_case<IG_Q4_Z, 128, 1>("gemm q4_z act-order IN128 T70 norm", 67, 70, true, 51);
   gemm_case<IG_Q4_0, 96>("gemm q4_0 IN96 T70", 70, 70, 30);
   gemm_case<IG_Q5_1, 64>("gemm q5_1 IN64 T20", 37, 20, 31);
   gemm_case<IG_Q3_K, 256>("gemm q3_k IN256 T70", 67, 70, 32);
