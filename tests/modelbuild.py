@@ -77,3 +77,14 @@ def run_batch(binary, requests, *opts, tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     return lines[:-1], lines[-1]["stats"]
+
+
+def assert_greedy_near_ties(ours, theirs, bound, what=""):
+    """The greedy rule against another engine's logits: where the argmax of `ours` differs from that
+    of `theirs`, the two candidates are within 2 * bound in `theirs` (a near-tie that a difference
+    of at most `bound` per logit can flip). Returns how many positions differ."""
+    a, b = ours.argmax(1), theirs.argmax(1)
+    for t in np.flatnonzero(a != b):
+        gap = theirs[t, b[t]] - theirs[t, a[t]]
+        assert gap <= 2 * bound, f"{what}position {t}: argmax differs by {gap:.3f}, not a near-tie"
+    return int((a != b).sum())
