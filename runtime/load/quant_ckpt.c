@@ -265,6 +265,7 @@ static int emit_named(qc_ctx *c, const char *prefix, size_t plen, const char *su
     t->shape[1] = rows ? cols : 0;
     t->data = data;
     t->nbytes = nbytes;
+    t->repacked = 1;
     return 0;
 }
 

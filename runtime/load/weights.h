@@ -26,6 +26,8 @@ typedef struct {
     int64_t shape[WT_MAX_DIMS]; /* outermost first */
     const void *data;
     size_t nbytes;
+    int repacked; /* data is the wt_file's own memory (a GPTQ/AWQ/FP8 linear repacked at open), not the
+                     file mapping: a loader uses it in place rather than keep a second copy */
 } wt_tensor;
 
 typedef struct wt_file wt_file;

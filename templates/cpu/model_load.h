@@ -142,7 +142,8 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
         }
         src[i] = t;
         m->weight_bytes += out_row * (size_t)rows;
-        if (t->dtype == s->dtype && in_place) continue;
+        /* repacked at open (GPTQ/AWQ/FP8): already the process's own memory, used as it is */
+        if (t->dtype == s->dtype && (in_place || t->repacked)) continue;
         offset[i] = wmem_bytes;
         wmem_bytes += (out_row * (size_t)rows + 63) / 64 * 64; /* every weight 64-byte aligned */
     }
@@ -166,7 +167,7 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
         const unsigned char *from = (const unsigned char *)t->data + (size_t)s->first_row * src_row[i];
         unsigned char *to = m->wmem + offset[i];
         if (t->dtype == s->dtype) {
-            if (in_place) m->w[i] = from;
+            if (in_place || t->repacked) m->w[i] = from;
             else {
                 m->w[i] = memcpy(to, from, src_row[i] * (size_t)rows);
                 ha_forget_mapped(from, src_row[i] * (size_t)rows);
