@@ -156,6 +156,33 @@ def test_draft_with_another_vocabulary_is_a_build_error(built):
     assert "the draft's vocabulary has 600 tokens, the target's 300" in r.stderr, r.stderr
 
 
+def test_draft_with_another_tokenizer_is_refused(built, tmp_path):
+    """Same vocabulary size, other pieces: the build cannot tell, the binary refuses --spec draft."""
+    import shutil
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    def checkpoint(name, shift):  # the tiny target's weights with a 300-token byte-level vocabulary
+        d = tmp_path / name
+        d.mkdir()
+        for f in ("config.json", "model.safetensors"):
+            shutil.copy(TARGET / f, d / f)
+        tok = Tokenizer(models.BPE(vocab={chr(0x100 + (i + shift) % 300): i for i in range(300)}, merges=[]))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.save(str(d / "tokenizer.json"))
+        return d
+
+    binary = build(checkpoint("target", 0), "t-spec-tokdiff", "--draft", str(checkpoint("draft", 1)))
+    f = tmp_path / "one.jsonl"
+    f.write_text('{"prompt": [1, 2, 3], "max_tokens": 2}\n')
+    r = subprocess.run([str(binary), "batch", "-f", str(f), "--spec", "draft"], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "the draft model's tokenizer is not the model's: token 0 is '\\x00' in one vocabulary and '\\x01'" \
+        in r.stderr, r.stderr
+    assert run_batch(binary, [{"prompt": [1, 2, 3], "max_tokens": 2}], "--spec", "ngram", tmp_path=tmp_path)[0]
+
+
 def test_info_names_the_draft(with_draft, tiny):
     info = subprocess.run([str(with_draft), "--info"], capture_output=True, text=True).stdout
     assert re.search(r"draft model:\s+t-spec-draft-draft \(llama, dim 64, layers 2, vocab 300", info), info

@@ -175,22 +175,8 @@ static tok_tokenizer *try_load_tokenizer(const cli_common *c, ingot_model *m, ch
     tok_tokenizer *t = NULL;
     if (c->tokenizer) {
         t = tok_from_json_file(c->tokenizer, err, errlen);
-    } else if (wt_gguf(ingot_model_weights(m))) {
-        t = tok_from_gguf(wt_gguf(ingot_model_weights(m)), err, errlen);
     } else {
-        /* a safetensors folder: its tokenizer.json */
-        const char *src = wt_path(ingot_model_weights(m));
-        char path[4096];
-        struct stat st;
-        if (stat(src, &st) == 0 && S_ISDIR(st.st_mode))
-            snprintf(path, sizeof path, "%s/tokenizer.json", src);
-        else {
-            snprintf(path, sizeof path, "%s", src);
-            char *slash = strrchr(path, '/');
-            if (slash) snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "tokenizer.json");
-            else snprintf(path, sizeof path, "tokenizer.json");
-        }
-        t = tok_from_json_file(path, err, errlen);
+        t = tok_from_weights(ingot_model_weights(m), err, errlen);
     }
     return t;
 }
@@ -455,9 +441,24 @@ static int parse_spec_option(int argc, char **argv, int *i, sched_config *cfg) {
     return 1;
 }
 
+/* 1 (err filled) when the draft's checkpoint has a tokenizer that numbers
+ * tokens otherwise than the model's (the build compared only the sizes);
+ * 0 when they agree or either has none to compare. */
+static int draft_vocabulary_differs(const tok_tokenizer *tok, const ingot_model_api *api, ingot_model *dm,
+                                    char *err, size_t errlen) {
+    char why[512];
+    tok_tokenizer *dt = tok ? tok_from_weights(api->weights(dm), why, sizeof why) : NULL;
+    if (!dt) return 0;
+    const int rc = tok_same_vocabulary(tok, dt, why, sizeof why);
+    tok_free(dt);
+    if (rc == 0) return 0;
+    snprintf(err, errlen, "the draft model's tokenizer is not the model's: %s", why);
+    return 1;
+}
+
 /* --spec draft: loads the draft model into cfg (freed by the caller with
  * cfg->draft->free after the scheduler). */
-static void attach_draft(const cli_common *c, sched_config *cfg) {
+static void attach_draft(const cli_common *c, sched_config *cfg, const tok_tokenizer *tok) {
     if (cfg->spec != SCHED_SPEC_DRAFT) return;
     if (!DRAFT_API) die("--spec draft needs a binary built with a draft model (./ingot build MODEL --draft DRAFT)");
     char err[1024];
@@ -465,6 +466,7 @@ static void attach_draft(const cli_common *c, sched_config *cfg) {
     cfg->draft = DRAFT_API;
     cfg->draft_model = DRAFT_API->load(path, 0, c->mmap ? INGOT_LOAD_MMAP : 0, err, sizeof err);
     if (!cfg->draft_model) die(err);
+    if (draft_vocabulary_differs(tok, DRAFT_API, cfg->draft_model, err, sizeof err)) die(err);
 }
 
 static void detach_draft(sched_config *cfg) {
@@ -504,7 +506,7 @@ static int generate_scheduled(const cli_common *c, ingot_model *m, tok_tokenizer
     cfg->max_running = 1;
     cfg->prefix_cache = 0;
     cfg->n_stop_ids = tok_stop_ids(tok, &cfg->stop_ids);
-    attach_draft(c, cfg);
+    attach_draft(c, cfg, tok);
     sched *s = sched_create(m, cfg, err, sizeof err);
     if (!s) die(err);
     sched_request r = {.prompt = prompt_ids, .n_prompt = n_prompt, .sampling = *sp, .max_tokens = n_predict,
@@ -737,7 +739,7 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
     if (cfg.kv_blocks == 0) { /* enough for every request at once */
         for (int i = 0; i < n_req; i++) cfg.kv_blocks += (int)((reqs[i].n_prompt + reqs[i].max_tokens) / INGOT_KV_BLOCK + 1);
     }
-    attach_draft(c, &cfg);
+    attach_draft(c, &cfg, tok);
     sched *s = sched_create(m, &cfg, err, sizeof err);
     if (!s) die(err);
     uint64_t *ids = calloc((size_t)n_req, sizeof(uint64_t));

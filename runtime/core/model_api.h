@@ -125,6 +125,7 @@ typedef struct {
     const ingot_desc *desc;
     ingot_model *(*load)(const char *weights_path, int max_tokens, unsigned flags, char *err, size_t errlen);
     void (*free)(ingot_model *m);
+    const wt_file *(*weights)(const ingot_model *m);
     int (*max_tokens)(const ingot_model *m);
     size_t (*weight_bytes)(const ingot_model *m);
     size_t (*scratch_bytes)(const ingot_model *m);

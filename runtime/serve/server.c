@@ -1927,6 +1927,16 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_dra
             goto out;
         }
         s->draft_api = draft->api;
+        /* the build compared the vocabularies' sizes; the tokenizers, where the draft has one, here */
+        tok_tokenizer *dt = tok_from_weights(draft->api->weights(s->draft_model), err, sizeof err);
+        if (dt) {
+            const int same = tok_same_vocabulary(tok, dt, err, sizeof err);
+            tok_free(dt);
+            if (same != 0) {
+                fprintf(stderr, "%s: error: the draft model's tokenizer is not the model's: %s\n", d->name, err);
+                goto out;
+            }
+        }
         sc.draft = draft->api;
         sc.draft_model = s->draft_model;
     }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
+#include <sys/stat.h>
 
 #include "pretokenize.h"
 
@@ -2000,4 +2001,51 @@ char *tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, int skip_
     if (t->hfspm && t->strip_lead && len && buf[0] == ' ') memmove(buf, buf + 1, --len);
     buf[len] = 0;
     return buf;
+}
+
+tok_tokenizer *tok_from_weights(const wt_file *w, char *err, size_t errlen) {
+    if (wt_gguf(w)) return tok_from_gguf(wt_gguf(w), err, errlen);
+    const char *src = wt_path(w);
+    char path[4096];
+    struct stat st;
+    if (stat(src, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(path, sizeof path, "%s/tokenizer.json", src);
+    } else {
+        snprintf(path, sizeof path, "%s", src);
+        char *slash = strrchr(path, '/');
+        if (slash) snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "tokenizer.json");
+        else snprintf(path, sizeof path, "tokenizer.json");
+    }
+    return tok_from_json_file(path, err, errlen);
+}
+
+/* A token's bytes for a message: printable ASCII as is, others as \\xNN, at most 24 of them. */
+static void piece_text(const char *p, size_t len, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; p && i < len && i < 24 && o + 5 < cap; i++) {
+        const unsigned char c = (unsigned char)p[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\') out[o++] = (char)c;
+        else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+    }
+    out[o] = 0;
+}
+
+int tok_same_vocabulary(const tok_tokenizer *a, const tok_tokenizer *b, char *err, size_t errlen) {
+    const int n = tok_vocab_size(a);
+    if (tok_vocab_size(b) != n) {
+        snprintf(err, errlen, "the vocabularies have %d and %d tokens", n, tok_vocab_size(b));
+        return -1;
+    }
+    for (int id = 0; id < n; id++) {
+        size_t la, lb;
+        const char *pa = tok_piece(a, id, &la), *pb = tok_piece(b, id, &lb);
+        if (!pa != !pb || (pa && (la != lb || memcmp(pa, pb, la) != 0))) {
+            char ta[128], tb[128];
+            piece_text(pa, la, ta, sizeof ta);
+            piece_text(pb, lb, tb, sizeof tb);
+            snprintf(err, errlen, "token %d is '%s' in one vocabulary and '%s' in the other", id, ta, tb);
+            return -1;
+        }
+    }
+    return 0;
 }

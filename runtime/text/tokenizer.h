@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "gguf.h"
+#include "weights.h"
 
 typedef struct tok_tokenizer tok_tokenizer;
 
@@ -22,7 +23,13 @@ tok_tokenizer *tok_from_gguf(const gguf_file *g, char *err, size_t errlen);
 /* path: a tokenizer.json file. If a tokenizer_config.json sits beside it, its
  * bos/eos tokens and add_bos_token are read as well. */
 tok_tokenizer *tok_from_json_file(const char *path, char *err, size_t errlen);
+/* The tokenizer that comes with a checkpoint: a GGUF's own, or the
+ * tokenizer.json in a safetensors folder or beside a .safetensors file. */
+tok_tokenizer *tok_from_weights(const wt_file *w, char *err, size_t errlen);
 void tok_free(tok_tokenizer *t);
+/* 0 when both number the same token pieces the same way (what a draft model
+ * and its target must share); -1 with err naming the first difference. */
+int tok_same_vocabulary(const tok_tokenizer *a, const tok_tokenizer *b, char *err, size_t errlen);
 
 int tok_vocab_size(const tok_tokenizer *t);
 int tok_bos(const tok_tokenizer *t);     /* -1 if none */

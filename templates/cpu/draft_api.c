@@ -6,6 +6,7 @@ const ingot_model_api ingot_draft_api = {
     .desc = &ingot_model_desc,
     .load = ingot_model_load,
     .free = ingot_model_free,
+    .weights = ingot_model_weights,
     .max_tokens = ingot_model_max_tokens,
     .weight_bytes = ingot_model_weight_bytes,
     .scratch_bytes = ingot_model_scratch_bytes,
