@@ -473,6 +473,88 @@ M.qwen3moe = {
   head = lm_head,
 }
 
+-- DeepSeek-V2: multi-head latent attention (MLA) and a MoE with shared
+-- experts. Keys and values come from one low-rank latent per token
+-- (kv_a_proj's first kv_lora columns, RMSNorm) and a RoPE key shared by all
+-- heads (its last qk_rope columns; RoPE on adjacent pairs). The KV cache holds
+-- just that row, and attention runs in the absorbed form: each query head's
+-- no-RoPE part enters latent space through its block of kv_b_proj (W_UK^T),
+-- attends over the cached rows as one KV head whose values are the latent,
+-- and leaves through the head's W_UV. Layers from first_k_dense_replace on
+-- (every moe_layer_freq-th) route: softmax, top-k among the topk_group best of
+-- n_group groups (group_limited_greedy), weights times routed_scaling_factor,
+-- not renormalized (transformers' DeepseekV2 ignores norm_topk_prob), plus a
+-- dense MLP n_shared_experts experts wide; the others a dense MLP.
+M.deepseek2 = {
+  hf = {"DeepseekV2ForCausalLM"},
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {
+    attention_bias = {hf = "attention_bias", default = false},
+    q_lora = {hf = "q_lora_rank", default = 0},         kv_lora = {hf = "kv_lora_rank"},
+    qk_nope = {hf = "qk_nope_head_dim"}, qk_rope = {hf = "qk_rope_head_dim"}, v_dim = {hf = "v_head_dim"},
+    experts = {hf = "n_routed_experts"},               top_k = {hf = "num_experts_per_tok"},
+    moe_ffn = {hf = "moe_intermediate_size"},          shared = {hf = "n_shared_experts", default = 0},
+    groups = {hf = "n_group", default = 1},            top_groups = {hf = "topk_group", default = "groups"},
+    topk_method = {hf = "topk_method", default = "greedy"}, routed_scale = {hf = "routed_scaling_factor", default = 1},
+    first_dense = {hf = "first_k_dense_replace", default = 0}, moe_freq = {hf = "moe_layer_freq", default = 1},
+    mscale = {hf = {"rope_scaling.mscale", "rope_parameters.mscale"}, default = 0},
+    mscale_all = {hf = {"rope_scaling.mscale_all_dim", "rope_parameters.mscale_all_dim"}, default = 0},
+  }),
+  rope_pairs = {hf = "adjacent"},
+  weights = merge(LLAMA_WEIGHTS, {
+    q         = {hf = "model.layers.%d.self_attn.q_proj.weight", shape = {"heads * (qk_nope + qk_rope)", "dim"}},
+    q_a       = {hf = "model.layers.%d.self_attn.q_a_proj.weight", shape = {"q_lora", "dim"}},
+    q_a_bias  = {hf = "model.layers.%d.self_attn.q_a_proj.bias", shape = {"q_lora"}},
+    q_a_norm  = {hf = "model.layers.%d.self_attn.q_a_layernorm.weight", shape = {"q_lora"}},
+    q_b       = {hf = "model.layers.%d.self_attn.q_b_proj.weight", shape = {"heads * (qk_nope + qk_rope)", "q_lora"}},
+    kv_a      = {hf = "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", shape = {"kv_lora + qk_rope", "dim"}},
+    kv_a_bias = {hf = "model.layers.%d.self_attn.kv_a_proj_with_mqa.bias", shape = {"kv_lora + qk_rope"}},
+    kv_a_norm = {hf = "model.layers.%d.self_attn.kv_a_layernorm.weight", shape = {"kv_lora"}},
+    kv_b      = {hf = "model.layers.%d.self_attn.kv_b_proj.weight", shape = {"heads * (qk_nope + v_dim)", "kv_lora"}},
+    o         = {hf = "model.layers.%d.self_attn.o_proj.weight", shape = {"dim", "heads * v_dim"}},
+    o_bias    = ATTN_BIAS_WEIGHTS.o_bias,
+    router      = {hf = "model.layers.%d.mlp.gate.weight", shape = {"experts", "dim"}},
+    expert_gate = {hf = "model.layers.%d.mlp.experts.%d.gate_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
+    expert_up   = {hf = "model.layers.%d.mlp.experts.%d.up_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
+    expert_down = {hf = "model.layers.%d.mlp.experts.%d.down_proj.weight", shape = {"dim", "moe_ffn"}, experts = "experts"},
+    shared_gate = {hf = "model.layers.%d.mlp.shared_experts.gate_proj.weight", shape = {"shared * moe_ffn", "dim"}},
+    shared_up   = {hf = "model.layers.%d.mlp.shared_experts.up_proj.weight", shape = {"shared * moe_ffn", "dim"}},
+    shared_down = {hf = "model.layers.%d.mlp.shared_experts.down_proj.weight", shape = {"dim", "shared * moe_ffn"}},
+  }),
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local ab, H, nope, rd, lora = c.attention_bias, c.heads, c.qk_nope, c.qk_rope, c.kv_lora
+    local function yarn_mscale(s) return (c.rope_type == "default" or c.rope_factor <= 1) and 1 or 0.1 * s * math.log(c.rope_factor) + 1 end
+    local function rope_of(heads)
+      local o = rope_opts(c, heads)
+      o.head_dim = rd
+      if c.rope_attn_factor == 0 and c.mscale ~= 0 and c.mscale_all ~= 0 then
+        o.scaling.attn_factor = yarn_mscale(c.mscale) / yarn_mscale(c.mscale_all)
+      end
+      return o
+    end
+    local h = rmsnorm(x, w.attn_norm, c.eps)
+    local q = c.q_lora > 0 and linear(rmsnorm(linear(h, w.q_a, ab and w.q_a_bias), w.q_a_norm, c.eps), w.q_b) or linear(h, w.q)
+    local kv = linear(h, w.kv_a, ab and w.kv_a_bias)
+    local k = concat(rmsnorm(columns(kv, 0, lora), w.kv_a_norm, c.eps), rope(columns(kv, lora, rd), rope_of(1)))
+    local q_lat = head_linear(columns(q, 0, nope, {heads = H}), w.kv_b, {heads = H, rows = nope, transpose = true})
+    q = concat(q_lat, rope(columns(q, nope, rd, {heads = H}), rope_of(H)), {heads = H})
+    local m = c.mscale_all ~= 0 and yarn_mscale(c.mscale_all) or 1
+    local a = attention(q, k, nil, {heads = H, kv_heads = 1, head_dim = lora + rd, value_dim = lora,
+                                    scale = m * m / math.sqrt(nope + rd)})
+    x = x + linear(head_linear(a, w.kv_b, {heads = H, first = nope, rows = c.v_dim}), w.o, ab and w.o_bias)
+    h = rmsnorm(x, w.ffn_norm, c.eps)
+    local function mlp(g, u, d) return linear(silu(linear(h, g)) * linear(h, u), d) end
+    if c.layer < c.first_dense or c.layer % c.moe_freq ~= 0 then return x + mlp(w.gate, w.up, w.down) end
+    local limited = c.topk_method == "group_limited_greedy"
+    local routed = moe(h, w.router, {gate = w.expert_gate, up = w.expert_up, down = w.expert_down},
+                       {experts = c.experts, top_k = c.top_k, normalize = false, groups = limited and c.groups or 1,
+                        top_groups = limited and c.top_groups or 1}) * c.routed_scale
+    if c.shared == 0 then return x + routed end
+    return x + (routed + mlp(w.shared_gate, w.shared_up, w.shared_down))
+  end,
+  head = lm_head,
+}
+
 -- Gemma 3 (text): Gemma 2's layer with a (1 + w) RMSNorm of every query and
 -- key head before RoPE and no attention softcap by default; sliding and full
 -- layers (layer_types) use different RoPE: the full layers rope_parameters'

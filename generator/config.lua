@@ -147,7 +147,10 @@ function config.weight_dims(d, e, values)
     spec.dims = {}
     for i, expr in ipairs(spec.shape) do
       local v = type(expr) == "number" and expr or eval_expr(d, e, wname, expr, values)
-      if type(v) ~= "number" or math.type(v) ~= "integer" or v <= 0 then
+      -- a dimension of 0 says this model has no such weight (DeepSeek-V2's
+      -- q_a_proj when q_lora_rank is null): tracing fails if it is used
+      if math.type(v) == "integer" and v == 0 then spec.absent = string.format("'%s' = 0", tostring(expr))
+      elseif type(v) ~= "number" or math.type(v) ~= "integer" or v <= 0 then
         describe.fail(d, e.name, wname, string.format("weight '%s' dimension %d ('%s') = %s is not a positive integer",
           wname, i, tostring(expr), tostring(v)))
       end

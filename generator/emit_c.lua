@@ -101,7 +101,22 @@ local function row_op(ctx, s, n)
     local a = n.attrs
     local kw = a.kv_heads * a.head_dim
     return string.format("kc_kv_store(a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, b->block_tables[b->seq[t]], b->pos[t], %s, %s);",
-      a.kv_heads, a.head_dim, row(inp(1), "t", kw), row(inp(2), "t", kw))
+      a.kv_heads, a.head_dim, row(inp(1), "t", kw), a.shared_value and "NULL /* the values are the keys' first columns */"
+        or row(inp(2), "t", kw))
+  elseif op == "columns" then
+    local a = n.attrs
+    return string.format("for (int h = 0; h < %d; h++) memmove(%s + h * %d, %s + h * %d + %d, sizeof(float) * %d);",
+      a.heads, row(out, "t", W), a.count, row(inp(1), "t", n.inputs[1].width), a.group, a.first, a.count)
+  elseif op == "concat" then
+    local a = n.attrs
+    return string.format("for (int h = 0; h < %d; h++) { memcpy(%s + h * %d, %s + h * %d, sizeof(float) * %d); memcpy(%s + h * %d + %d, %s + h * %d, sizeof(float) * %d); }",
+      a.heads, row(out, "t", W), a.a + a.b, row(inp(1), "t", n.inputs[1].width), a.a, a.a,
+      row(out, "t", W), a.a + a.b, a.a, row(inp(2), "t", n.inputs[2].width), a.b, a.b)
+  elseif op == "head_linear" then
+    local a, w = n.attrs, n.inputs[2]
+    return string.format("kc_head_linear(%s, %s, %d, %d, %d, %d, %d, %d, %s, %s);", DT_ENUM[w.dtype], s.weight(w),
+      a.heads, a.stride, a.first, a.rows, a.cols, a.transpose and 1 or 0, row(inp(1), "t", n.inputs[1].width),
+      row(out, "t", W))
   end
   error("no CPU emitter for op " .. op)
 end
@@ -182,10 +197,10 @@ local function phase_attention(ctx, s, name, n)
     "        const int t = k % 2 == 0 ? k / 2 : a->rows - 1 - k / 2, pos = b->pos[t];",
     string.format("        const int first = %s;", a.window > 0 and string.format("pos >= %d ? pos - %d : 0", a.window - 1, a.window - 1) or "0"),
     "        " .. emit.src(ctx, n),
-    string.format("        kc_attend(a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, b->block_tables[b->seq[t]], kvh, %d, first, pos,",
-      a.kv_heads, a.head_dim, G),
-    string.format("                  %s + kvh * %d, %s, %s, scores, %s + kvh * %d);", row(q, "t", W), G * a.head_dim,
-      util.cfloat(a.scale), util.cfloat(a.softcap), row(out, "t", W), G * a.head_dim),
+    string.format("        kc_attend_kv(a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, %d, %d, b->block_tables[b->seq[t]], kvh, %d, first, pos,",
+      a.kv_heads, a.head_dim, a.value_dim, a.shared_value and 1 or 0, G),
+    string.format("                  %s + kvh * %d, %s, %s, scores, %s + kvh * %d);", row(q, "t", n.inputs[1].width),
+      G * a.head_dim, util.cfloat(a.scale), util.cfloat(a.softcap), row(out, "t", W), G * a.value_dim),
     "    }",
     "}",
   }
@@ -240,6 +255,17 @@ local function moe_kernel(ctx, s, n, grp)
   L("        for (int e = 1; e < %d; e++) maxv = logit[e] > maxv ? logit[e] : maxv;", E)
   L("        for (int e = 0; e < %d; e++) { logit[e] = expf(logit[e] - maxv); sum += logit[e]; }", E)
   L("        for (int e = 0; e < %d; e++) logit[e] /= sum;", E)
+  if a.groups > 1 then
+    local per = E // a.groups
+    L("        { /* group-limited: only the %d groups (of %d experts) with the best top score */", a.top_groups, per)
+    L("            float gbest[%d]; int keep[%d] = {0};", a.groups, a.groups)
+    L("            for (int q = 0; q < %d; q++) { gbest[q] = logit[q * %d]; for (int e = 1; e < %d; e++) gbest[q] = logit[q * %d + e] > gbest[q] ? logit[q * %d + e] : gbest[q]; }",
+      a.groups, per, per, per, per)
+    L("            for (int k = 0; k < %d; k++) { int arg = -1; for (int q = 0; q < %d; q++) if (!keep[q] && (arg < 0 || gbest[q] > gbest[arg])) arg = q; keep[arg] = 1; }",
+      a.top_groups, a.groups)
+    L("            for (int e = 0; e < %d; e++) if (!keep[e / %d]) logit[e] = 0.0f; /* as the reference masks them */", E, per)
+    L("        }")
+  end
   L("        float chosen = 0.0f;")
   L("        for (int k = 0; k < %d; k++) { /* top-k by probability, lowest id first on ties */", K)
   L("            int arg = -1;")

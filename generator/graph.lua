@@ -18,7 +18,7 @@ Tensor.__index = Tensor
 -- The ops every backend implements. Elementwise ops work per row and can be
 -- fused into the epilogue of the kernel that produces their input.
 graph.ELEMENTWISE = {add = true, mul = true, scale = true, silu = true, gelu_tanh = true,
-                     rope = true, kv_store = true, softcap = true}
+                     rope = true, kv_store = true, softcap = true, columns = true, concat = true}
 graph.ROW_OPS = {rmsnorm = true, select_rows = true}
 
 local G = {}
@@ -87,6 +87,9 @@ function G:weight_table()
     local decl = g.desc.entry.weights[name]
     if not decl then
       g:fail(caller_line(g.desc.path), "weight '" .. tostring(name) .. "' is not declared in weights")
+    end
+    if decl.absent then
+      g:fail(caller_line(g.desc.path), "weight '" .. name .. "' has no rows in this model (" .. decl.absent .. ")")
     end
     local per_layer = decl.per_layer
     local function handle(expert)
@@ -160,21 +163,80 @@ function G:env()
       rot_dim = o.rot_dim or o.head_dim, theta = o.theta, pairs = g.cfg.rope_pairs, scaling = o.scaling,
       freq_factors = o.freq_factors or nil})
   end
+  -- What the KV cache holds is what attention is given: k and v rows of
+  -- kv_heads x head_dim each, or, with v = nil and o.value_dim, the k rows
+  -- alone, each head's values being the first value_dim columns of its key
+  -- (multi-head latent attention in its absorbed form: one cached row of
+  -- latent and RoPE key per token, shared by every query head). The output
+  -- has heads x value_dim columns.
   function env.attention(q, k, v, o)
-    check_tensor(g, q, "attention"); check_tensor(g, k, "attention"); check_tensor(g, v, "attention")
+    check_tensor(g, q, "attention"); check_tensor(g, k, "attention")
     local line = caller_line(g.desc.path)
+    if v == nil then
+      if type(o.value_dim) ~= "number" or o.value_dim < 1 or o.value_dim > o.head_dim then
+        g:fail(line, "attention: without v, value_dim (the key columns that are the values) must be in 1..head_dim")
+      end
+    else
+      check_tensor(g, v, "attention")
+      if o.value_dim and o.value_dim ~= o.head_dim then g:fail(line, "attention: value_dim needs v = nil") end
+    end
     if o.heads % o.kv_heads ~= 0 then g:fail(line, "attention: heads must be a multiple of kv_heads") end
-    if q.width ~= o.heads * o.head_dim or k.width ~= o.kv_heads * o.head_dim or v.width ~= k.width then
-      g:fail(line, string.format("attention: q/k/v widths %d/%d/%d do not match %d heads, %d kv heads of %d",
-        q.width, k.width, v.width, o.heads, o.kv_heads, o.head_dim))
+    if q.width ~= o.heads * o.head_dim or k.width ~= o.kv_heads * o.head_dim or (v and v.width ~= k.width) then
+      g:fail(line, string.format("attention: q/k/v widths %d/%d/%s do not match %d heads, %d kv heads of %d",
+        q.width, k.width, v and tostring(v.width) or "-", o.heads, o.kv_heads, o.head_dim))
     end
     local slot = g.n_attn
     g.n_attn = g.n_attn + 1
     local attrs = {heads = o.heads, kv_heads = o.kv_heads, head_dim = o.head_dim, kv_layer = slot,
                    window = o.window or 0, softcap = o.softcap or 0,
-                   scale = o.scale or 1 / math.sqrt(o.head_dim)}
+                   scale = o.scale or 1 / math.sqrt(o.head_dim),
+                   value_dim = v and o.head_dim or o.value_dim, shared_value = v == nil}
     local store = g:node("kv_store", {k, v}, nil, k.rows, attrs)
-    return g:node("attention", {q, store}, q.width, q.rows, attrs)
+    return g:node("attention", {q, store}, o.heads * attrs.value_dim, q.rows, attrs)
+  end
+  -- Columns [first, first + count) of each of opts.heads equal groups of a
+  -- row (one group by default): the RoPE part of every query head.
+  function env.columns(x, first, count, opts)
+    check_tensor(g, x, "columns")
+    local heads = (opts or {}).heads or 1
+    local group = x.width // heads
+    if x.width % heads ~= 0 or first < 0 or count < 1 or first + count > group then
+      g:fail(caller_line(g.desc.path), string.format("columns: [%d, %d) is not inside groups of %d (width %d, %d group(s))",
+        first, first + count, group, x.width, heads))
+    end
+    return g:node("columns", {x}, heads * count, x.rows, {heads = heads, first = first, count = count, group = group})
+  end
+  -- Each of opts.heads groups of a followed by the same group of b.
+  function env.concat(a, b, opts)
+    check_tensor(g, a, "concat"); check_tensor(g, b, "concat")
+    local heads = (opts or {}).heads or 1
+    if a.width % heads ~= 0 or b.width % heads ~= 0 or a.rows ~= b.rows then
+      g:fail(caller_line(g.desc.path), string.format("concat: widths %d and %d do not split into %d group(s)", a.width,
+        b.width, heads))
+    end
+    return g:node("concat", {a, b}, a.width + b.width, a.rows, {heads = heads, a = a.width // heads, b = b.width // heads})
+  end
+  -- A linear per head: head h multiplies its group of x by its own block of
+  -- w, rows [h * stride + o.first, + o.rows) with stride = w's rows / heads
+  -- (a projection whose heads interleave several parts, like kv_b_proj's
+  -- [k_nope | v] per head). o.transpose multiplies by the block's transpose
+  -- (x's group has o.rows columns, the output's as many as w): the absorbed
+  -- form of MLA moves each query head into latent space through W_UK^T.
+  function env.head_linear(x, w, o)
+    check_tensor(g, x, "head_linear"); check_weight(g, w, "head_linear")
+    local line = caller_line(g.desc.path)
+    local heads, first, rows = o.heads, o.first or 0, o.rows
+    if #w.shape ~= 2 or w.shape[1] % heads ~= 0 or first < 0 or rows < 1 or first + rows > w.shape[1] // heads then
+      g:fail(line, string.format("head_linear: rows [%d, %d) of each of %d heads do not fit weight %s [%s]", first,
+        first + (rows or 0), heads, w.logical, table.concat(w.shape, ", ")))
+    end
+    local per_in = o.transpose and rows or w.shape[2]
+    local per_out = o.transpose and w.shape[2] or rows
+    if x.width ~= heads * per_in then
+      g:fail(line, string.format("head_linear: input width %d is not %d heads x %d", x.width, heads, per_in))
+    end
+    return g:node("head_linear", {x, w}, heads * per_out, x.rows, {heads = heads, first = first, rows = rows,
+      stride = w.shape[1] // heads, cols = w.shape[2], transpose = o.transpose and true or false})
   end
   -- Sparse mixture of experts: router logits -> softmax -> top_k experts per
   -- token, their SwiGLU MLP outputs weighted by the top-k probabilities,
@@ -194,6 +256,14 @@ function G:env()
     end
     if o.top_k < 1 or o.top_k > o.experts then g:fail(line, "moe: top_k must be in [1, experts]") end
     if o.normalize ~= nil and type(o.normalize) ~= "boolean" then g:fail(line, "moe: normalize must be a boolean") end
+    -- group-limited routing (DeepSeek-V2): experts in `groups` equal groups,
+    -- only the top_groups groups with the highest best score are eligible
+    local groups, top_groups = o.groups or 1, o.top_groups or o.groups or 1
+    if o.experts % groups ~= 0 or top_groups < 1 or top_groups > groups
+       or o.top_k > top_groups * (o.experts // groups) then
+      g:fail(line, string.format("moe: %d experts in %d groups, %d of them eligible, cannot give top_k %d", o.experts,
+        groups, top_groups, o.top_k))
+    end
     local inputs = {x, router}
     for _, list in ipairs({gate, up, down}) do
       for _, w in ipairs(list) do inputs[#inputs + 1] = w end
@@ -201,7 +271,7 @@ function G:env()
     g.n_moe = (g.n_moe or 0) + 1
     return g:node("moe", inputs, down[1].shape[1], x.rows, {experts = o.experts, top_k = o.top_k,
       ffn = gate[1].shape[1], act = o.activation or "silu", moe_layer = g.n_moe - 1,
-      normalize = o.normalize ~= false})
+      normalize = o.normalize ~= false, groups = groups, top_groups = top_groups})
   end
   local function unary(op)
     return function(x) check_tensor(g, x, op); return g:node(op, {x}, x.width, x.rows) end

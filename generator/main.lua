@@ -170,6 +170,34 @@ local function rope_params(g, d)
                    beta_fast = 32, beta_slow = 1, attn_factor = 0, rot_dim = 2}
 end
 
+-- What the KV cache holds per layer and token, as the attention ops say:
+-- kv_heads rows of head_dim for K and as many for V (parts = 2), or only the
+-- K rows when the values are their first value_dim columns (parts = 1: MLA's
+-- latent and RoPE key). The paged pool, the prefix cache and both backends
+-- size and address it from this; every attention op must agree.
+local function kv_layout(g, d)
+  local kv
+  for _, n in ipairs(g.nodes) do
+    if n.op == "attention" then
+      local a = n.attrs
+      local this = {heads = a.kv_heads, head_dim = a.head_dim, value_dim = a.value_dim, parts = a.shared_value and 1 or 2}
+      if kv and (kv.heads ~= this.heads or kv.head_dim ~= this.head_dim or kv.parts ~= this.parts) then
+        util.die(string.format("%s:%d: error: every attention op of a model must cache the same rows (kv_heads, head_dim, values)",
+          d.path, n.line))
+      end
+      kv = kv or this
+    end
+  end
+  kv = kv or {heads = 1, head_dim = 1, value_dim = 1, parts = 2}
+  if kv.parts == 2 then
+    kv.text = string.format("K and V, %d head(s) x %d each per layer", kv.heads, kv.head_dim)
+  else
+    kv.text = string.format("one row of %d per layer and kv head (%d), its first %d columns the values (shared K/V)",
+      kv.head_dim, kv.heads, kv.value_dim)
+  end
+  return kv
+end
+
 -- Tensors a checkpoint may carry that every description recomputes from its
 -- config: the RoPE inverse frequencies older transformers saved as buffers.
 local DERIVED_TENSORS = {"%.rotary_emb%.inv_freq$"}
@@ -336,8 +364,9 @@ local function main(argv)
       if w <= 0 then kv_window = 0 elseif kv_window == nil or (kv_window > 0 and w > kv_window) then kv_window = w end
     end
   end
+  local kv = kv_layout(g, d)
   local env = {
-    _escape = "@", model_name = opts.name, c = c, arch = entry.name, rope = rope,
+    _escape = "@", kv = kv, model_name = opts.name, c = c, arch = entry.name, rope = rope,
     -- the arena is planned for a multiple of 4 tokens (every buffer 16-byte
     -- aligned); a step takes at most what --max-tokens said
     max_tokens = (opts.max_tokens + 3) // 4 * 4, step_tokens = opts.max_tokens, n_kv_layers = kv_layers, plan = p, kv_window = kv_window or 0,
@@ -370,7 +399,7 @@ local function main(argv)
     outputs["model.c"] = render("cpu/model.c.in", env)
   else
     outputs = emit_cuda.files(ctx, env, calls, kernels, {banner = banner_for, render = render, hash = input_hash,
-      kv_bytes_per_pos = 2 * kv_layers * c.kv_heads * c.head_dim * env.kv_elem_bytes, layers = c.layers, script_dir = script_dir})
+      kv_bytes_per_pos = kv.parts * kv_layers * kv.heads * kv.head_dim * env.kv_elem_bytes, layers = c.layers, script_dir = script_dir})
   end
 
   if os.getenv("INGOT_DEBUG") then

@@ -137,7 +137,8 @@ static inline void kc__kv_put(kc_kv_t *dst, const float *src, int n) {
 #endif
 }
 
-/* Writes one token's K and V rows (kv_heads × head_dim each) at position pos. */
+/* Writes one token's K and V rows (kv_heads × head_dim each) at position pos;
+ * v NULL: the keys are the whole cached row (values shared with them). */
 static inline void kc_kv_store(kc_kv_t *kv, int n_layers, int layer, int n_blocks, int kv_heads,
                                int block_size, int head_dim, const int32_t *block_table, int pos,
                                const float *k, const float *v) {
@@ -147,7 +148,7 @@ static inline void kc_kv_store(kc_kv_t *kv, int n_layers, int layer, int n_block
         const size_t off =
             kc_kv_offset(layer, n_blocks, kv_heads, block_size, head_dim, block, h, slot);
         kc__kv_put(kv + off, k + (size_t)h * head_dim, head_dim);
-        kc__kv_put(kv + v_base + off, v + (size_t)h * head_dim, head_dim);
+        if (v) kc__kv_put(kv + v_base + off, v + (size_t)h * head_dim, head_dim);
     }
 }
 
@@ -273,19 +274,24 @@ KC_OPS_INLINE __m512 kc__exp16(__m512 x) {
  *    x 64 dims (16 accumulators): each V row is loaded once per 4 heads and
  *    the output is written once, then scaled by 1/sum (instead of an axpy
  *    per (position, head) that loads and stores the output every time).
- * Other shapes use the plain loops (kc_dot / kc_axpy). */
-KC_OPS_INLINE void kc_attend(const kc_kv_t *kv, int n_layers, int layer, int n_blocks, int kv_heads,
-                             int block_size, int head_dim, const int32_t *block_table, int kv_head,
-                             int group, int first, int pos, const float *q, float scale,
-                             float softcap, float *scores, float *out) {
-    const size_t v_base = (size_t)n_layers * n_blocks * kv_heads * block_size * head_dim;
+ * Other shapes use the plain loops (kc_dot / kc_axpy).
+ *
+ * kc_attend_kv generalizes the values: value_dim columns each (out is
+ * [group][value_dim]), read from the V half of the pool, or, with
+ * shared_value, from the first value_dim columns of the key rows themselves
+ * (the pool then has no V half: MLA's cached latent is both). */
+KC_OPS_INLINE void kc_attend_kv(const kc_kv_t *kv, int n_layers, int layer, int n_blocks, int kv_heads,
+                                int block_size, int head_dim, int value_dim, int shared_value,
+                                const int32_t *block_table, int kv_head, int group, int first, int pos,
+                                const float *q, float scale, float softcap, float *scores, float *out) {
+    const size_t v_base = shared_value ? 0 : (size_t)n_layers * n_blocks * kv_heads * block_size * head_dim;
     const int n = pos - first + 1;
 #define KC_KROW(p)                                                                                          \
     (kv + kc_kv_offset(layer, n_blocks, kv_heads, block_size, head_dim, block_table[(p) / block_size], kv_head, \
                        (p) % block_size))
 #if defined(__AVX512F__)
-    if (head_dim % 16 == 0) {
-        const int HV = head_dim / 16;
+    if (head_dim % 16 == 0 && value_dim % 16 == 0) {
+        const int HK = head_dim / 16, HV = value_dim / 16;
         int p = first;
         for (; p + 16 <= pos + 1; p += 16) {
             const kc_kv_t *kr[16];
@@ -294,7 +300,7 @@ KC_OPS_INLINE void kc_attend(const kc_kv_t *kv, int n_layers, int layer, int n_b
                 const float *qg = q + (size_t)g * head_dim;
                 __m512 acc[16];
                 KC_OPS_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
-                for (int d = 0; d < HV; d++) {
+                for (int d = 0; d < HK; d++) {
                     const __m512 qv = _mm512_loadu_ps(qg + 16 * d);
                     KC_OPS_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, kc__kv_load16(kr[j] + 16 * d), acc[j]);
                 }
@@ -357,7 +363,7 @@ KC_OPS_INLINE void kc_attend(const kc_kv_t *kv, int n_layers, int layer, int n_b
                     if (g >= G) break;
                     const __m512 sc = _mm512_set1_ps(g0 + g < 64 ? inv[g0 + g] : 1.0f);
                     KC_OPS_UNROLL for (int d = 0; d < 4; d++) if (d < DV)
-                        _mm512_storeu_ps(out + (size_t)(g0 + g) * head_dim + 16 * (d0 + d), _mm512_mul_ps(acc[g][d], sc));
+                        _mm512_storeu_ps(out + (size_t)(g0 + g) * value_dim + 16 * (d0 + d), _mm512_mul_ps(acc[g][d], sc));
                 }
             }
         }
@@ -384,14 +390,23 @@ KC_OPS_INLINE void kc_attend(const kc_kv_t *kv, int n_layers, int layer, int n_b
         }
         const float inv = 1.0f / sum;
         for (int i = 0; i < n; i++) sc[i] *= inv;
-        memset(out + (size_t)g * head_dim, 0, sizeof(float) * head_dim);
+        memset(out + (size_t)g * value_dim, 0, sizeof(float) * value_dim);
     }
     for (int p = first; p <= pos; p++) {
-        const float *v = kc__kv_row(v_base + KC_KROW(p), head_dim, tmp);
+        const float *v = kc__kv_row(v_base + KC_KROW(p), value_dim, tmp);
         for (int g = 0; g < group; g++)
-            kc_axpy(scores[(size_t)g * n + (p - first)], v, out + (size_t)g * head_dim, head_dim);
+            kc_axpy(scores[(size_t)g * n + (p - first)], v, out + (size_t)g * value_dim, value_dim);
     }
 #undef KC_KROW
+}
+
+/* Attention with separate K and V rows of head_dim each (every family but MLA). */
+KC_OPS_INLINE void kc_attend(const kc_kv_t *kv, int n_layers, int layer, int n_blocks, int kv_heads,
+                             int block_size, int head_dim, const int32_t *block_table, int kv_head,
+                             int group, int first, int pos, const float *q, float scale,
+                             float softcap, float *scores, float *out) {
+    kc_attend_kv(kv, n_layers, layer, n_blocks, kv_heads, block_size, head_dim, head_dim, 0, block_table, kv_head,
+                 group, first, pos, q, scale, softcap, scores, out);
 }
 
 #endif
