@@ -65,15 +65,29 @@ local ROPE_CONFIG = {
   rope_beta_fast  = {hf = {"rope_scaling.beta_fast", "rope_parameters.beta_fast"}, default = 32},
   rope_beta_slow  = {hf = {"rope_scaling.beta_slow", "rope_parameters.beta_slow"}, default = 1},
   rope_attn_factor = {hf = {"rope_scaling.attention_factor", "rope_parameters.attention_factor"}, default = 0},
+  rope_mscale     = {hf = {"rope_scaling.mscale", "rope_parameters.mscale"}, default = 0},
+  rope_mscale_all = {hf = {"rope_scaling.mscale_all_dim", "rope_parameters.mscale_all_dim"}, default = 0},
 }
+
+-- YaRN's magnitude correction for a context `factor` times the original.
+local function yarn_mscale(factor, mscale)
+  return factor <= 1 and 1 or 0.1 * mscale * math.log(factor) + 1
+end
 
 -- freq_factors: a weight dividing each RoPE frequency (a GGUF's rope_freqs,
 -- where llama.cpp's converter stores Llama 3.1's frequency scaling).
+-- YaRN's cos/sin factor, when the config does not give it, is
+-- mscale(factor, mscale) / mscale(factor, mscale_all_dim) where both are set
+-- (DeepSeek's configs), else 0: the kernel's 0.1 ln(factor) + 1.
 local function rope_opts(c, heads, freq_factors)
+  local attn_factor = c.rope_attn_factor
+  if attn_factor == 0 and c.rope_mscale ~= 0 and c.rope_mscale_all ~= 0 then
+    attn_factor = yarn_mscale(c.rope_factor, c.rope_mscale) / yarn_mscale(c.rope_factor, c.rope_mscale_all)
+  end
   return {heads = heads, head_dim = c.head_dim, theta = c.rope_theta, freq_factors = freq_factors or nil,
           scaling = {type = c.rope_type, factor = c.rope_factor, low_freq = c.rope_low_freq,
                      high_freq = c.rope_high_freq, orig_ctx = c.rope_orig_ctx, beta_fast = c.rope_beta_fast,
-                     beta_slow = c.rope_beta_slow, attn_factor = c.rope_attn_factor}}
+                     beta_slow = c.rope_beta_slow, attn_factor = attn_factor}}
 end
 
 local LLAMA_WEIGHTS = {
@@ -485,72 +499,63 @@ M.qwen3moe = {
 -- n_group groups (group_limited_greedy), weights times routed_scaling_factor,
 -- not renormalized (transformers' DeepseekV2 ignores norm_topk_prob), plus a
 -- dense MLP n_shared_experts experts wide; the others a dense MLP.
+local DSA, DSM = "model.layers.%d.self_attn.", "model.layers.%d.mlp."
+local SHARED = {} -- the shared experts: one MLP n_shared_experts * moe_ffn wide, with the optional MLP biases
+for _, p in ipairs({"gate", "up", "down"}) do
+  local shape = p == "down" and {"dim", "shared * moe_ffn"} or {"shared * moe_ffn", "dim"}
+  SHARED["shared_" .. p] = {hf = DSM .. "shared_experts." .. p .. "_proj.weight", shape = shape}
+  SHARED["shared_" .. p .. "_bias"] = {hf = DSM .. "shared_experts." .. p .. "_proj.bias", shape = {shape[1]}}
+end
 M.deepseek2 = {
   hf = {"DeepseekV2ForCausalLM"},
-  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {
-    attention_bias = {hf = "attention_bias", default = false},
-    q_lora = {hf = "q_lora_rank", default = 0},         kv_lora = {hf = "kv_lora_rank"},
-    qk_nope = {hf = "qk_nope_head_dim"}, qk_rope = {hf = "qk_rope_head_dim"}, v_dim = {hf = "v_head_dim"},
-    experts = {hf = "n_routed_experts"},               top_k = {hf = "num_experts_per_tok"},
-    moe_ffn = {hf = "moe_intermediate_size"},          shared = {hf = "n_shared_experts", default = 0},
-    groups = {hf = "n_group", default = 1},            top_groups = {hf = "topk_group", default = "groups"},
-    topk_method = {hf = "topk_method", default = "greedy"}, routed_scale = {hf = "routed_scaling_factor", default = 1},
-    first_dense = {hf = "first_k_dense_replace", default = 0}, moe_freq = {hf = "moe_layer_freq", default = 1},
-    mscale = {hf = {"rope_scaling.mscale", "rope_parameters.mscale"}, default = 0},
-    mscale_all = {hf = {"rope_scaling.mscale_all_dim", "rope_parameters.mscale_all_dim"}, default = 0},
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, BIAS_CONFIG, {
+    head_dim = {hf = "qk_rope_head_dim"},                   q_lora = {hf = "q_lora_rank", default = 0},
+    kv_lora = {hf = "kv_lora_rank"}, qk_nope = {hf = "qk_nope_head_dim"}, v_dim = {hf = "v_head_dim"},
+    experts = {hf = "n_routed_experts"}, top_k = {hf = "num_experts_per_tok"}, moe_ffn = {hf = "moe_intermediate_size"},
+    shared = {hf = "n_shared_experts", default = 0},      routed_scale = {hf = "routed_scaling_factor", default = 1},
+    groups = {hf = "n_group", default = 1}, top_groups = {hf = "topk_group", default = "groups"},
+    topk_method = {hf = "topk_method", default = "greedy"}, first_dense = {hf = "first_k_dense_replace", default = 0},
+    moe_freq = {hf = "moe_layer_freq", default = 1},
   }),
   rope_pairs = {hf = "adjacent"},
-  weights = merge(LLAMA_WEIGHTS, {
-    q         = {hf = "model.layers.%d.self_attn.q_proj.weight", shape = {"heads * (qk_nope + qk_rope)", "dim"}},
-    q_a       = {hf = "model.layers.%d.self_attn.q_a_proj.weight", shape = {"q_lora", "dim"}},
-    q_a_bias  = {hf = "model.layers.%d.self_attn.q_a_proj.bias", shape = {"q_lora"}},
-    q_a_norm  = {hf = "model.layers.%d.self_attn.q_a_layernorm.weight", shape = {"q_lora"}},
-    q_b       = {hf = "model.layers.%d.self_attn.q_b_proj.weight", shape = {"heads * (qk_nope + qk_rope)", "q_lora"}},
-    kv_a      = {hf = "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", shape = {"kv_lora + qk_rope", "dim"}},
-    kv_a_bias = {hf = "model.layers.%d.self_attn.kv_a_proj_with_mqa.bias", shape = {"kv_lora + qk_rope"}},
-    kv_a_norm = {hf = "model.layers.%d.self_attn.kv_a_layernorm.weight", shape = {"kv_lora"}},
-    kv_b      = {hf = "model.layers.%d.self_attn.kv_b_proj.weight", shape = {"heads * (qk_nope + v_dim)", "kv_lora"}},
-    o         = {hf = "model.layers.%d.self_attn.o_proj.weight", shape = {"dim", "heads * v_dim"}},
-    o_bias    = ATTN_BIAS_WEIGHTS.o_bias,
-    router      = {hf = "model.layers.%d.mlp.gate.weight", shape = {"experts", "dim"}},
-    expert_gate = {hf = "model.layers.%d.mlp.experts.%d.gate_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
-    expert_up   = {hf = "model.layers.%d.mlp.experts.%d.up_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
-    expert_down = {hf = "model.layers.%d.mlp.experts.%d.down_proj.weight", shape = {"dim", "moe_ffn"}, experts = "experts"},
-    shared_gate = {hf = "model.layers.%d.mlp.shared_experts.gate_proj.weight", shape = {"shared * moe_ffn", "dim"}},
-    shared_up   = {hf = "model.layers.%d.mlp.shared_experts.up_proj.weight", shape = {"shared * moe_ffn", "dim"}},
-    shared_down = {hf = "model.layers.%d.mlp.shared_experts.down_proj.weight", shape = {"dim", "shared * moe_ffn"}},
-  }),
+  weights = merge(LLAMA_WEIGHTS, MLP_BIAS_WEIGHTS, {
+    q         = {hf = DSA .. "q_proj.weight", shape = {"heads * (qk_nope + head_dim)", "dim"}},
+    q_a       = {hf = DSA .. "q_a_proj.weight", shape = {"q_lora", "dim"}}, q_a_bias = {hf = DSA .. "q_a_proj.bias", shape = {"q_lora"}},
+    q_a_norm  = {hf = DSA .. "q_a_layernorm.weight", shape = {"q_lora"}},
+    q_b       = {hf = DSA .. "q_b_proj.weight", shape = {"heads * (qk_nope + head_dim)", "q_lora"}},
+    kv_a      = {hf = DSA .. "kv_a_proj_with_mqa.weight", shape = {"kv_lora + head_dim", "dim"}},
+    kv_a_bias = {hf = DSA .. "kv_a_proj_with_mqa.bias", shape = {"kv_lora + head_dim"}},
+    kv_a_norm = {hf = DSA .. "kv_a_layernorm.weight", shape = {"kv_lora"}}, router = {hf = DSM .. "gate.weight", shape = {"experts", "dim"}},
+    kv_b      = {hf = DSA .. "kv_b_proj.weight", shape = {"heads * (qk_nope + v_dim)", "kv_lora"}},
+    o         = {hf = DSA .. "o_proj.weight", shape = {"dim", "heads * v_dim"}}, o_bias = ATTN_BIAS_WEIGHTS.o_bias,
+    expert_gate = {hf = DSM .. "experts.%d.gate_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
+    expert_up   = {hf = DSM .. "experts.%d.up_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
+    expert_down = {hf = DSM .. "experts.%d.down_proj.weight", shape = {"dim", "moe_ffn"}, experts = "experts"},
+  }, SHARED),
   embed = embed_tokens,
   layer = function(x, w, c)
-    local ab, H, nope, rd, lora = c.attention_bias, c.heads, c.qk_nope, c.qk_rope, c.kv_lora
-    local function yarn_mscale(s) return (c.rope_type == "default" or c.rope_factor <= 1) and 1 or 0.1 * s * math.log(c.rope_factor) + 1 end
-    local function rope_of(heads)
-      local o = rope_opts(c, heads)
-      o.head_dim = rd
-      if c.rope_attn_factor == 0 and c.mscale ~= 0 and c.mscale_all ~= 0 then
-        o.scaling.attn_factor = yarn_mscale(c.mscale) / yarn_mscale(c.mscale_all)
-      end
-      return o
-    end
+    local ab, mb, H, nope, rd, lora = c.attention_bias, c.mlp_bias, c.heads, c.qk_nope, c.head_dim, c.kv_lora
     local h = rmsnorm(x, w.attn_norm, c.eps)
     local q = c.q_lora > 0 and linear(rmsnorm(linear(h, w.q_a, ab and w.q_a_bias), w.q_a_norm, c.eps), w.q_b) or linear(h, w.q)
     local kv = linear(h, w.kv_a, ab and w.kv_a_bias)
-    local k = concat(rmsnorm(columns(kv, 0, lora), w.kv_a_norm, c.eps), rope(columns(kv, lora, rd), rope_of(1)))
+    local k = concat(rmsnorm(columns(kv, 0, lora), w.kv_a_norm, c.eps), rope(columns(kv, lora, rd), rope_opts(c, 1)))
     local q_lat = head_linear(columns(q, 0, nope, {heads = H}), w.kv_b, {heads = H, rows = nope, transpose = true})
-    q = concat(q_lat, rope(columns(q, nope, rd, {heads = H}), rope_of(H)), {heads = H})
-    local m = c.mscale_all ~= 0 and yarn_mscale(c.mscale_all) or 1
+    q = concat(q_lat, rope(columns(q, nope, rd, {heads = H}), rope_opts(c, H)), {heads = H})
+    local m = c.rope_type ~= "default" and c.rope_mscale_all ~= 0 and yarn_mscale(c.rope_factor, c.rope_mscale_all) or 1
     local a = attention(q, k, nil, {heads = H, kv_heads = 1, head_dim = lora + rd, value_dim = lora,
                                     scale = m * m / math.sqrt(nope + rd)})
     x = x + linear(head_linear(a, w.kv_b, {heads = H, first = nope, rows = c.v_dim}), w.o, ab and w.o_bias)
     h = rmsnorm(x, w.ffn_norm, c.eps)
-    local function mlp(g, u, d) return linear(silu(linear(h, g)) * linear(h, u), d) end
-    if c.layer < c.first_dense or c.layer % c.moe_freq ~= 0 then return x + mlp(w.gate, w.up, w.down) end
+    local function mlp(p) -- the dense MLP (p = "") or the shared experts' (p = "shared_")
+      local function l(y, n) return linear(y, w[p .. n], mb and w[p .. n .. "_bias"]) end
+      return l(silu(l(h, "gate")) * l(h, "up"), "down")
+    end
+    if c.layer < c.first_dense or c.layer % c.moe_freq ~= 0 then return x + mlp("") end
     local limited = c.topk_method == "group_limited_greedy"
     local routed = moe(h, w.router, {gate = w.expert_gate, up = w.expert_up, down = w.expert_down},
                        {experts = c.experts, top_k = c.top_k, normalize = false, groups = limited and c.groups or 1,
                         top_groups = limited and c.top_groups or 1}) * c.routed_scale
-    if c.shared == 0 then return x + routed end
-    return x + (routed + mlp(w.shared_gate, w.shared_up, w.shared_down))
+    return x + (c.shared > 0 and routed + mlp("shared_") or routed)
   end,
   head = lm_head,
 }

@@ -108,6 +108,21 @@ def random_config(cfg_cls, rng):
         kw["final_logit_softcapping"] = rng.choice([None, 10.0])
     if "original_max_position_embeddings" in base:
         kw["original_max_position_embeddings"] = 256
+    if "kv_lora_rank" in base:  # multi-head latent attention (DeepSeek-V2)
+        nope = rng.choice([8, 12, 16])
+        kw.update(q_lora_rank=rng.choice([None, rng.randrange(16, 64, 8)]), kv_lora_rank=rng.choice([16, 24, 32]),
+                  qk_nope_head_dim=nope, qk_rope_head_dim=rng.choice([8, 16]), v_head_dim=rng.choice([nope, nope + 8]))
+        kw.pop("head_dim", None)
+        kw["num_key_value_heads"] = kw["num_attention_heads"]  # the latent expands to every head
+        rp = kw.get("rope_parameters") or {}
+        if rp.get("rope_type") == "yarn":
+            rp.update(mscale=rng.choice([0.707, 1.0]), mscale_all_dim=rng.choice([0.707, 0.8]))
+    if "n_routed_experts" in base:  # and its MoE: shared experts, group-limited routing, dense first layers
+        groups = rng.choice([1, 2, 4])
+        kw.update(n_routed_experts=8, num_experts_per_tok=rng.choice([2, 3]), moe_intermediate_size=rng.randrange(16, 48, 8),
+                  n_shared_experts=rng.choice([1, 2]), first_k_dense_replace=rng.choice([0, 1]),
+                  routed_scaling_factor=rng.choice([1.0, 2.0]), n_group=groups, topk_group=max(1, groups // 2),
+                  topk_method="group_limited_greedy" if groups > 1 else "greedy")
     if "layer_types" in base:
         kw.pop("layer_types", None)  # derived from the window and the layer count
     return kw

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not ORACLES, reason="needs torch and transformer
 
 ENTRIES = ["llama"] + [pytest.param(e, marks=BREADTH) for e in
                        ("qwen2", "qwen3", "gemma2", "phi3", "mixtral", "olmo2", "granite", "smollm3", "qwen3moe",
-                        "gemma3")]
+                        "gemma3", "deepseek2")]
 
 
 def entries():

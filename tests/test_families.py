@@ -1,6 +1,7 @@
 """Every family in models.lua against transformers: Qwen2, Qwen3, Mistral (sliding
 window), Gemma 2, Phi-3, Mixtral, Llama with linear / llama3 / yarn rope scaling,
-OLMo 2, Granite 3, SmolLM3 (NoPE layers), Qwen3-MoE and Gemma 3 (two RoPE tables).
+OLMo 2, Granite 3, SmolLM3 (NoPE layers), Qwen3-MoE, Gemma 3 (two RoPE tables) and
+DeepSeek-V2 (multi-head latent attention, tests/test_mla.py has the rest).
 
 Fixtures: tests/fixtures/families/ (tests/fixtures/make_tiny_families.py),
 two tiny random models per family, 64 teacher-forced tokens, windows shorter
@@ -33,7 +34,8 @@ def test_every_family_has_fixtures():
     families = {json.loads((FAMILIES / m / "reference.json").read_text())["architecture"] for m in MODELS}
     assert {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Gemma2ForCausalLM",
             "Phi3ForCausalLM", "MixtralForCausalLM", "LlamaForCausalLM", "Olmo2ForCausalLM",
-            "GraniteForCausalLM", "SmolLM3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM"} <= families
+            "GraniteForCausalLM", "SmolLM3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM",
+            "DeepseekV2ForCausalLM"} <= families
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])

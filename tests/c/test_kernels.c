@@ -11,6 +11,7 @@
 #include "kc_half.h"
 #include "kc_matmul.h"
 #include "kc_ops.h"
+#include "kc_head_linear.h"
 #include "kc_quant.h"
 #include "threadpool.h"
 
@@ -351,8 +352,8 @@ static void test_matmul(void) {
  * through a shuffled block table; attention of token `pos` over [first, pos]
  * for the `group` heads of KV head kvh, against a double-precision softmax.
  * Tolerance per output element: 1e-5 * sum_p prob_p * |V_p[d]| (+ tiny). */
-static int attend_case(int head_dim, int group, int kv_heads, int n_layers, int layer, int pos, int first,
-                       float softcap) {
+static int attend_case_kv(int head_dim, int value_dim, int shared, int group, int kv_heads, int n_layers, int layer,
+                          int pos, int first, float softcap) {
     const int BS = 16, n_blocks = (pos + BS) / BS + 3;
     const size_t half = (size_t)n_layers * n_blocks * kv_heads * BS * head_dim;
     /* the pool in the cache's element type; the reference reads the very
@@ -375,12 +376,16 @@ static int attend_case(int head_dim, int group, int kv_heads, int n_layers, int 
         bt[i] = bt[j], bt[j] = tmp;
     }
     const int kvh = rndi(0, kv_heads - 1), n = pos - first + 1;
-    float *q = malloc(sizeof(float) * group * head_dim), *out = malloc(sizeof(float) * group * head_dim);
+    float *q = malloc(sizeof(float) * group * head_dim), *out = malloc(sizeof(float) * group * value_dim);
     float *scores = malloc(sizeof(float) * group * n);
     for (int i = 0; i < group * head_dim; i++) q[i] = rndf() * 2.0f;
     const float scale = 1.0f / sqrtf((float)head_dim);
-    kc_attend(kv, n_layers, layer, n_blocks, kv_heads, BS, head_dim, bt, kvh, group, first, pos, q, scale, softcap,
-              scores, out);
+    if (shared || value_dim != head_dim)
+        kc_attend_kv(kv, n_layers, layer, n_blocks, kv_heads, BS, head_dim, value_dim, shared, bt, kvh, group, first,
+                     pos, q, scale, softcap, scores, out);
+    else
+        kc_attend(kv, n_layers, layer, n_blocks, kv_heads, BS, head_dim, bt, kvh, group, first, pos, q, scale,
+                  softcap, scores, out);
     double *pr = malloc(sizeof(double) * n);
     int bad = 0;
     double worst = 0;
@@ -396,27 +401,94 @@ static int attend_case(int head_dim, int group, int kv_heads, int n_layers, int 
             if (s > mx) mx = s;
         }
         for (int i = 0; i < n; i++) sum += (pr[i] = exp(pr[i] - mx));
-        for (int d = 0; d < head_dim; d++) {
+        for (int d = 0; d < value_dim; d++) {
             double ref = 0, mag = 0;
             for (int p = first; p <= pos; p++) {
-                const float *v =
-                    kvf + half + kc_kv_offset(layer, n_blocks, kv_heads, BS, head_dim, bt[p / BS], kvh, p % BS);
+                /* shared: the values are the key rows' first value_dim columns */
+                const float *v = kvf + (shared ? 0 : half) +
+                                 kc_kv_offset(layer, n_blocks, kv_heads, BS, head_dim, bt[p / BS], kvh, p % BS);
                 ref += pr[p - first] / sum * v[d];
                 mag += pr[p - first] / sum * fabs(v[d]);
             }
-            double err = fabs(out[g * head_dim + d] - ref);
+            double err = fabs(out[g * value_dim + d] - ref);
             if (!(err <= 1e-5 * mag + 1e-30)) {
                 if (bad++ < 3)
-                    printf("  attend hd=%d group=%d pos=%d first=%d g=%d d=%d: got %.9g want %.9g\n", head_dim, group,
-                           pos, first, g, d, out[g * head_dim + d], ref);
+                    printf("  attend hd=%d vd=%d group=%d pos=%d first=%d g=%d d=%d: got %.9g want %.9g\n", head_dim,
+                           value_dim, group, pos, first, g, d, out[g * value_dim + d], ref);
             }
             if (mag > 0 && err / mag > worst) worst = err / mag;
         }
     }
-    check(bad == 0, "kc_attend (%s KV) hd=%d group=%d kv_heads=%d layer %d/%d pos=%d first=%d softcap=%g: %d bad (worst %.2g)",
-          KC_KV_F16 ? "f16" : "f32", head_dim, group, kv_heads, layer, n_layers, pos, first, softcap, bad, worst);
+    check(bad == 0, "kc_attend (%s KV) hd=%d vd=%d%s group=%d kv_heads=%d layer %d/%d pos=%d first=%d softcap=%g: %d bad (worst %.2g)",
+          KC_KV_F16 ? "f16" : "f32", head_dim, value_dim, shared ? " shared" : "", group, kv_heads, layer, n_layers,
+          pos, first, softcap, bad, worst);
     free(kv), free(kvf), free(bt), free(q), free(out), free(scores), free(pr);
     return bad == 0;
+}
+
+static int attend_case(int head_dim, int group, int kv_heads, int n_layers, int layer, int pos, int first,
+                       float softcap) {
+    return attend_case_kv(head_dim, head_dim, 0, group, kv_heads, n_layers, layer, pos, first, softcap);
+}
+
+/* Values shared with the keys (MLA's cached latent + RoPE key: one KV head,
+ * every query head in its group), on the AVX-512 shapes (48/32, DeepSeek-V2's
+ * 576/512) and the plain ones (40/24, 32/20). */
+static void test_attend_shared_values(void) {
+    const int shapes[][2] = {{48, 32}, {576, 512}, {40, 24}, {32, 20}}, groups[] = {1, 4, 16};
+    const int poss[] = {0, 15, 16, 47, 130};
+    for (int si = 0; si < 4; si++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int pi = 0; pi < 5; pi++) {
+                attend_case_kv(shapes[si][0], shapes[si][1], 1, groups[gi], 1, 2, 1, poss[pi], 0, 0.0f);
+                attend_case_kv(shapes[si][0], shapes[si][1], 0, groups[gi], 2, 1, 0, poss[pi], 0, 0.0f);
+            }
+}
+
+/* ---- per-head linear (kc_head_linear) ---- */
+
+static void head_linear_case(ingot_dtype t, int heads, int stride, int first, int rows, int cols, int transpose) {
+    const size_t n = (size_t)heads * stride * cols;
+    float *wf = malloc(sizeof(float) * n);
+    uint16_t *wh = malloc(sizeof(uint16_t) * n);
+    for (size_t i = 0; i < n; i++) {
+        wf[i] = rndf();
+        if (t == INGOT_F16) {
+            wh[i] = kc_f32_to_fp16(wf[i]);
+            wf[i] = kc_fp16_to_f32(wh[i]); /* the reference reads the values stored */
+        }
+    }
+    const int in = transpose ? rows : cols, outw = transpose ? cols : rows;
+    float *x = malloc(sizeof(float) * heads * in), *y = malloc(sizeof(float) * heads * outw);
+    for (int i = 0; i < heads * in; i++) x[i] = rndf();
+    kc_head_linear(t, t == INGOT_F16 ? (const void *)wh : (const void *)wf, heads, stride, first, rows, cols,
+                   transpose, x, y);
+    int bad = 0;
+    for (int h = 0; h < heads; h++)
+        for (int o = 0; o < outw; o++) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < in; i++) {
+                const int r = transpose ? i : o, c = transpose ? o : i;
+                const double term = (double)wf[((size_t)h * stride + first + r) * cols + c] * x[h * in + i];
+                ref += term, mag += fabs(term);
+            }
+            if (!(fabs(y[h * outw + o] - ref) <= TOL_FLOAT * mag + 1e-30) && bad++ < 3)
+                printf("  head_linear h=%d o=%d: got %.9g want %.9g\n", h, o, y[h * outw + o], ref);
+        }
+    check(bad == 0, "kc_head_linear %s heads=%d stride=%d rows [%d, %d) cols=%d%s: %d bad",
+          t == INGOT_F16 ? "f16" : "f32", heads, stride, first, first + rows, cols, transpose ? " transposed" : "", bad);
+    free(wf), free(wh), free(x), free(y);
+}
+
+static void test_head_linear(void) {
+    const ingot_dtype types[] = {INGOT_F32, INGOT_F16};
+    for (int ti = 0; ti < 2; ti++)
+        for (int tr = 0; tr < 2; tr++) {
+            head_linear_case(types[ti], 4, 40, 0, 16, 32, tr);  /* kv_b's W_UK blocks */
+            head_linear_case(types[ti], 4, 40, 16, 24, 32, tr); /* and its W_UV blocks */
+            head_linear_case(types[ti], 3, 28, 12, 16, 24, tr);
+            head_linear_case(types[ti], 1, 7, 2, 5, 9, tr);
+        }
 }
 
 static void test_attend(void) {
@@ -575,6 +647,8 @@ int main(void) {
     test_embed();
     test_matmul();
     test_attend();
+    test_attend_shared_values();
+    test_head_linear();
     test_threadpool();
     test_parallel_matmul();
     return check_summary();
