@@ -498,7 +498,9 @@ M.qwen3moe = {
 -- (every moe_layer_freq-th) route: softmax, top-k among the topk_group best of
 -- n_group groups (group_limited_greedy), weights times routed_scaling_factor,
 -- not renormalized (transformers' DeepseekV2 ignores norm_topk_prob), plus a
--- dense MLP n_shared_experts experts wide; the others a dense MLP.
+-- dense MLP n_shared_experts experts wide; the others a dense MLP. (The
+-- layer's order lets q_a and kv_a share a kernel, and k end just before
+-- attention, so that the KV store joins the kernel that finishes k.)
 local DSA, DSM = "model.layers.%d.self_attn.", "model.layers.%d.mlp."
 local SHARED = {} -- the shared experts: one MLP n_shared_experts * moe_ffn wide, with the optional MLP biases
 for _, p in ipairs({"gate", "up", "down"}) do
@@ -536,11 +538,11 @@ M.deepseek2 = {
   layer = function(x, w, c)
     local ab, mb, H, nope, rd, lora = c.attention_bias, c.mlp_bias, c.heads, c.qk_nope, c.head_dim, c.kv_lora
     local h = rmsnorm(x, w.attn_norm, c.eps)
-    local q = c.q_lora > 0 and linear(rmsnorm(linear(h, w.q_a, ab and w.q_a_bias), w.q_a_norm, c.eps), w.q_b) or linear(h, w.q)
-    local kv = linear(h, w.kv_a, ab and w.kv_a_bias)
+    local q, kv = linear(h, c.q_lora > 0 and w.q_a or w.q, c.q_lora > 0 and ab and w.q_a_bias), linear(h, w.kv_a, ab and w.kv_a_bias)
+    if c.q_lora > 0 then q = linear(rmsnorm(q, w.q_a_norm, c.eps), w.q_b) end
+    local q_pe = rope(columns(q, nope, rd, {heads = H}), rope_opts(c, H))
+    q = concat(head_linear(columns(q, 0, nope, {heads = H}), w.kv_b, {heads = H, rows = nope, transpose = true}), q_pe, {heads = H})
     local k = concat(rmsnorm(columns(kv, 0, lora), w.kv_a_norm, c.eps), rope(columns(kv, lora, rd), rope_opts(c, 1)))
-    local q_lat = head_linear(columns(q, 0, nope, {heads = H}), w.kv_b, {heads = H, rows = nope, transpose = true})
-    q = concat(q_lat, rope(columns(q, nope, rd, {heads = H}), rope_opts(c, H)), {heads = H})
     local m = c.rope_type ~= "default" and c.rope_mscale_all ~= 0 and yarn_mscale(c.rope_factor, c.rope_mscale_all) or 1
     local a = attention(q, k, nil, {heads = H, kv_heads = 1, head_dim = lora + rd, value_dim = lora,
                                     scale = m * m / math.sqrt(nope + rd)})

@@ -93,7 +93,22 @@ local function row_stmt(ctx, s, n, t, NT)
     local a = n.attrs
     local kw = a.kv_heads * a.head_dim
     return string.format("ig_row_kv_store<%d, %d>(%s, %s, st.kv, N_KV_LAYERS, kvl, st.n_blocks, st.block_tables + (long long)st.seq[%s] * BT_STRIDE, st.pos[%s]);",
-      a.kv_heads, a.head_dim, row(inp(1), t, kw), row(inp(2), t, kw), t, t)
+      a.kv_heads, a.head_dim, row(inp(1), t, kw), a.shared_value and "nullptr /* values: the keys' first columns */"
+        or row(inp(2), t, kw), t, t)
+  elseif op == "columns" then
+    local a = n.attrs
+    return loop(string.format("(%s)[i] = (%s)[i / %d * %d + %d + i %% %d];", row(out, t, W),
+      row(inp(1), t, n.inputs[1].width), a.count, a.group, a.first, a.count))
+  elseif op == "concat" then
+    local a = n.attrs
+    return loop(string.format("{ const int h = i / %d, j = i %% %d; (%s)[i] = j < %d ? (%s)[h * %d + j] : (%s)[h * %d + j - %d]; }",
+      a.a + a.b, a.a + a.b, row(out, t, W), a.a, row(inp(1), t, n.inputs[1].width), a.a, row(inp(2), t, n.inputs[2].width),
+      a.b, a.a))
+  elseif op == "head_linear" then
+    local a, w = n.attrs, n.inputs[2]
+    return string.format("ig_row_head_linear<%s, %d, %d, %d, %d, %d, %s>(%s, %s, %s);", DT[w.dtype], a.heads, a.stride,
+      a.first, a.rows, a.cols, a.transpose and "true" or "false", s.weight(w), row(inp(1), t, n.inputs[1].width),
+      row(out, t, W))
   end
   error("no CUDA emitter for op " .. op)
 end
@@ -294,7 +309,9 @@ end
 -- kernels/cuda/attn_*.cuh (48 KiB static).
 local function attention_plan(a)
   local HD, GROUP, KVH = a.head_dim, a.heads // a.kv_heads, a.kv_heads
-  local p = {HD = HD, GROUP = GROUP, KVH = KVH, HEADS = a.heads}
+  local p = {HD = HD, GROUP = GROUP, KVH = KVH, HEADS = a.heads, VD = a.value_dim, SHARED = a.shared_value}
+  -- values shared with the keys (MLA): the generic kernel, which reads them from the key rows
+  if a.shared_value or a.value_dim ~= a.head_dim then return p end
   if HD % 32 == 0 and HD <= 256 and 4 * GROUP * HD * 4 <= 48 * 1024 then p.decode = true end
   if HD % 32 == 0 then
     local bq = math.max(1, (HD <= 64 and 64 or 32) // GROUP)
@@ -403,7 +420,8 @@ function emit.library_kernels(calls)
         c.k_combine = add(string.format("attn_decode_combine_kernel<%d, %d>", p.HD, p.HEADS))
       end
       if p.prefill_bq then c.k_prefill = add(string.format("attn_prefill_kernel<%d, %d, %d, %d>", p.HD, p.GROUP, p.KVH, p.prefill_bq)) end
-      c.k_rows = add(string.format("attn_rows_kernel<%d, %d, %d>", p.HD, p.GROUP, p.KVH))
+      c.k_rows = add(p.SHARED and string.format("attn_rows_kernel<%d, %d, %d, %d, true>", p.HD, p.GROUP, p.KVH, p.VD)
+        or string.format("attn_rows_kernel<%d, %d, %d>", p.HD, p.GROUP, p.KVH))
     end
   end
   return list
@@ -510,8 +528,10 @@ function emit.call(ctx, c, kid)
       lead, c.k_prefill, p.HD, p.GROUP, p.KVH, p.prefill_bq, p.prefill_bq - 1, p.prefill_bq, p.KVH, qa, W, common,
       a.window, cf(a.scale), cf(a.softcap), oa, W)
   else
-    L[#L + 1] = string.format("%sLAUNCH(%d, (attn_rows_kernel<%d, %d, %d>), dim3(T, %d), dim3(32), %s, %d, %s, st.pos, st.seq, %d, %s, %s, %s, %d);",
-      lead, c.k_rows, p.HD, p.GROUP, p.KVH, p.HEADS, qa, W, common, a.window, cf(a.scale), cf(a.softcap), oa, W)
+    local tmpl = p.SHARED and string.format("%d, %d, %d, %d, true", p.HD, p.GROUP, p.KVH, p.VD)
+      or string.format("%d, %d, %d", p.HD, p.GROUP, p.KVH)
+    L[#L + 1] = string.format("%sLAUNCH(%d, (attn_rows_kernel<%s>), dim3(T, %d), dim3(32), %s, %d, %s, st.pos, st.seq, %d, %s, %s, %s, %d);",
+      lead, c.k_rows, tmpl, p.HEADS, qa, n.inputs[1].width, common, a.window, cf(a.scale), cf(a.softcap), oa, W)
   end
   if p.decode then L[#L + 1] = "    }" end
   return L
@@ -549,7 +569,7 @@ function emit.decode_cost(calls, kv_bytes_per_pos, ctx_len)
 end
 
 local HEADERS = {"common.cuh", "embed.cuh", "rmsnorm.cuh", "rope_kv.cuh", "elementwise.cuh", "gemv_q.cuh", "gemm_q.cuh",
-                 "pack.cuh", "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh", "moe.cuh"}
+                 "pack.cuh", "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh", "moe.cuh", "head_linear.cuh"}
 
 -- The distinct cuBLASLt GEMM shapes (weight type, IN, OUT, bias) of the calls, each linear's index
 -- into them in call.lt.shape_ids, and the bytes per token of the largest packed X.

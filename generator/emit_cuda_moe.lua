@@ -91,8 +91,9 @@ function moe.call(ctx, grp, final_node, lib)
       src,
       string.format("__shared__ float logit[%d];", E),
       "const int t = blockIdx.x; /* one block per token */",
-      string.format("ig_moe_route<%s, %d, %d, %d, %d, %s>(%s, %s + (long long)t * %d, ig_moe_rec<%d>(%s, t), logit);",
-        dt_name(router.dtype), D, E, K, ROUTE_NT, a.normalize and "true" or "false", s.weight(router), x, D, K, slot.route),
+      string.format("ig_moe_route<%s, %d, %d, %d, %d, %s, %d, %d>(%s, %s + (long long)t * %d, ig_moe_rec<%d>(%s, t), logit);",
+        dt_name(router.dtype), D, E, K, ROUTE_NT, a.normalize and "true" or "false", a.groups, a.top_groups,
+        s.weight(router), x, D, K, slot.route),
       "if (!ig_last_block(st.done)) return; /* every token is routed: the last block numbers the rows */",
       string.format("ig_moe_assign_rows<%d, %d, %d>(%s, %s);", E, K, ROUTE_NT, slot.route, T),
     }), "route")

@@ -93,6 +93,10 @@ function fuse.run(g, fused)
         for _, t in ipairs(n.inputs) do
           if produced_in(last, t) then joins = true end
         end
+        -- row ops run one after another on each row, so any of them can
+        -- follow a rows kernel, whoever produced its inputs (MLA's k: columns
+        -- of an earlier projection, normalized, roped and concatenated)
+        if last.kind == "rows" then joins = true end
         -- A norm that feeds only linears waits to become the prologue of
         -- their kernel; any other norm of a matmul output (Gemma's
         -- post-norms, Qwen3's per-head q/k norms) joins the epilogue: it
@@ -103,7 +107,7 @@ function fuse.run(g, fused)
         if n.op == "select_rows" then joins = false end
         -- A norm starts its own kernel unless it follows row ops only: it may
         -- become the prologue of the matmul kernel that reads it.
-        if graph.ROW_OPS[n.op] and last.kind == "rows" then
+        if graph.ROW_OPS[n.op] and last.kind == "rows" and (n.op ~= "rmsnorm" or only_linears_consume(n.out)) then
           for _, m in ipairs(last.nodes) do
             if not graph.ROW_OPS[m.op] then joins = false end
           end

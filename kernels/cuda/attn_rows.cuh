@@ -9,26 +9,28 @@
 //   come from two warp reductions (online softmax), and the probabilities go through shared
 //   memory so that lane l accumulates output dims l, l+32, ... over the tile's values.
 //   score = q.k * scale, then softcap*tanh(score/softcap) when softcap > 0.
-//   q rows at q + t*ldq (head h at h*HD), out rows at out + t*ldo.
+//   q rows at q + t*ldq (head h at h*HD), out rows at out + t*ldo (head h at h*VD).
+//   VD: the values' width (default HD); SHARED: no V half in the pool, the values are the first VD
+//   columns of the key rows (MLA's cached latent, the absorbed form).
 // The generated CUDA models use it where the specialized kernels do not apply (head_dim not a
 // multiple of 32, shared-memory limits); attn_decode/attn_prefill serve the common shapes.
 #pragma once
 #include "common.cuh"
 
-template <int HD, int GROUP, int KVH>
+template <int HD, int GROUP, int KVH, int VD = HD, bool SHARED = false>
 __global__ void __launch_bounds__(32)
 attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict__ kv, int n_layers, int layer,
                  int n_blocks, const int* __restrict__ block_tables, int bt_stride, const int* __restrict__ pos,
                  const int* __restrict__ seq, int window, float scale, float softcap, float* __restrict__ out,
                  int ldo) {
-  constexpr int E = (HD + 31) / 32;
+  constexpr int E = (VD + 31) / 32;
   __shared__ float qs[HD];
   __shared__ float ps[32];
   const int t = blockIdx.x, head = blockIdx.y, h = head / GROUP, lane = threadIdx.x;
   const int p_last = pos[t];
   const int first = window > 0 ? max(0, p_last - window + 1) : 0;
   const int* bt = block_tables + (long long)seq[t] * bt_stride;
-  const long long vbase = ig_kv_v_base<KVH, HD>(n_layers, n_blocks);
+  const long long vbase = SHARED ? 0 : ig_kv_v_base<KVH, HD>(n_layers, n_blocks);
   for (int d = lane; d < HD; d += 32) qs[d] = q[(long long)t * ldq + head * HD + d];
   __syncwarp();
   float o[E], m = ig_neg_inf(), l = 0.0f;
@@ -52,7 +54,7 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict
 #pragma unroll
     for (int e = 0; e < E; e++) {
       const int d = lane + 32 * e;
-      if (d < HD) {
+      if (d < VD) {
         float a = o[e] * corr;
         for (int j = 0; j < n; j++) {
           const int pj = p0 + j;
@@ -68,6 +70,6 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict
 #pragma unroll
   for (int e = 0; e < E; e++) {
     const int d = lane + 32 * e;
-    if (d < HD) out[(long long)t * ldo + head * HD + d] = o[e] / l;
+    if (d < VD) out[(long long)t * ldo + head * VD + d] = o[e] / l;
   }
 }

@@ -39,8 +39,10 @@ template <typename... P> __device__ __forceinline__ const void* ig_moe_pick(int 
 // Routes token row x (D floats) through the router [E][D]: logits (a warp per expert), softmax,
 // the top K by probability (lowest id first on ties), weights renormalized over the chosen
 // ones (NORM) or the probabilities as they are; into rec (ig_moe_rec). logit: __shared__
-// float[E] of the caller. All NT threads call it.
-template <int DT, int D, int E, int K, int NT, bool NORM = true>
+// float[E] of the caller. All NT threads call it. GROUPS > 1 (DeepSeek-V2's group-limited
+// routing): the experts form GROUPS equal groups and only the TOP_GROUPS groups with the highest
+// best probability are eligible (the others' probabilities set to 0, as the reference masks them).
+template <int DT, int D, int E, int K, int NT, bool NORM = true, int GROUPS = 1, int TOP_GROUPS = 1>
 __device__ __forceinline__ void ig_moe_route(const void* __restrict__ router, const float* __restrict__ x, float* rec,
                                              float* logit) {
   for (int e = threadIdx.x >> 5; e < E; e += NT / 32)
@@ -52,6 +54,24 @@ __device__ __forceinline__ void ig_moe_route(const void* __restrict__ router, co
   for (int e = 1; e < E; e++) maxv = logit[e] > maxv ? logit[e] : maxv;
   for (int e = 0; e < E; e++) { logit[e] = expf(logit[e] - maxv); sum += logit[e]; }
   for (int e = 0; e < E; e++) logit[e] /= sum;
+  if constexpr (GROUPS > 1) {
+    constexpr int PER = E / GROUPS;
+    float gbest[GROUPS];
+    bool keep[GROUPS];
+    for (int g = 0; g < GROUPS; g++) {
+      keep[g] = false;
+      gbest[g] = logit[g * PER];
+      for (int e = 1; e < PER; e++) gbest[g] = logit[g * PER + e] > gbest[g] ? logit[g * PER + e] : gbest[g];
+    }
+    for (int k = 0; k < TOP_GROUPS; k++) {
+      int arg = -1;
+      for (int g = 0; g < GROUPS; g++)
+        if (!keep[g] && (arg < 0 || gbest[g] > gbest[arg])) arg = g;
+      keep[arg] = true;
+    }
+    for (int e = 0; e < E; e++)
+      if (!keep[e / PER]) logit[e] = 0.0f;
+  }
   for (int k = 0; k < K; k++) {
     int arg = -1;
     for (int e = 0; e < E; e++) {

@@ -91,6 +91,6 @@ __device__ __forceinline__ void ig_row_kv_store(const float* k, const float* v, 
   for (int e = threadIdx.x; e < KVH * HD; e += blockDim.x) {
     const long long off = ig_kv_row<KVH, HD>(layer, n_blocks, blk, e / HD, slot) + e % HD;
     kv[off] = ig_kv_from(k[e]);
-    kv[vbase + off] = ig_kv_from(v[e]);
+    if (v) kv[vbase + off] = ig_kv_from(v[e]); // v null: the values share the key rows (MLA)
   }
 }
