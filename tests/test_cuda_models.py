@@ -307,11 +307,13 @@ NVCC_MODELS = [(TINY / m, f"cuda-{m}", ()) for m in sorted(os.listdir(TINY))
                if (TINY / m / "config.json").exists() and not m.endswith("-sharded")]
 NVCC_MODELS += [(TINY / m, f"cuda-{m}-nf", ("--no-fuse",)) for m in ("mha_untied_hd32", "gqa_tied_hd16")]
 NVCC_MODELS += [(FAMILY_DIR / "mixtral_4e_top2", "cuda-mixtral_4e_top2", ())]  # the moe kernels
+NVCC_MODELS += [(FAMILY_DIR / "deepseek2_qlora_yarn", "cuda-deepseek2_qlora_yarn", ())]  # MLA: head_linear, shared values
 # one model per kernel kind: f32 GEMV/GEMM and head_dim 16 attention, the generic attention kernel
-# (head_dim 40), f16 and bf16 weights, unfused kernels, the moe kernels (SmolLM2 adds Q4_1/Q8_0
-# and head_dim 64); the rest of NVCC_MODELS repeats these kinds with other shapes
+# (head_dim 40), f16 and bf16 weights, unfused kernels, the moe kernels, MLA's per-head linears and
+# attention over shared K/V rows with group-limited routing (SmolLM2 adds Q4_1/Q8_0 and head_dim
+# 64); the rest of NVCC_MODELS repeats these kinds with other shapes
 NVCC_KINDS = {"cuda-gqa_tied_hd16", "cuda-gqa_tied_hd40", "cuda-mha_untied_hd32-f16", "cuda-mha_untied_hd32-bf16",
-              "cuda-mha_untied_hd32-nf", "cuda-mixtral_4e_top2"}
+              "cuda-mha_untied_hd32-nf", "cuda-mixtral_4e_top2", "cuda-deepseek2_qlora_yarn"}
 
 
 def ptxas_table(path):

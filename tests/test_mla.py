@@ -1,19 +1,24 @@
-"""Multi-head latent attention (the deepseek2 entry) beyond its logits.
+"""Multi-head latent attention (the deepseek2 entry) beyond its CPU logits.
 
 tests/test_families.py compares both tiny DeepSeek-V2 fixtures with
-transformers (prefill, chunked, decode; fused and unfused). Here: the KV
-cache holds one shared row per layer and token (latent + RoPE key), which
---info states next to the bytes it costs, and the paged pool built on that
+transformers (prefill, chunked, decode; fused and unfused) on the CPU. Here:
+the KV cache holds one shared row per layer and token (latent + RoPE key),
+which --info states next to the bytes it costs; the paged pool built on that
 row gives every request exactly its solo tokens when requests share steps,
 are preempted and recomputed under a pool far too small, and reuse cached
-prefix blocks.
+prefix blocks; the CUDA backend on cudasim matches transformers within 1e-4
+too (the second fixture, unfused builds and the paged batches: full tier), and
+nvcc compiles its kernels without spills.
 """
 import json
 import random
+import subprocess
 
+import numpy as np
 import pytest
 
-from modelbuild import FIXTURES, build, run_batch
+from conftest import BREADTH, SAN
+from modelbuild import FIXTURES, build, logits, run_batch
 
 FAMILIES = FIXTURES / "families"
 MODEL = "deepseek2_qlora_yarn"
@@ -40,7 +45,6 @@ def solo(binary, reqs, tmp_path):
 
 
 def test_info_states_the_cached_row(mla):
-    import subprocess
     out = subprocess.run([str(mla), "--info"], capture_output=True, text=True, timeout=60).stdout
     c = config()
     row = c["kv_lora_rank"] + c["qk_rope_head_dim"]
@@ -69,3 +73,42 @@ def test_prefix_cache_reuses_latent_blocks(mla, tmp_path):
     uncached, stats_off = run_batch(mla, reqs, "--max-running", "1", "--no-prefix-cache", tmp_path=tmp_path)
     assert stats["prefix_hit_tokens"] >= 3 * 32 and stats_off["prefix_hit_tokens"] == 0
     assert [r["tokens"] for r in cached] == [r["tokens"] for r in uncached]
+
+
+def reference(model):
+    ref = json.loads((FAMILIES / model / "reference.json").read_text())
+    return ref["tokens"], np.fromfile(FAMILIES / model / ref["logits_file"], dtype="<f4").reshape(ref["shape"])
+
+
+@pytest.mark.skipif(SAN, reason="cudasim runs in the optimized pass")
+@pytest.mark.parametrize("model, opts", [(MODEL, ()), pytest.param("deepseek2_mha_greedy", (), marks=BREADTH),
+                                         pytest.param(MODEL, ("--no-fuse",), marks=BREADTH)],
+                         ids=["fused", "greedy-fused", "unfused"])
+def test_cudasim_matches_transformers(built, tmp_path, model, opts):
+    """The CUDA kernels (head_linear.cuh, attn_rows_kernel reading the values from the cached
+    rows, group-limited routing) on cudasim: prefill, chunks of 5, token by token."""
+    tokens, want = reference(model)
+    n = 24 if not opts and model == MODEL else len(tokens)  # the default tier keeps cudasim short
+    sim = build(FAMILIES / model, f"cuf-{model}{''.join(opts)}", "--backend", "cuda", "--cudasim", *opts)
+    for mode in ((), ("--chunk", "5"), ("--decode",)):
+        err = float(np.abs(logits(sim, tokens[:n], *mode, tmp_path=tmp_path) - want[:n]).max())
+        assert err <= 1e-4, f"{model} {mode}: max |delta| {err:.3g}"
+
+
+@pytest.mark.full
+@pytest.mark.skipif(SAN, reason="cudasim runs in the optimized pass")
+def test_cudasim_paged_batches_match_cpu(built, tmp_path, mla):
+    """The device KV pool of shared rows through the scheduler: preemption and prefix hits, the
+    same tokens as the CPU build."""
+    sim = build(FAMILIES / MODEL, f"cuf-{MODEL}", "--backend", "cuda", "--cudasim")
+    vocab = config()["vocab_size"]
+    pressure = requests(6, 11, vocab)
+    rng = random.Random(12)
+    shared = [rng.randrange(vocab) for _ in range(20)]
+    prefix = [{"prompt": shared + [i + 1] * (i + 1), "max_tokens": 4, "ignore_eos": True} for i in range(3)]
+    for reqs, opts, stat in ((pressure, ("--kv-blocks", "6", "--max-batch-tokens", "32"), "preemptions"),
+                             (prefix, ("--max-running", "1"), "prefix_hit_tokens")):
+        want, _ = run_batch(mla, reqs, *opts, tmp_path=tmp_path)
+        got, stats = run_batch(sim, reqs, *opts, tmp_path=tmp_path)
+        assert [g["tokens"] for g in got] == [w["tokens"] for w in want]
+        assert stats[stat] > 0, stats
