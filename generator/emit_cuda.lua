@@ -761,14 +761,37 @@ struct ig_step {
     if call.grp.rows ~= "hidden" then step_calls[#step_calls + 1] = call end
   end
   local fused_cost = emit.decode_cost(step_calls, aux.kv_bytes_per_pos, ctx_len)
-  local in_layers = 0
-  for _, call in ipairs(calls) do
-    if call.grp.nodes[1].layer then in_layers = in_layers + (call.decode_kernels and #call.decode_kernels or 1) end
+  -- launches of each layer; layers of different kinds (dense and MoE) are listed apart
+  local in_layers, of_layer, split_k = 0, {}, false
+  for _, call in ipairs(step_calls) do
+    local layer = call.grp.nodes[1].layer
+    if layer then
+      local n = call.decode_kernels and #call.decode_kernels or 1
+      in_layers, of_layer[layer] = in_layers + n, (of_layer[layer] or 0) + n
+    end
+    split_k = split_k or (call.kind == "attention" and call.plan.decode == true)
   end
-  local per_layer = in_layers / aux.layers
+  local counts, order = {}, {}
+  for i = 0, aux.layers - 1 do
+    local n = of_layer[i] or 0
+    if not counts[n] then counts[n] = {}; order[#order + 1] = n end
+    table.insert(counts[n], i)
+  end
+  local per_layer
+  if #order == 1 then per_layer = string.format("%d per layer", order[1])
+  else
+    local parts = {}
+    for _, n in ipairs(order) do
+      local ls = counts[n]
+      parts[#parts + 1] = string.format("%d per layer (%s %s)", n, #ls == 1 and "layer" or "layers",
+        #ls > 2 and (ls[1] .. "-" .. ls[#ls]) or table.concat(ls, ", "))
+    end
+    per_layer = table.concat(parts, ", ")
+  end
   local info = {
-    string.format("CUDA:            %d launches per decode step: %g per layer + %d outside the layers (+1 per layer when split-K attention engages); %d distinct kernels; code for sm_80/86/89/90 + NVRTC JIT",
-      #launch_names, per_layer, #launch_names - in_layers, #names),
+    string.format("CUDA:            %d launches per decode step: %s + %d outside the layers%s; %d distinct kernels; code for sm_80/86/89/90 + NVRTC JIT",
+      #launch_names, per_layer, #launch_names - in_layers,
+      split_k and " (+1 per layer when split-K attention engages)" or "", #names),
     string.format("decode estimate: %.3f MB weights + %.1f KB activations + %.1f KB KV (%d positions) = %.3f MB moved per token; H100 roofline (3.35 TB/s): %.0f tokens/s (estimates)",
       fused_cost.weight_bytes / 1e6, fused_cost.act_bytes / 1e3, fused_cost.kv_bytes / 1e3, ctx_len, fused_cost.total / 1e6,
       3.35e12 / fused_cost.total),

@@ -95,6 +95,29 @@ def test_cudasim_matches_transformers(built, tmp_path, model, opts):
         assert err <= 1e-4, f"{model} {mode}: max |delta| {err:.3g}"
 
 
+@pytest.mark.skipif(SAN, reason="cudasim runs in the optimized pass")
+def test_cudasim_launches_per_decode_step_are_what_info_says(built, tmp_path):
+    """--info gives the launches of each layer kind (the dense first layer, the MoE ones); a
+    decode step launches exactly their sum."""
+    import os
+    import re
+    sim = build(FAMILIES / MODEL, f"cuf-{MODEL}", "--backend", "cuda", "--cudasim")
+    info = subprocess.run([str(sim), "--info"], capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r"(\d+) launches per decode step: (\d+) per layer \(layer 0\), (\d+) per layer \(layers 1, 2\) "
+                  r"\+ (\d+) outside the layers;", info)
+    assert m, info
+    per_step, dense, moe, outside = map(int, m.groups())
+    assert per_step == dense + 2 * moe + outside and moe > dense  # route + experts on top of a dense layer
+    tokens, _ = reference(MODEL)
+    r = subprocess.run([str(sim), "logits", "--tokens", ",".join(map(str, tokens[:6])), "--decode", "--out",
+                        str(tmp_path / "l.f32")], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "INGOT_CUDA_GRAPHS": "0", "INGOT_CUDA_STATS": "1"})
+    assert r.returncode == 0, r.stderr
+    steps, launches = map(int, re.search(r"cuda: (\d+) steps, \d+ graphs captured, \d+ graph replays, (\d+) kernel launches",
+                                         r.stderr).groups())
+    assert steps == 6 and launches == per_step * steps, r.stderr
+
+
 @pytest.mark.full
 @pytest.mark.skipif(SAN, reason="cudasim runs in the optimized pass")
 def test_cudasim_paged_batches_match_cpu(built, tmp_path, mla):
