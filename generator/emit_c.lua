@@ -177,30 +177,45 @@ local function phase_matmul(ctx, s, name, grp)
   return lines, off
 end
 
+-- Query heads per work item of the attention phase: the whole group of a KV
+-- head (each cached row is loaded once for all of them), except where the
+-- cache has a single shared row per token (MLA: every head in one group),
+-- which would leave one decode token to one thread: there the group is cut
+-- into chunks of at most 4 heads (each head's result is the same either way).
+local function attention_heads_per_item(a)
+  local G = a.heads // a.kv_heads
+  if not a.shared_value then return G end
+  for hc = 4, 1, -1 do
+    if G % hc == 0 then return hc end
+  end
+end
+
 local function phase_attention(ctx, s, name, n)
   local a = n.attrs
   local q = s.buf(n.inputs[1].node)
   local out = s.buf(n)
   local W = n.width
-  local G = a.heads // a.kv_heads
+  local G = attention_heads_per_item(a)
+  local items = a.heads // G -- work items per token: (KV head, chunk of its query heads)
   local lines = {
     string.format("static void %s(void *vp, int64_t i0, int64_t i1, int tid) {", name),
     "    const kargs *a = vp; const ingot_batch *b = a->b;",
     "@DECLS@",
     "    float *scores = a->m->scratch + (size_t)tid * SCRATCH_PER_THREAD;",
-    "    for (int64_t i = i0; i < i1; i++) { /* one (token, KV head) pair: its group of query heads */",
+    string.format("    for (int64_t i = i0; i < i1; i++) { /* one token and %d query head(s) of KV head kvh */", G),
     "        /* tokens alternate from both ends of the step: the pool hands each",
     "         * thread a contiguous share of the range, and a prompt's late tokens",
     "         * see more positions, so in order the last thread would get most of",
     "         * a prefill's attention */",
-    string.format("        const int k = (int)(i / %d), kvh = (int)(i %% %d);", a.kv_heads, a.kv_heads),
+    string.format("        const int k = (int)(i / %d), h0 = (int)(i %% %d) * %d, kvh = h0 / %d;", items, items, G,
+      a.heads // a.kv_heads),
     "        const int t = k % 2 == 0 ? k / 2 : a->rows - 1 - k / 2, pos = b->pos[t];",
     string.format("        const int first = %s;", a.window > 0 and string.format("pos >= %d ? pos - %d : 0", a.window - 1, a.window - 1) or "0"),
     "        " .. emit.src(ctx, n),
     string.format("        kc_attend_kv(a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, %d, %d, b->block_tables[b->seq[t]], kvh, %d, first, pos,",
       a.kv_heads, a.head_dim, a.value_dim, a.shared_value and 1 or 0, G),
-    string.format("                  %s + kvh * %d, %s, %s, scores, %s + kvh * %d);", row(q, "t", n.inputs[1].width),
-      G * a.head_dim, util.cfloat(a.scale), util.cfloat(a.softcap), row(out, "t", W), G * a.value_dim),
+    string.format("                  %s + h0 * %d, %s, %s, scores, %s + h0 * %d);", row(q, "t", n.inputs[1].width),
+      a.head_dim, util.cfloat(a.scale), util.cfloat(a.softcap), row(out, "t", W), a.value_dim),
     "    }",
     "}",
   }
@@ -442,7 +457,8 @@ function emit.kernels(ctx, groups, final_node)
     elseif grp.kind == "attention" then
       local n = grp.ops[1]
       phases[#phases + 1] = phase_attention(ctx, s, "@NAME@_attn", n)
-      runs[#runs + 1] = string.format("tp_parallel_for(a->pool, (int64_t)a->rows * %d, 1, @NAME@_attn, (void *)a);", n.attrs.kv_heads)
+      runs[#runs + 1] = string.format("tp_parallel_for(a->pool, (int64_t)a->rows * %d, 1, @NAME@_attn, (void *)a);",
+        n.attrs.heads // attention_heads_per_item(n.attrs))
     else
       phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_rows", grp.ops)
       runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_rows, (void *)a);"

@@ -65,7 +65,10 @@ INSTANCES = {
                   + ["gemm_q_kernel<IG_%s, 4096>" % dt for dt in KQUANTS + REPACKED],
     "pack.cuh": ["pack_kernel<576, IG_F16>", "pack_kernel<4096, IG_BF16>", "pack_kernel<2304, IG_F32>"],
     "attn_rows.cuh": ["attn_rows_kernel<64, 3, 3>", "attn_rows_kernel<12, 4, 2>", "attn_rows_kernel<40, 2, 1>",
-                      "attn_rows_kernel<256, 2, 4>"],
+                      "attn_rows_kernel<256, 2, 4>", "attn_rows_kernel<576, 16, 1, 512, true>"],  # + DeepSeek-V2-Lite's MLA
+    # DeepSeek-V2-Lite's absorbed W_UK^T and W_UV blocks of kv_b_proj (16 heads of 128 + 128 rows, 512 columns)
+    "head_linear.cuh": ["head_linear_kernel<IG_BF16, 16, 256, 0, 128, 512, true>",
+                        "head_linear_kernel<IG_Q8_0, 16, 256, 128, 128, 512, false>"],
     "moe.cuh": ["moe_route_kernel<IG_BF16, 4096, 8, 2>", "moe_route_kernel<IG_Q4_1, 4096, 8, 2>",
                 "moe_route_kernel<IG_F32, 2048, 64, 6>", "moe_combine_kernel<4096, 8, 2>", "moe_combine_kernel<2048, 64, 6>"],
 }
@@ -78,7 +81,7 @@ PROGRAMS = {
     "t_moe": ["moe.cuh"],
 }
 # headers whose kernels are exercised through whole generated models (tests/test_cuda_models.py)
-COVERED_BY_MODELS = ["attn_rows.cuh", "gemm_q.cuh", "pack.cuh"]
+COVERED_BY_MODELS = ["attn_rows.cuh", "gemm_q.cuh", "pack.cuh", "head_linear.cuh"]
 RUNS = [("plain", None), ("plain", 3), ("race", None), ("race", 7)]
 if os.environ.get("INGOT_SAN") == "1":  # make test's sanitizer pass: the same programs under ASan
     RUNS = [("asan", None), ("asan", 5)]
@@ -220,6 +223,7 @@ def sim_build():
                     *[a for d in ("core", "load", "text", "serve") for a in ("-I", os.path.join(ROOT, "runtime", d))]]
             # the CPU reference kernels read runtime/load's tables (dtype.c: the IQ4 values), compiled as C
             link = []
+            os.makedirs(wd, exist_ok=True)  # a fresh build tree has no sim_<mode> folder before cb.build
             for c in ("dtype.c", "quantize.c"):
                 obj = os.path.join(wd, "%s.%d.o" % (c, os.getpid()))
                 subprocess.run(["cc", "-std=c11", "-O2", "-c", os.path.join(ROOT, "runtime", "load", c), "-o", obj] + incs,

@@ -135,3 +135,27 @@ def test_cudasim_paged_batches_match_cpu(built, tmp_path, mla):
         got, stats = run_batch(sim, reqs, *opts, tmp_path=tmp_path)
         assert [g["tokens"] for g in got] == [w["tokens"] for w in want]
         assert stats[stat] > 0, stats
+
+
+@pytest.mark.parametrize("edit, at, words", [
+    (("value_dim = lora,", ""), "local a = attention(q, k, nil", ["attention: without v, value_dim"]),
+    (("rows = c.v_dim}", "rows = c.v_dim + 1}"), "rows = c.v_dim}", ["head_linear: rows", "do not fit weight kv_b"]),
+    (("{heads = H}), rope_opts(c, H))", "{heads = H + 1}), rope_opts(c, H))"), "{heads = H}), rope_opts(c, H))",
+     ["columns:", "group(s)"]),
+], ids=["no-value-dim", "head-rows", "columns"])
+def test_description_mistakes_name_their_line(mla, tmp_path, edit, at, words):
+    """A wrong MLA description stops the generator at the models.lua line that made it."""
+    from conftest import ROOT
+    text = (ROOT / "models.lua").read_text()
+    old, new = edit
+    assert text.count(old) == 1
+    bad = tmp_path / "models.lua"
+    bad.write_text(text.replace(old, new))
+    line = text[:text.index(at)].count("\n") + 1
+    r = subprocess.run(["lua5.4", str(ROOT / "generator" / "main.lua"), "--inspect", str(mla.parent / "inspect.json"),
+                        "--source", str(FAMILIES / MODEL), "--hf-config", str(FAMILIES / MODEL / "config.json"),
+                        "--name", "x", "--out", str(tmp_path / "out"), "--models", str(bad), "--dry-run"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and f"models.lua:{line}: error:" in r.stderr, r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr

@@ -33,9 +33,17 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict
   const long long vbase = SHARED ? 0 : ig_kv_v_base<KVH, HD>(n_layers, n_blocks);
   for (int d = lane; d < HD; d += 32) qs[d] = q[(long long)t * ldq + head * HD + d];
   __syncwarp();
-  float o[E], m = ig_neg_inf(), l = 0.0f;
+  // wide values (MLA's latent: 512 columns, 16 per lane) keep their accumulators in shared memory,
+  // each lane its own columns; registers would spill
+  constexpr bool WIDE = E > 8;
+  __shared__ float os[WIDE ? 32 * E : 1];
+  float o[WIDE ? 1 : E], m = ig_neg_inf(), l = 0.0f;
+  auto acc = [&](int e) -> float& {
+    if constexpr (WIDE) return os[lane + 32 * e];
+    else return o[e];
+  };
 #pragma unroll
-  for (int e = 0; e < E; e++) o[e] = 0.0f;
+  for (int e = 0; e < E; e++) acc(e) = 0.0f;
   for (int p0 = first; p0 <= p_last; p0 += 32) {
     const int p = p0 + lane, n = min(32, p_last - p0 + 1);
     float sc = ig_neg_inf();
@@ -51,17 +59,28 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict
     l = l * corr + ig_warp_sum(pe);
     ps[lane] = pe;
     __syncwarp();
+    if constexpr (WIDE) { // the same sums, each value row located once, the columns looped (not unrolled)
+      for (int e = 0; e < E; e++) acc(e) *= corr;
+      for (int j = 0; j < n; j++) {
+        const int pj = p0 + j;
+        const ig_kv_t* vr = kv + vbase + ig_kv_row<KVH, HD>(layer, n_blocks, bt[pj / IG_KV_BLOCK], h, pj % IG_KV_BLOCK);
+        const float pr = ps[j];
+        for (int e = 0; e < E; e++)
+          if (lane + 32 * e < VD) acc(e) = fmaf(pr, ig_kv_to(vr[lane + 32 * e]), acc(e));
+      }
+    } else {
 #pragma unroll
-    for (int e = 0; e < E; e++) {
-      const int d = lane + 32 * e;
-      if (d < VD) {
-        float a = o[e] * corr;
-        for (int j = 0; j < n; j++) {
-          const int pj = p0 + j;
-          const ig_kv_t* vr = kv + vbase + ig_kv_row<KVH, HD>(layer, n_blocks, bt[pj / IG_KV_BLOCK], h, pj % IG_KV_BLOCK);
-          a = fmaf(ps[j], ig_kv_to(vr[d]), a);
+      for (int e = 0; e < E; e++) {
+        const int d = lane + 32 * e;
+        if (d < VD) {
+          float a = acc(e) * corr;
+          for (int j = 0; j < n; j++) {
+            const int pj = p0 + j;
+            const ig_kv_t* vr = kv + vbase + ig_kv_row<KVH, HD>(layer, n_blocks, bt[pj / IG_KV_BLOCK], h, pj % IG_KV_BLOCK);
+            a = fmaf(ps[j], ig_kv_to(vr[d]), a);
+          }
+          acc(e) = a;
         }
-        o[e] = a;
       }
     }
     __syncwarp(); // ps is rewritten by the next tile
@@ -70,6 +89,6 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict
 #pragma unroll
   for (int e = 0; e < E; e++) {
     const int d = lane + 32 * e;
-    if (d < VD) out[(long long)t * ldo + head * VD + d] = o[e] / l;
+    if (d < VD) out[(long long)t * ldo + head * VD + d] = acc(e) / l;
   }
 }

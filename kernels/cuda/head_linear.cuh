@@ -1,7 +1,7 @@
 // head_linear.cuh — a linear per head (models.lua head_linear): each head's group of the row times its own block of
 // rows of one weight matrix, by the whole block of a rows kernel.
 //
-// ig_row_head_linear<DT, HEADS, STRIDE, FIRST, ROWS, COLS, TRANSPOSE>(w, x, o)
+// ig_row_head_linear<DT, HEADS, STRIDE, FIRST, ROWS, COLS, TRANSPOSE>(w, x, o), and head_linear_kernel (a row per block)
 //   W is [HEADS * STRIDE][COLS] of type DT; head h's block is rows [h*STRIDE + FIRST, + ROWS).
 //   Plain: x [HEADS][COLS] -> o[h][r] = W_h[r] . x[h] (o [HEADS][ROWS]).
 //   TRANSPOSE: x [HEADS][ROWS] -> o[h][c] = sum_r x[h][r] * W_h[r][c] (o [HEADS][COLS]): MLA's absorbed
@@ -29,4 +29,12 @@ __device__ __forceinline__ void ig_row_head_linear(const void* __restrict__ w, c
     }
     o[e] = acc;
   }
+}
+
+// The op launched on its own: grid = T (one block per row), x rows at x + t*ldx, o rows at o + t*ldo.
+template <int DT, int HEADS, int STRIDE, int FIRST, int ROWS, int COLS, bool TRANSPOSE>
+__global__ void __launch_bounds__(256) head_linear_kernel(const void* __restrict__ w, const float* __restrict__ x, int ldx,
+                                                          float* __restrict__ o, int ldo) {
+  ig_row_head_linear<DT, HEADS, STRIDE, FIRST, ROWS, COLS, TRANSPOSE>(w, x + (long long)blockIdx.x * ldx,
+                                                                     o + (long long)blockIdx.x * ldo);
 }
