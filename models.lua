@@ -501,13 +501,6 @@ M.qwen3moe = {
 -- dense MLP n_shared_experts experts wide; the others a dense MLP. (The
 -- layer's order lets q_a and kv_a share a kernel, and k end just before
 -- attention, so that the KV store joins the kernel that finishes k.)
-local DSA, DSM = "model.layers.%d.self_attn.", "model.layers.%d.mlp."
-local SHARED = {} -- the shared experts: one MLP n_shared_experts * moe_ffn wide, with the optional MLP biases
-for _, p in ipairs({"gate", "up", "down"}) do
-  local shape = p == "down" and {"dim", "shared * moe_ffn"} or {"shared * moe_ffn", "dim"}
-  SHARED["shared_" .. p] = {hf = DSM .. "shared_experts." .. p .. "_proj.weight", shape = shape}
-  SHARED["shared_" .. p .. "_bias"] = {hf = DSM .. "shared_experts." .. p .. "_proj.bias", shape = {shape[1]}}
-end
 M.deepseek2 = {
   hf = {"DeepseekV2ForCausalLM"},
   config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, BIAS_CONFIG, {
@@ -515,25 +508,32 @@ M.deepseek2 = {
     kv_lora = {hf = "kv_lora_rank"}, qk_nope = {hf = "qk_nope_head_dim"}, v_dim = {hf = "v_head_dim"},
     experts = {hf = "n_routed_experts"}, top_k = {hf = "num_experts_per_tok"}, moe_ffn = {hf = "moe_intermediate_size"},
     shared = {hf = "n_shared_experts", default = 0},      routed_scale = {hf = "routed_scaling_factor", default = 1},
-    groups = {hf = "n_group", default = 1}, top_groups = {hf = "topk_group", default = "groups"},
+    groups = {hf = "n_group", default = 1}, top_groups = {hf = "topk_group", default = "groups"}, moe_freq = {hf = "moe_layer_freq", default = 1},
     topk_method = {hf = "topk_method", default = "greedy"}, first_dense = {hf = "first_k_dense_replace", default = 0},
-    moe_freq = {hf = "moe_layer_freq", default = 1},
   }),
   rope_pairs = {hf = "adjacent"},
   weights = merge(LLAMA_WEIGHTS, MLP_BIAS_WEIGHTS, {
-    q         = {hf = DSA .. "q_proj.weight", shape = {"heads * (qk_nope + head_dim)", "dim"}},
-    q_a       = {hf = DSA .. "q_a_proj.weight", shape = {"q_lora", "dim"}}, q_a_bias = {hf = DSA .. "q_a_proj.bias", shape = {"q_lora"}},
-    q_a_norm  = {hf = DSA .. "q_a_layernorm.weight", shape = {"q_lora"}},
-    q_b       = {hf = DSA .. "q_b_proj.weight", shape = {"heads * (qk_nope + head_dim)", "q_lora"}},
-    kv_a      = {hf = DSA .. "kv_a_proj_with_mqa.weight", shape = {"kv_lora + head_dim", "dim"}},
-    kv_a_bias = {hf = DSA .. "kv_a_proj_with_mqa.bias", shape = {"kv_lora + head_dim"}},
-    kv_a_norm = {hf = DSA .. "kv_a_layernorm.weight", shape = {"kv_lora"}}, router = {hf = DSM .. "gate.weight", shape = {"experts", "dim"}},
-    kv_b      = {hf = DSA .. "kv_b_proj.weight", shape = {"heads * (qk_nope + v_dim)", "kv_lora"}},
-    o         = {hf = DSA .. "o_proj.weight", shape = {"dim", "heads * v_dim"}}, o_bias = ATTN_BIAS_WEIGHTS.o_bias,
-    expert_gate = {hf = DSM .. "experts.%d.gate_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
-    expert_up   = {hf = DSM .. "experts.%d.up_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
-    expert_down = {hf = DSM .. "experts.%d.down_proj.weight", shape = {"dim", "moe_ffn"}, experts = "experts"},
-  }, SHARED),
+    q           = {hf = "model.layers.%d.self_attn.q_proj.weight", shape = {"heads * (qk_nope + head_dim)", "dim"}},
+    q_a         = {hf = "model.layers.%d.self_attn.q_a_proj.weight", shape = {"q_lora", "dim"}},
+    q_a_bias    = {hf = "model.layers.%d.self_attn.q_a_proj.bias", shape = {"q_lora"}},
+    q_a_norm    = {hf = "model.layers.%d.self_attn.q_a_layernorm.weight", shape = {"q_lora"}},
+    q_b         = {hf = "model.layers.%d.self_attn.q_b_proj.weight", shape = {"heads * (qk_nope + head_dim)", "q_lora"}},
+    kv_a        = {hf = "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", shape = {"kv_lora + head_dim", "dim"}},
+    kv_a_bias   = {hf = "model.layers.%d.self_attn.kv_a_proj_with_mqa.bias", shape = {"kv_lora + head_dim"}},
+    kv_a_norm   = {hf = "model.layers.%d.self_attn.kv_a_layernorm.weight", shape = {"kv_lora"}},
+    kv_b        = {hf = "model.layers.%d.self_attn.kv_b_proj.weight", shape = {"heads * (qk_nope + v_dim)", "kv_lora"}},
+    o           = {hf = "model.layers.%d.self_attn.o_proj.weight", shape = {"dim", "heads * v_dim"}}, o_bias = ATTN_BIAS_WEIGHTS.o_bias,
+    router      = {hf = "model.layers.%d.mlp.gate.weight", shape = {"experts", "dim"}},
+    expert_gate = {hf = "model.layers.%d.mlp.experts.%d.gate_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
+    expert_up   = {hf = "model.layers.%d.mlp.experts.%d.up_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
+    expert_down = {hf = "model.layers.%d.mlp.experts.%d.down_proj.weight", shape = {"dim", "moe_ffn"}, experts = "experts"},
+    shared_gate = {hf = "model.layers.%d.mlp.shared_experts.gate_proj.weight", shape = {"shared * moe_ffn", "dim"}},
+    shared_up   = {hf = "model.layers.%d.mlp.shared_experts.up_proj.weight", shape = {"shared * moe_ffn", "dim"}},
+    shared_down = {hf = "model.layers.%d.mlp.shared_experts.down_proj.weight", shape = {"dim", "shared * moe_ffn"}},
+    shared_gate_bias = {hf = "model.layers.%d.mlp.shared_experts.gate_proj.bias", shape = {"shared * moe_ffn"}},
+    shared_up_bias   = {hf = "model.layers.%d.mlp.shared_experts.up_proj.bias", shape = {"shared * moe_ffn"}},
+    shared_down_bias = {hf = "model.layers.%d.mlp.shared_experts.down_proj.bias", shape = {"dim"}},
+  }),
   embed = embed_tokens,
   layer = function(x, w, c)
     local ab, mb, H, nope, rd, lora = c.attention_bias, c.mlp_bias, c.heads, c.qk_nope, c.head_dim, c.kv_lora
