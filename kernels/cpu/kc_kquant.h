@@ -1,5 +1,5 @@
 /* kc_kquant.h — matmuls with f32 activations for Q5_0, Q5_1, IQ4_NL, the super-block types Q2_K..Q6_K, IQ4_XS,
- * and the types GPTQ, AWQ and FP8 checkpoints are repacked into (Q4_Z, Q8_Z, F8_B32). */
+ * and Q8_Z, F8_B32 (GPTQ 8-bit and FP8 checkpoints; Q4_Z takes kc_matmul.h's Q4_1 paths). */
 #ifndef INGOT_KC_KQUANT_H
 #define INGOT_KC_KQUANT_H
 
@@ -15,7 +15,7 @@
  *     w = (e4m3(q) * 256) * d             (F8_B32: q's bits placed in an f16
  *                                          are e4m3(q) / 256, exactly)
  * with the offsets folded into c: -16d (Q5_0), m (Q5_1), -dmin*m (Q2_K,
- * Q4_K, Q5_K), -4d (Q3_K), -32d (Q6_K), -z*d (Q4_Z, Q8_Z: the zero point).
+ * Q4_K, Q5_K), -4d (Q3_K), -32d (Q6_K), -z*d (Q8_Z: the zero point).
  * Every product q*d (d being the f16 scale times a group scale of at most 8
  * bits, or Q8_Z's f16 scale and a code of 8 bits) is exact in f32, so q*d + c,
  * with one FMA or with a multiply and an add, rounds once at the add: the
@@ -31,7 +31,7 @@
  * outer-product microkernels. */
 
 enum { KC_WQ5_0 = 16, KC_WQ5_1, KC_WIQ4_NL, KC_WQ2_K, KC_WQ3_K, KC_WQ4_K, KC_WQ5_K, KC_WQ6_K, KC_WIQ4_XS,
-       KC_WQ4_Z, KC_WQ8_Z, KC_WF8_B32 };
+       KC_WQ8_Z, KC_WF8_B32 };
 
 /* Bytes per block and segments per block of a type. */
 KC_INLINE size_t kc__kbytes(int wt) {
@@ -44,14 +44,13 @@ KC_INLINE size_t kc__kbytes(int wt) {
     case KC_WQ4_K: return sizeof(block_q4_K);
     case KC_WQ5_K: return sizeof(block_q5_K);
     case KC_WQ6_K: return sizeof(block_q6_K);
-    case KC_WQ4_Z: return sizeof(block_q4_z);
     case KC_WQ8_Z: return sizeof(block_q8_z);
     case KC_WF8_B32: return sizeof(block_f8_b32);
     default: return sizeof(block_iq4_xs);
     }
 }
 KC_INLINE int kc__kspb(int wt) {
-    return wt == KC_WQ5_0 || wt == KC_WQ5_1 || wt == KC_WIQ4_NL || wt == KC_WQ4_Z || wt == KC_WQ8_Z || wt == KC_WF8_B32 ? 1 : 8;
+    return wt == KC_WQ5_0 || wt == KC_WQ5_1 || wt == KC_WIQ4_NL || wt == KC_WQ8_Z || wt == KC_WF8_B32 ? 1 : 8;
 }
 KC_INLINE int kc__ktable(int wt) { return wt == KC_WIQ4_NL || wt == KC_WIQ4_XS; }
 
@@ -67,7 +66,7 @@ KC_INLINE void kc__kscales(const uint8_t *b, int wt, int g, float *d0, float *c0
     case KC_WQ5_0: *d0 = kc__h(b); *c0 = -16.0f * *d0; break;
     case KC_WQ5_1: *d0 = kc__h(b); *c0 = kc__h(b + 2); break;
     case KC_WIQ4_NL: *d0 = kc__h(b); *c0 = 0.0f; break;
-    case KC_WQ4_Z: case KC_WQ8_Z: {
+    case KC_WQ8_Z: {
         uint16_t z;
         memcpy(&z, b + 2, 2);
         *d0 = kc__h(b), *c0 = -((float)z * *d0);
@@ -149,7 +148,6 @@ KC_INLINE __m256i kc__kcodes(const uint8_t *b, int wt, int g) {
     case KC_WQ5_1:
         return _mm256_or_si256(kc__knibbles(b + offsetof(block_q5_1, qs)), kc__kfifth(b + offsetof(block_q5_1, qh)));
     case KC_WIQ4_NL: return kc__knibbles(b + offsetof(block_iq4_nl, qs));
-    case KC_WQ4_Z: return kc__knibbles(b + offsetof(block_q4_z, qs));
     case KC_WQ8_Z: case KC_WF8_B32: /* the bytes as they are (both have qs at offset 4) */
         return _mm256_loadu_si256((const __m256i *)(const void *)(b + offsetof(block_q8_z, qs)));
     case KC_WQ2_K: return kc__kfield(b + offsetof(block_q2_K, qs) + 32 * (g / 4), 2 * (g % 4), 3);
@@ -174,10 +172,9 @@ KC_INLINE void kc__kcodes(const uint8_t *b, int wt, int g, uint8_t q[32]) {
         int v;
         switch (wt) {
         case KC_WQ8_Z: case KC_WF8_B32: v = b[offsetof(block_q8_z, qs) + l]; break;
-        case KC_WQ5_0: case KC_WQ5_1: case KC_WIQ4_NL: case KC_WIQ4_XS: case KC_WQ4_Z: {
+        case KC_WQ5_0: case KC_WQ5_1: case KC_WIQ4_NL: case KC_WIQ4_XS: {
             const size_t qs = wt == KC_WQ5_0 ? offsetof(block_q5_0, qs) : wt == KC_WQ5_1 ? offsetof(block_q5_1, qs)
-                              : wt == KC_WIQ4_NL ? offsetof(block_iq4_nl, qs) : wt == KC_WQ4_Z ? offsetof(block_q4_z, qs)
-                              : offsetof(block_iq4_xs, qs) + 16 * (size_t)g;
+                              : wt == KC_WIQ4_NL ? offsetof(block_iq4_nl, qs) : offsetof(block_iq4_xs, qs) + 16 * (size_t)g;
             v = (b[qs + l % 16] >> (4 * (l / 16))) & 15;
             if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
                 const uint8_t *qh = b + (wt == KC_WQ5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh));
@@ -507,13 +504,18 @@ KC_KMM_ENTRY(q6_k, block_q6_K, KC_WQ6_K)
 KC_KMM_ENTRY(iq4_xs, block_iq4_xs, KC_WIQ4_XS)
 #undef KC_KMM_ENTRY
 /* The repacked GPTQ/AWQ/FP8 types take f32 activations only: their matmul
- * is the checkpoint's arithmetic (an int8 path would round the activations). */
+ * is the checkpoint's arithmetic (an int8 path would round the activations).
+ * Q4_Z has Q4_1's block layout but for its zero point: kc_matmul.h's Q4 tiles
+ * (vpermps table lookup on AVX-512) with c = -z*d. */
+static inline void kc_mmx_q4_z(const block_q4_z *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                               int r1, const float *bias, int accumulate) {
+    kc__mmx(W, KC_WQ4_ZP, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
 #define KC_KMMX_ENTRY(name, block, wt)                                                                                \
     static inline void kc_mmx_##name(const block *W, const float *X, int ldx, float *Y, int ldy, int T, int IN,      \
                                      int r0, int r1, const float *bias, int accumulate) {                            \
         kc__kmm(W, wt, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);                                              \
     }
-KC_KMMX_ENTRY(q4_z, block_q4_z, KC_WQ4_Z)
 KC_KMMX_ENTRY(q8_z, block_q8_z, KC_WQ8_Z)
 KC_KMMX_ENTRY(f8_b32, block_f8_b32, KC_WF8_B32)
 #undef KC_KMMX_ENTRY

@@ -49,7 +49,10 @@
 #define KC_UNROLL
 #endif
 
-enum { KC_WF32 = 0, KC_WF16 = 1, KC_WBF16 = 2, KC_WQ8_0 = 3, KC_WQ4_0 = 4, KC_WQ4_1 = 5 };
+/* KC_WQ4_ZP: Q4_Z (GPTQ/AWQ 4-bit) in the f32-activation kernels below: its 20-byte blocks have
+ * Q4_1's layout with an integer zero point z where Q4_1 has its f16 min, so it takes Q4_1's paths
+ * with c = -z*d (exact) in place of m. */
+enum { KC_WF32 = 0, KC_WF16 = 1, KC_WBF16 = 2, KC_WQ8_0 = 3, KC_WQ4_0 = 4, KC_WQ4_1 = 5, KC_WQ4_ZP = 6 };
 
 /* ------------------------------------------------------------------------
  * Float weights (f32 / f16 / bf16) with f32 activations, FMA in f32.
@@ -614,7 +617,10 @@ KC_INLINE kc_vf kc__xdeq(int wt, kc_vf q, kc_vf d, kc_vf c) {
 /* The per-block constants d and c (-8d for Q4_0, m for Q4_1). */
 KC_INLINE void kc__xscale(const void *W, int wt, size_t b, float *d, float *c) {
     *d = kc__wd(W, wt, b);
-    *c = wt == KC_WQ4_0 ? -8.0f * *d : wt == KC_WQ4_1 ? kc_fp16_to_f32(((const block_q4_1 *)W)[b].m) : 0.0f;
+    *c = wt == KC_WQ4_0    ? -8.0f * *d
+         : wt == KC_WQ4_1  ? kc_fp16_to_f32(((const block_q4_1 *)W)[b].m)
+         : wt == KC_WQ4_ZP ? -((float)((const block_q4_z *)W)[b].z * *d)
+                           : 0.0f;
 }
 
 /* Direct path: NR x NT outputs (NR <= KC_XRB, NT <= KC_XTB). */
@@ -639,12 +645,19 @@ KC_INLINE void kc__mmx_tile(const void *W, int wt, const float *X, int ldx, floa
             const size_t bsz = wt == KC_WQ8_0 ? sizeof(block_q8_0) : wt == KC_WQ4_0 ? sizeof(block_q4_0) : sizeof(block_q4_1);
             KC_UNROLL for (int i = 0; i < NR; i++)
                 memcpy(&hv[i], (const char *)W + (w0 + (size_t)i * (size_t)NB + (size_t)b) * bsz, 4);
-            _mm256_store_ps(dm, _mm256_cvtph_ps(_mm_setr_epi32((int)hv[0], (int)hv[1], (int)hv[2], (int)hv[3])));
+            const __m128i h4 = _mm_setr_epi32((int)hv[0], (int)hv[1], (int)hv[2], (int)hv[3]);
+            if (wt == KC_WQ4_ZP) { /* the high half is the integer zero point z: dm = [d0 c0 d1 c1 ...], c = -z*d */
+                const __m128 d = _mm_cvtph_ps(_mm_packus_epi32(_mm_and_si128(h4, _mm_set1_epi32(0xffff)), _mm_setzero_si128()));
+                const __m128 c = _mm_sub_ps(_mm_setzero_ps(), _mm_mul_ps(_mm_cvtepi32_ps(_mm_srli_epi32(h4, 16)), d));
+                _mm256_store_ps(dm, _mm256_set_m128(_mm_unpackhi_ps(d, c), _mm_unpacklo_ps(d, c)));
+            } else
+                _mm256_store_ps(dm, _mm256_cvtph_ps(h4));
             /* keeps dm in memory: otherwise the compiler extracts each
              * scale with shuffles, which compete with vpermps for port 5 */
             __asm__ __volatile__("" : : "m"(dm) : "memory");
         }
-        KC_UNROLL for (int i = 0; i < NR; i++) ds[i] = dm[2 * i], cs[i] = wt == KC_WQ4_1 ? dm[2 * i + 1] : 0.0f;
+        KC_UNROLL for (int i = 0; i < NR; i++)
+            ds[i] = dm[2 * i], cs[i] = wt == KC_WQ4_1 || wt == KC_WQ4_ZP ? dm[2 * i + 1] : 0.0f;
 #else
         KC_UNROLL for (int i = 0; i < NR; i++) kc__xscale(W, wt, w0 + (size_t)i * (size_t)NB + (size_t)b, &ds[i], &cs[i]);
 #endif
@@ -698,7 +711,7 @@ KC_INLINE void kc__mmx_pack(const void *W, int wt, int NB, int r, int nr, int b0
 #if defined(__AVX512F__)
     const int bs = wt == KC_WQ8_0 ? (int)sizeof(block_q8_0) : wt == KC_WQ4_0 ? (int)sizeof(block_q4_0)
                                                                               : (int)sizeof(block_q4_1);
-    const int hdr = wt == KC_WQ4_1 ? 4 : 2; /* byte offset of qs */
+    const int hdr = wt == KC_WQ4_1 || wt == KC_WQ4_ZP ? 4 : 2; /* byte offset of qs */
     /* byte offsets of 16 consecutive rows' blocks from the first one */
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32(NB * bs));
@@ -716,9 +729,11 @@ KC_INLINE void kc__mmx_pack(const void *W, int wt, int NB, int r, int nr, int b0
             /* header dword: d in the low half (Q4_1: m in the high half) */
             __m512i hd = _mm512_mask_i32gather_epi32(zero, mask, idx, base, 1);
             __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd));
-            __m512 c = wt == KC_WQ4_1   ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd, 16)))
-                       : wt == KC_WQ4_0 ? _mm512_mul_ps(d, _mm512_set1_ps(-8.0f))
-                                        : _mm512_setzero_ps();
+            __m512 c = wt == KC_WQ4_1    ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd, 16)))
+                       : wt == KC_WQ4_0  ? _mm512_mul_ps(d, _mm512_set1_ps(-8.0f))
+                       : wt == KC_WQ4_ZP ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(hd, 16)),
+                                                         _mm512_sub_ps(_mm512_setzero_ps(), d)) /* -z*d */
+                                         : _mm512_setzero_ps();
             if (wt == KC_WQ8_0) {
                 /* code dword g holds elements 4g..4g+3, one signed byte each */
                 KC_UNROLL for (int g = 0; g < 8; g++) {

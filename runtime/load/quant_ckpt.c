@@ -12,6 +12,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "hugealloc.h"
+
 #define QC_MAX_CONFIG (16u << 20) /* a config.json larger than this is not a config */
 
 typedef enum { QC_NONE, QC_GPTQ, QC_AWQ, QC_FP8 } qc_method;
@@ -231,26 +233,45 @@ static const wt_tensor *part(qc_ctx *c, const char *prefix, size_t plen, const c
     return t;
 }
 
-static int own(qc_ctx *c, void *p) {
-    void **no = realloc(c->out->owned, (c->out->n_owned + 1) * sizeof *no);
+#define QC_CHUNK ((size_t)64 << 20) /* repacked weights are carved from chunks of this size (or larger) */
+
+/* Records p (a name: bytes 0; a chunk: its size) as the result's. */
+static int own(qc_ctx *c, void *p, size_t bytes) {
+    qc_block *no = realloc(c->out->owned, (c->out->n_owned + 1) * sizeof *no);
     if (!no) return -1;
     c->out->owned = no;
-    no[c->out->n_owned++] = p;
+    no[c->out->n_owned++] = (qc_block){p, bytes};
     return 0;
 }
 
-/* Appends the repacked tensor `prefix + suffix` (data and name become owned): [rows, cols], or
+/* Zeroed, 64-byte aligned memory for a repacked weight, carved from huge-page chunks: one stream
+ * of weights as the loader's own copy would be (the loader uses them in place). Freed with the
+ * result only; NULL when out of memory. */
+static void *weight_alloc(qc_ctx *c, size_t bytes) {
+    qc_result *r = c->out;
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes == 0 || bytes > r->chunk_cap - r->chunk_used) {
+        const size_t cap = bytes > QC_CHUNK ? bytes : QC_CHUNK;
+        void *p = ha_alloc(cap);
+        if (!p) return NULL;
+        if (own(c, p, cap)) {
+            ha_free(p, cap);
+            return NULL;
+        }
+        r->chunk = p, r->chunk_used = 0, r->chunk_cap = cap;
+    }
+    void *p = r->chunk + r->chunk_used;
+    r->chunk_used += bytes;
+    return p;
+}
+
+/* Appends the repacked tensor `prefix + suffix` (data from weight_alloc; the name becomes owned): [rows, cols], or
  * [cols] when rows is 0. */
 static int emit_named(qc_ctx *c, const char *prefix, size_t plen, const char *suffix, ingot_dtype dt, int64_t rows,
                       int64_t cols, void *data, size_t nbytes) {
     const size_t slen = strlen(suffix) + 1;
     char *name = malloc(plen + slen);
-    if (!name || own(c, data)) {
-        free(name);
-        free(data);
-        return qc_fail(c, "out of memory");
-    }
-    if (own(c, name)) {
+    if (!name || own(c, name, 0)) {
         free(name);
         return qc_fail(c, "out of memory");
     }
@@ -316,11 +337,11 @@ static inline int64_t zp_group(const zp_linear *L, int64_t i) {
 
 /* The inputs in the order that makes act-order groups contiguous: by group, then by input (a
  * stable counting sort). */
-static int32_t *group_order(const zp_linear *L) {
-    int32_t *perm = malloc((size_t)L->in * sizeof *perm);
+static int32_t *group_order(qc_ctx *c, const zp_linear *L) {
+    int32_t *perm = weight_alloc(c, (size_t)L->in * sizeof *perm);
     int64_t *start = calloc((size_t)L->groups + 1, sizeof *start);
     if (!perm || !start) {
-        free(perm), free(start);
+        free(start);
         return NULL;
     }
     for (int64_t i = 0; i < L->in; i++) start[zp_group(L, i) + 1]++;
@@ -404,17 +425,14 @@ static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw,
     const int64_t nb32 = L.in / INGOT_QBLOCK;
     int32_t *perm = NULL;
     if (!blocked) {
-        if (!(perm = group_order(&L))) return qc_fail(c, "out of memory repacking '%s'", qname);
+        if (!(perm = group_order(c, &L))) return qc_fail(c, "out of memory repacking '%s'", qname);
         blocked = 1;
         for (int64_t i = 0; i < L.in && blocked; i++)
             blocked = zp_group(&L, perm[i]) == zp_group(&L, perm[i - i % INGOT_QBLOCK]);
-        if (!blocked) {
-            free(perm);
-            perm = NULL;
-        }
+        if (!blocked) perm = NULL; /* its memory stays in the chunk */
     }
     if (!blocked) {
-        float *w = malloc((size_t)L.out * (size_t)L.in * sizeof *w);
+        float *w = weight_alloc(c, (size_t)L.out * (size_t)L.in * sizeof *w);
         if (!w) return qc_fail(c, "out of memory repacking '%s'", qname);
         for (int64_t j = 0; j < L.out; j++)
             for (int64_t i = 0; i < L.in; i++) {
@@ -426,9 +444,8 @@ static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw,
     }
     const ingot_dtype dt = L.bits == 4 ? INGOT_Q4_Z : INGOT_Q8_Z;
     const size_t bb = dtype_block_bytes(dt), nbytes = (size_t)L.out * (size_t)nb32 * bb;
-    uint8_t *w = calloc(1, nbytes);
+    uint8_t *w = weight_alloc(c, nbytes);
     if (!w) {
-        free(perm);
         return qc_fail(c, "out of memory repacking '%s'", qname);
     }
     for (int64_t j = 0; j < L.out; j++)
@@ -444,10 +461,7 @@ static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw,
                 else blk[4 + l % 16] |= (uint8_t)(v << (4 * (l / 16))); /* Q4_0's nibble order */
             }
         }
-    if (emit(c, prefix, plen, dt, L.out, L.in, w, nbytes)) {
-        free(perm);
-        return -1;
-    }
+    if (emit(c, prefix, plen, dt, L.out, L.in, w, nbytes)) return -1;
     return perm ? emit_named(c, prefix, plen, ".weight.perm", INGOT_I32, 0, L.in, perm, (size_t)L.in * sizeof *perm) : 0;
 }
 
@@ -506,7 +520,7 @@ static int repack_fp8(qc_ctx *c, const qc_config *q, const wt_tensor *wq, const 
                            printable(s->name, nb, sizeof nb), (long long)k, (long long)(k / scols), (long long)(k % scols));
     const int64_t nb32 = cols / INGOT_QBLOCK;
     const size_t nbytes = (size_t)rows * (size_t)nb32 * sizeof(block_f8_b32);
-    uint8_t *w = malloc(nbytes);
+    uint8_t *w = weight_alloc(c, nbytes);
     if (!w) return qc_fail(c, "out of memory repacking '%s'", wname);
     const uint8_t *codes = wq->data;
     for (int64_t r = 0; r < rows; r++)
@@ -519,7 +533,6 @@ static int repack_fp8(qc_ctx *c, const qc_config *q, const wt_tensor *wq, const 
             for (int l = 0; l < INGOT_QBLOCK; l++) {
                 const uint8_t v = codes[(size_t)r * (size_t)cols + (size_t)(c0 + l)];
                 if ((v & 0x7f) == 0x7f) {
-                    free(w);
                     return qc_fail(c, "tensor '%s': element [%lld, %lld] is NaN", wname, (long long)r, (long long)(c0 + l));
                 }
                 blk[4 + l] = v;
@@ -608,7 +621,10 @@ int qc_repack(const char *label, const char *config_path, const wt_tensor *in, s
 
 void qc_free(qc_result *r) {
     if (!r) return;
-    for (size_t i = 0; i < r->n_owned; i++) free(r->owned[i]);
+    for (size_t i = 0; i < r->n_owned; i++) {
+        if (r->owned[i].bytes) ha_free(r->owned[i].p, r->owned[i].bytes);
+        else free(r->owned[i].p);
+    }
     free(r->owned);
     free(r->tensors);
     memset(r, 0, sizeof *r);

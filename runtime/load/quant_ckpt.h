@@ -34,13 +34,23 @@
 
 #include "weights.h"
 
+/* Memory the result owns: a chunk the repacked weights are carved from
+ * (huge pages: the model loader uses them in place, and decode streams
+ * every weight each token), or a name. */
+typedef struct {
+    void *p;
+    size_t bytes; /* > 0: a chunk of ha_alloc; 0: malloc'd */
+} qc_block;
+
 /* The result of repacking: the new tensor list and the memory behind the
  * repacked tensors and their names (qc_free releases it). */
 typedef struct {
     wt_tensor *tensors; /* the checkpoint's other tensors, then the repacked ones */
     size_t n;
-    void **owned;
+    qc_block *owned;
     size_t n_owned;
+    unsigned char *chunk;         /* the chunk weights are carved from now */
+    size_t chunk_used, chunk_cap; /* of that chunk */
     const char *method; /* "gptq", "awq", "fp8"; NULL when the checkpoint is not quantized */
 } qc_result;
 

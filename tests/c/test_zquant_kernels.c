@@ -61,11 +61,12 @@ static void call_mmx(ingot_dtype t, const void *W, const float *X, int ldx, floa
     }
 }
 
-static int kc_type(ingot_dtype t) { return t == INGOT_Q4_Z ? KC_WQ4_Z : t == INGOT_Q8_Z ? KC_WQ8_Z : KC_WF8_B32; }
+static int kc_type(ingot_dtype t) { return t == INGOT_Q8_Z ? KC_WQ8_Z : KC_WF8_B32; }
 
-/* The weights the kernels decode, segment by segment, equal the reference bit for bit. */
+/* The weights the segment kernels decode (Q8_Z, F8_B32; Q4_Z takes kc_matmul.h's Q4 tiles, checked
+ * by the matmuls below), segment by segment, equal the reference. */
 static void test_decode(void) {
-    for (int ti = 0; ti < N_TYPES; ti++) {
+    for (int ti = 1; ti < N_TYPES; ti++) {
         const ingot_dtype t = TYPES[ti];
         const int IN = 2048, rows = 8;
         size_t rb;
