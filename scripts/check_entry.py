@@ -190,7 +190,7 @@ def main():
     exact = ["--kv-dtype", "f32"]
     backends = [("cpu", exact, "fused")] + ([] if args.no_unfused else [("cpu", ["--no-fuse", *exact], "unfused")])
     if args.cudasim:
-        backends.append(("cudasim", ["--backend", "cuda", "--cudasim"], "fused"))
+        backends.append(("cudasim", ["--backend", "cuda", "--cudasim", *exact], "fused"))
     failures = 0
     print(f"{'architecture':24s} {'seed':>4s}  {'config':44s} {'backend':8s} {'fusion':8s} "
           f"{'prefill':>9s} {'chunked':>9s} {'decode':>9s}  bound     verdict")
