@@ -20,6 +20,7 @@
 #define TOL_Q8 2e-5
 
 #include "check.h"
+#include "matmul_ref.h"
 #include "xorshift.h"
 
 static const ingot_dtype TYPES[] = {INGOT_Q5_0, INGOT_Q5_1, INGOT_IQ4_NL, INGOT_Q2_K, INGOT_Q3_K,
@@ -95,7 +96,7 @@ static void mm_case(ingot_dtype t, int q8, int IN, int T, int OUT, int r0, int r
     const int ldx = IN + 5, ldy = OUT + 3;
     size_t rb;
     uint8_t *W = rnd_weights(t, OUT, IN, &rb);
-    float *bias = malloc(sizeof(float) * OUT), *wf = malloc(sizeof(float) * IN);
+    float *bias = malloc(sizeof(float) * OUT);
     float *X = malloc(sizeof(float) * (size_t)T * ldx);
     float *Y = malloc(sizeof(float) * (size_t)T * ldy), *Y0 = malloc(sizeof(float) * (size_t)T * ldy);
     for (int r = 0; r < OUT; r++) bias[r] = rndf();
@@ -113,36 +114,12 @@ static void mm_case(ingot_dtype t, int q8, int IN, int T, int OUT, int r0, int r
     }
     if (q8) call_mm(t, W, XQ, ldq, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
     else call_mmx(t, W, X, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
-    int bad = 0;
-    double worst = 0;
-    for (int r = 0; r < OUT; r++) {
-        dtype_dequantize_row(t, W + (size_t)r * rb, wf, IN);
-        for (int tt = 0; tt < T; tt++) {
-            const size_t yi = (size_t)tt * ldy + r;
-            if (r < r0 || r >= r1) {
-                if (memcmp(&Y[yi], &Y0[yi], sizeof(float)) != 0) bad++;
-                continue;
-            }
-            double dot = 0, mag = 0;
-            for (int k = 0; k < IN; k++) {
-                dot += (double)wf[k] * X[(size_t)tt * ldx + k];
-                mag += fabs((double)wf[k] * X[(size_t)tt * ldx + k]);
-            }
-            const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0), ref = dot + extra;
-            const double tol = (q8 ? TOL_Q8 : TOL) * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(ref)) + 1e-30;
-            const double err = fabs((double)Y[yi] - ref);
-            if (!(err <= tol) && bad++ < 3)
-                printf("  %s IN=%d T=%d r=%d t=%d: got %.9g want %.9g (err %.3g tol %.3g)\n", dtype_name(t), IN, T, r,
-                       tt, Y[yi], ref, err, tol);
-            if (mag > 0 && err / mag > worst) worst = err / mag;
-        }
-    }
-    for (int tt = 0; tt < T; tt++)
-        for (int r = OUT; r < ldy; r++)
-            if (memcmp(&Y[(size_t)tt * ldy + r], &Y0[(size_t)tt * ldy + r], sizeof(float)) != 0) bad++;
+    double worst;
+    const int bad = matmul_ref_check(t, W, rb, X, ldx, Y, Y0, ldy, T, IN, OUT, r0, r1, use_bias ? bias : NULL, acc,
+                                     q8 ? TOL_Q8 : TOL, &worst);
     check(bad == 0, "kc_mm%s_%s IN=%d T=%d rows [%d,%d) of %d bias=%d acc=%d: %d bad (worst rel err %.2g)",
           q8 ? "" : "x", dtype_name(t), IN, T, r0, r1, OUT, use_bias, acc, bad, worst);
-    free(W), free(bias), free(wf), free(X), free(XQ), free(Y), free(Y0);
+    free(W), free(bias), free(X), free(XQ), free(Y), free(Y0);
 }
 
 /* Token counts: the direct path (T < 3), the packed path with full and

@@ -19,6 +19,7 @@
 #define TOL 1e-5 /* relative to sum |w x|: summation order only */
 
 #include "check.h"
+#include "matmul_ref.h"
 #include "xorshift.h"
 
 static const ingot_dtype TYPES[] = {INGOT_Q4_Z, INGOT_Q8_Z, INGOT_F8_B32};
@@ -101,7 +102,7 @@ static void mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int u
     const int ldx = IN + 5, ldy = OUT + 3;
     size_t rb;
     uint8_t *W = rnd_weights(t, OUT, IN, &rb);
-    float *bias = malloc(sizeof(float) * OUT), *wf = malloc(sizeof(float) * IN);
+    float *bias = malloc(sizeof(float) * OUT);
     float *X = malloc(sizeof(float) * (size_t)T * ldx);
     float *Y = malloc(sizeof(float) * (size_t)T * ldy), *Y0 = malloc(sizeof(float) * (size_t)T * ldy);
     for (int r = 0; r < OUT; r++) bias[r] = rndf();
@@ -109,33 +110,10 @@ static void mm_case(ingot_dtype t, int IN, int T, int OUT, int r0, int r1, int u
         for (int k = 0; k < ldx; k++) X[(size_t)tt * ldx + k] = k < IN ? rndf() : NAN;
     for (size_t i = 0; i < (size_t)T * ldy; i++) Y[i] = Y0[i] = rndf() * 3.0f;
     call_mmx(t, W, X, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
-    int bad = 0;
-    for (int r = 0; r < OUT; r++) {
-        dtype_dequantize_row(t, W + (size_t)r * rb, wf, IN);
-        for (int tt = 0; tt < T; tt++) {
-            const size_t yi = (size_t)tt * ldy + r;
-            if (r < r0 || r >= r1) {
-                if (memcmp(&Y[yi], &Y0[yi], sizeof(float)) != 0) bad++;
-                continue;
-            }
-            double dot = 0, mag = 0;
-            for (int k = 0; k < IN; k++) {
-                dot += (double)wf[k] * X[(size_t)tt * ldx + k];
-                mag += fabs((double)wf[k] * X[(size_t)tt * ldx + k]);
-            }
-            const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0), ref = dot + extra;
-            /* the final adds round at the size of each addend (Y0 and bias may cancel) */
-            const double tol = TOL * mag + 4 * 1.2e-7 * ((acc ? fabs(Y0[yi]) : 0.0) + (use_bias ? fabs(bias[r]) : 0.0) + fabs(ref)) + 1e-30;
-            if (!(fabs((double)Y[yi] - ref) <= tol) && bad++ < 3)
-                printf("  %s IN=%d T=%d r=%d t=%d: got %.9g want %.9g\n", dtype_name(t), IN, T, r, tt, Y[yi], ref);
-        }
-    }
-    for (int tt = 0; tt < T; tt++)
-        for (int r = OUT; r < ldy; r++)
-            if (memcmp(&Y[(size_t)tt * ldy + r], &Y0[(size_t)tt * ldy + r], sizeof(float)) != 0) bad++;
+    const int bad = matmul_ref_check(t, W, rb, X, ldx, Y, Y0, ldy, T, IN, OUT, r0, r1, use_bias ? bias : NULL, acc, TOL, NULL);
     check(bad == 0, "kc_mmx_%s IN=%d T=%d rows [%d,%d) of %d bias=%d acc=%d: %d bad", dtype_name(t), IN, T, r0, r1, OUT,
           use_bias, acc, bad);
-    free(W), free(bias), free(wf), free(X), free(Y), free(Y0);
+    free(W), free(bias), free(X), free(Y), free(Y0);
 }
 
 /* The token counts and shapes of test_kquant_kernels.c: direct path (T < 3),
