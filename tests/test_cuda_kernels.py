@@ -219,22 +219,27 @@ def sim_build():
         if (prog, mode) not in cache:
             wd = os.path.join(OBJ, "sim_" + mode)
             out = os.path.join(wd, prog)
-            os.makedirs(wd, exist_ok=True)
+            os.makedirs(wd, exist_ok=True)  # a fresh build tree has no sim_<mode> folder before cb.build
             incs = ["-I", KDIR, "-I", os.path.join(ROOT, "kernels", "cpu"),
                     *[a for d in ("core", "load", "text", "serve") for a in ("-I", os.path.join(ROOT, "runtime", d))]]
-            # the CPU reference kernels read runtime/load's tables (dtype.c: the IQ4 values), compiled as C
-            link = []
-            os.makedirs(wd, exist_ok=True)  # a fresh build tree has no sim_<mode> folder before cb.build
-            for c in ("dtype.c", "quantize.c"):
-                obj = os.path.join(wd, "%s.%d.o" % (c, os.getpid()))
-                subprocess.run(["cc", "-std=c11", "-O2", "-c", os.path.join(ROOT, "runtime", "load", c), "-o", obj] + incs,
-                               check=True)
-                link.append(obj)
+            link = [_c_object(c, wd, incs) for c in ("dtype.c", "quantize.c")]
             cb.build([os.path.join(TDIR, prog + ".cu")], out, mode=mode, workdir=wd, extra=incs, link=link)
             cache[(prog, mode)] = out
         return cache[(prog, mode)]
 
     return build
+
+
+def _c_object(name, wd, incs):
+    """runtime/load/NAME compiled as C into wd, once per workdir and rebuilt when the source is newer: the
+    CPU reference kernels read its tables (dtype.c's IQ4 values). Parallel builds write a temporary
+    first, as cudasim_build does."""
+    src, obj = os.path.join(ROOT, "runtime", "load", name), os.path.join(wd, name + ".o")
+    if not os.path.exists(obj) or os.path.getmtime(obj) < os.path.getmtime(src):
+        tmp = "%s.%d.tmp" % (obj, os.getpid())
+        subprocess.run(["cc", "-std=c11", "-O2", "-c", src, "-o", tmp] + incs, check=True)
+        os.replace(tmp, obj)
+    return obj
 
 
 _checksums = {}

@@ -329,7 +329,8 @@ def test_cuda_preset_matches_cpu(built, preset, tmp_path):
     every type in registers (GEMV: decode and steps of up to 8 tokens) and in shared memory (the
     prefill GEMM tiles). Same weights, f32 activations on both backends: only summation order
     differs from the CPU build, and both are the file's model (the float64 forward on gguf-py's
-    dequantization), within test_preset_matches_llamacpp's 1e-3."""
+    dequantization): within 1e-4 of each (observed at most 2.8e-5 over the 11 presets and three
+    modes; logits have std 1.66)."""
     path = KQ / PRESETS[preset]["file"]
     tag = preset.lower().replace("_", "-")
     cpu = build(path, "kq-" + tag)
@@ -338,8 +339,8 @@ def test_cuda_preset_matches_cpu(built, preset, tmp_path):
     want = modelbuild.logits(cpu, TOKENS, tmp_path=tmp_path)
     for mode in ((), ("--chunk", "5"), ("--decode",)):
         got = modelbuild.logits(sim, TOKENS, *mode, tmp_path=tmp_path)
-        assert np.abs(got - want).max() <= 1e-3, f"{preset} {mode}: CUDA differs from the CPU build"
-        assert np.abs(got - exact).max() <= 1e-3, f"{preset} {mode}: CUDA is not the file's model"
+        assert np.abs(got - want).max() <= 1e-4, f"{preset} {mode}: CUDA differs from the CPU build"
+        assert np.abs(got - exact).max() <= 1e-4, f"{preset} {mode}: CUDA is not the file's model"
 
 
 # ---------------------------------------------------------------- bad files at load

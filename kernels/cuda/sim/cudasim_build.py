@@ -148,16 +148,23 @@ def build(sources, out, mode="plain", extra=(), workdir=None, link=()):
         compile_src = src
         if "<<<" in text:
             tag = hashlib.sha1(src.encode()).hexdigest()[:8]
-            compile_src = os.path.join(workdir, "%s.%s.sim.cpp" % (os.path.basename(src), tag))
+            # per process: parallel builds of the same program (test workers) never read a half-written file
+            compile_src = os.path.join(workdir, "%s.%s.%d.sim.cpp" % (os.path.basename(src), tag, os.getpid()))
             with open(compile_src, "w") as f:
                 f.write('#line 1 "%s"\n' % src + rewrite_launches(text))
-        obj = os.path.join(workdir, os.path.basename(src) + ".%s.o" % mode)
+        obj = os.path.join(workdir, os.path.basename(src) + ".%s.%d.o" % (mode, os.getpid()))
         flags = BASE + WARN + ["-I", SHIMS, "-I", os.path.dirname(src), "-include", HEADER]
         flags += cflags if (is_cu or mode == "asan") else []
         _run(["g++"] + flags + list(extra) + ["-x", "c++", "-c", compile_src, "-o", obj])
+        if compile_src != src:
+            os.remove(compile_src)  # its #line directive names the source, so messages never point here
         objs.append(obj)
     defsyms = ["-Wl,--defsym=%s=cudasim_dyn_smem" % s for s in undefined_tls_symbols(objs + [rt_obj])]
-    _run(["g++"] + lflags + objs + list(link) + [rt_obj] + defsyms + ["-o", out])
+    tmp = "%s.%d.tmp" % (out, os.getpid())
+    _run(["g++"] + lflags + objs + list(link) + [rt_obj] + defsyms + ["-o", tmp])
+    os.replace(tmp, out)  # a program another process is running or about to run is replaced, never rewritten
+    for obj in objs:
+        os.remove(obj)
     return out
 
 
