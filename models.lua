@@ -18,7 +18,8 @@
 -- expression over other config values, "tensor_rows:WEIGHT" (the stored
 -- tensor's row count) or "has_tensor:WEIGHT" (whether the checkpoint stores
 -- it; layer 0's for a per-layer weight); `by_format` gives a constant that
--- depends on the checkpoint's format ({hf = ..., gguf = ...}).
+-- depends on the checkpoint's format ({hf = ..., gguf = ...}; a format it
+-- does not name reads `hf`/`gguf` as usual).
 -- A weight may be a row slice of a stored tensor (`slice = {first, of}`:
 -- rows [first, first + shape[1]) of a tensor of `of` rows), or one tensor
 -- per expert (`experts = "count"`, the name's second %d is the expert; a
@@ -26,6 +27,12 @@
 -- [experts, rows, cols], as GGUF files do). An entry's `gguf_also = {arch,
 -- when}` also claims GGUF files of another architecture whose metadata key
 -- `when` is set (llama.cpp writes Mixtral as "llama" with an expert count).
+-- A checkpoint may store a weight in parts: `gguf = {heads = EXPR, {NAME,
+-- rows = EXPR [, transposed = true]}, ...}` holds, for each of `heads`
+-- heads, each part's `rows` rows in turn ([heads, rows, cols] tensors, or
+-- [heads, cols, rows] when transposed); the loader joins them once, at load
+-- (llama.cpp splits DeepSeek-V2's kv_b_proj into attn_k_b, transposed, and
+-- attn_v_b).
 
 local M = {}
 
@@ -304,6 +311,20 @@ M.phi3 = {
 local EXPS = {gate = "blk.%d.ffn_gate_exps.weight", up = "blk.%d.ffn_up_exps.weight",
               down = "blk.%d.ffn_down_exps.weight"}
 
+-- The routed experts of Qwen3-MoE and DeepSeek-V2 (one naming in both): a
+-- router and `experts` SwiGLU MLPs moe_ffn wide, top_k of them per token.
+local MOE_CONFIG = {
+  experts = {hf = {"num_experts", "num_local_experts", "n_routed_experts"}, gguf = "%s.expert_count"},
+  top_k   = {hf = "num_experts_per_tok", gguf = "%s.expert_used_count"},
+  moe_ffn = {hf = "moe_intermediate_size", gguf = "%s.expert_feed_forward_length"},
+}
+local MOE_WEIGHTS = {
+  router      = {hf = "model.layers.%d.mlp.gate.weight", gguf = "blk.%d.ffn_gate_inp.weight", shape = {"experts", "dim"}},
+  expert_gate = {hf = "model.layers.%d.mlp.experts.%d.gate_proj.weight", gguf = EXPS.gate, shape = {"moe_ffn", "dim"}, experts = "experts"},
+  expert_up   = {hf = "model.layers.%d.mlp.experts.%d.up_proj.weight", gguf = EXPS.up, shape = {"moe_ffn", "dim"}, experts = "experts"},
+  expert_down = {hf = "model.layers.%d.mlp.experts.%d.down_proj.weight", gguf = EXPS.down, shape = {"dim", "moe_ffn"}, experts = "experts"},
+}
+
 -- Mixtral: Llama attention; the MLP is a sparse mixture of experts (softmax
 -- router, top-k experts per token, their outputs weighted by the renormalized
 -- router probabilities).
@@ -450,23 +471,16 @@ M.smollm3 = {
 M.qwen3moe = {
   hf = {"Qwen3MoeForCausalLM"},
   gguf = "qwen3moe",
-  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}, {
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, MOE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}, {
     ffn             = {hf = "intermediate_size", gguf = "%s.feed_forward_length", default = "moe_ffn"},
-    moe_ffn         = {hf = "moe_intermediate_size", gguf = "%s.expert_feed_forward_length"},
-    experts         = {hf = {"num_experts", "num_local_experts"}, gguf = "%s.expert_count"},
-    top_k           = {hf = "num_experts_per_tok", gguf = "%s.expert_used_count"},
     norm_topk       = {hf = "norm_topk_prob", default = true},
     sparse_step     = {hf = "decoder_sparse_step", default = 1},
     mlp_only_layers = {hf = "mlp_only_layers", default = false},
   }),
   rope_pairs = {hf = "halves", gguf = "halves"},
-  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, {
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, MOE_WEIGHTS, {
     q_norm      = {hf = "model.layers.%d.self_attn.q_norm.weight", gguf = "blk.%d.attn_q_norm.weight", shape = {"head_dim"}},
     k_norm      = {hf = "model.layers.%d.self_attn.k_norm.weight", gguf = "blk.%d.attn_k_norm.weight", shape = {"head_dim"}},
-    router      = {hf = "model.layers.%d.mlp.gate.weight", gguf = "blk.%d.ffn_gate_inp.weight", shape = {"experts", "dim"}},
-    expert_gate = {hf = "model.layers.%d.mlp.experts.%d.gate_proj.weight", gguf = EXPS.gate, shape = {"moe_ffn", "dim"}, experts = "experts"},
-    expert_up   = {hf = "model.layers.%d.mlp.experts.%d.up_proj.weight", gguf = EXPS.up, shape = {"moe_ffn", "dim"}, experts = "experts"},
-    expert_down = {hf = "model.layers.%d.mlp.experts.%d.down_proj.weight", gguf = EXPS.down, shape = {"dim", "moe_ffn"}, experts = "experts"},
   }),
   embed = embed_tokens,
   layer = function(x, w, c)
@@ -501,35 +515,44 @@ M.qwen3moe = {
 -- dense MLP n_shared_experts experts wide; the others a dense MLP. (The
 -- layer's order lets q_a and kv_a share a kernel, and k end just before
 -- attention, so that the KV store joins the kernel that finishes k.)
+-- GGUF (llama.cpp's converter): kv_b_proj in parts (attn_k_b, each head's
+-- block transposed, and attn_v_b); qk_nope is key_length_mla less the RoPE
+-- width; mscale_all_dim is stored as yarn_log_multiplier / 0.1 and llama.cpp
+-- takes mscale equal to it; groups limit the routing whenever there are
+-- several (llama.cpp knows no topk_method), and expert_weights_norm
+-- renormalizes as llama.cpp does. Only softmax routing (expert_gating_func
+-- 1): DeepSeek-V3's sigmoid and its expert bias are refused.
 M.deepseek2 = {
-  hf = {"DeepseekV2ForCausalLM"},
-  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, BIAS_CONFIG, {
-    head_dim = {hf = "qk_rope_head_dim"},                   q_lora = {hf = "q_lora_rank", default = 0},
-    kv_lora = {hf = "kv_lora_rank"}, qk_nope = {hf = "qk_nope_head_dim"}, v_dim = {hf = "v_head_dim"},
-    experts = {hf = "n_routed_experts"}, top_k = {hf = "num_experts_per_tok"}, moe_ffn = {hf = "moe_intermediate_size"},
-    shared = {hf = "n_shared_experts", default = 0},      routed_scale = {hf = "routed_scaling_factor", default = 1},
-    groups = {hf = "n_group", default = 1}, top_groups = {hf = "topk_group", default = "groups"}, moe_freq = {hf = "moe_layer_freq", default = 1},
-    topk_method = {hf = "topk_method", default = "greedy"}, first_dense = {hf = "first_k_dense_replace", default = 0},
+  hf = {"DeepseekV2ForCausalLM"}, gguf = "deepseek2",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, BIAS_CONFIG, MOE_CONFIG, {
+    head_dim = {hf = "qk_rope_head_dim", gguf = "%s.rope.dimension_count"}, kv_lora = {hf = "kv_lora_rank", gguf = "%s.attention.kv_lora_rank"},
+    q_lora = {hf = "q_lora_rank", gguf = "%s.attention.q_lora_rank", default = 0}, k_mla = {gguf = "%s.attention.key_length_mla", default = 0},
+    v_dim = {hf = "v_head_dim", gguf = "%s.attention.value_length_mla"}, qk_nope = {hf = "qk_nope_head_dim", default = "k_mla - head_dim"},
+    shared = {hf = "n_shared_experts", gguf = "%s.expert_shared_count", default = 0}, moe_freq = {hf = "moe_layer_freq", default = 1},
+    routed_scale = {hf = "routed_scaling_factor", gguf = "%s.expert_weights_scale", default = 1}, gating = {gguf = "%s.expert_gating_func", default = 1},
+    groups = {hf = "n_group", gguf = "%s.expert_group_count", default = 1}, norm_topk = {gguf = "%s.expert_weights_norm", default = false},
+    top_groups = {hf = "topk_group", gguf = "%s.expert_group_used_count", default = "groups"},
+    topk_method = {hf = "topk_method", by_format = {gguf = "group_limited_greedy"}, default = "greedy"},
+    first_dense = {hf = "first_k_dense_replace", gguf = "%s.leading_dense_block_count", default = 0},
+    log_mul = {gguf = "%s.rope.scaling.yarn_log_multiplier", default = 0}, rope_mscale = {hf = ROPE_CONFIG.rope_mscale.hf, default = "log_mul * 10"},
+    rope_mscale_all = {hf = ROPE_CONFIG.rope_mscale_all.hf, default = "log_mul * 10"},
   }),
-  rope_pairs = {hf = "adjacent"},
-  weights = merge(LLAMA_WEIGHTS, MLP_BIAS_WEIGHTS, {
-    q           = {hf = "model.layers.%d.self_attn.q_proj.weight", shape = {"heads * (qk_nope + head_dim)", "dim"}},
-    q_a         = {hf = "model.layers.%d.self_attn.q_a_proj.weight", shape = {"q_lora", "dim"}},
+  rope_pairs = {hf = "adjacent", gguf = "adjacent"},
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, MLP_BIAS_WEIGHTS, MOE_WEIGHTS, {
+    q           = {hf = "model.layers.%d.self_attn.q_proj.weight", gguf = "blk.%d.attn_q.weight", shape = {"heads * (qk_nope + head_dim)", "dim"}},
+    q_a         = {hf = "model.layers.%d.self_attn.q_a_proj.weight", gguf = "blk.%d.attn_q_a.weight", shape = {"q_lora", "dim"}},
     q_a_bias    = {hf = "model.layers.%d.self_attn.q_a_proj.bias", shape = {"q_lora"}},
-    q_a_norm    = {hf = "model.layers.%d.self_attn.q_a_layernorm.weight", shape = {"q_lora"}},
-    q_b         = {hf = "model.layers.%d.self_attn.q_b_proj.weight", shape = {"heads * (qk_nope + head_dim)", "q_lora"}},
-    kv_a        = {hf = "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", shape = {"kv_lora + head_dim", "dim"}},
+    q_a_norm    = {hf = "model.layers.%d.self_attn.q_a_layernorm.weight", gguf = "blk.%d.attn_q_a_norm.weight", shape = {"q_lora"}},
+    q_b         = {hf = "model.layers.%d.self_attn.q_b_proj.weight", gguf = "blk.%d.attn_q_b.weight", shape = {"heads * (qk_nope + head_dim)", "q_lora"}},
+    kv_a        = {hf = "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", gguf = "blk.%d.attn_kv_a_mqa.weight", shape = {"kv_lora + head_dim", "dim"}},
     kv_a_bias   = {hf = "model.layers.%d.self_attn.kv_a_proj_with_mqa.bias", shape = {"kv_lora + head_dim"}},
-    kv_a_norm   = {hf = "model.layers.%d.self_attn.kv_a_layernorm.weight", shape = {"kv_lora"}},
-    kv_b        = {hf = "model.layers.%d.self_attn.kv_b_proj.weight", shape = {"heads * (qk_nope + v_dim)", "kv_lora"}},
-    o           = {hf = "model.layers.%d.self_attn.o_proj.weight", shape = {"dim", "heads * v_dim"}}, o_bias = ATTN_BIAS_WEIGHTS.o_bias,
-    router      = {hf = "model.layers.%d.mlp.gate.weight", shape = {"experts", "dim"}},
-    expert_gate = {hf = "model.layers.%d.mlp.experts.%d.gate_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
-    expert_up   = {hf = "model.layers.%d.mlp.experts.%d.up_proj.weight", shape = {"moe_ffn", "dim"}, experts = "experts"},
-    expert_down = {hf = "model.layers.%d.mlp.experts.%d.down_proj.weight", shape = {"dim", "moe_ffn"}, experts = "experts"},
-    shared_gate = {hf = "model.layers.%d.mlp.shared_experts.gate_proj.weight", shape = {"shared * moe_ffn", "dim"}},
-    shared_up   = {hf = "model.layers.%d.mlp.shared_experts.up_proj.weight", shape = {"shared * moe_ffn", "dim"}},
-    shared_down = {hf = "model.layers.%d.mlp.shared_experts.down_proj.weight", shape = {"dim", "shared * moe_ffn"}},
+    kv_a_norm   = {hf = "model.layers.%d.self_attn.kv_a_layernorm.weight", gguf = "blk.%d.attn_kv_a_norm.weight", shape = {"kv_lora"}},
+    kv_b        = {hf = "model.layers.%d.self_attn.kv_b_proj.weight", shape = {"heads * (qk_nope + v_dim)", "kv_lora"},
+                   gguf = {heads = "heads", {"blk.%d.attn_k_b.weight", rows = "qk_nope", transposed = true}, {"blk.%d.attn_v_b.weight", rows = "v_dim"}}},
+    o           = {hf = "model.layers.%d.self_attn.o_proj.weight", gguf = "blk.%d.attn_output.weight", shape = {"dim", "heads * v_dim"}},
+    shared_gate = {hf = "model.layers.%d.mlp.shared_experts.gate_proj.weight", gguf = "blk.%d.ffn_gate_shexp.weight", shape = {"shared * moe_ffn", "dim"}},
+    shared_up   = {hf = "model.layers.%d.mlp.shared_experts.up_proj.weight", gguf = "blk.%d.ffn_up_shexp.weight", shape = {"shared * moe_ffn", "dim"}},
+    shared_down = {hf = "model.layers.%d.mlp.shared_experts.down_proj.weight", gguf = "blk.%d.ffn_down_shexp.weight", shape = {"dim", "shared * moe_ffn"}},
     shared_gate_bias = {hf = "model.layers.%d.mlp.shared_experts.gate_proj.bias", shape = {"shared * moe_ffn"}},
     shared_up_bias   = {hf = "model.layers.%d.mlp.shared_experts.up_proj.bias", shape = {"shared * moe_ffn"}},
     shared_down_bias = {hf = "model.layers.%d.mlp.shared_experts.down_proj.bias", shape = {"dim"}},
@@ -544,8 +567,7 @@ M.deepseek2 = {
     q = concat(head_linear(columns(q, 0, nope, {heads = H}), w.kv_b, {heads = H, rows = nope, transpose = true}), q_pe, {heads = H})
     local k = concat(rmsnorm(columns(kv, 0, lora), w.kv_a_norm, c.eps), rope(columns(kv, lora, rd), rope_opts(c, 1)))
     local m = c.rope_type ~= "default" and c.rope_mscale_all ~= 0 and yarn_mscale(c.rope_factor, c.rope_mscale_all) or 1
-    local a = attention(q, k, nil, {heads = H, kv_heads = 1, head_dim = lora + rd, value_dim = lora,
-                                    scale = m * m / math.sqrt(nope + rd)})
+    local a = attention(q, k, nil, {heads = H, kv_heads = 1, head_dim = lora + rd, value_dim = lora, scale = m * m / math.sqrt(nope + rd)})
     x = x + linear(head_linear(a, w.kv_b, {heads = H, first = nope, rows = c.v_dim}), w.o, ab and w.o_bias)
     h = rmsnorm(x, w.ffn_norm, c.eps)
     local function mlp(p) -- the dense MLP (p = "") or the shared experts' (p = "shared_")
@@ -553,10 +575,9 @@ M.deepseek2 = {
       return l(silu(l(h, "gate")) * l(h, "up"), "down")
     end
     if c.layer < c.first_dense or c.layer % c.moe_freq ~= 0 then return x + mlp("") end
-    local limited = c.topk_method == "group_limited_greedy"
-    local routed = moe(h, w.router, {gate = w.expert_gate, up = w.expert_up, down = w.expert_down},
-                       {experts = c.experts, top_k = c.top_k, normalize = false, groups = limited and c.groups or 1,
-                        top_groups = limited and c.top_groups or 1}) * c.routed_scale
+    assert(c.gating == 1, "deepseek2: only softmax routing (expert_gating_func 1)"); local limited = c.topk_method == "group_limited_greedy"
+    local routed = moe(h, w.router, {gate = w.expert_gate, up = w.expert_up, down = w.expert_down}, {experts = c.experts, top_k = c.top_k,
+                       normalize = c.norm_topk, groups = limited and c.groups or 1, top_groups = limited and c.top_groups or 1}) * c.routed_scale
     return x + (c.shared > 0 and routed + mlp("shared_") or routed)
   end,
   head = lm_head,

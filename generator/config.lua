@@ -41,8 +41,10 @@ function config.resolve(d, e, src)
   for key, spec in pairs(e.config) do
     local raw
     local from_default = false
-    if spec.by_format then
-      raw = spec.by_format[src.format == "gguf" and "gguf" or "hf"]
+    -- by_format's constant for this format wins; a format it does not name reads hf/gguf
+    local constant = spec.by_format and spec.by_format[src.format == "gguf" and "gguf" or "hf"]
+    if constant ~= nil then
+      raw = constant
     elseif src.format == "gguf" then
       if spec.gguf then raw = src.meta[string.format(spec.gguf, arch)] end
     elseif spec.hf then
@@ -141,6 +143,38 @@ function config.stacked_experts(e, logical, format)
   return spec.experts ~= nil and pattern ~= nil and select(2, pattern:gsub("%%d", "")) == 1
 end
 
+-- A weight a checkpoint stores in parts (llama.cpp's DeepSeek-V2 GGUFs split
+-- kv_b_proj into attn_k_b, each head's block transposed, and attn_v_b):
+-- `heads` blocks, each the rows of every part in turn (head h: part 1's
+-- rows for h, part 2's, ...; one block without `heads`). A part is stored as
+-- [heads, rows, cols] ([rows, cols] without `heads`), or as [heads, cols,
+-- rows] when `transposed`. The loader assembles the weight in the
+-- description's layout once, at load. Returns {heads = n, {name, rows = n,
+-- transposed = bool}, ...} with the expressions evaluated and the rows
+-- checked against the weight's shape.
+function config.weight_parts(d, e, wname, spec, parts, values)
+  local function eval(expr)
+    local v = type(expr) == "number" and expr or eval_expr(d, e, wname, expr, values)
+    if math.type(v) ~= "integer" or v <= 0 then
+      describe.fail(d, e.name, wname, string.format("weight '%s' parts: '%s' = %s is not a positive integer", wname,
+        tostring(expr), tostring(v)))
+    end
+    return v
+  end
+  local out = {heads = parts.heads and eval(parts.heads)}
+  local rows = 0
+  for i, part in ipairs(parts) do
+    out[i] = {name = part[1], rows = eval(part.rows), transposed = part.transposed == true}
+    rows = rows + out[i].rows
+  end
+  if #spec.dims ~= 2 then describe.fail(d, e.name, wname, "weight '" .. wname .. "': only a matrix can be stored in parts") end
+  if not spec.absent and rows * (out.heads or 1) ~= spec.dims[1] then
+    describe.fail(d, e.name, wname, string.format("weight '%s': %d heads of %d rows in parts, %d rows declared", wname,
+      out.heads or 1, rows, spec.dims[1]))
+  end
+  return out
+end
+
 -- Evaluates each declared weight's shape in this model's config.
 function config.weight_dims(d, e, values)
   for wname, spec in pairs(e.weights) do
@@ -164,6 +198,10 @@ function config.weight_dims(d, e, values)
           first + spec.dims[1], of))
       end
       spec.first_row, spec.stored_rows = first, of
+    end
+    spec.stored_parts = {}
+    for fmt, parts in pairs(spec.absent and {} or spec.parts) do
+      spec.stored_parts[fmt] = config.weight_parts(d, e, wname, spec, parts, values)
     end
     if spec.experts then
       spec.n_experts = values[spec.experts]

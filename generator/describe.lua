@@ -13,8 +13,9 @@ local ENTRY_KEYS = {hf = "table", gguf = "string", gguf_also = "table", config =
                     weights = "table", embed = "function", layer = "function", head = "function"}
 local REQUIRED = {"hf", "config", "weights", "embed", "layer", "head"}
 local CONFIG_KEYS = {hf = "any", gguf = "string", default = "any", by_format = "table"}
-local WEIGHT_KEYS = {hf = "string", gguf = "string", shape = "table", tied = "string", optional = "boolean",
+local WEIGHT_KEYS = {hf = "any", gguf = "any", shape = "table", tied = "string", optional = "boolean",
                      slice = "table", experts = "string"}
+local PART_KEYS = {[1] = "string", rows = "any", transposed = "boolean"}
 
 -- Skips a long bracket (`[[...]]`, `[==[...]==]`) that opens at i; returns
 -- the position after it and the newlines it holds, or nil if none opens there.
@@ -264,6 +265,29 @@ function describe.validate(d, name, e)
     if not spec.shape then fail("weight '" .. wname .. "' is missing 'shape'") end
     if spec.tied and not e.weights[spec.tied] then
       fail("weight '" .. wname .. "' is tied to undeclared '" .. spec.tied .. "'")
+    end
+    -- a checkpoint that stores the weight in parts: {heads = EXPR, {NAME, rows = EXPR [, transposed = true]}, ...}
+    -- (see config.weight_parts); the first part's name stands for the weight where one name is asked for
+    spec.parts = {}
+    for _, fmt in ipairs({"hf", "gguf"}) do
+      local v = spec[fmt]
+      if type(v) == "table" then
+        if #v == 0 then fail("weight '" .. wname .. "': " .. fmt .. " lists no parts") end
+        for k in pairs(v) do
+          if k ~= "heads" and (math.type(k) ~= "integer" or k < 1 or k > #v) then
+            fail("weight '" .. wname .. "': " .. fmt .. " parts: unknown key '" .. tostring(k) .. "'")
+          end
+        end
+        for _, part in ipairs(v) do
+          if type(part) ~= "table" then fail("weight '" .. wname .. "': each " .. fmt .. " part is {NAME, rows = EXPR}") end
+          check_keys(d, name, part, PART_KEYS, "weight '" .. wname .. "' " .. fmt .. " part", wname, "weights")
+          if not part[1] or not part.rows then fail("weight '" .. wname .. "': each " .. fmt .. " part is {NAME, rows = EXPR}") end
+        end
+        if spec.experts or spec.slice then fail("weight '" .. wname .. "': stored in parts, it cannot be an expert or a slice") end
+        spec.parts[fmt], spec[fmt] = v, v[1][1]
+      elseif v ~= nil and type(v) ~= "string" then
+        fail("weight '" .. wname .. "': '" .. fmt .. "' must be a name or a list of parts, not a " .. type(v))
+      end
     end
     spec.per_layer = (spec.hf or spec.gguf or ""):find("%%d") ~= nil
     if spec.slice and #spec.slice ~= 2 then

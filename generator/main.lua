@@ -108,6 +108,34 @@ local function compiled_dtype(opts, w, stored, is_head, n_layers)
   return want
 end
 
+-- The stored tensors of a weight the checkpoint keeps in parts
+-- (config.weight_parts), marked consumed. Returns what stands for the stored
+-- tensor when the compiled dtype is chosen: the parts' common dtype, or f32
+-- when they differ or their blocks do not fit the assembled rows (the loader
+-- converts every part's rows through f32 anyway). `name` keys the weight's
+-- sharing (same_as) by all of its parts.
+local MAX_WEIGHT_PARTS = 4 -- templates/model_weights.c.in
+local function stored_parts(d, w, tensors, consumed, source)
+  if #w.parts > MAX_WEIGHT_PARTS then
+    util.die(string.format("%s:%d: error: weight '%s' is stored in %d parts, at most %d are supported", d.path,
+      w.decl.line, w.logical, #w.parts, MAX_WEIGHT_PARTS))
+  end
+  local names, dtype = {}, nil
+  for j, part in ipairs(w.parts) do
+    part.tensor = w.layer and string.format(part.name, w.layer) or part.name
+    local t = tensors[part.tensor]
+    if not t then
+      util.die(string.format("%s:%d: error: weight '%s' (part '%s') is not in %s", d.path, w.decl.line, w.logical,
+        part.tensor, source))
+    end
+    consumed[part.tensor] = true
+    names[j] = part.tensor
+    dtype = (dtype == nil or dtype == t.dtype) and t.dtype or "f32"
+  end
+  if w.shape[2] % plan.block_elems(dtype) ~= 0 then dtype = "f32" end
+  return {name = table.concat(names, "+"), dtype = dtype}
+end
+
 -- The LM head's weight: the last linear on the way to the logits (a softcap
 -- or scale may follow it).
 local function head_weight(g)
@@ -263,6 +291,8 @@ local function main(argv)
   for i, w in ipairs(g.weight_list) do
     w.tensor = config.tensor_name(entry, w.logical, w.layer, cfg.format, w.expert)
     local stored = w.tensor and tensors[w.tensor]
+    w.parts = w.decl.stored_parts[cfg.format == "gguf" and "gguf" or "hf"]
+    if w.parts then stored = stored_parts(d, w, tensors, consumed, opts.source) end
     w.tied_c = "NULL"
     if not stored and w.decl.tied then
       local tied = config.tensor_name(entry, w.decl.tied, w.layer, cfg.format)
@@ -288,6 +318,14 @@ local function main(argv)
     w.dtype_enum = "INGOT_" .. w.dtype:upper()
     w.slot = i - 1
     local key = (stored.name or w.tensor) .. "/" .. w.dtype .. "/" .. w.first_row
+    w.parts_c = "0, 0, {{NULL, 0, 0}}"
+    if w.parts then
+      local list = {}
+      for j, part in ipairs(w.parts) do
+        list[j] = string.format('{"%s", %d, %d}', part.tensor, part.rows, part.transposed and 1 or 0)
+      end
+      w.parts_c = string.format("%d, %d, {%s}", #w.parts, w.parts.heads or 0, table.concat(list, ", "))
+    end
     w.same_as = by_tensor[key] or -1
     by_tensor[key] = by_tensor[key] or w.slot
     counts[w.dtype] = (counts[w.dtype] or 0) + 1

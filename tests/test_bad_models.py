@@ -7,13 +7,14 @@ go through the generated load path: tensors checked against the description.
 """
 import json
 import shutil
+import struct
 import subprocess
 
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from modelbuild import TINY, build, smollm2_gguf
+from modelbuild import FIXTURES, TINY, build, smollm2_gguf
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,24 @@ def test_unsupported_dtype(tiny, tmp_path):
     tensors["model.norm.weight"] = tensors["model.norm.weight"].astype(np.int64)
     save_file(tensors, d / "model.safetensors")
     fails_with(tiny, logits_args(d), "model.norm.weight", "I64")
+
+
+def test_weight_part_of_the_wrong_shape(built, tmp_path):
+    """DeepSeek-V2's GGUF stores kv_b_proj in two parts (attn_k_b, attn_v_b) that the loader joins:
+    a file whose attn_v_b holds each head's block transposed ([heads, kv_lora, v] for [heads, v,
+    kv_lora], the same bytes) is refused, naming the part, both shapes and the declaring line."""
+    good = FIXTURES / "gguf_families" / "deepseek2" / "model.f32.gguf"
+    raw = bytearray(good.read_bytes())
+    name = b"blk.1.attn_v_b.weight"
+    at = raw.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)  # its tensor info: n_dims, dims
+    assert struct.unpack_from("<I", raw, at) == (3,)
+    ne = struct.unpack_from("<3Q", raw, at + 4)
+    struct.pack_into("<3Q", raw, at + 4, ne[1], ne[0], ne[2])
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(raw))
+    binary = build(good, "gg-deepseek2")  # the binary test_gguf_families builds
+    fails_with(binary, logits_args(bad), name.decode(), f"[{ne[2]}, {ne[1]}, {ne[0]}]", f"[{ne[2]}, {ne[0]}, {ne[1]}]",
+               "part 2 of a weight declared at models.lua:")
 
 
 @pytest.mark.parametrize("keep", [0, 7, 100, 5000, -1000, -1])

@@ -35,7 +35,8 @@ DEF = re.compile(r"^(?:local\s+function\s+(\w+)|local\s+(\w+)\s*=[^=]|(\w+(?:\.\
 CITE = re.compile(r"models\.lua:(\d+)(?:-(\d+))?")
 STATEMENT = re.compile(r"/\* models\.lua:(\d+)  (.*?) \*/")
 BANNER = re.compile(r"models\.lua entry '(\w+)' \(models\.lua:(\d+)\)")
-# {"tensor", tied, n_dims, {shape}, first_row, stored_rows, DTYPE, same_as, LINE}, /* slot: logical ... */
+# {"tensor", tied, n_dims, {shape}, first_row, stored_rows, stacked, n_parts, part_heads, {parts}, DTYPE, same_as,
+#  LINE}, /* slot: logical ... */
 WEIGHT_ROW = re.compile(r'^\s*\{"([^"]*)", (?:NULL|"[^"]*"), .*, (\d+)\}, /\* \d+: (\w+)')
 
 

@@ -11,7 +11,11 @@ Q8_0 file (the default tier runs two families; make test-full all): the same wei
 sides, llama.cpp rounding activations to int8 as well. Bound, by the triangle inequality through
 transformers: |ingot - llama.cpp| <= |ingot Q8_0 - ingot F32| + 1e-4 + |llama.cpp Q8_0 -
 transformers| (each measured on the same tokens); greedy tokens agree except at near-ties (the
-two candidates within 2 max|delta| in llama.cpp's logits)."""
+two candidates within 2 max|delta| in llama.cpp's logits).
+
+DeepSeek-V2's file stores kv_b_proj in two parts (attn_k_b, each head's block transposed, and
+attn_v_b) that the loader joins at load: its Q8_0 file (F32: make test-full) also runs on the CUDA
+backend under cudasim, against the CPU build of the same file (prefill, chunks of 5, decode)."""
 import hashlib
 import json
 
@@ -19,7 +23,7 @@ import numpy as np
 import pytest
 
 import modelbuild
-from conftest import BREADTH, ROOT, run
+from conftest import BREADTH, ROOT, SAN, run
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gguf_families"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "reference.json").exists())
@@ -38,7 +42,7 @@ def fixture(name):
 def test_every_family_has_a_gguf():
     """Each models.lua entry with a GGUF architecture that llama.cpp converts has a fixture here
     (Llama and Mistral: SmolLM2 and the K-quant fixtures; Mixtral: test_families' stacked experts)."""
-    assert set(NAMES) >= {"qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite", "smollm3", "qwen3moe", "phi3"}
+    assert set(NAMES) >= {"qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite", "smollm3", "qwen3moe", "phi3", "deepseek2"}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -66,3 +70,18 @@ def test_q8_0_gguf_matches_llamacpp(name, tmp_path, built):
     delta = np.abs(q8 - llama)
     assert delta.max() <= bound, f"{name}: max |ingot - llama.cpp| = {delta.max():.3g} > {bound:.3g}"
     modelbuild.assert_greedy_near_ties(q8, llama, delta.max(), f"{name} ")
+
+
+@pytest.mark.skipif(SAN, reason="cudasim runs in the optimized pass")
+@pytest.mark.parametrize("kind", ["q8_0", pytest.param("f32", marks=BREADTH)])
+def test_cudasim_deepseek2_gguf_matches_cpu(kind, tmp_path, built):
+    d, ref, _ = fixture("deepseek2")
+    model = d / ref["files"][kind]
+    suffix = "" if kind == "f32" else "-q8"
+    cpu = modelbuild.build(model, f"gg-deepseek2{suffix}")
+    sim = modelbuild.build(model, f"cugg-deepseek2{suffix}", "--backend", "cuda", "--cudasim")
+    tokens = ref["tokens"][:24]  # cudasim is slow: the default tier keeps it short
+    want = modelbuild.logits(cpu, tokens, tmp_path=tmp_path)
+    for mode in ((), ("--chunk", "5"), ("--decode",)):
+        err = float(np.abs(modelbuild.logits(sim, tokens, *mode, tmp_path=tmp_path) - want).max())
+        assert err <= 1e-4, f"{kind} {mode}: max |cuda - cpu| = {err:.3g}"

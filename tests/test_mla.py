@@ -142,7 +142,8 @@ def test_cudasim_paged_batches_match_cpu(built, tmp_path, mla):
     (("rows = c.v_dim}", "rows = c.v_dim + 1}"), "rows = c.v_dim}", ["head_linear: rows", "do not fit weight kv_b"]),
     (("{heads = H}), rope_opts(c, H))", "{heads = H + 1}), rope_opts(c, H))"), "{heads = H}), rope_opts(c, H))",
      ["columns:", "group(s)"]),
-], ids=["no-value-dim", "head-rows", "columns"])
+    (('rows = "v_dim"}', 'rows = "kv_lora"}'), "kv_b        = {hf", ["weight 'kv_b'", "rows in parts", "rows declared"]),
+], ids=["no-value-dim", "head-rows", "columns", "gguf-parts-rows"])
 def test_description_mistakes_name_their_line(mla, tmp_path, edit, at, words):
     """A wrong MLA description stops the generator at the models.lua line that made it."""
     from conftest import ROOT

@@ -37,6 +37,70 @@ static int model_convert(const wt_tensor *t, int64_t first, int64_t rows, ingot_
     return 0;
 }
 
+/* Finds and checks the parts of a weight the checkpoint stores split
+ * (weight_part): each [heads][rows][cols], or [heads][cols][rows] when
+ * transposed (2-D without heads). Returns the first part, NULL with err set. */
+static const wt_tensor *model_expect_parts(const wt_file *f, const weight_spec *s, char *err, size_t errlen) {
+    const wt_tensor *first = NULL;
+    for (int p = 0; p < s->n_parts; p++) {
+        const weight_part *part = &s->parts[p];
+        const int64_t inner[2] = {part->transposed ? s->shape[1] : part->rows, part->transposed ? part->rows : s->shape[1]};
+        const int64_t shape[3] = {s->part_heads ? s->part_heads : inner[0], s->part_heads ? inner[0] : inner[1], inner[1]};
+        const wt_tensor *t = wt_expect(f, part->name, s->part_heads ? 3 : 2, shape, ~0u, err, errlen);
+        size_t row;
+        if (t && dtype_row_bytes(t->dtype, inner[1], &row) != 0) {
+            snprintf(err, errlen, "%s: tensor '%s': rows of %lld cannot be %s", wt_path(f), part->name,
+                     (long long)inner[1], dtype_name(t->dtype));
+            t = NULL;
+        }
+        if (!t || wt_check_scales(f, t, err, errlen) != 0) {
+            size_t used = strlen(err);
+            snprintf(err + used, errlen - used, " (part %d of a weight declared at models.lua:%d)", p + 1, s->line);
+            return NULL;
+        }
+        if (!first) first = t;
+    }
+    return first;
+}
+
+/* Assembles a weight stored in parts into dst (rows of dtype s->dtype):
+ * head by head, the head's rows of each part in turn. A part's head block is
+ * dequantized whole; a transposed one ([cols][rows]) gives its columns as
+ * the rows. -1 on allocation failure or a dtype with no quantizer. */
+static int model_assemble(const wt_file *f, const weight_spec *s, unsigned char *dst) {
+    const int64_t cols = s->shape[1], heads = s->part_heads ? s->part_heads : 1;
+    size_t out_row;
+    if (dtype_row_bytes(s->dtype, cols, &out_row) != 0) return -1;
+    int64_t max_rows = 0;
+    for (int p = 0; p < s->n_parts; p++) max_rows = s->parts[p].rows > max_rows ? s->parts[p].rows : max_rows;
+    float *block = malloc(sizeof(float) * (size_t)(max_rows * cols)), *row = malloc(sizeof(float) * (size_t)cols);
+    int rc = block && row ? 0 : -1;
+    for (int64_t h = 0; rc == 0 && h < heads; h++) {
+        for (int p = 0; rc == 0 && p < s->n_parts; p++) {
+            const weight_part *part = &s->parts[p];
+            const wt_tensor *t = wt_find(f, part->name);
+            /* the head's stored rows: how many and how long */
+            const int64_t n_in = part->transposed ? cols : part->rows, len = part->transposed ? part->rows : cols;
+            size_t in_row;
+            if (!t || dtype_row_bytes(t->dtype, len, &in_row) != 0) { rc = -1; break; }
+            const unsigned char *from = (const unsigned char *)t->data + (size_t)(h * n_in) * in_row;
+            for (int64_t r = 0; r < n_in; r++) dtype_dequantize_row(t->dtype, from + (size_t)r * in_row, block + r * len, len);
+            for (int64_t r = 0; rc == 0 && r < part->rows; r++) {
+                const float *src = block + r * cols;
+                if (part->transposed) {
+                    for (int64_t c = 0; c < cols; c++) row[c] = block[c * part->rows + r];
+                    src = row;
+                }
+                rc = dtype_quantize_row(s->dtype, src, dst, cols);
+                dst += out_row;
+            }
+        }
+    }
+    free(block);
+    free(row);
+    return rc;
+}
+
 void ingot_model_free(ingot_model *m) {
     if (!m) return;
 #ifdef MODEL_BEFORE_FREE
@@ -70,6 +134,8 @@ static int model_check_all_used(const wt_file *f, char *err, size_t errlen) {
         const wt_tensor *t = wt_find(f, WEIGHTS[i].name);
         if (!t && WEIGHTS[i].tied_to) t = wt_find(f, WEIGHTS[i].tied_to);
         if (t) used[t - base] = 1;
+        for (int p = 0; p < WEIGHTS[i].n_parts; p++)
+            if ((t = wt_find(f, WEIGHTS[i].parts[p].name))) used[t - base] = 1;
     }
     static const char derived_suffix[] = ".rotary_emb.inv_freq";
     const size_t ns = sizeof derived_suffix - 1;
@@ -121,6 +187,20 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
     for (int i = 0; i < N_WEIGHTS; i++) {
         const weight_spec *s = &WEIGHTS[i];
         if (s->same_as >= 0) continue;
+        if (s->n_parts > 0) { /* assembled: always a copy of its own */
+            size_t out_row = 0;
+            if (!(src[i] = model_expect_parts(m->file, s, err, errlen))) break;
+            if (dtype_row_bytes(s->dtype, s->shape[1], &out_row) != 0) {
+                snprintf(err, errlen, "%s: weight '%s': rows of %lld cannot be stored as %s", wt_path(m->file), s->name,
+                         (long long)s->shape[1], dtype_name(s->dtype));
+                src[i] = NULL;
+                break;
+            }
+            m->weight_bytes += out_row * (size_t)s->shape[0];
+            offset[i] = wmem_bytes;
+            wmem_bytes += (out_row * (size_t)s->shape[0] + 63) / 64 * 64;
+            continue;
+        }
         const char *name = s->name;
         if (!wt_find(m->file, name) && s->tied_to) name = s->tied_to;
         int64_t shape[3] = {s->stored_rows ? s->stored_rows : s->shape[0], s->shape[1], 0};
@@ -163,6 +243,16 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
         const weight_spec *s = &WEIGHTS[i];
         if (s->same_as >= 0) { m->w[i] = m->w[s->same_as]; continue; }
         const wt_tensor *t = src[i];
+        if (s->n_parts > 0) {
+            if (model_assemble(m->file, s, m->wmem + offset[i]) != 0) {
+                snprintf(err, errlen, "%s: cannot assemble weight '%s' (%d parts) as %s", wt_path(m->file), s->name,
+                         s->n_parts, dtype_name(s->dtype));
+                ok = 0;
+                break;
+            }
+            m->w[i] = m->wmem + offset[i];
+            continue;
+        }
         const int64_t rows = s->n_dims == 1 ? 1 : s->shape[0];
         const unsigned char *from = (const unsigned char *)t->data + (size_t)s->first_row * src_row[i];
         unsigned char *to = m->wmem + offset[i];
