@@ -10,7 +10,8 @@ where it has rope parameters, biases and expert counts where it has them —
 fills every weight, norm and bias with random non-zero values (transformers'
 zeros and ones would hide a missing one), takes transformers' float32 logits
 for a random token sequence, casts the checkpoint with ./ingot build (fused
-and --no-fuse, KV cache in f32; --cudasim adds the CUDA backend on cudasim), and prints
+and --no-fuse, KV cache in f32; --cudasim adds the CUDA backend on cudasim, fused
+and --no-fuse), and prints
 max |Δlogits| for the prompt in one step (prefill), in chunks of 7 (chunked)
 and token by token (decode), with the verdict against the bound:
 
@@ -18,7 +19,7 @@ and token by token (decode), with the verdict against the bound:
   differ only in summation order, observed about 1e-5), scaled by
   max(1, max|logit| / 8) for models whose logits are large.
 
-Needs the oracle packages (scripts/setup.sh --oracles: torch, transformers).
+Needs torch and transformers (scripts/setup.sh --check).
 Exit status 0 when every case passes, 1 when one fails, 2 on a usage error.
 
   ingot check llama                     # every architecture of the llama entry, 3 seeds
@@ -180,7 +181,7 @@ def main():
         transformers.utils.logging.disable_progress_bar()
         transformers.utils.logging.set_verbosity_error()
     except ImportError as e:
-        print(f"ingot check: needs torch and transformers ({e.name} is missing): scripts/setup.sh --oracles",
+        print(f"ingot check: needs torch and transformers ({e.name} is missing): scripts/setup.sh --check",
               file=sys.stderr)
         return 2
     torch.set_num_threads(2)
@@ -190,7 +191,10 @@ def main():
     exact = ["--kv-dtype", "f32"]
     backends = [("cpu", exact, "fused")] + ([] if args.no_unfused else [("cpu", ["--no-fuse", *exact], "unfused")])
     if args.cudasim:
-        backends.append(("cudasim", ["--backend", "cuda", "--cudasim", *exact], "fused"))
+        cuda = ["--backend", "cuda", "--cudasim", *exact]
+        backends.append(("cudasim", cuda, "fused"))
+        if not args.no_unfused:
+            backends.append(("cudasim", ["--no-fuse", *cuda], "unfused"))
     failures = 0
     print(f"{'architecture':24s} {'seed':>4s}  {'config':44s} {'backend':8s} {'fusion':8s} "
           f"{'prefill':>9s} {'chunked':>9s} {'decode':>9s}  bound     verdict")

@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
 # Installs what ingot needs to build models and run its tests, from Debian's
 # packages and PyPI only. Safe to run again: it installs only what is missing.
-#   scripts/setup.sh           build + test dependencies
-#   scripts/setup.sh --oracles also the heavy reference libraries (torch,
-#                              transformers, llama-cpp-python) needed only to
-#                              regenerate tests/fixtures and to run bench/
+#   scripts/setup.sh           build dependencies and the test tools
+#   scripts/setup.sh --check   also torch and transformers, the reference
+#                              `ingot check` compares a models.lua entry with
+#                              (what the default test tier needs: it checks
+#                              every entry)
+#   scripts/setup.sh --oracles also the rest of the reference libraries
+#                              (llama-cpp-python, sentencepiece, accelerate)
+#                              needed only to regenerate tests/fixtures and to
+#                              run bench/
 set -euo pipefail
 
 # prometheus: promtool checks /metrics; nginx-light: the gateway in front of several `serve` processes
 # (tests/test_router.py, docs/deployment.md)
 APT_PACKAGES="gcc make lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev prometheus nginx-light"
 PIP_PACKAGES="numpy pytest pytest-xdist safetensors gguf tokenizers jinja2 openai requests"
-ORACLE_PACKAGES="torch transformers accelerate sentencepiece llama-cpp-python"
+CHECK_PACKAGES="torch transformers"
+ORACLE_PACKAGES="$CHECK_PACKAGES accelerate sentencepiece llama-cpp-python"
+case "${1:-}" in
+  "") extra="" ;;
+  --check) extra=$CHECK_PACKAGES ;;
+  --oracles) extra=$ORACLE_PACKAGES ;;
+  *) echo "usage: scripts/setup.sh [--check|--oracles]" >&2; exit 2 ;;
+esac
 
 missing=""
 for p in $APT_PACKAGES; do
@@ -28,8 +40,8 @@ pip_missing=""
 for p in $PIP_PACKAGES; do
   python3 -m pip show -q "$p" >/dev/null 2>&1 || pip_missing="$pip_missing $p"
 done
-if [ "${1:-}" = "--oracles" ]; then
-  for p in $ORACLE_PACKAGES; do
+if [ -n "$extra" ]; then
+  for p in $extra; do
     python3 -m pip show -q "$p" >/dev/null 2>&1 || pip_missing="$pip_missing $p"
   done
 fi
