@@ -233,11 +233,13 @@ local function moe_kernel(ctx, s, n, grp)
   local router = n.inputs[2]
   local x, out = s.buf(n.inputs[1].node), s.buf(n)
   local slot = {}
-  for _, name in ipairs({"route", "xg", "gate", "up", "down"}) do
-    local key = "moe" .. grp.moe[name].id
-    s.bufs[#s.bufs + 1] = {key = key, node = {buffer = grp.moe[name], width = grp.moe[name].width}}
-    s.buf_index[key] = #s.bufs - 1
-    slot[name] = "b" .. (#s.bufs - 1)
+  for _, name in ipairs({"route", "xg", "gate", "up", "down", "xg_gate", "xg_up", "act_down"}) do
+    if grp.moe[name] then -- the last three: only for experts reordered at load
+      local key = "moe" .. grp.moe[name].id
+      s.bufs[#s.bufs + 1] = {key = key, node = {buffer = grp.moe[name], width = grp.moe[name].width}}
+      s.buf_index[key] = #s.bufs - 1
+      slot[name] = "b" .. (#s.bufs - 1)
+    end
   end
   local rw = s.weight(router)
   local gate0 = s.weight(n.inputs[3])
@@ -254,6 +256,25 @@ local function moe_kernel(ctx, s, n, grp)
   local function mm(dt) return (plan_mod.quantized(dt) and "kc_mmx_" or "kc_mm_") .. dt end
   local gdt, udt, ddt = dt_of(3), dt_of(3 + E), dt_of(3 + 2 * E)
   local gw = tonumber(gate0:sub(2))
+  -- act-order experts: the first slot of each family's input orders (E consecutive slots)
+  local function perms_of(first)
+    local any = false
+    for e = 0, E - 1 do any = any or n.inputs[first + e].perm ~= nil end
+    if not any then return nil end
+    local p0
+    for e = 0, E - 1 do
+      local w = n.inputs[first + e]
+      if not w.perm then
+        util.die(string.format("models.lua:%d: error: moe: expert %d of '%s' has no input order (.perm) but another has: every expert of a layer must come reordered or none",
+          n.line, e, w.logical))
+      end
+      local slot_e = tonumber(s.weight(w.perm):sub(2))
+      p0 = p0 or slot_e
+      if slot_e ~= p0 + e then util.die(string.format("models.lua:%d: error: moe: the experts' input orders share a tensor", n.line)) end
+    end
+    return p0
+  end
+  local gp, up, dp = perms_of(3), perms_of(3 + E), perms_of(3 + 2 * E)
   local C = {}
   local function L(fmt, ...) C[#C + 1] = string.format(fmt, ...) end
   L("static void @NAME@_route(void *vp, int64_t t0, int64_t t1, int tid) {")
@@ -299,14 +320,32 @@ local function moe_kernel(ctx, s, n, grp)
   L("    }")
   L("}")
   L("")
+  if gp or up then
+    L("static void @NAME@_order_in(void *vp, int64_t i0, int64_t i1, int tid) {")
+    L("    const kargs *a = vp; const moe_state *st = a->moe; (void)tid;")
+    L("@DECLS@")
+    L("    for (int64_t i = st->row0 + i0; i < st->row0 + i1; i++) { /* the expert's rows in its linears' input orders */")
+    if gp then
+      L("        kc_gather(%s + (size_t)i * %d, (const int32_t *)a->w[%d + st->expert], %d, %s + (size_t)i * %d);", slot.xg, D, gp, D,
+        slot.xg_gate, D)
+    end
+    if up then
+      L("        kc_gather(%s + (size_t)i * %d, (const int32_t *)a->w[%d + st->expert], %d, %s + (size_t)i * %d);", slot.xg, D, up, D,
+        slot.xg_up, D)
+    end
+    L("    }")
+    L("}")
+    L("")
+  end
   L("static void @NAME@_gateup(void *vp, int64_t r0, int64_t r1, int tid) {")
   L("    const kargs *a = vp; const moe_state *st = a->moe; (void)tid;")
   L("@DECLS@")
   L("    const int e = st->expert;")
-  L("    const float *xs = %s + (size_t)st->row0 * %d;", slot.xg, D)
-  L("    if (r0 < %d) %s((%s *)a->w[%d + e], xs, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)r0, (int)(r1 < %d ? r1 : %d), NULL, 0);",
+  L("    const float *xs_gate = %s + (size_t)st->row0 * %d, *xs_up = %s + (size_t)st->row0 * %d;", slot.xg_gate or slot.xg, D,
+    slot.xg_up or slot.xg, D)
+  L("    if (r0 < %d) %s((%s *)a->w[%d + e], xs_gate, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)r0, (int)(r1 < %d ? r1 : %d), NULL, 0);",
     F, mm(gdt), DT_CTYPE[gdt], gw, D, slot.gate, F, F, D, F, F)
-  L("    if (r1 > %d) %s((%s *)a->w[%d + e], xs, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 - %d), NULL, 0);",
+  L("    if (r1 > %d) %s((%s *)a->w[%d + e], xs_up, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 - %d), NULL, 0);",
     F, mm(udt), DT_CTYPE[udt], gw + E, D, slot.up, F, F, D, F, F, F)
   L("}")
   L("")
@@ -319,11 +358,21 @@ local function moe_kernel(ctx, s, n, grp)
   L("    }")
   L("}")
   L("")
+  if dp then
+    L("static void @NAME@_order_act(void *vp, int64_t i0, int64_t i1, int tid) {")
+    L("    const kargs *a = vp; const moe_state *st = a->moe; (void)tid;")
+    L("@DECLS@")
+    L("    for (int64_t i = st->row0 + i0; i < st->row0 + i1; i++) /* the activated rows in down's input order */")
+    L("        kc_gather(%s + (size_t)i * %d, (const int32_t *)a->w[%d + st->expert], %d, %s + (size_t)i * %d);", slot.gate, F, dp, F,
+      slot.act_down, F)
+    L("}")
+    L("")
+  end
   L("static void @NAME@_down(void *vp, int64_t r0, int64_t r1, int tid) {")
   L("    const kargs *a = vp; const moe_state *st = a->moe; (void)tid;")
   L("@DECLS@")
   L("    %s((%s *)a->w[%d + st->expert], %s + (size_t)st->row0 * %d, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)r0, (int)r1, NULL, 0);",
-    mm(ddt), DT_CTYPE[ddt], gw + 2 * E, slot.gate, F, F, slot.down, D, D, F)
+    mm(ddt), DT_CTYPE[ddt], gw + 2 * E, slot.act_down or slot.gate, F, F, slot.down, D, D, F)
   L("}")
   L("")
   L("static void @NAME@_combine(void *vp, int64_t t0, int64_t t1, int tid) {")
@@ -370,8 +419,10 @@ local function moe_kernel(ctx, s, n, grp)
     string.format("for (int e = 0; e < %d; e++) {", E),
     "    if (!count[e]) continue;",
     "    st.expert = e; st.rows = count[e]; st.row0 = offset[e];",
+    (gp or up) and "    tp_parallel_for(a->pool, count[e], 1, @NAME@_order_in, &b);" or false,
     string.format("    tp_parallel_for(a->pool, %d, 16, @NAME@_gateup, &b);", 2 * F),
     "    tp_parallel_for(a->pool, count[e], 1, @NAME@_act, &b);",
+    dp and "    tp_parallel_for(a->pool, count[e], 1, @NAME@_order_act, &b);" or false,
     string.format("    tp_parallel_for(a->pool, %d, 16, @NAME@_down, &b);", D),
     "}",
     "tp_parallel_for(a->pool, a->rows, 1, @NAME@_combine, &b);",
@@ -449,7 +500,9 @@ function emit.kernels(ctx, groups, final_node)
     elseif grp.kind == "moe" then
       local moe_phases, moe_runs = moe_kernel(ctx, s, grp.ops[1], grp)
       for _, p in ipairs(moe_phases) do phases[#phases + 1] = p end
-      for _, r in ipairs(moe_runs) do runs[#runs + 1] = r end
+      for _, r in ipairs(moe_runs) do
+        if r then runs[#runs + 1] = r end -- false: a phase of reordered experts this group does not have
+      end
       if #grp.epilogue > 0 then
         phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_post", grp.epilogue)
         runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_post, (void *)a);"

@@ -62,6 +62,30 @@ local function expert_weights(s, n, first, E)
   return table.concat(names, ", "), dt
 end
 
+-- The input orders of an expert family reordered at load (act-order GPTQ: each expert's .perm),
+-- as the argument list of ig_moe_pick; nil when the family is not reordered.
+local function expert_perms(s, n, first, E)
+  local any = false
+  for e = 0, E - 1 do any = any or n.inputs[first + e].perm ~= nil end
+  if not any then return nil end
+  local names = {}
+  for e = 0, E - 1 do
+    local w = n.inputs[first + e]
+    if not w.perm then
+      util.die(string.format("models.lua:%d: error: moe: expert %d of '%s' has no input order (.perm) but another has: every expert of a layer must come reordered or none",
+        n.line, e, w.logical))
+    end
+    names[#names + 1] = s.weight(w.perm)
+  end
+  return table.concat(names, ", ")
+end
+
+-- The template flag and trailing argument of ig_gemv_warp / ig_gemm_tile for a family's orders.
+local function perm_args(perms)
+  if not perms then return "", "" end
+  return ", true", string.format(", (const int *)ig_moe_pick(e, %s)", perms)
+end
+
 local function kernel(lib, s, head, lines)
   local L = {head, "    (void)t0; (void)nt; (void)kvl;"}
   for _, l in ipairs(lines) do L[#L + 1] = "    " .. l end
@@ -137,6 +161,8 @@ function moe.call(ctx, grp, final_node, lib)
       local slot = scratch_slots(s, grp, {"route", "gate", "up"})
       local gw, gdt = expert_weights(s, n, 3, E)
       local uw, udt = expert_weights(s, n, 3 + E, E)
+      local gflag, gperm = perm_args(expert_perms(s, n, 3, E))
+      local uflag, uperm = perm_args(expert_perms(s, n, 3 + E, E))
       local map = string.format("ig_moe_row_token<%d>(%s, %s) + first", K, slot.route, T)
       local body
       if gemm then
@@ -144,10 +170,10 @@ function moe.call(ctx, grp, final_node, lib)
           src .. " /* gate and up */",
           string.format("const int r0 = blockIdx.x * IG_GEMM_BN; float *gate = %s + (long long)(first + tb) * %d, *up = %s + (long long)(first + tb) * %d;",
             slot.gate, F, slot.up, F),
-          string.format("ig_gemm_tile<%s, %d>(ig_moe_pick(e, %s), r0, %d, %s, %d, %s, tb, n, nullptr, 0.0f, nullptr, gate, %d, nullptr);",
-            dt_name(gdt), D, gw, F, x, D, map, F),
-          string.format("ig_gemm_tile<%s, %d>(ig_moe_pick(e, %s), r0, %d, %s, %d, %s, tb, n, nullptr, 0.0f, nullptr, up, %d, nullptr);",
-            dt_name(udt), D, uw, F, x, D, map, F),
+          string.format("ig_gemm_tile<%s, %d%s>(ig_moe_pick(e, %s), r0, %d, %s, %d, %s, tb, n, nullptr, 0.0f, nullptr, gate, %d, nullptr%s);",
+            dt_name(gdt), D, gflag, gw, F, x, D, map, F, gperm),
+          string.format("ig_gemm_tile<%s, %d%s>(ig_moe_pick(e, %s), r0, %d, %s, %d, %s, tb, n, nullptr, 0.0f, nullptr, up, %d, nullptr%s);",
+            dt_name(udt), D, uflag, uw, F, x, D, map, F, uperm),
           "__syncthreads(); /* the activation reads what other threads of the block wrote */",
           string.format("ig_moe_act_tile<%s, %d, IG_GEMM_BN, 256>(gate, up, n, r0, threadIdx.x); /* %s(gate) * up */",
             ACT[a.act], F, a.act),
@@ -160,10 +186,10 @@ function moe.call(ctx, grp, final_node, lib)
           string.format("const void *wg = ig_moe_pick(e, %s), *wu = ig_moe_pick(e, %s);", gw, uw),
           string.format("for (int c0 = 0; c0 < count; c0 += %d) {", lib.TMAX),
           string.format("    const int n = min(%d, count - c0);", lib.TMAX),
-          string.format("    ig_gemv_warp<%s, %d, %d>(wg, r, %s, %d, %s + c0, n, nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, nullptr, 0);",
-            dt_name(gdt), D, lib.TMAX, x, D, map, slot.gate, F, F),
-          string.format("    ig_gemv_warp<%s, %d, %d>(wu, r, %s, %d, %s + c0, n, nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, nullptr, 0);",
-            dt_name(udt), D, lib.TMAX, x, D, map, slot.up, F, F),
+          string.format("    ig_gemv_warp<%s, %d, %d%s>(wg, r, %s, %d, %s + c0, n, nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, nullptr, 0%s);",
+            dt_name(gdt), D, lib.TMAX, gflag, x, D, map, slot.gate, F, F, gperm),
+          string.format("    ig_gemv_warp<%s, %d, %d%s>(wu, r, %s, %d, %s + c0, n, nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, nullptr, 0%s);",
+            dt_name(udt), D, lib.TMAX, uflag, x, D, map, slot.up, F, F, uperm),
           "}",
           "__syncwarp(); /* the activation reads what other lanes wrote */",
           string.format("ig_moe_act_tile<%s, %d, 1, 32>(%s + (long long)first * %d, %s + (long long)first * %d, count, r, threadIdx.x & 31); /* %s(gate) * up */",
@@ -180,12 +206,13 @@ function moe.call(ctx, grp, final_node, lib)
       local s = emit_c.slots(grp, final_node)
       local slot = scratch_slots(s, grp, {"route", "gate", "down"})
       local dw, ddt = expert_weights(s, n, 3 + 2 * E, E)
+      local dflag, dperm = perm_args(expert_perms(s, n, 3 + 2 * E, E))
       local body
       if gemm then
         body = cat(expert_rows(slot), gemm_tile, {
           src .. " /* down */",
-          string.format("ig_gemm_tile<%s, %d>(ig_moe_pick(e, %s), blockIdx.x * IG_GEMM_BN, %d, %s + (long long)first * %d, %d, nullptr, tb, n, nullptr, 0.0f, nullptr, %s + (long long)(first + tb) * %d, %d, nullptr);",
-            dt_name(ddt), F, dw, D, slot.gate, F, F, slot.down, D, D),
+          string.format("ig_gemm_tile<%s, %d%s>(ig_moe_pick(e, %s), blockIdx.x * IG_GEMM_BN, %d, %s + (long long)first * %d, %d, nullptr, tb, n, nullptr, 0.0f, nullptr, %s + (long long)(first + tb) * %d, %d, nullptr%s);",
+            dt_name(ddt), F, dflag, dw, D, slot.gate, F, F, slot.down, D, D, dperm),
         })
       else
         body = cat(expert_rows(slot), {
@@ -194,8 +221,8 @@ function moe.call(ctx, grp, final_node, lib)
           string.format("if (r < %d && count > 0) { /* no return: every thread reaches ig_last_block */", D),
           string.format("    const void *wd = ig_moe_pick(e, %s);", dw),
           string.format("    for (int c0 = 0; c0 < count; c0 += %d)", lib.TMAX),
-          string.format("        ig_gemv_warp<%s, %d, %d>(wd, r, %s + (long long)(first + c0) * %d, %d, nullptr, min(%d, count - c0), nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, nullptr, 0);",
-            dt_name(ddt), F, lib.TMAX, slot.gate, F, F, lib.TMAX, slot.down, D, D),
+          string.format("        ig_gemv_warp<%s, %d, %d%s>(wd, r, %s + (long long)(first + c0) * %d, %d, nullptr, min(%d, count - c0), nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, nullptr, 0%s);",
+            dt_name(ddt), F, lib.TMAX, dflag, slot.gate, F, F, lib.TMAX, slot.down, D, D, dperm),
           "}",
           "if (!ig_last_block(st.done)) return; /* the combine: the last block, every token of the step */",
           string.format("for (int t = 0; t < %s; t++) {", T),

@@ -333,19 +333,20 @@ local function main(argv)
   end
   -- An act-order GPTQ linear repacked with its inputs reordered (runtime/load/quant_ckpt.h) comes
   -- with `<tensor>.perm`, the order: a weight of its own (i32, copied as stored) that the matmul's
-  -- activations are gathered by.
+  -- activations are gathered by. An expert's order is its own (the MoE kernels gather each expert's
+  -- rows by it); a GGUF's stacked experts never come reordered.
   for i = 1, #weights do
     local w = weights[i]
     local pname = w.tensor and (w.tensor .. ".perm")
     if pname and tensors[pname] and w.same_as < 0 then
-      if w.first_row ~= 0 or w.stacked ~= 0 or w.decl.slice or #w.shape ~= 2 or w.expert then
-        util.die(string.format("%s:%d: error: '%s' has reordered inputs (%s) but is read as a row slice or an expert (not supported)", d.path,
+      if w.first_row ~= 0 or w.stacked ~= 0 or w.decl.slice or #w.shape ~= 2 then
+        util.die(string.format("%s:%d: error: '%s' has reordered inputs (%s) but is read as a row slice (not supported)", d.path,
           w.decl.line, w.tensor, pname))
       end
       if opts.act_quant == "q8" then
         util.die(string.format("%s has reordered inputs (act-order GPTQ): build with --act-quant none", w.tensor))
       end
-      local p = {logical = w.logical .. ".perm", layer = w.layer, decl = w.decl, tensor = pname, tied_c = "NULL",
+      local p = {logical = w.logical .. ".perm", layer = w.layer, expert = w.expert, decl = w.decl, tensor = pname, tied_c = "NULL",
                  shape = {w.shape[2]}, stored_shape = {w.shape[2]}, first_row = 0, stacked = 0, dtype = "i32",
                  dtype_enum = "INGOT_I32", slot = #weights, same_as = -1}
       weights[#weights + 1] = p

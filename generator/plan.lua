@@ -94,8 +94,15 @@ function plan.run(g, groups, final_node, act_quant)
       local a = grp.ops[1].attrs
       local dim = grp.ops[1].inputs[1].width
       grp.moe = {}
-      for _, spec in ipairs({{"route", 4 * a.top_k + a.experts + 1}, {"xg", a.top_k * dim}, {"gate", a.top_k * a.ffn},
-                             {"up", a.top_k * a.ffn}, {"down", a.top_k * grp.ops[1].width}}) do
+      local specs = {{"route", 4 * a.top_k + a.experts + 1}, {"xg", a.top_k * dim}, {"gate", a.top_k * a.ffn},
+                     {"up", a.top_k * a.ffn}, {"down", a.top_k * grp.ops[1].width}}
+      -- experts whose inputs were reordered at load (act-order GPTQ): the CPU gathers each
+      -- expert's rows into that order (gate's, up's, and the activated rows for down)
+      local inputs = grp.ops[1].inputs
+      if inputs[3].perm then specs[#specs + 1] = {"xg_gate", a.top_k * dim} end
+      if inputs[3 + a.experts].perm then specs[#specs + 1] = {"xg_up", a.top_k * dim} end
+      if inputs[3 + 2 * a.experts].perm then specs[#specs + 1] = {"act_down", a.top_k * a.ffn} end
+      for _, spec in ipairs(specs) do
         grp.moe[spec[1]] = new_buffer({bytes = align(spec[2] * 4), first = grp.index, last = grp.index,
                                        nodes = {}, kind = "moe", width = spec[2]})
       end

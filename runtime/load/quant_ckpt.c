@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "hugealloc.h"
+#include "quant_rules.h"
 
 #define QC_MAX_CONFIG (16u << 20) /* a config.json larger than this is not a config */
 
@@ -24,6 +25,7 @@ typedef struct {
     int64_t group_size;  /* GPTQ/AWQ: inputs per group, -1 = one group per row */
     int zero_plus;       /* classic GPTQ stores zero - 1 */
     int64_t block[2];    /* FP8: weight_block_size [rows, cols], 0 = per-tensor or per-row scales */
+    qr_rules *rules;     /* modules left unquantized, per-module settings (quant_rules.h) */
 } qc_config;
 
 typedef struct {
@@ -35,6 +37,8 @@ typedef struct {
     qc_result *out;
     char *err;
     size_t errlen;
+    char **perm_families; /* expert families (expert_family) whose act-order makes every member reordered */
+    size_t n_perm_families;
 } qc_ctx;
 
 static int qc_fail(qc_ctx *c, const char *fmt, ...) {
@@ -192,6 +196,10 @@ static int parse_config(qc_ctx *c, const char *config_path, qc_config *q) {
                 goto done;
             }
         }
+    }
+    if (q->method != QC_NONE) {
+        char rerr[256];
+        if (!(q->rules = qr_parse(qcfg, q->method == QC_GPTQ, rerr, sizeof rerr))) rc = qc_fail(c, "%s: %s", config_path, rerr);
     }
 done:
     cJSON_Delete(root);
@@ -351,7 +359,11 @@ static int32_t *group_order(qc_ctx *c, const zp_linear *L) {
     return perm;
 }
 
-static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw, const char *prefix, size_t plen) {
+/* force_perm: reorder the inputs by group even when the stored order already keeps each block of 32
+ * in one group (an expert whose siblings need the order: the kernels read every expert's
+ * activations the same way). */
+static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw, const char *prefix, size_t plen,
+                             int force_perm) {
     char nb[160], sb[64];
     zp_linear L = {0};
     L.awq = q->method == QC_AWQ;
@@ -389,6 +401,9 @@ static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw,
         join(want, sizeof want, prefix, plen, L.scales ? ".qzeros" : ".scales");
         return qc_fail(c, "tensor '%s' has no '%s' beside it", qname, printable(want, wb, sizeof wb));
     }
+    if (force_perm && !L.g_idx)
+        return qc_fail(c, "tensor '%s' has no g_idx beside it, but other experts of its layer are act-order (their g_idx "
+                          "mixes groups)", qname);
     if (L.scales->dtype != INGOT_F16 || !shape_is(L.scales, 2, L.groups, L.out))
         return qc_fail(c, "tensor '%s': expected f16 [%lld, %lld] (%lld groups of %lld inputs), found %s %s",
                        printable(L.scales->name, nb, sizeof nb), (long long)L.groups, (long long)L.out,
@@ -424,7 +439,7 @@ static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw,
     for (int64_t i = 0; i < L.in && blocked; i++) blocked = zp_group(&L, i) == zp_group(&L, i - i % INGOT_QBLOCK);
     const int64_t nb32 = L.in / INGOT_QBLOCK;
     int32_t *perm = NULL;
-    if (!blocked) {
+    if (!blocked || (force_perm && L.g_idx)) {
         if (!(perm = group_order(c, &L))) return qc_fail(c, "out of memory repacking '%s'", qname);
         blocked = 1;
         for (int64_t i = 0; i < L.in && blocked; i++)
@@ -541,6 +556,127 @@ static int repack_fp8(qc_ctx *c, const qc_config *q, const wt_tensor *wq, const 
     return emit(c, prefix, plen, INGOT_F8_B32, rows, cols, w, nbytes);
 }
 
+/* ---- mixture-of-experts families ---- */
+
+/* The expert index of a name: the digits after its first ".experts." (then "." or the end), as
+ * [*d0, *d1); 0 when the name has none. The family of an expert linear is its name with that
+ * index left out: the experts of one layer and matrix. */
+static int expert_digits(const char *name, size_t len, size_t *d0, size_t *d1) {
+    static const char tag[] = ".experts.";
+    for (const char *p = name; (p = strstr(p, tag)) != NULL && (size_t)(p - name) + sizeof tag - 1 < len; p++) {
+        size_t i = (size_t)(p - name) + sizeof tag - 1, j = i;
+        while (j < len && name[j] >= '0' && name[j] <= '9') j++;
+        if (j > i && (j == len || name[j] == '.')) {
+            *d0 = i, *d1 = j;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* name[0, len) with its expert index replaced by '*' (malloc'd); NULL when not an expert's or out of memory. */
+static char *expert_family(const char *name, size_t len) {
+    size_t d0, d1;
+    if (!expert_digits(name, len, &d0, &d1)) return NULL;
+    char *f = malloc(len - (d1 - d0) + 2);
+    if (!f) return NULL;
+    memcpy(f, name, d0);
+    f[d0] = '*';
+    memcpy(f + d0 + 1, name + d1, len - d1);
+    f[len - (d1 - d0) + 1] = 0;
+    return f;
+}
+
+/* Act-order experts: when the stored order of any expert of a family mixes groups inside a block
+ * of 32, every expert of the family is reordered (the MoE kernels gather each expert's
+ * activations by its order, for all experts or none). A malformed g_idx is left to
+ * repack_zero_point to name. */
+static int find_perm_families(qc_ctx *c) {
+    for (size_t i = 0; i < c->n; i++) {
+        size_t plen;
+        const wt_tensor *t = &c->in[i];
+        const size_t len = strlen(t->name);
+        if (len < 8 || strcmp(t->name + len - 8, ".qweight") != 0) continue;
+        plen = len - 8;
+        char *fam = expert_family(t->name, plen);
+        if (!fam) continue;
+        char gname[1024];
+        const wt_tensor *g = join(gname, sizeof gname, t->name, plen, ".g_idx") ? NULL : find(c, gname);
+        int mixed = 0;
+        if (g && g->dtype == INGOT_I32 && g->n_dims == 1)
+            for (int64_t k = 0; k < g->shape[0] && !mixed; k++)
+                mixed = ld32(g->data, (size_t)k) != ld32(g->data, (size_t)(k - k % INGOT_QBLOCK));
+        for (size_t k = 0; mixed && k < c->n_perm_families; k++) mixed = strcmp(c->perm_families[k], fam) != 0;
+        char **nf = mixed ? realloc(c->perm_families, (c->n_perm_families + 1) * sizeof *nf) : NULL;
+        if (mixed && !nf) {
+            free(fam);
+            return qc_fail(c, "out of memory");
+        }
+        if (mixed) {
+            c->perm_families = nf;
+            c->perm_families[c->n_perm_families++] = fam;
+        } else {
+            free(fam);
+        }
+    }
+    return 0;
+}
+
+static int in_perm_family(const qc_ctx *c, const char *prefix, size_t plen) {
+    char *fam = expert_family(prefix, plen);
+    int found = 0;
+    for (size_t k = 0; fam && k < c->n_perm_families && !found; k++) found = strcmp(c->perm_families[k], fam) == 0;
+    free(fam);
+    return found;
+}
+
+typedef struct {
+    char *family;
+    size_t index; /* in the result's list */
+} family_member;
+
+static int cmp_member(const void *a, const void *b) {
+    const family_member *x = a, *y = b;
+    int r = strcmp(x->family, y->family);
+    return r ? r : (x->index > y->index) - (x->index < y->index);
+}
+
+/* Every expert of a family has one type and shape (the generated code reads the layer's experts
+ * as one stack of matrices): a disagreement is named here, at load, with both tensors. */
+static int check_expert_families(qc_ctx *c) {
+    const qc_result *r = c->out;
+    family_member *m = malloc((r->n ? r->n : 1) * sizeof *m);
+    if (!m) return qc_fail(c, "out of memory");
+    size_t n = 0;
+    int rc = 0;
+    for (size_t i = 0; i < r->n && rc == 0; i++) {
+        size_t d0, d1;
+        const char *name = r->tensors[i].name;
+        if (!expert_digits(name, strlen(name), &d0, &d1)) continue;
+        if (!(m[n].family = expert_family(name, strlen(name)))) rc = qc_fail(c, "out of memory");
+        else m[n++].index = i;
+    }
+    if (rc == 0) qsort(m, n, sizeof *m, cmp_member);
+    for (size_t i = 1, first = 0; i < n && rc == 0; i++) {
+        if (strcmp(m[first].family, m[i].family) != 0) {
+            first = i; /* the first member of the next family */
+            continue;
+        }
+        const wt_tensor *a = &r->tensors[m[first].index], *b = &r->tensors[m[i].index];
+        int same = a->dtype == b->dtype && a->n_dims == b->n_dims;
+        for (int d = 0; same && d < a->n_dims; d++) same = a->shape[d] == b->shape[d];
+        if (!same) {
+            char na[160], nb[160], sa[64], sb[64];
+            rc = qc_fail(c, "tensor '%s' is %s %s, but '%s' is %s %s: every expert of a layer must have the same shape "
+                            "and type", printable(b->name, nb, sizeof nb), dtype_name(b->dtype), shape_str(b, sb, sizeof sb),
+                         printable(a->name, na, sizeof na), dtype_name(a->dtype), shape_str(a, sa, sizeof sa));
+        }
+    }
+    for (size_t i = 0; i < n; i++) free(m[i].family);
+    free(m);
+    return rc;
+}
+
 /* ---- driver ---- */
 
 static int ends_with(const char *s, const char *suffix, size_t *prefix_len) {
@@ -562,6 +698,7 @@ int qc_repack(const char *label, const char *config_path, const wt_tensor *in, s
     c.consumed = calloc(n ? n : 1, 1);
     if (!out->tensors || !c.sorted || !c.consumed) {
         free(c.sorted), free(c.consumed);
+        qr_free(q.rules);
         qc_free(out);
         return qc_fail(&c, "out of memory");
     }
@@ -574,22 +711,45 @@ int qc_repack(const char *label, const char *config_path, const wt_tensor *in, s
                 rc = qc_fail(&c, "tensor '%s' is %s: a quantized checkpoint needs its quantization_config in %s",
                              printable(in[i].name, nb, sizeof nb), dtype_name(in[i].dtype), config_path);
     }
-    /* Pass 1: repack each quantized linear (marking its parts consumed). */
+    if (q.method == QC_GPTQ && rc == 0) rc = find_perm_families(&c);
+    /* Pass 1: repack each quantized linear (marking its parts consumed), with the settings the
+     * configuration gives its module; a module it leaves unquantized must not be stored quantized. */
     for (size_t i = 0; i < n && rc == 0; i++) {
         size_t plen;
         const wt_tensor *t = &in[i];
         if (q.method == QC_GPTQ || q.method == QC_AWQ) {
             if (!ends_with(t->name, ".qweight", &plen)) continue;
-            c.consumed[i] = 1;
-            rc = repack_zero_point(&c, &q, t, t->name, plen);
         } else if (q.method == QC_FP8) {
             if (t->dtype != INGOT_F8_E4M3) continue;
             if (!ends_with(t->name, ".weight", &plen)) {
                 rc = qc_fail(&c, "tensor '%s': a float8_e4m3fn tensor must be a linear's .weight", printable(t->name, nb, sizeof nb));
                 break;
             }
-            c.consumed[i] = 1;
+        } else {
+            continue;
+        }
+        char module[1024], eb[96], mb[160];
+        if (plen >= sizeof module) {
+            rc = qc_fail(&c, "tensor '%s': name too long", printable(t->name, nb, sizeof nb));
+            break;
+        }
+        memcpy(module, t->name, plen);
+        module[plen] = 0;
+        const qr_match m = qr_lookup(q.rules, module);
+        if (m.excluded) {
+            rc = qc_fail(&c, "tensor '%s' is quantized, but quantization_config.%s entry '%s' leaves module '%s' unquantized",
+                         printable(t->name, nb, sizeof nb), m.key, printable(m.entry, eb, sizeof eb),
+                         printable(module, mb, sizeof mb));
+            break;
+        }
+        c.consumed[i] = 1;
+        if (q.method == QC_FP8) {
             rc = repack_fp8(&c, &q, t, t->name, plen);
+        } else {
+            qc_config mq = q;
+            if (m.bits) mq.bits = m.bits;
+            if (m.group_size) mq.group_size = m.group_size;
+            rc = repack_zero_point(&c, &mq, t, t->name, plen, in_perm_family(&c, t->name, plen));
         }
     }
     /* Pass 2: the rest as they are; a part left over means a broken checkpoint. */
@@ -609,8 +769,12 @@ int qc_repack(const char *label, const char *config_path, const wt_tensor *in, s
             }
         out->tensors[out->n++] = in[i];
     }
+    if (rc == 0 && q.method != QC_NONE) rc = check_expert_families(&c);
     free(c.sorted);
     free(c.consumed);
+    for (size_t k = 0; k < c.n_perm_families; k++) free(c.perm_families[k]);
+    free(c.perm_families);
+    qr_free(q.rules);
     if (rc) {
         qc_free(out);
         return -1;
