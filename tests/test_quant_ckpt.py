@@ -14,6 +14,7 @@ the bound is summation order (2e-5; measured 3e-6 to 5e-6).
 """
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -330,6 +331,7 @@ def test_quantized_model_matches_transformers(name, built, tmp_path):
     assert r.returncode == 0, r.stderr
     dtype = {"gptq": "q8_z" if MODELS[name][2].get("bits") == 8 else "q4_z", "awq": "q4_z", "fp8": "f8_b32"}[MODELS[name][1]]
     assert dtype in r.stdout, r.stdout
+    assert re.search(r"\(\d+ repacked from the checkpoint's quantized format at open[,)]", r.stdout), r.stdout
     modes = [("--decode",)] if SAN else [(), ("--chunk", "7"), ("--decode",)]
     for mode in modes:
         got = logits(binary, TOKENS, *mode, weights=d, tmp_path=tmp_path)

@@ -225,8 +225,8 @@ static int cmd_info(const cli_common *c, int load) {
     if (load) {
         ingot_model *m = load_model(c);
         const long long huge = ha_process_huge_bytes();
-        printf("weights:         %.1f MiB in memory, %s", (double)ingot_model_weight_bytes(m) / (1 << 20),
-               c->mmap ? "read in place from the file (--mmap)" : "copied from the file");
+        printf("weights:         %.1f MiB in memory (%s)", (double)ingot_model_weight_bytes(m) / (1 << 20),
+               ingot_model_weight_origin(m));
         if (huge >= 0) printf("; %.1f MiB of the process on huge pages", (double)huge / (1 << 20));
         printf("\n");
         char err[512];

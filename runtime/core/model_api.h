@@ -91,6 +91,11 @@ ingot_model *ingot_model_load(const char *weights_path, int max_tokens, unsigned
 void ingot_model_free(ingot_model *m);
 const wt_file *ingot_model_weights(const ingot_model *m);
 size_t ingot_model_weight_bytes(const ingot_model *m);
+/* How the load got the weights, counted by kind: "30 read in place from the
+ * file, 14 repacked from the checkpoint's quantized format at open, 2
+ * copied, 5 converted to another dtype at load, 2 joined from parts" (the
+ * kinds with a count, in that order). */
+const char *ingot_model_weight_origin(const ingot_model *m);
 /* Scratch the model holds besides weights and the KV pool: the activation
  * arena, RoPE tables, attention scores (CUDA: their device copies and the
  * step's logits and hidden rows). A function of the build's constants: m may

@@ -7,6 +7,7 @@
 #define ingot_model_free ingot_draft_model_free
 #define ingot_model_weights ingot_draft_model_weights
 #define ingot_model_weight_bytes ingot_draft_model_weight_bytes
+#define ingot_model_weight_origin ingot_draft_model_weight_origin
 #define ingot_model_scratch_bytes ingot_draft_model_scratch_bytes
 #define ingot_weights_planned_bytes ingot_draft_weights_planned_bytes
 #define ingot_model_max_tokens ingot_draft_model_max_tokens

@@ -160,6 +160,25 @@ static int model_check_all_used(const wt_file *f, char *err, size_t errlen) {
     return -1;
 }
 
+/* m->weight_origin: the kinds of load with a count, in a fixed order. */
+static void model_describe_origin(ingot_model *m, int in_place, int repacked, int copied, int converted,
+                                  int assembled) {
+    const int count[] = {in_place, repacked, copied, converted, assembled};
+    static const char *const what[] = {"read in place from the file", "repacked from the checkpoint's quantized "
+                                       "format at open", "copied", "converted to another dtype at load",
+                                       "joined from parts"};
+    size_t used = 0;
+    m->weight_origin[0] = 0;
+    for (int k = 0; k < 5; k++) {
+        if (!count[k] || used >= sizeof m->weight_origin) continue;
+        const int n = snprintf(m->weight_origin + used, sizeof m->weight_origin - used, "%s%d %s",
+                               used ? ", " : "", count[k], what[k]);
+        if (n > 0) used += (size_t)n;
+    }
+}
+
+const char *ingot_model_weight_origin(const ingot_model *m) { return m->weight_origin; }
+
 ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, char *err, size_t errlen) {
     if (max_tokens > STEP_TOKENS) {
         snprintf(err, errlen, "this build plans for at most %d tokens per step, %d requested", STEP_TOKENS, max_tokens);
@@ -238,7 +257,7 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
      * quantizing) a large checkpoint takes a while: a terminal is told how
      * far it got; a pipe or a log is not. */
     const int progress = isatty(STDERR_FILENO);
-    int converted = 0;
+    int converted = 0, in_place_n = 0, repacked = 0, copied = 0, assembled = 0;
     for (int i = 0; ok && i < N_WEIGHTS; i++) {
         const weight_spec *s = &WEIGHTS[i];
         if (s->same_as >= 0) { m->w[i] = m->w[s->same_as]; continue; }
@@ -251,16 +270,19 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
                 break;
             }
             m->w[i] = m->wmem + offset[i];
+            assembled++;
             continue;
         }
         const int64_t rows = s->n_dims == 1 ? 1 : s->shape[0];
         const unsigned char *from = (const unsigned char *)t->data + (size_t)s->first_row * src_row[i];
         unsigned char *to = m->wmem + offset[i];
         if (t->dtype == s->dtype) {
-            if (in_place || t->repacked) m->w[i] = from;
+            if (t->repacked) m->w[i] = from, repacked++;
+            else if (in_place) m->w[i] = from, in_place_n++;
             else {
                 m->w[i] = memcpy(to, from, src_row[i] * (size_t)rows);
                 ha_forget_mapped(from, src_row[i] * (size_t)rows);
+                copied++;
             }
             continue;
         }
@@ -282,6 +304,7 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
         return NULL;
     }
     if (progress && converted) fprintf(stderr, "\n");
+    model_describe_origin(m, in_place_n, repacked, copied, converted, assembled);
     if (model_check_all_used(m->file, err, errlen) != 0) {
         ingot_model_free(m);
         return NULL;
