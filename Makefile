@@ -52,8 +52,9 @@ $(OBJDIR)/tests/%: tests/c/%.c $(OBJDIR)/libingot.a $(HEADERS)
 
 # the sliding-window variant is test_scheduler.c compiled with KV_WINDOW set
 $(OBJDIR)/tests/test_scheduler_window: tests/c/test_scheduler.c
-# and the f16-KV variant is test_kernels.c compiled with KC_KV_F16 set
+# and the f16- and q8_0-KV variants are test_kernels.c compiled with KC_KV_F16 / KC_KV_Q8 set
 $(OBJDIR)/tests/test_kernels_kvf16: tests/c/test_kernels.c
+$(OBJDIR)/tests/test_kernels_kvq8: tests/c/test_kernels.c
 
 test:
 	./scripts/test.sh

@@ -60,7 +60,10 @@ local function parse_args(argv)
   -- auto: f16 (half the memory and the bytes attention reads; SmolLM2's
   -- perplexity moves by 0.01%, bench/README.md)
   if o.kv_dtype == "auto" then o.kv_dtype = "f16" end
-  if o.kv_dtype ~= "f32" and o.kv_dtype ~= "f16" then util.die("--kv-dtype is f32 or f16") end
+  if o.kv_dtype ~= "f32" and o.kv_dtype ~= "f16" and o.kv_dtype ~= "q8_0" then util.die("--kv-dtype is f32, f16 or q8_0") end
+  if o.kv_dtype == "q8_0" and o.backend == "cuda" then
+    util.die("--kv-dtype q8_0 is a CPU backend option; the CUDA backend caches f16 or f32")
+  end
   if not o.max_tokens or o.max_tokens < 1 or o.max_tokens > 65536 then
     util.die("--max-tokens must be an integer in 1..65536")
   end
@@ -203,7 +206,7 @@ end
 -- K rows when the values are their first value_dim columns (parts = 1: MLA's
 -- latent and RoPE key). The paged pool, the prefix cache and both backends
 -- size and address it from this; every attention op must agree.
-local function kv_layout(g, d)
+local function kv_layout(g, d, kv_dtype)
   local kv
   for _, n in ipairs(g.nodes) do
     if n.op == "attention" then
@@ -217,6 +220,13 @@ local function kv_layout(g, d)
     end
   end
   kv = kv or {heads = 1, head_dim = 1, value_dim = 1, parts = 2}
+  -- a cached row in the KV element type: q8_0 is whole blocks of 32 values
+  -- (34 bytes: an f16 scale and 32 int8), so its rows and values must be too
+  if kv_dtype == "q8_0" and (kv.head_dim % 32 ~= 0 or (kv.value_dim or kv.head_dim) % 32 ~= 0) then
+    util.die(string.format("--kv-dtype q8_0 caches rows in blocks of 32 values; this model's cached rows are %d wide%s "
+      .. "(use --kv-dtype f16)", kv.head_dim, kv.parts == 1 and string.format(" with %d value columns", kv.value_dim) or ""))
+  end
+  kv.row_bytes = kv_dtype == "q8_0" and kv.head_dim // 32 * 34 or kv.head_dim * (kv_dtype == "f16" and 2 or 4)
   if kv.parts == 2 then
     kv.text = string.format("K and V, %d head(s) x %d each per layer", kv.heads, kv.head_dim)
   else
@@ -403,7 +413,7 @@ local function main(argv)
       if w <= 0 then kv_window = 0 elseif kv_window == nil or (kv_window > 0 and w > kv_window) then kv_window = w end
     end
   end
-  local kv = kv_layout(g, d)
+  local kv = kv_layout(g, d, opts.kv_dtype)
   local env = {
     _escape = "@", kv = kv, model_name = opts.name, c = c, arch = entry.name, rope = rope,
     -- the arena is planned for a multiple of 4 tokens (every buffer 16-byte
@@ -413,7 +423,7 @@ local function main(argv)
     format = cfg.format, fused = opts.fused and 1 or 0, dtype_summary = table.concat(summary, ", "),
     generator_id = VERSION .. " " .. input_hash, backend = opts.backend, n_kernel_kinds = #kernels,
     ipairs = ipairs, table = table, tostring = tostring, info_c = "NULL", allow_unused = opts.allow_unused and 1 or 0,
-    kv_f16 = opts.kv_dtype == "f16" and 1 or 0, kv_elem_bytes = opts.kv_dtype == "f16" and 2 or 4,
+    kv_f16 = opts.kv_dtype == "f16" and 1 or 0, kv_q8 = opts.kv_dtype == "q8_0" and 1 or 0, kv_dtype = opts.kv_dtype,
   }
   env.common_weights = render("model_weights.c.in", env)
   local outputs = {}
@@ -438,7 +448,7 @@ local function main(argv)
     outputs["model.c"] = render("cpu/model.c.in", env)
   else
     outputs = emit_cuda.files(ctx, env, calls, kernels, {banner = banner_for, render = render, hash = input_hash,
-      kv_bytes_per_pos = kv.parts * kv_layers * kv.heads * kv.head_dim * env.kv_elem_bytes, layers = c.layers, script_dir = script_dir})
+      kv_bytes_per_pos = kv.parts * kv_layers * kv.heads * kv.row_bytes, layers = c.layers, script_dir = script_dir})
   end
 
   if os.getenv("INGOT_DEBUG") then

@@ -18,24 +18,44 @@
 
 #include "kc_half.h"
 
-/* The KV cache's element: f32, or f16 in a model built with --kv-dtype f16
- * (which defines KC_KV_F16 1 before including this file). f16 halves the
- * bytes attention streams at long contexts; K and V are rounded to nearest
- * even once, when stored, and widened back to f32 (exactly) when read, so
- * every computation stays f32. */
+/* The KV cache's element: f32, f16 in a model built with --kv-dtype f16
+ * (which defines KC_KV_F16 1 before including this file), or q8_0 with
+ * --kv-dtype q8_0 (KC_KV_Q8 1). f16 halves the bytes attention streams at
+ * long contexts; K and V are rounded to nearest even once, when stored, and
+ * widened back to f32 (exactly) when read, so every computation stays f32.
+ * q8_0 takes 34 bytes per 32 values (0.53x f16): each 32 values of a row
+ * share an f16 scale d = max|x| / 127 and are stored as round(x / d) in
+ * int8, llama.cpp's Q8_0 block (its -ctk/-ctv q8_0); read back as d * q,
+ * then f32 as before. A cached row of n values is KC_KV_ROW(n) elements of
+ * kc_kv_t (n a multiple of 32 for q8_0: the generator checks). */
 #ifndef KC_KV_F16
 #define KC_KV_F16 0
 #endif
-#if KC_KV_F16
+#ifndef KC_KV_Q8
+#define KC_KV_Q8 0
+#endif
+#if KC_KV_Q8
+typedef uint8_t kc_kv_t;
+#define KC_KV_ROW(n) ((size_t)(n) / 32 * 34)
+#elif KC_KV_F16
 typedef uint16_t kc_kv_t;
+#define KC_KV_ROW(n) ((size_t)(n))
 #else
 typedef float kc_kv_t;
+#define KC_KV_ROW(n) ((size_t)(n))
 #endif
 #define KC_KV_MAX_HEAD_DIM 1024 /* rows widened through a stack buffer (scalar paths) */
 
-/* One cached row of n elements as f32: the row itself, or widened into tmp. */
+/* One cached row of n values as f32: the row itself, or widened into tmp. */
 static inline const float *kc__kv_row(const kc_kv_t *p, int n, float *tmp) {
-#if KC_KV_F16
+#if KC_KV_Q8
+    for (int b = 0; b < n / 32; b++) {
+        const uint8_t *blk = p + (size_t)b * 34;
+        const float d = kc_fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+        for (int i = 0; i < 32; i++) tmp[32 * b + i] = d * (float)(int8_t)blk[2 + i];
+    }
+    return tmp;
+#elif KC_KV_F16
     for (int i = 0; i < n; i++) tmp[i] = kc_fp16_to_f32(p[i]);
     return tmp;
 #else
@@ -44,12 +64,18 @@ static inline const float *kc__kv_row(const kc_kv_t *p, int n, float *tmp) {
 #endif
 }
 #if defined(__AVX512F__)
-/* 16 cached elements as f32 (vcvtph2ps for f16). */
-static inline __m512 kc__kv_load16(const kc_kv_t *p) {
-#if KC_KV_F16
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+/* Values [16 i, 16 i + 16) of a cached row as f32 (vcvtph2ps for f16; for
+ * q8_0 half a block: 16 int8 widened and times the block's scale). */
+static inline __m512 kc__kv_load16(const kc_kv_t *row, int i) {
+#if KC_KV_Q8
+    const uint8_t *blk = row + (size_t)(i >> 1) * 34;
+    const float d = kc_fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+    const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2 + 16 * (i & 1)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(d));
+#elif KC_KV_F16
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + 16 * i)));
 #else
-    return _mm512_loadu_ps(p);
+    return _mm512_loadu_ps(row + 16 * i);
 #endif
 }
 #endif
@@ -113,19 +139,35 @@ static inline float kc_gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
-/* Paged KV layout, per layer: [block][kv_head][slot][head_dim], K then V
- * for all layers in two separate halves of the pool:
- *   K(layer, block, h, slot) at kv + ((layer * n_blocks + block) * kv_heads + h) * BLOCK * hd + slot * hd
- * and V at the same offset + layers * n_blocks * kv_heads * BLOCK * hd. */
+/* Paged KV layout, per layer: [block][kv_head][slot][row of head_dim
+ * values], K then V for all layers in two separate halves of the pool:
+ *   K(layer, block, h, slot) at row ((layer * n_blocks + block) * kv_heads + h) * BLOCK + slot
+ * and V at the same row + layers * n_blocks * kv_heads * BLOCK; a row is
+ * KC_KV_ROW(head_dim) elements of kc_kv_t. kc_kv_row_index gives the row,
+ * kc_kv_offset its first element. */
+static inline size_t kc_kv_row_index(int layer, int n_blocks, int kv_heads, int block_size, int block, int h,
+                                     int slot) {
+    return (((size_t)layer * n_blocks + block) * kv_heads + h) * block_size + slot;
+}
 static inline size_t kc_kv_offset(int layer, int n_blocks, int kv_heads, int block_size,
                                   int head_dim, int block, int h, int slot) {
-    return ((((size_t)layer * n_blocks + block) * kv_heads + h) * block_size + slot) *
-           (size_t)head_dim;
+    return kc_kv_row_index(layer, n_blocks, kv_heads, block_size, block, h, slot) * KC_KV_ROW(head_dim);
 }
 
-/* n values into the cache's element type. */
+/* n values (a multiple of 32 for q8_0) into the cache's element type. */
 static inline void kc__kv_put(kc_kv_t *dst, const float *src, int n) {
-#if KC_KV_F16
+#if KC_KV_Q8
+    for (int b = 0; b < n / 32; b++) {
+        const float *x = src + 32 * b;
+        uint8_t *blk = dst + (size_t)b * 34;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t dh = kc_f32_to_fp16(d);
+        blk[0] = (uint8_t)dh, blk[1] = (uint8_t)(dh >> 8);
+        for (int i = 0; i < 32; i++) blk[2 + i] = (uint8_t)(int8_t)lrintf(x[i] * id);
+    }
+#elif KC_KV_F16
     int i = 0;
 #if defined(__AVX512F__)
     for (; i + 16 <= n; i += 16)
@@ -142,7 +184,7 @@ static inline void kc__kv_put(kc_kv_t *dst, const float *src, int n) {
 static inline void kc_kv_store(kc_kv_t *kv, int n_layers, int layer, int n_blocks, int kv_heads,
                                int block_size, int head_dim, const int32_t *block_table, int pos,
                                const float *k, const float *v) {
-    const size_t v_base = (size_t)n_layers * n_blocks * kv_heads * block_size * head_dim;
+    const size_t v_base = (size_t)n_layers * n_blocks * kv_heads * block_size * KC_KV_ROW(head_dim);
     const int block = block_table[pos / block_size], slot = pos % block_size;
     for (int h = 0; h < kv_heads; h++) {
         const size_t off =
@@ -284,7 +326,7 @@ KC_OPS_INLINE void kc_attend_kv(const kc_kv_t *kv, int n_layers, int layer, int 
                                 int block_size, int head_dim, int value_dim, int shared_value,
                                 const int32_t *block_table, int kv_head, int group, int first, int pos,
                                 const float *q, float scale, float softcap, float *scores, float *out) {
-    const size_t v_base = shared_value ? 0 : (size_t)n_layers * n_blocks * kv_heads * block_size * head_dim;
+    const size_t v_base = shared_value ? 0 : (size_t)n_layers * n_blocks * kv_heads * block_size * KC_KV_ROW(head_dim);
     const int n = pos - first + 1;
 #define KC_KROW(p)                                                                                          \
     (kv + kc_kv_offset(layer, n_blocks, kv_heads, block_size, head_dim, block_table[(p) / block_size], kv_head, \
@@ -302,7 +344,7 @@ KC_OPS_INLINE void kc_attend_kv(const kc_kv_t *kv, int n_layers, int layer, int 
                 KC_OPS_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
                 for (int d = 0; d < HK; d++) {
                     const __m512 qv = _mm512_loadu_ps(qg + 16 * d);
-                    KC_OPS_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, kc__kv_load16(kr[j] + 16 * d), acc[j]);
+                    KC_OPS_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, kc__kv_load16(kr[j], d), acc[j]);
                 }
                 _mm512_storeu_ps(scores + (size_t)g * n + (p - first),
                                  _mm512_mul_ps(kc__hsum16x16(acc), _mm512_set1_ps(scale)));
@@ -350,9 +392,9 @@ KC_OPS_INLINE void kc_attend_kv(const kc_kv_t *kv, int n_layers, int layer, int 
                 KC_OPS_UNROLL for (int g = 0; g < 4; g++) KC_OPS_UNROLL for (int d = 0; d < 4; d++) acc[g][d] =
                     _mm512_setzero_ps();
                 for (int pp = first; pp <= pos; pp++) {
-                    const kc_kv_t *v = v_base + KC_KROW(pp) + 16 * d0;
+                    const kc_kv_t *v = v_base + KC_KROW(pp);
                     __m512 vv[4];
-                    KC_OPS_UNROLL for (int d = 0; d < 4; d++) vv[d] = d < DV ? kc__kv_load16(v + 16 * d) : _mm512_setzero_ps();
+                    KC_OPS_UNROLL for (int d = 0; d < 4; d++) vv[d] = d < DV ? kc__kv_load16(v, d0 + d) : _mm512_setzero_ps();
                     KC_OPS_UNROLL for (int g = 0; g < 4; g++) {
                         if (g >= G) break;
                         const __m512 s = _mm512_set1_ps(scores[(size_t)(g0 + g) * n + (pp - first)]);

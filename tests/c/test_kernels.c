@@ -352,20 +352,37 @@ static void test_matmul(void) {
  * through a shuffled block table; attention of token `pos` over [first, pos]
  * for the `group` heads of KV head kvh, against a double-precision softmax.
  * Tolerance per output element: 1e-5 * sum_p prob_p * |V_p[d]| (+ tiny). */
+#if KC_KV_Q8
+static int q8_kv_bad; /* stored q8_0 values farther from x than the rounding allows */
+#endif
 static int attend_case_kv(int head_dim, int value_dim, int shared, int group, int kv_heads, int n_layers, int layer,
                           int pos, int first, float softcap) {
     const int BS = 16, n_blocks = (pos + BS) / BS + 3;
-    const size_t half = (size_t)n_layers * n_blocks * kv_heads * BS * head_dim;
-    /* the pool in the cache's element type; the reference reads the very
-     * values stored (widened back exactly), so the bound is the same for
-     * f16 as for f32 */
-    kc_kv_t *kv = malloc(sizeof(kc_kv_t) * 2 * half);
+#if KC_KV_Q8
+    if (head_dim % 32 || value_dim % 32) return 1; /* q8_0 rows are whole blocks of 32 (the generator checks) */
+#endif
+    const size_t half_rows = (size_t)n_layers * n_blocks * kv_heads * BS, half = half_rows * head_dim;
+    /* the pool in the cache's element type, written row by row as the
+     * model does; the reference reads the very values stored (widened back
+     * exactly; q8_0: d * q), so the bound is the same for every element type.
+     * kvf holds them as f32 rows of head_dim at the same row indices. */
+    kc_kv_t *kv = malloc(sizeof(kc_kv_t) * 2 * half_rows * KC_KV_ROW(head_dim));
     float *kvf = malloc(sizeof(float) * 2 * half);
-    for (size_t i = 0; i < 2 * half; i++) {
-        const float x = rndf();
-        kc__kv_put(&kv[i], &x, 1);
-        float tmp;
-        kvf[i] = *kc__kv_row(&kv[i], 1, &tmp);
+    for (size_t r = 0; r < 2 * half_rows; r++) {
+        float x[KC_KV_MAX_HEAD_DIM], tmp[KC_KV_MAX_HEAD_DIM];
+        for (int d = 0; d < head_dim; d++) x[d] = rndf();
+        kc__kv_put(kv + r * KC_KV_ROW(head_dim), x, head_dim);
+        memcpy(kvf + r * head_dim, kc__kv_row(kv + r * KC_KV_ROW(head_dim), head_dim, tmp), sizeof(float) * head_dim);
+#if KC_KV_Q8
+        /* the stored values: round(x / d) * d with d = max|x| / 127 per 32, d itself rounded to f16
+         * (relative error <= 2^-11, times |q| <= 127): within 0.5 d + 127 * 2^-11 d of x */
+        for (int b = 0; b < head_dim / 32; b++) {
+            float amax = 0;
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i]));
+            for (int i = 0; i < 32; i++)
+                q8_kv_bad += !(fabsf(kvf[r * head_dim + 32 * b + i] - x[32 * b + i]) <= amax / 127 * (0.5f + 127.0f / 2048));
+        }
+#endif
     }
     /* block table: a random permutation of the pool's blocks */
     int32_t *bt = malloc(sizeof(int32_t) * n_blocks);
@@ -392,7 +409,7 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
     for (int g = 0; g < group; g++) {
         double mx = -INFINITY, sum = 0;
         for (int p = first; p <= pos; p++) {
-            const float *k = kvf + kc_kv_offset(layer, n_blocks, kv_heads, BS, head_dim, bt[p / BS], kvh, p % BS);
+            const float *k = kvf + kc_kv_row_index(layer, n_blocks, kv_heads, BS, bt[p / BS], kvh, p % BS) * head_dim;
             double s = 0;
             for (int d = 0; d < head_dim; d++) s += (double)q[g * head_dim + d] * k[d];
             s *= scale;
@@ -406,7 +423,7 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
             for (int p = first; p <= pos; p++) {
                 /* shared: the values are the key rows' first value_dim columns */
                 const float *v = kvf + (shared ? 0 : half) +
-                                 kc_kv_offset(layer, n_blocks, kv_heads, BS, head_dim, bt[p / BS], kvh, p % BS);
+                                 kc_kv_row_index(layer, n_blocks, kv_heads, BS, bt[p / BS], kvh, p % BS) * head_dim;
                 ref += pr[p - first] / sum * v[d];
                 mag += pr[p - first] / sum * fabs(v[d]);
             }
@@ -419,8 +436,11 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
             if (mag > 0 && err / mag > worst) worst = err / mag;
         }
     }
+#if KC_KV_Q8
+    check(q8_kv_bad == 0, "q8_0 KV store rounds within half a step: %d values beyond", q8_kv_bad);
+#endif
     check(bad == 0, "kc_attend (%s KV) hd=%d vd=%d%s group=%d kv_heads=%d layer %d/%d pos=%d first=%d softcap=%g: %d bad (worst %.2g)",
-          KC_KV_F16 ? "f16" : "f32", head_dim, value_dim, shared ? " shared" : "", group, kv_heads, layer, n_layers,
+          KC_KV_Q8 ? "q8_0" : KC_KV_F16 ? "f16" : "f32", head_dim, value_dim, shared ? " shared" : "", group, kv_heads, layer, n_layers,
           pos, first, softcap, bad, worst);
     free(kv), free(kvf), free(bt), free(q), free(out), free(scores), free(pr);
     return bad == 0;
