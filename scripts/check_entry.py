@@ -165,7 +165,7 @@ def main():
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--cudasim", action="store_true", help="also the CUDA backend on cudasim (slow)")
     ap.add_argument("--no-unfused", action="store_true", help="skip the --no-fuse builds")
-    ap.add_argument("--keep", metavar="DIR", help="keep the checkpoints and logits in DIR")
+    ap.add_argument("--keep", metavar="DIR", help="keep the checkpoints and logits in DIR (and the builds, build/check-*)")
     args = ap.parse_args()
     known = entries()
     if args.entry not in known:
@@ -241,6 +241,8 @@ def main():
                         if not delta <= bound:
                             verdict = "FAIL"
                 failures += verdict != "PASS"
+                if binary is not None and not args.keep:  # build/check-*: nothing to reuse once compared
+                    shutil.rmtree(binary.parent, ignore_errors=True)
                 print(f"{arch:24s} {seed:4d}  {summary[:44]:44s} {backend:8s} {fusion:8s} "
                       f"{cells[0]:>9s} {cells[1]:>9s} {cells[2]:>9s}  {bound:.1e}  {verdict}", flush=True)
     if not args.keep:
