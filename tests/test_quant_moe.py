@@ -231,6 +231,15 @@ def test_nvcc_builds_quantized_moe_without_spills(built):
 
 # ------------------------------------------------------------------ loader
 
+def test_rules_unit(built):
+    """tests/c/test_quant_rules.c: list entries as whole components ("gate" is the router, not
+    gate_proj), dynamic rules in order from the start of the name (\\d, [\\d], (?:...), lazy
+    quantifiers translated), and every refusal naming its rule or key."""
+    r = run([built / "tests" / "test_quant_rules"])
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert r.stdout.strip().splitlines()[-1].endswith(" 0 failed")
+
+
 E_IN, E_OUT = 64, 32
 
 
