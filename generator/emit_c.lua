@@ -258,19 +258,13 @@ local function moe_kernel(ctx, s, n, grp)
   local gw = tonumber(gate0:sub(2))
   -- act-order experts: the first slot of each family's input orders (E consecutive slots)
   local function perms_of(first)
-    local any = false
-    for e = 0, E - 1 do any = any or n.inputs[first + e].perm ~= nil end
-    if not any then return nil end
+    local perms = plan_mod.expert_perms(n, first, E)
+    if not perms then return nil end
     local p0
-    for e = 0, E - 1 do
-      local w = n.inputs[first + e]
-      if not w.perm then
-        util.die(string.format("models.lua:%d: error: moe: expert %d of '%s' has no input order (.perm) but another has: every expert of a layer must come reordered or none",
-          n.line, e, w.logical))
-      end
-      local slot_e = tonumber(s.weight(w.perm):sub(2))
+    for e, perm in ipairs(perms) do
+      local slot_e = tonumber(s.weight(perm):sub(2))
       p0 = p0 or slot_e
-      if slot_e ~= p0 + e then util.die(string.format("models.lua:%d: error: moe: the experts' input orders share a tensor", n.line)) end
+      if slot_e ~= p0 + e - 1 then util.die(string.format("models.lua:%d: error: moe: the experts' input orders share a tensor", n.line)) end
     end
     return p0
   end

@@ -27,6 +27,7 @@
 
 local util = require("util")
 local emit_c = require("emit_c")
+local plan_mod = require("plan")
 
 local moe = {}
 
@@ -65,18 +66,10 @@ end
 -- The input orders of an expert family reordered at load (act-order GPTQ: each expert's .perm),
 -- as the argument list of ig_moe_pick; nil when the family is not reordered.
 local function expert_perms(s, n, first, E)
-  local any = false
-  for e = 0, E - 1 do any = any or n.inputs[first + e].perm ~= nil end
-  if not any then return nil end
+  local perms = plan_mod.expert_perms(n, first, E)
+  if not perms then return nil end
   local names = {}
-  for e = 0, E - 1 do
-    local w = n.inputs[first + e]
-    if not w.perm then
-      util.die(string.format("models.lua:%d: error: moe: expert %d of '%s' has no input order (.perm) but another has: every expert of a layer must come reordered or none",
-        n.line, e, w.logical))
-    end
-    names[#names + 1] = s.weight(w.perm)
-  end
+  for _, perm in ipairs(perms) do names[#names + 1] = s.weight(perm) end
   return table.concat(names, ", ")
 end
 

@@ -10,6 +10,7 @@
 -- compile-time constant.
 
 local graph = require("graph")
+local util = require("util")
 
 local plan = {}
 
@@ -49,6 +50,26 @@ end
 -- registers, which computes exactly what the checkpoint means.
 function plan.int8_activations(dtype, act_quant)
   return act_quant == "q8" and INT8_KERNELS[dtype] == true
+end
+
+-- The input orders (act-order GPTQ: each expert's .perm weight) of the E
+-- experts of a moe node's weight family starting at input `first`, in expert
+-- order; nil when none is reordered. Every expert of a layer comes reordered
+-- or none (the loader reorders a layer's experts all or none).
+function plan.expert_perms(n, first, E)
+  local any = false
+  for e = 0, E - 1 do any = any or n.inputs[first + e].perm ~= nil end
+  if not any then return nil end
+  local perms = {}
+  for e = 0, E - 1 do
+    local w = n.inputs[first + e]
+    if not w.perm then
+      util.die(string.format("models.lua:%d: error: moe: expert %d of '%s' has no input order (.perm) but another has: every expert of a layer must come reordered or none",
+        n.line, e, w.logical))
+    end
+    perms[#perms + 1] = w.perm
+  end
+  return perms
 end
 
 function plan.run(g, groups, final_node, act_quant)
