@@ -372,7 +372,7 @@ local function main(argv)
   for _, k in ipairs(util.sorted_keys(counts)) do summary[#summary + 1] = string.format("%s (%d)", k, counts[k]) end
 
   local groups = fuse.run(g, opts.fused)
-  local p = plan.run(g, groups, g.logits, opts.act_quant)
+  local p = plan.run(g, groups, g.logits, opts.act_quant, opts.backend)
   local ctx = {desc_lines = {}, act_quant = opts.act_quant}
   for line in (d.text .. "\n"):gmatch("(.-)\n") do ctx.desc_lines[#ctx.desc_lines + 1] = line end
   local kernels, calls

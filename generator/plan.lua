@@ -72,7 +72,10 @@ function plan.expert_perms(n, first, E)
   return perms
 end
 
-function plan.run(g, groups, final_node, act_quant)
+-- backend: "cpu" or "cuda"; the CUDA kernels read reordered (act-order) inputs through the order
+-- itself, so only the CPU gets the buffers the activations are gathered into.
+function plan.run(g, groups, final_node, act_quant, backend)
+  local gathers = backend ~= "cuda"
   local buffers = {}
   local function new_buffer(b)
     b.id = #buffers + 1
@@ -120,9 +123,9 @@ function plan.run(g, groups, final_node, act_quant)
       -- experts whose inputs were reordered at load (act-order GPTQ): the CPU gathers each
       -- expert's rows into that order (gate's, up's, and the activated rows for down)
       local inputs = grp.ops[1].inputs
-      if inputs[3].perm then specs[#specs + 1] = {"xg_gate", a.top_k * dim} end
-      if inputs[3 + a.experts].perm then specs[#specs + 1] = {"xg_up", a.top_k * dim} end
-      if inputs[3 + 2 * a.experts].perm then specs[#specs + 1] = {"act_down", a.top_k * a.ffn} end
+      if gathers and inputs[3].perm then specs[#specs + 1] = {"xg_gate", a.top_k * dim} end
+      if gathers and inputs[3 + a.experts].perm then specs[#specs + 1] = {"xg_up", a.top_k * dim} end
+      if gathers and inputs[3 + 2 * a.experts].perm then specs[#specs + 1] = {"act_down", a.top_k * a.ffn} end
       for _, spec in ipairs(specs) do
         grp.moe[spec[1]] = new_buffer({bytes = align(spec[2] * 4), first = grp.index, last = grp.index,
                                        nodes = {}, kind = "moe", width = spec[2]})
@@ -130,9 +133,9 @@ function plan.run(g, groups, final_node, act_quant)
     end
     if grp.kind == "matmul" then
       -- a linear whose weight's inputs were reordered at load (act-order GPTQ: the weight's .perm)
-      -- reads its activations gathered into that order, once per token
+      -- reads its activations gathered into that order, once per token (CPU)
       for _, l in ipairs(grp.linears) do
-        if l.inputs[2].perm then
+        if gathers and l.inputs[2].perm then
           local w = l.inputs[1].width
           l.perm_buffer = new_buffer({bytes = align(w * 4), first = grp.index, last = grp.index, nodes = {},
                                       kind = "perm", width = w})
