@@ -517,7 +517,7 @@ M.qwen3moe = {
 -- attention, so that the KV store joins the kernel that finishes k.)
 -- GGUF (llama.cpp's converter): kv_b_proj in parts (attn_k_b, each head's
 -- block transposed, and attn_v_b); qk_nope is key_length_mla less the RoPE
--- width; mscale_all_dim is stored as yarn_log_multiplier / 0.1 and llama.cpp
+-- width; yarn_log_multiplier holds 0.1 x mscale_all_dim, and llama.cpp
 -- takes mscale equal to it; groups limit the routing whenever there are
 -- several (llama.cpp knows no topk_method), and expert_weights_norm
 -- renormalizes as llama.cpp does. Only softmax routing (expert_gating_func

@@ -307,10 +307,21 @@ function G:trace()
   local env = self:env()
   -- models.lua runs in an environment whose globals resolve to desc.ops.
   for k, v in pairs(env) do self.desc.ops[k] = v end
+  -- An error the description raises itself (error() or assert() refusing a
+  -- config it does not support, or a Lua mistake in it) becomes
+  -- models.lua:LINE: error: ...; any other is the generator's, with a traceback.
+  local prefix = self.desc.path .. ":"
   local function call(fn, ...)
     tracing.fn_line = debug.getinfo(fn, "S").linedefined
     tracing.last_line = 0
-    return fn(...)
+    local out = table.pack(xpcall(fn, function(err)
+      local text = tostring(err)
+      local line, msg = text:sub(#prefix + 1):match("^(%d+): (.*)$")
+      if text:sub(1, #prefix) == prefix and line then self:fail(tonumber(line), msg) end
+      return debug.traceback(text, 2)
+    end, ...))
+    if not out[1] then error(out[2], 0) end
+    return table.unpack(out, 2, out.n)
   end
   local cview = setmetatable({}, {__index = function(_, k)
     local v = c[k]

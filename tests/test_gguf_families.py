@@ -7,7 +7,7 @@ F32 file: ingot against transformers within 1e-4 (the same f32 weights; the conv
 transforms — permuted q/k rows, Gemma's norm weights stored as 1 + w — are undone or matched by
 the description), in prefill and in decode; llama.cpp itself reads the same file to within the
 recorded max |delta| (<= 1e-3, asserted when the fixture was made).
-Q8_0 file (the default tier runs two families; make test-full all): the same weights on both
+Q8_0 file (the default tier runs three families; make test-full all): the same weights on both
 sides, llama.cpp rounding activations to int8 as well. Bound, by the triangle inequality through
 transformers: |ingot - llama.cpp| <= |ingot Q8_0 - ingot F32| + 1e-4 + |llama.cpp Q8_0 -
 transformers| (each measured on the same tokens); greedy tokens agree except at near-ties (the
@@ -15,7 +15,9 @@ two candidates within 2 max|delta| in llama.cpp's logits).
 
 DeepSeek-V2's file stores kv_b_proj in two parts (attn_k_b, each head's block transposed, and
 attn_v_b) that the loader joins at load: its Q8_0 file (F32: make test-full) also runs on the CUDA
-backend under cudasim, against the CPU build of the same file (prefill, chunks of 5, decode)."""
+backend under cudasim, against the CPU build of the same file (prefill, chunks of 5, decode). A
+deepseek2 file whose experts are gated by a sigmoid (DeepSeek-V3's) is refused at the line of
+models.lua that says so."""
 import hashlib
 import json
 import sys
@@ -24,14 +26,14 @@ import numpy as np
 import pytest
 
 import modelbuild
-from conftest import BREADTH, ROOT, SAN, run
+from conftest import BREADTH, OBJDIR, ROOT, SAN, run
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from make_kquant_models import PRESETS  # noqa: E402  (the presets llama.cpp made of each family)
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gguf_families"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "reference.json").exists())
-Q8_DEFAULT = {"gemma3", "qwen3moe"}  # the rest: make test-full
+Q8_DEFAULT = {"gemma3", "qwen3moe", "deepseek2"}  # the rest: make test-full
 
 
 def fixture(name):
@@ -89,6 +91,21 @@ def test_cudasim_deepseek2_gguf_matches_cpu(kind, tmp_path, built):
     for mode in ((), ("--chunk", "5"), ("--decode",)):
         err = float(np.abs(modelbuild.logits(sim, tokens, *mode, tmp_path=tmp_path) - want).max())
         assert err <= 1e-4, f"{kind} {mode}: max |cuda - cpu| = {err:.3g}"
+
+
+def test_deepseek2_sigmoid_routing_is_refused(tmp_path, built):
+    d, ref, _ = fixture("deepseek2")
+    r = run([OBJDIR / "tools" / "ingot-inspect", d / ref["files"]["f32"]])
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    info["metadata"]["deepseek2.expert_gating_func"] = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+    (tmp_path / "inspect.json").write_text(json.dumps(info))
+    text = (ROOT / "models.lua").read_text()
+    line = text[:text.index('assert(c.gating == 1')].count("\n") + 1
+    r = run(["lua5.4", ROOT / "generator" / "main.lua", "--inspect", tmp_path / "inspect.json",
+             "--source", d / ref["files"]["f32"], "--name", "x", "--out", tmp_path / "out", "--dry-run"])
+    assert r.returncode == 1 and f"models.lua:{line}: error: deepseek2: only softmax routing" in r.stderr, r.stderr
+    assert "traceback" not in r.stderr, r.stderr
 
 
 # ---------------------------------------------------------------- every preset of every family
