@@ -647,6 +647,7 @@ function emit.files(ctx, env, calls, kernels, aux)
              "// The fused CUDA kernels of " .. env.model_name .. ": one per fusion group, every shape a constant.",
              "// A kernel's statements carry the models.lua line that produced them."}
   K[#K + 1] = string.format("#define IG_KV_HALF %d /* the KV cache's element: 1 f16 (--kv-dtype f16), 0 f32 */", env.kv_f16)
+  K[#K + 1] = string.format("#define IG_KV_Q8 %d   /* 1: q8_0 blocks (--kv-dtype q8_0) */", env.kv_q8)
   for _, h in ipairs(HEADERS) do K[#K + 1] = '#include "' .. h .. '"' end
   K[#K + 1] = ""
   K[#K + 1] = string.format("#define N_KV_LAYERS %d", env.n_kv_layers)

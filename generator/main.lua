@@ -61,9 +61,6 @@ local function parse_args(argv)
   -- perplexity moves by 0.01%, bench/README.md)
   if o.kv_dtype == "auto" then o.kv_dtype = "f16" end
   if o.kv_dtype ~= "f32" and o.kv_dtype ~= "f16" and o.kv_dtype ~= "q8_0" then util.die("--kv-dtype is f32, f16 or q8_0") end
-  if o.kv_dtype == "q8_0" and o.backend == "cuda" then
-    util.die("--kv-dtype q8_0 is a CPU backend option; the CUDA backend caches f16 or f32")
-  end
   if not o.max_tokens or o.max_tokens < 1 or o.max_tokens > 65536 then
     util.die("--max-tokens must be an integer in 1..65536")
   end

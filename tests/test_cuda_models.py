@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from conftest import BREADTH, FULL, ROOT, SAN
-from modelbuild import TINY, build, logits, reference, run_batch, smollm2_gguf
+from modelbuild import FIXTURES, TINY, build, logits, reference, run_batch, smollm2_gguf
 
 TOL = 1e-3
 N_TOKENS = 24
@@ -90,6 +90,38 @@ def test_cudasim_f16_kv_cache_matches_cpu(built, tmp_path):
         got = logits(sim, tokens, *args, tmp_path=tmp_path)
         assert float(np.abs(got - want).max()) <= 1e-3, mode
         assert float(np.abs(got - expected).max()) <= 3e-3, mode
+
+
+KVQ8_MODELS = {"mha_untied_hd32": TINY / "mha_untied_hd32",
+               "deepseek2_rows96": FIXTURES / "families" / "deepseek2_rows96"}  # MLA: shared rows of 64 + 32
+
+
+@pytest.mark.skipif(SAN, reason="the q8_0 cache is one element type more; the ASan pass runs the f32 one")
+@pytest.mark.parametrize("model", sorted(KVQ8_MODELS))
+def test_cudasim_q8_kv_cache_matches_cpu(built, tmp_path, model):
+    """--kv-dtype q8_0 on CUDA: a warp quantizes each 32 values of a K or V row with the CPU
+    store's operations (f32 max|x| / 127, its reciprocal and the products each correctly rounded,
+    ties to even; tests/cuda_kernels/t_kv_store.cu checks the bytes), and attention dequantizes in
+    registers. Given the same inputs both builds store the same bytes, so the logits differ by
+    summation order only, as in the f32 comparison: the same 1e-3 (TOL). An input that differs
+    in its last bits (matmul order) can still land on the other side of a rounding boundary and
+    move one cached value by one step (max|x| / 127 of its block); such a flip is rare (about
+    one value in 1e5 sits that close) and within TOL on these models (observed: below).
+    Prefill, chunks of 5 and token by token; the MLA fixture reads its values from the cached
+    latent rows (attn_rows_kernel; rows of 96 = 3 blocks, the values their first 2)."""
+    path = KVQ8_MODELS[model]
+    cpu = cpu_build(path, f"t-{model}-kvq8", "--kv-dtype", "q8_0")
+    sim = sim_build(path, f"cu-{model}-kvq8", "--kv-dtype", "q8_0")
+    # the f32-cache CPU build (test_models' / test_families' binary): q8_0 must really move the logits
+    exact = logits(cpu_build(path, f"{'t' if path.parent == TINY else 'f'}-{model}"), TOKENS, tmp_path=tmp_path)
+    for mode, args in MODES.items():
+        want = logits(cpu, TOKENS, *args, tmp_path=tmp_path)
+        got = logits(sim, TOKENS, *args, tmp_path=tmp_path)
+        err = float(np.abs(got - want).max())
+        print(f"{model} {mode}: q8_0 KV max |cuda - cpu| = {err:.3g}, |q8_0 - f32 cache| = "
+              f"{float(np.abs(want - exact).max()):.3g}")
+        assert err <= TOL, f"{model} {mode}: max |cuda - cpu| = {err:.3g}"
+        assert float(np.abs(want - exact).max()) > 10 * TOL, "the q8_0 cache changes nothing?"
 
 
 @pytest.mark.skipif(SAN, reason="quantized builds are covered by the optimized pass (the ASan pass runs one model)")
@@ -350,6 +382,38 @@ def test_nvcc_builds_without_spills_every_model(built):
     models = [m for m in NVCC_MODELS if m[1] not in NVCC_KINDS] + [(gguf, "cuda-smollm2-nf", ("--no-fuse",)),
                                                                  (gguf, "cuda-smollm2-kvf16", ("--kv-dtype", "f16"))]
     nvcc_check(models, "cuda_models_ptxas_more.txt")
+
+
+# --kv-dtype q8_0: the stores of the generated row kernels (ig_row_kv_store: a warp quantizes each
+# block) and the attention kernels over q8_0 rows (kernels/cuda/common.cuh)
+KVQ8_NVCC = [(TINY / "mha_untied_hd32", "cuda-mha_untied_hd32-kvq8", ("--kv-dtype", "q8_0")),
+             (FAMILY_DIR / "deepseek2_rows96", "cuda-deepseek2_rows96-kvq8", ("--kv-dtype", "q8_0"))]
+
+
+@pytest.mark.full
+@pytest.mark.skipif(SAN, reason="nvcc builds are the same under sanitizers; they run in the optimized pass")
+def test_q8_kv_nvcc_builds_nvrtc_and_gpu(built, tmp_path):
+    """--kv-dtype q8_0 builds (a tiny model, the MLA fixture, SmolLM2): nvcc without spills on
+    sm_80/86/89/90, NVRTC compiles every kernel source the binary carries (compute_80/90), and on
+    a GPU the logits match the CPU build's q8_0 cache as on cudasim (within TOL)."""
+    models = KVQ8_NVCC + [(smollm2_gguf(), "cuda-smollm2-kvq8", ("--kv-dtype", "q8_0"))]
+    nvcc_check(models, "cuda_models_ptxas_kvq8.txt")
+    for model, name, opts in KVQ8_NVCC:
+        binary = cuda_build(model, name, *opts)
+        r = subprocess.run([str(binary), "--info"], capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, INGOT_NVRTC_CHECK="80,90"))
+        for arch in ("compute_80", "compute_90"):
+            m = re.search(r"nvrtc: %s: ok, (\d+) bytes of PTX, (\d+) of (\d+) kernels" % arch, r.stderr)
+            assert m and m.group(2) == m.group(3), r.stderr
+        assert "bytes/token (q8_0)" in r.stdout, r.stdout
+        if r.returncode != 0 and "no CUDA device" in r.stderr:
+            continue  # no GPU here: the cudasim test compares the same builds' kernels
+        assert r.returncode == 0, r.stderr
+        cpu = cpu_build(model, f"t-{model.name}-kvq8", *opts)
+        for mode, args in MODES.items():
+            err = float(np.abs(logits(binary, TOKENS, *args, tmp_path=tmp_path)
+                               - logits(cpu, TOKENS, *args, tmp_path=tmp_path)).max())
+            assert err <= TOL, f"{name} {mode}: max |gpu - cpu| = {err:.3g}"
 
 
 def nvcc_check(models, table):

@@ -48,10 +48,10 @@ attn_decode_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restri
     for (int e = 0; e < E; e++) o[g][e] = 0.0f;
   }
   for (int p = k_begin + warp; p <= k_end; p += NW) {
-    const long long row = ig_kv_row<KVH, HD>(layer, n_blocks, bt[p / IG_KV_BLOCK], h, p % IG_KV_BLOCK) + lane * E;
+    const long long row = ig_kv_row<KVH, HD>(layer, n_blocks, bt[p / IG_KV_BLOCK], h, p % IG_KV_BLOCK);
     float kr[E], vr[E];
-    ig_load_kv<E>(kv + row, kr);
-    ig_load_kv<E>(kv + vbase + row, vr);
+    ig_load_kv<E>(kv + row, lane * E, kr);
+    ig_load_kv<E>(kv + vbase + row, lane * E, vr);
 #pragma unroll
     for (int g = 0; g < GROUP; g++) {
       float dot = 0.0f;

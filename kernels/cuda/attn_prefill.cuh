@@ -63,8 +63,8 @@ attn_prefill_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restr
       const int j = i / HD, d = i % HD, p = kb + j;
       float kx = 0.0f, vx = 0.0f; // keys past p_hi: zeros (masked below; never NaN into P.V)
       if (p <= p_hi) {
-        const long long off = ig_kv_row<KVH, HD>(layer, n_blocks, bt[p / IG_KV_BLOCK], h, p % IG_KV_BLOCK) + d;
-        kx = ig_kv_to(kv[off]), vx = ig_kv_to(kv[vbase + off]);
+        const long long row = ig_kv_row<KVH, HD>(layer, n_blocks, bt[p / IG_KV_BLOCK], h, p % IG_KV_BLOCK);
+        kx = ig_kv_get(kv + row, d), vx = ig_kv_get(kv + vbase + row, d);
       }
       Ks[j][d] = kx, Vs[j][d] = vx;
     }

@@ -50,7 +50,14 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict
     if (lane < n) {
       const ig_kv_t* kr = kv + ig_kv_row<KVH, HD>(layer, n_blocks, bt[p / IG_KV_BLOCK], h, p % IG_KV_BLOCK);
       float dot = 0.0f;
+#if IG_KV_Q8
+      for (int b = 0; b < HD; b += 32) { // one scale per block
+        const float sb = ig_kv_q8_scale(kr, b);
+        for (int i = 0; i < 32; i++) dot = fmaf(qs[b + i], sb * ig_kv_q8_value(kr, b + i), dot);
+      }
+#else
       for (int d = 0; d < HD; d++) dot = fmaf(qs[d], ig_kv_to(kr[d]), dot);
+#endif
       sc = dot * scale;
       if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
     }
@@ -66,7 +73,7 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict
         const ig_kv_t* vr = kv + vbase + ig_kv_row<KVH, HD>(layer, n_blocks, bt[pj / IG_KV_BLOCK], h, pj % IG_KV_BLOCK);
         const float pr = ps[j];
         for (int e = 0; e < E; e++)
-          if (lane + 32 * e < VD) acc(e) = fmaf(pr, ig_kv_to(vr[lane + 32 * e]), acc(e));
+          if (lane + 32 * e < VD) acc(e) = fmaf(pr, ig_kv_get(vr, lane + 32 * e), acc(e));
       }
     } else {
 #pragma unroll
@@ -77,7 +84,7 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict
           for (int j = 0; j < n; j++) {
             const int pj = p0 + j;
             const ig_kv_t* vr = kv + vbase + ig_kv_row<KVH, HD>(layer, n_blocks, bt[pj / IG_KV_BLOCK], h, pj % IG_KV_BLOCK);
-            a = fmaf(ps[j], ig_kv_to(vr[d]), a);
+            a = fmaf(ps[j], ig_kv_get(vr, d), a);
           }
           acc(e) = a;
         }

@@ -179,25 +179,23 @@ template <int NT> __device__ __forceinline__ float ig_block_sum(float v, float* 
   return t;
 }
 
-// Paged KV pool (f32), per layer [block][kv_head][slot][head_dim]; K for all layers, then V:
-//   K(layer, block, h, slot) = kv + ((layer*n_blocks + block)*KVH + h)*IG_KV_BLOCK*HD + slot*HD
-//   V(...)                   = K(...) + n_layers*n_blocks*KVH*IG_KV_BLOCK*HD
-// A sequence's position p lives in block block_tables[seq*bt_stride + p/IG_KV_BLOCK], slot p%IG_KV_BLOCK.
-template <int KVH, int HD>
-__device__ __forceinline__ long long ig_kv_row(int layer, int n_blocks, int block, int h, int slot) {
-  return ((((long long)layer * n_blocks + block) * KVH + h) * IG_KV_BLOCK + slot) * (long long)HD;
-}
-template <int KVH, int HD> __device__ __forceinline__ long long ig_kv_v_base(int n_layers, int n_blocks) {
-  return (long long)n_layers * n_blocks * KVH * IG_KV_BLOCK * HD;
-}
-
-// The KV cache's element: f32, or f16 bits in a model built with --kv-dtype f16 (the generated
-// source defines IG_KV_HALF 1 before the kernel headers). K and V are rounded to nearest even once,
-// when stored, and widened exactly when read: every computation stays f32.
+// The KV cache's element (the generated source defines these before the kernel headers):
+//   f32 (default), f16 bits with --kv-dtype f16 (IG_KV_HALF 1), or bytes of llama.cpp's Q8_0 blocks
+//   with --kv-dtype q8_0 (IG_KV_Q8 1). f16: K and V are rounded to nearest even once, when stored,
+//   and widened exactly when read. q8_0: each 32 values of a row share a scale s = max|x| / 127,
+//   stored as f16 (2 bytes, then 32 int8 q = round-to-nearest-even(x * (1/s))), read back as
+//   s * q: byte for byte what kernels/cpu/kc_ops.h's kc__kv_put stores (the same f32 divide,
+//   reciprocal and product, each correctly rounded, and lrintf's rounding), so a CUDA build and a
+//   CPU build hold the same rows. Every computation on the values stays f32.
 #ifndef IG_KV_HALF
 #define IG_KV_HALF 0
 #endif
-#if IG_KV_HALF
+#ifndef IG_KV_Q8
+#define IG_KV_Q8 0
+#endif
+#if IG_KV_Q8
+typedef unsigned char ig_kv_t;
+#elif IG_KV_HALF
 typedef unsigned short ig_kv_t;
 __device__ __forceinline__ ig_kv_t ig_kv_from(float x) { return ig_f32_to_f16(x); }
 __device__ __forceinline__ float ig_kv_to(ig_kv_t x) { return ig_f16_to_f32(x); }
@@ -206,13 +204,95 @@ typedef float ig_kv_t;
 __device__ __forceinline__ ig_kv_t ig_kv_from(float x) { return x; }
 __device__ __forceinline__ float ig_kv_to(ig_kv_t x) { return x; }
 #endif
-// E consecutive cached elements at p as floats (ig_load_f for f32; f16 widened one by one).
-template <int E> __device__ __forceinline__ void ig_load_kv(const ig_kv_t* p, float (&r)[E]) {
-#if IG_KV_HALF
-#pragma unroll
-  for (int i = 0; i < E; i++) r[i] = ig_f16_to_f32(p[i]);
+
+// Elements of ig_kv_t in a cached row of HD values (q8_0: HD / 32 blocks of 34 bytes).
+template <int HD> __host__ __device__ constexpr long long ig_kv_row_elems() {
+#if IG_KV_Q8
+  static_assert(HD % 32 == 0, "q8_0 KV rows are whole blocks of 32 values (the generator refuses others)");
+  return HD / 32 * 34;
 #else
-  ig_load_f<E>(p, r);
+  return HD;
+#endif
+}
+
+// Paged KV pool, per layer [block][kv_head][slot][row of HD values]; K for all layers, then V:
+//   K(layer, block, h, slot) = kv + (((layer*n_blocks + block)*KVH + h)*IG_KV_BLOCK + slot) * ROW
+//   V(...)                   = K(...) + n_layers*n_blocks*KVH*IG_KV_BLOCK * ROW
+// with ROW = ig_kv_row_elems<HD>() elements. A sequence's position p lives in block
+// block_tables[seq*bt_stride + p/IG_KV_BLOCK], slot p%IG_KV_BLOCK. ig_kv_row gives a row's first
+// element; the values inside it are read with ig_kv_get / ig_load_kv and written with ig_kv_put_warp.
+template <int KVH, int HD>
+__device__ __forceinline__ long long ig_kv_row(int layer, int n_blocks, int block, int h, int slot) {
+  return ((((long long)layer * n_blocks + block) * KVH + h) * IG_KV_BLOCK + slot) * ig_kv_row_elems<HD>();
+}
+template <int KVH, int HD> __device__ __forceinline__ long long ig_kv_v_base(int n_layers, int n_blocks) {
+  return (long long)n_layers * n_blocks * KVH * IG_KV_BLOCK * ig_kv_row_elems<HD>();
+}
+
+#if IG_KV_Q8
+// The scale and the int8 at value d of a q8_0 row.
+__device__ __forceinline__ float ig_kv_q8_scale(const ig_kv_t* row, int d) {
+  return ig_f16_to_f32(ig_ld_u16(row + (d >> 5) * 34));
+}
+__device__ __forceinline__ float ig_kv_q8_value(const ig_kv_t* row, int d) {
+  return (float)(signed char)row[(d >> 5) * 34 + 2 + (d & 31)];
+}
+#endif
+
+// Value d of a cached row, as f32.
+__device__ __forceinline__ float ig_kv_get(const ig_kv_t* row, int d) {
+#if IG_KV_Q8
+  return ig_kv_q8_scale(row, d) * ig_kv_q8_value(row, d);
+#else
+  return ig_kv_to(row[d]);
+#endif
+}
+
+// Values d0 .. d0+E-1 of a cached row as floats (d0 a multiple of E; for f32 rows d0*4 aligned as
+// ig_load_f needs): one vector load for f32, f16 widened one by one, q8_0 with one scale load when
+// the E values share a block (32 % E == 0) and the int8 pairs read as 16-bit words when E is even.
+template <int E> __device__ __forceinline__ void ig_load_kv(const ig_kv_t* row, int d0, float (&r)[E]) {
+#if IG_KV_Q8
+  if constexpr (32 % E == 0) {
+    const ig_kv_t* blk = row + (d0 >> 5) * 34;
+    const float s = ig_f16_to_f32(ig_ld_u16(blk));
+    const ig_kv_t* qp = blk + 2 + (d0 & 31); // 2-byte aligned when E is even (d0 even)
+    if constexpr (E % 2 == 0) {
+#pragma unroll
+      for (int i = 0; i < E; i += 2) {
+        const unsigned w = ig_ld_u16(qp + i);
+        r[i] = s * (float)(signed char)(w & 0xffu), r[i + 1] = s * (float)(signed char)(w >> 8);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < E; i++) r[i] = s * (float)(signed char)qp[i];
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < E; i++) r[i] = ig_kv_get(row, d0 + i);
+  }
+#elif IG_KV_HALF
+#pragma unroll
+  for (int i = 0; i < E; i++) r[i] = ig_f16_to_f32(row[d0 + i]);
+#else
+  ig_load_f<E>(row + d0, r);
+#endif
+}
+
+// Stores x as value d of a cached row. Called by the 32 lanes of a warp together (converged, all
+// active), lane l holding value d = 32*b + l of the same row: for q8_0 the warp is block b and
+// quantizes it (max |x| by shuffles, lane 0 writes the f16 scale). f32 and f16 store per lane.
+__device__ __forceinline__ void ig_kv_put_warp(ig_kv_t* row, int d, float x) {
+#if IG_KV_Q8
+  const float amax = ig_warp_max(fabsf(x));
+  // kc__kv_put: d = amax / 127, id = d > 0 ? 1 / d : 0, q = lrintf(x * id); the _rn intrinsics
+  // keep each step one IEEE round-to-nearest operation whatever the compiler flags
+  const float s = __fdiv_rn(amax, 127.0f), inv = s > 0.0f ? __frcp_rn(s) : 0.0f;
+  ig_kv_t* blk = row + (d >> 5) * 34;
+  if ((d & 31) == 0) *reinterpret_cast<unsigned short*>(blk) = ig_f32_to_f16(s);
+  blk[2 + (d & 31)] = (ig_kv_t)__float2int_rn(__fmul_rn(x, inv));
+#else
+  row[d] = ig_kv_from(x);
 #endif
 }
 

@@ -9,7 +9,8 @@
 //   cos_sin [max_ctx][ROT/2][2] (cos, sin); the first ROT dims of each head rotate, the rest pass.
 //   ADJACENT = true: pairs (2i, 2i+1) (GGUF layout); false: pairs (i, i + ROT/2) (Hugging Face).
 //   pos[t], tok_seq[t]: the token's position and sequence; block_tables [n_seqs][bt_stride].
-//   kv: pool of n_layers x n_blocks blocks of ig_kv_t (f32 or f16; layout in common.cuh), written for `layer`.
+//   kv: pool of n_layers x n_blocks blocks of ig_kv_t (f32, f16 or q8_0; layout in common.cuh), written for
+//      `layer`. A warp stores 32 consecutive values of a row (q8_0: one block, quantized together).
 #pragma once
 #include "common.cuh"
 
@@ -46,9 +47,11 @@ rope_kv_kernel(float* q, int ldq, const float* __restrict__ k, int ldk, const fl
   const float* kt = k + (long long)t * ldk;
   const float* vt = v + (long long)t * ldv;
   const long long vbase = ig_kv_v_base<KVH, HD>(n_layers, n_blocks);
+  // every lane of a warp takes part in each pass (KVH * HD and blockDim.x multiples of 32 for q8_0)
+  static_assert(!IG_KV_Q8 || HD % 32 == 0, "q8_0 rows");
   for (int e = threadIdx.x; e < KVH * HD; e += blockDim.x) {
     const int h = e / HD, d = e % HD;
-    const long long off = ig_kv_row<KVH, HD>(layer, n_blocks, blk, h, slot) + d;
+    const long long off = ig_kv_row<KVH, HD>(layer, n_blocks, blk, h, slot);
     float kval = kt[e];
     if (d < ROT) {
       int i, partner;
@@ -57,8 +60,8 @@ rope_kv_kernel(float* q, int ldq, const float* __restrict__ k, int ldk, const fl
       const float c = cs[2 * i], s = cs[2 * i + 1], other = kt[h * HD + partner];
       kval = first ? kval * c - other * s : other * s + kval * c;
     }
-    kv[off] = ig_kv_from(kval);
-    kv[vbase + off] = ig_kv_from(vt[e]);
+    ig_kv_put_warp(kv + off, d, kval);
+    ig_kv_put_warp(kv + vbase + off, d, vt[e]);
   }
 }
 
@@ -82,15 +85,17 @@ __device__ __forceinline__ void ig_row_rope(const float* x, float* y, const floa
 }
 
 // Stores one token's k and v rows (KVH heads of HD) into its slot of the paged pool: position p
-// of the sequence whose block table is bt.
+// of the sequence whose block table is bt. Every thread of the block calls it (blockDim.x a
+// multiple of 32: a warp stores 32 consecutive values, for q8_0 one block quantized together).
 template <int KVH, int HD>
 __device__ __forceinline__ void ig_row_kv_store(const float* k, const float* v, ig_kv_t* kv, int n_layers, int layer,
                                                 int n_blocks, const int* __restrict__ bt, int p) {
+  static_assert(!IG_KV_Q8 || HD % 32 == 0, "q8_0 rows");
   const int blk = bt[p / IG_KV_BLOCK], slot = p % IG_KV_BLOCK;
   const long long vbase = ig_kv_v_base<KVH, HD>(n_layers, n_blocks);
   for (int e = threadIdx.x; e < KVH * HD; e += blockDim.x) {
-    const long long off = ig_kv_row<KVH, HD>(layer, n_blocks, blk, e / HD, slot) + e % HD;
-    kv[off] = ig_kv_from(k[e]);
-    if (v) kv[vbase + off] = ig_kv_from(v[e]); // v null: the values share the key rows (MLA)
+    const long long off = ig_kv_row<KVH, HD>(layer, n_blocks, blk, e / HD, slot);
+    ig_kv_put_warp(kv + off, e % HD, k[e]);
+    if (v) ig_kv_put_warp(kv + vbase + off, e % HD, v[e]); // v null: the values share the key rows (MLA)
   }
 }

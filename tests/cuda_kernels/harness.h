@@ -213,6 +213,29 @@ static inline void expect_eq(const char* what, const int* got, const int* want, 
   std::printf("ok %s (%zu values)\n", what, n);
 }
 
+// got and want the same bytes (the KV pool's stored rows); reports the first difference.
+static inline void expect_same_bytes(const char* what, const void* got, const void* want, size_t n) {
+  g_checks++;
+  hash_bytes(got, n);
+  const unsigned char *g = static_cast<const unsigned char*>(got), *w = static_cast<const unsigned char*>(want);
+  for (size_t i = 0; i < n; i++)
+    if (g[i] != w[i]) {
+      std::printf("MISMATCH %s: byte %zu got 0x%02x want 0x%02x\n", what, i, g[i], w[i]);
+      g_failures++;
+      return;
+    }
+  std::printf("ok %s (%zu bytes identical)\n", what, n);
+}
+
+// A pool of `rows` cached rows of hd values filled with the CPU store of random values in
+// [-1, 1): rows of kc_kv_t (f32: the values; q8_0: kc__kv_put's blocks).
+static inline std::vector<kc_kv_t> kv_pool(size_t rows, int hd, unsigned seed) {
+  const std::vector<float> x = rnd(rows * hd, seed);
+  std::vector<kc_kv_t> pool(rows * KC_KV_ROW(hd));
+  for (size_t r = 0; r < rows; r++) kc__kv_put(pool.data() + r * KC_KV_ROW(hd), x.data() + r * hd, hd);
+  return pool;
+}
+
 static inline int finish() {
   CHECK(cudaDeviceSynchronize());
   std::printf("CHECKSUM %016llx\n", g_hash);

@@ -1,21 +1,21 @@
 // t_attn.cu — attn_decode_kernel (+ split-K combine) and attn_prefill_kernel against kc_attend: GQA groups 1/3/4, sliding windows, softcap, shuffled block tables, chunked prefill.
+// Also built with IG_KV_Q8 and KC_KV_Q8 (t_attn_kvq8 in tests/test_cuda_kernels.py): both sides read the same q8_0 rows.
 #include <cmath>
 #include "harness.h"
 #include "attn_decode.cuh"
 #include "attn_prefill.cuh"
+static_assert(sizeof(ig_kv_t) == sizeof(kc_kv_t), "IG_KV_* and KC_KV_* set alike: one pool element");
 
 static const int n_layers = 2, layer = 1, n_blocks = 12, bt_stride = 4;
 static const std::vector<int> g_bt = {7, 2, 10, 4, /* seq 1 */ 1, 11, 0, 5, /* seq 2 */ 9, 3, 8, 6};
 
 struct Pool {
-  size_t n;
-  std::vector<float> h;
-  float* d;
+  std::vector<kc_kv_t> h;
+  kc_kv_t* d;
 };
 template <int KVH, int HD> static Pool make_pool(unsigned seed) {
   Pool p;
-  p.n = (size_t)2 * n_layers * n_blocks * KVH * IG_KV_BLOCK * HD;
-  p.h = rnd(p.n, seed, -1.0f, 1.0f);
+  p.h = kv_pool((size_t)2 * n_layers * n_blocks * KVH * IG_KV_BLOCK, HD, seed);
   p.d = to_dev(p.h);
   return p;
 }
