@@ -69,6 +69,11 @@ static char *python_to_posix(const char *py, const char **why) {
             const char *neg = e == 'D' ? "0-9" : e == 'W' ? "A-Za-z0-9_" : e == 'S' ? "[:space:]" : NULL;
             if (in_bracket) {
                 if (neg) { *why = "a negated class (\\D, \\W, \\S) inside [...]"; free(out); return NULL; }
+                if (e == ']' || e == '-') { /* POSIX has no escape in brackets: these would close it or make a range */
+                    *why = "an escaped ] or - inside [...]";
+                    free(out);
+                    return NULL;
+                }
                 if (cls) o = put(out, o, cls);
                 else out[o++] = e; /* a backslash is literal inside a POSIX bracket expression */
             } else if (cls) {

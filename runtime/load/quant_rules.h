@@ -17,8 +17,9 @@
  *
  * Python's regular expressions are translated to POSIX extended ones (\d \w
  * \s and their negations, (?:...) groups, lazy quantifiers, which do not
- * change whether a prefix matches); other (?...) forms are refused with the
- * rule named.
+ * change whether a prefix matches); other (?...) forms, letter escapes POSIX
+ * lacks (\b, \A, ...) and an escaped ] or - inside [...] (POSIX brackets have
+ * no escapes) are refused with the rule named.
  */
 #ifndef INGOT_QUANT_RULES_H
 #define INGOT_QUANT_RULES_H

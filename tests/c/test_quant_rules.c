@@ -79,6 +79,7 @@ int main(void) {
     expect_refused("{\"dynamic\": {\"+:(?P<n>x)\": {}}}", 1, "(?...)");
     expect_refused("{\"dynamic\": {\"+:\\\\bx\": {}}}", 1, "escape");
     expect_refused("{\"dynamic\": {\"+:[\\\\D]\": {}}}", 1, "negated class");
+    expect_refused("{\"dynamic\": {\"+:[a\\\\-z]\": {}}}", 1, "escaped ] or -");
     expect_refused("{\"dynamic\": {\"+:(x\": {}}}", 1, "'+:(x'");
     expect_refused("{\"dynamic\": {\"+:x\": {\"bits\": 3}}}", 1, "bits must be 4 or 8");
     expect_refused("{\"dynamic\": {\"+:x\": {\"group_size\": 1.5}}}", 1, "group_size");
