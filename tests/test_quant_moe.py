@@ -7,7 +7,8 @@ embeddings and the LM head stay in float, and so does whatever the
 configuration's modules_to_not_convert / ignored_layers / dynamic rules leave
 out (GPTQModel's dynamic rules may also give a module its own bits and group
 size, which the packer follows with Python's re.match, the rules' own
-semantics). ingot's logits (prefill, chunked, token by token) are compared
+semantics); one breadth model quantizes its routers too (the route reads any
+weight type). ingot's logits (prefill, chunked, token by token) are compared
 with transformers and with ingot's own f32 build, both running the
 dequantized weights: the same weights, so the bound is summation order: 1e-5
 against ingot's f32 build (measured 2e-6), 2e-5 against transformers (measured
@@ -79,7 +80,10 @@ MODELS = {
     "gptq4-act-order-deepseek2": ("deepseek2", "gptq", dict(bits=4, group_size=32, desc_act=True),
                                   {"dynamic": {"-:.*shared_experts.*": {}}}),
     "awq-deepseek2": ("deepseek2", "awq", dict(group_size=32), {}),
+    # a checkpoint that quantizes its routers too (no published one does; the route reads any type)
+    "fp8-block-mixtral-router": ("mixtral", "fp8", dict(block=[128, 128]), {}),
 }
+QUANTIZED_ROUTERS = {"fp8-block-mixtral-router"}
 DEFAULT_MODELS = ("gptq4-act-order-mixtral", "awq-qwen3moe", "fp8-block-deepseek2", "gptq-dynamic-qwen3moe")
 
 
@@ -88,10 +92,10 @@ def names_module(entry, module):
     return re.search(r"(^|\.)" + re.escape(entry) + r"(\.|$)", module) is not None
 
 
-def module_settings(module, method, q, extra):
+def module_settings(module, method, q, extra, routers=False):
     """None when the module stays in float, else the quantization it gets (GPTQModel's dynamic rules:
     the first matching rule decides, re.match from the start)."""
-    if ROUTER.match(module):
+    if ROUTER.match(module) and not routers:
         return None
     for key in ("modules_to_not_convert", "ignored_layers"):
         if any(names_module(e, module) for e in extra.get(key, [])):
@@ -131,7 +135,7 @@ def quantized_model(name):
             stored, deq = {}, {}
             for k, v in state.items():
                 module = k[:-len(".weight")]
-                how = module_settings(module, method, q, extra) if k.endswith(".weight") and v.ndim == 2 and \
+                how = module_settings(module, method, q, extra, name in QUANTIZED_ROUTERS) if k.endswith(".weight") and v.ndim == 2 and \
                     module.startswith("model.layers.") else None
                 if how is None:
                     stored[k] = deq[k] = v
@@ -178,7 +182,7 @@ def test_quantized_moe_matches_transformers(name, built, tmp_path):
     experts = {dt for n, dt in listed.items() if ".experts." in n and n.endswith(".weight")}
     assert experts == expected_dtypes(name), experts  # every expert linear repacked
     routers = {dt for n, dt in listed.items() if ROUTER.match(n[:-len(".weight")])}
-    assert routers == {"f32"}, routers
+    assert routers == (expected_dtypes(name) if name in QUANTIZED_ROUTERS else {"f32"}), routers
     if MODELS[name][2].get("desc_act"):  # act-order: a layer's experts of one matrix all come reordered, or none
         families = {}
         for n in listed:
