@@ -111,16 +111,18 @@ end
 -- The stored tensors of a weight the checkpoint keeps in parts
 -- (config.weight_parts), marked consumed. Returns what stands for the stored
 -- tensor when the compiled dtype is chosen: the parts' common dtype, or f32
--- when they differ or their blocks do not fit the assembled rows (the loader
--- converts every part's rows through f32 anyway). `name` keys the weight's
--- sharing (same_as) by all of its parts.
+-- when they differ, when their blocks do not fit the assembled rows, or when a
+-- part of a block type is transposed (its values land in other blocks than
+-- the file's: quantized again they would change, and IQ4/K-quant types have
+-- no quantizer here; f32 keeps the file's values exactly). `name` keys the
+-- weight's sharing (same_as) by all of its parts.
 local MAX_WEIGHT_PARTS = 4 -- templates/model_weights.c.in
 local function stored_parts(d, w, tensors, consumed, source)
   if #w.parts > MAX_WEIGHT_PARTS then
     util.die(string.format("%s:%d: error: weight '%s' is stored in %d parts, at most %d are supported", d.path,
       w.decl.line, w.logical, #w.parts, MAX_WEIGHT_PARTS))
   end
-  local names, dtype = {}, nil
+  local names, dtype, regrouped = {}, nil, false
   for j, part in ipairs(w.parts) do
     part.tensor = w.layer and string.format(part.name, w.layer) or part.name
     local t = tensors[part.tensor]
@@ -131,8 +133,9 @@ local function stored_parts(d, w, tensors, consumed, source)
     consumed[part.tensor] = true
     names[j] = part.tensor
     dtype = (dtype == nil or dtype == t.dtype) and t.dtype or "f32"
+    if part.transposed and plan.block_elems(t.dtype) > 1 then regrouped = true end
   end
-  if w.shape[2] % plan.block_elems(dtype) ~= 0 then dtype = "f32" end
+  if regrouped or w.shape[2] % plan.block_elems(dtype) ~= 0 then dtype = "f32" end
   return {name = table.concat(names, "+"), dtype = dtype}
 end
 

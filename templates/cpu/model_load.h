@@ -64,9 +64,13 @@ static const wt_tensor *model_expect_parts(const wt_file *f, const weight_spec *
 }
 
 /* Assembles a weight stored in parts into dst (rows of dtype s->dtype):
- * head by head, the head's rows of each part in turn. A part's head block is
- * dequantized whole; a transposed one ([cols][rows]) gives its columns as
- * the rows. -1 on allocation failure or a dtype with no quantizer. */
+ * head by head, the head's rows of each part in turn. A part stored in
+ * s->dtype and not transposed gives its rows' bytes as they are (the file's
+ * blocks: dequantized and quantized again they could change, and some types
+ * have no quantizer). Otherwise its head block is dequantized whole; a
+ * transposed one ([cols][rows]) gives its columns as the rows (the generator
+ * makes such a weight f32 when the part is block-quantized). -1 on
+ * allocation failure or a dtype with no quantizer. */
 static int model_assemble(const wt_file *f, const weight_spec *s, unsigned char *dst) {
     const int64_t cols = s->shape[1], heads = s->part_heads ? s->part_heads : 1;
     size_t out_row;
@@ -84,6 +88,11 @@ static int model_assemble(const wt_file *f, const weight_spec *s, unsigned char 
             size_t in_row;
             if (!t || dtype_row_bytes(t->dtype, len, &in_row) != 0) { rc = -1; break; }
             const unsigned char *from = (const unsigned char *)t->data + (size_t)(h * n_in) * in_row;
+            if (!part->transposed && t->dtype == s->dtype) { /* in_row == out_row: the rows as stored */
+                memcpy(dst, from, (size_t)part->rows * out_row);
+                dst += (size_t)part->rows * out_row;
+                continue;
+            }
             for (int64_t r = 0; r < n_in; r++) dtype_dequantize_row(t->dtype, from + (size_t)r * in_row, block + r * len, len);
             for (int64_t r = 0; rc == 0 && r < part->rows; r++) {
                 const float *src = block + r * cols;
