@@ -12,9 +12,10 @@
 #                              run bench/
 set -euo pipefail
 
+# libpcre2-dev: GPTQModel's per-module rules are Python regular expressions (runtime/load/quant_rules.c)
 # prometheus: promtool checks /metrics; nginx-light: the gateway in front of several `serve` processes
 # (tests/test_router.py, docs/deployment.md)
-APT_PACKAGES="gcc make lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev prometheus nginx-light"
+APT_PACKAGES="gcc make lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev libpcre2-dev prometheus nginx-light"
 PIP_PACKAGES="numpy pytest pytest-xdist safetensors gguf tokenizers jinja2 openai requests"
 CHECK_PACKAGES="torch transformers"
 ORACLE_PACKAGES="$CHECK_PACKAGES accelerate sentencepiece llama-cpp-python"

@@ -102,7 +102,7 @@ def test_kernels(march, built, tmp_path):
         binary = tmp_path / f"test_zquant_kernels-{march}"
         inc = [f"-I{ROOT / d}" for d in ("runtime/core", "runtime/load", "kernels/cpu", "tests/c")]
         r = run(["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", f"-march={march}", *inc, ROOT / "tests/c/test_zquant_kernels.c",
-                 "-o", binary, built / "libingot.a", "-lcjson", "-lm", "-pthread"])
+                 "-o", binary, built / "libingot.a", "-lcjson", "-lpcre2-8", "-lm", "-pthread"])
         assert r.returncode == 0, r.stderr
     r = run([binary])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]

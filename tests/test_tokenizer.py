@@ -198,7 +198,7 @@ def test_stream_decode_utf8(built, tmp_path):
     if san:
         flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
     cc = shutil.which("cc") or "gcc"
-    r = run([cc, *flags, src, "-o", exe, built / "libingot.a", "-lcjson", "-lutf8proc", "-lm", "-pthread"])
+    r = run([cc, *flags, src, "-o", exe, built / "libingot.a", "-lcjson", "-lutf8proc", "-lpcre2-8", "-lm", "-pthread"])
     assert r.returncode == 0, r.stderr
     r = run([exe, TOKS / "smollm2-from-gguf" / "tokenizer.json"])
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

@@ -1,8 +1,14 @@
 /* quant_rules.c — modules_to_not_convert, ignored_layers and GPTQModel's dynamic rules of a quantization_config. */
 #include "quant_rules.h"
 
+/* GPTQModel writes its rules as Python regular expressions (re.match): PCRE2
+ * reads that syntax (lookarounds, named groups, \b, classes) as Python does
+ * for the ASCII module names matched here, so the rules are compiled as
+ * written, anchored at the start. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include <math.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +19,8 @@ typedef struct {
     int excluded;
     int bits;
     int64_t group_size;
-    int has_regex;
-    regex_t re;
+    pcre2_code *re;         /* a dynamic rule's expression, NULL for a list entry */
+    pcre2_match_data *match;
 } qr_rule;
 
 struct qr_rules {
@@ -44,76 +50,6 @@ static qr_rule *add_rule(qr_rules *r, const char *key, const char *entry) {
     if (!(q->entry = strdup(entry))) return NULL;
     r->n++;
     return q;
-}
-
-static size_t put(char *out, size_t o, const char *s) {
-    const size_t l = strlen(s);
-    memcpy(out + o, s, l);
-    return o + l;
-}
-
-/* Python regular expression -> POSIX extended, anchored at the start as re.match is. NULL with
- * *why set when the expression uses a form POSIX lacks. The result is malloc'd. */
-static char *python_to_posix(const char *py, const char **why) {
-    const size_t n = strlen(py);
-    char *out = malloc(n * 14 + 8); /* \w inside brackets is the longest expansion (11 bytes) */
-    if (!out) { *why = "out of memory"; return NULL; }
-    size_t o = 0;
-    out[o++] = '^', out[o++] = '(';
-    int in_bracket = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char ch = py[i];
-        if (ch == '\\' && i + 1 < n) {
-            const char e = py[++i];
-            const char *cls = e == 'd' ? "0-9" : e == 'w' ? "A-Za-z0-9_" : e == 's' ? "[:space:]" : NULL;
-            const char *neg = e == 'D' ? "0-9" : e == 'W' ? "A-Za-z0-9_" : e == 'S' ? "[:space:]" : NULL;
-            if (in_bracket) {
-                if (neg) { *why = "a negated class (\\D, \\W, \\S) inside [...]"; free(out); return NULL; }
-                if (e == ']' || e == '-') { /* POSIX has no escape in brackets: these would close it or make a range */
-                    *why = "an escaped ] or - inside [...]";
-                    free(out);
-                    return NULL;
-                }
-                if (cls) o = put(out, o, cls);
-                else out[o++] = e; /* a backslash is literal inside a POSIX bracket expression */
-            } else if (cls) {
-                out[o++] = '[';
-                o = put(out, o, cls);
-                out[o++] = ']';
-            } else if (neg) {
-                out[o++] = '[', out[o++] = '^';
-                o = put(out, o, neg);
-                out[o++] = ']';
-            } else if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9')) {
-                *why = "an escape POSIX regular expressions lack";
-                free(out);
-                return NULL;
-            } else {
-                out[o++] = '\\', out[o++] = e;
-            }
-            continue;
-        }
-        if (in_bracket) {
-            if (ch == ']' && !(py[i - 1] == '[' || (i >= 2 && py[i - 1] == '^' && py[i - 2] == '['))) in_bracket = 0;
-            out[o++] = ch;
-            continue;
-        }
-        if (ch == '[') {
-            in_bracket = 1;
-            out[o++] = ch;
-        } else if (ch == '(' && py[i + 1] == '?') {
-            if (py[i + 2] != ':') { *why = "a (?...) form other than (?:...)"; free(out); return NULL; }
-            out[o++] = '(';
-            i += 2;
-        } else if (ch == '?' && i > 0 && (py[i - 1] == '*' || py[i - 1] == '+' || py[i - 1] == '?' || py[i - 1] == '}')) {
-            /* lazy: matches the same prefixes */
-        } else {
-            out[o++] = ch;
-        }
-    }
-    out[o++] = ')';
-    out[o] = 0;
-    return out;
 }
 
 static int parse_list(qr_rules *r, const cJSON *qcfg, const char *key, char *err, size_t errlen) {
@@ -150,16 +86,20 @@ static int parse_dynamic(qr_rules *r, const cJSON *qcfg, char *err, size_t errle
         if (!q) { snprintf(err, errlen, "out of memory"); return -1; }
         q->excluded = strncmp(k, "-:", 2) == 0;
         const char *pattern = k + (q->excluded || strncmp(k, "+:", 2) == 0 ? 2 : 0);
-        const char *why = NULL;
-        char *posix = python_to_posix(pattern, &why);
-        if (!posix || regcomp(&q->re, posix, REG_EXTENDED | REG_NOSUB) != 0) {
-            snprintf(err, errlen, "quantization_config.dynamic rule '%s': not a regular expression ingot can match%s%s",
-                     printable(k, pb, sizeof pb), why ? ": " : "", why ? why : "");
-            free(posix);
+        int code;
+        PCRE2_SIZE at;
+        q->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_ANCHORED, &code, &at, NULL);
+        if (!q->re) {
+            PCRE2_UCHAR why[160];
+            pcre2_get_error_message(code, why, sizeof why);
+            snprintf(err, errlen, "quantization_config.dynamic rule '%s': not a regular expression: %s (at offset %zu)",
+                     printable(k, pb, sizeof pb), (const char *)why, (size_t)at);
             return -1;
         }
-        free(posix);
-        q->has_regex = 1;
+        if (!(q->match = pcre2_match_data_create_from_pattern(q->re, NULL))) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
         if (q->excluded) continue;
         if (!cJSON_IsObject(e)) {
             snprintf(err, errlen, "quantization_config.dynamic rule '%s' must map to an object", printable(k, pb, sizeof pb));
@@ -222,12 +162,14 @@ qr_match qr_lookup(const qr_rules *r, const char *name) {
     qr_match m = {0};
     for (size_t i = 0; r && i < r->n; i++) {
         const qr_rule *q = &r->rules[i];
-        if (q->has_regex ? regexec(&q->re, name, 0, NULL, 0) != 0 : !names_module(q->entry, name)) continue;
+        if (q->re ? pcre2_match(q->re, (PCRE2_SPTR)name, PCRE2_ZERO_TERMINATED, 0, 0, q->match, NULL) < 0
+                  : !names_module(q->entry, name))
+            continue;
         if (q->excluded) {
             m.excluded = 1, m.key = q->key, m.entry = q->entry;
             return m;
         }
-        if (q->has_regex) { /* the first matching dynamic rule decides */
+        if (q->re) { /* the first matching dynamic rule decides */
             m.bits = q->bits, m.group_size = q->group_size;
             return m;
         }
@@ -239,7 +181,8 @@ void qr_free(qr_rules *r) {
     if (!r) return;
     for (size_t i = 0; i < r->n; i++) {
         free(r->rules[i].entry);
-        if (r->rules[i].has_regex) regfree(&r->rules[i].re);
+        pcre2_match_data_free(r->rules[i].match);
+        pcre2_code_free(r->rules[i].re);
     }
     free(r->rules);
     free(r);

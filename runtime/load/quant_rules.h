@@ -15,11 +15,10 @@
  *     rule's bits and group_size (other keys of a rule do not change how the
  *     stored tensors decode). The first matching rule decides.
  *
- * Python's regular expressions are translated to POSIX extended ones (\d \w
- * \s and their negations, (?:...) groups, lazy quantifiers, which do not
- * change whether a prefix matches); other (?...) forms, letter escapes POSIX
- * lacks (\b, \A, ...) and an escaped ] or - inside [...] (POSIX brackets have
- * no escapes) are refused with the rule named.
+ * The rules' Python regular expressions are compiled by PCRE2 (whose syntax
+ * is Python's for these ASCII names: classes, groups, lookarounds, \b),
+ * anchored at the start as re.match is; one it cannot compile is refused
+ * with the rule named and PCRE2's reason.
  */
 #ifndef INGOT_QUANT_RULES_H
 #define INGOT_QUANT_RULES_H

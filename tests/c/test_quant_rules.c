@@ -1,6 +1,7 @@
 /* test_quant_rules.c — runtime/load/quant_rules.c: which modules a quantization_config leaves
  * unquantized (modules_to_not_convert, ignored_layers: whole components) and GPTQModel's dynamic
- * rules (Python regular expressions from the start of the name, in order, -: excluding). */
+ * rules (Python regular expressions, compiled by PCRE2, from the start of the name, in order, -:
+ * excluding). */
 #include <stdio.h>
 #include <string.h>
 
@@ -75,12 +76,22 @@ int main(void) {
     CHECK(r != NULL, "null fields are absent ones: %s", err);
     qr_free(r);
 
-    expect_refused("{\"dynamic\": {\"+:(?=x)\": {}}}", 1, "(?...)");
-    expect_refused("{\"dynamic\": {\"+:(?P<n>x)\": {}}}", 1, "(?...)");
-    expect_refused("{\"dynamic\": {\"+:\\\\bx\": {}}}", 1, "escape");
-    expect_refused("{\"dynamic\": {\"+:[\\\\D]\": {}}}", 1, "negated class");
-    expect_refused("{\"dynamic\": {\"+:[a\\\\-z]\": {}}}", 1, "escaped ] or -");
-    expect_refused("{\"dynamic\": {\"+:(x\": {}}}", 1, "'+:(x'");
+    /* Python's syntax beyond POSIX: lookarounds, named groups and their backreferences, \b, negated
+     * classes and escapes inside [...] */
+    r = parse("{\"dynamic\": {\"-:(?!model\\\\.layers\\\\.0\\\\.).*\\\\bgate$\": {},"
+              " \"+:(?P<l>model)\\\\.layers\\\\.[\\\\D]*(?P=l)\": {\"bits\": 8},"
+              " \"+:.*experts\\\\.[0\\\\-9]\\\\.up_proj\": {\"group_size\": 32}}}", 1, err, sizeof err);
+    CHECK(r != NULL, "Python forms parse: %s", err);
+    expect(r, "model.layers.1.mlp.gate", 1, 0, 0);
+    expect(r, "model.layers.0.mlp.gate", 0, 0, 0);        /* the lookahead keeps layer 0's router */
+    expect(r, "model.layers.1.mlp.gate_proj", 0, 0, 0);   /* $ after \b gate */
+    expect(r, "model.layers.xmodel", 0, 8, 0);            /* (?P=l) repeats the named group */
+    expect(r, "model.layers.1.mlp.experts.9.up_proj", 0, 0, 32);
+    expect(r, "model.layers.1.mlp.experts.5.up_proj", 0, 0, 0); /* [0\-9] is 0, - or 9 */
+    qr_free(r);
+
+    expect_refused("{\"dynamic\": {\"+:(x\": {}}}", 1, "'+:(x': not a regular expression");
+    expect_refused("{\"dynamic\": {\"+:x{2,1}\": {}}}", 1, "'+:x{2,1}'");
     expect_refused("{\"dynamic\": {\"+:x\": {\"bits\": 3}}}", 1, "bits must be 4 or 8");
     expect_refused("{\"dynamic\": {\"+:x\": {\"group_size\": 1.5}}}", 1, "group_size");
     expect_refused("{\"dynamic\": {\"+:x\": 4}}", 1, "must map to an object");
