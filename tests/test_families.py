@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import SAN
-from modelbuild import FIXTURES, build, logits
+from modelbuild import FIXTURES, build, logits, run_batch
 
 FAMILIES = FIXTURES / "families"
 MODELS = sorted(p.name for p in FAMILIES.iterdir() if (p / "reference.json").exists())
@@ -106,38 +106,39 @@ def test_smollm3_nope_interval_without_list(tmp_path, built):
         assert (err <= 1e-4) if same else (err > 0.05), f"{name}: max |delta| {err:.3g}"
 
 
-BATCH_MODELS = ["qwen2_gqa", "qwen3_hd24", "mistral_4h2kv_sw16", "gemma2_gqa", "phi3_gqa", "mixtral_8e_top2",
-                "llama_rope_yarn", "qwen3moe_16e_top4"]
+# one fixture of every models.lua entry (DeepSeek-V2 also in test_mla)
+BATCH_MODELS = ["qwen2_gqa", "qwen3_hd24", "mistral_4h2kv_sw16", "gemma2_gqa", "gemma3_gqa", "phi3_gqa", "mixtral_8e_top2",
+                "llama_rope_yarn", "qwen3moe_16e_top4", "olmo2_gqa", "granite_gqa", "smollm3_interval",
+                "deepseek2_mha_greedy"]
 
 
 @pytest.mark.parametrize("model", BATCH_MODELS)
 def test_family_batch_invariance(model, tmp_path, built):
-    """Through the continuous-batching scheduler (the serving path): 12
-    concurrent requests, greedy and seeded sampling, chunked prefill, each
-    returns exactly what it returns alone."""
+    """Through the continuous-batching scheduler (the serving path): 16
+    requests, greedy and seeded sampling, four of them sharing a 40-token
+    prefix, in shared steps of chunked prefill through a pool of 10 blocks
+    (sequences are preempted and recomputed; the shared prefix's blocks are
+    reused from the prefix cache): each returns exactly what it returns run
+    alone, one request at a time with no prefix cache."""
     import random
     ref, _ = reference(model)
     vocab = ref["shape"][1]
     binary = build(FAMILIES / model, f"f-{model}")
     rng = random.Random(7)
+    system = [rng.randrange(vocab) for _ in range(40)]
     reqs = []
-    for i in range(12):
-        req = {"prompt": [rng.randrange(vocab) for _ in range(rng.randrange(4, 40))],
-               "max_tokens": rng.randrange(6, 30), "ignore_eos": True}
+    for i in range(16):
+        prompt = [rng.randrange(vocab) for _ in range(rng.randrange(4, 40))]
+        req = {"prompt": system + prompt[:8] if i >= 12 else prompt, "max_tokens": rng.randrange(6, 30),
+               "ignore_eos": True}
         if i % 2:
             req.update(temperature=0.8, seed=i)
         reqs.append(req)
-
-    def run(requests, *opts):
-        f = tmp_path / f"r{len(requests)}-{abs(hash(json.dumps(requests)))}.jsonl"
-        f.write_text("".join(json.dumps(r) + "\n" for r in requests))
-        r = subprocess.run([str(binary), "batch", "-f", str(f), *opts], capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr
-        return [json.loads(line)["tokens"] for line in r.stdout.splitlines()[:-1]]
-
-    together = run(reqs, "--max-batch-tokens", "40")
-    for i, req in enumerate(reqs):
-        assert run([req]) == [together[i]], f"{model}: request {i} differs when batched"
+    together, stats = run_batch(binary, reqs, "--max-batch-tokens", "40", "--kv-blocks", "10", tmp_path=tmp_path)
+    alone, _ = run_batch(binary, reqs, "--max-running", "1", "--no-prefix-cache", tmp_path=tmp_path)
+    assert stats["preemptions"] > 0 and stats["prefix_hit_tokens"] > 0, stats
+    for i, (t, a) in enumerate(zip(together, alone)):
+        assert t["tokens"] == a["tokens"], f"{model}: request {i} differs when batched / preempted / prefix-cached"
 
 
 def write_moe_gguf(src, path, arch):
