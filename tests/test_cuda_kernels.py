@@ -5,9 +5,11 @@
   per kernel are tabulated (printed, and written to build/_obj/cuda_ptxas.txt); no spills allowed.
 * NVRTC: every header compiles alone (no include path but kernels/cuda: self-contained) to PTX
   for compute_80 and compute_90 (tests/cuda_kernels/nvrtc_compile.cpp, linked with -lnvrtc).
+  The KV kernels compile both ways again with the q8_0 KV pool (IG_KV_Q8).
 * cudasim: the test programs tests/cuda_kernels/t_*.cu run the kernels on the CPU (plain and race
   builds, default and shuffled schedules) and compare them with kernels/cpu; every run of one
-  program must also give bit-identical results (the kernels are deterministic). Under
+  program must also give bit-identical results (the kernels are deterministic). t_attn and
+  t_rope_kv run again over a q8_0 pool (t_*_kvq8: the stored bytes must be the CPU store's). Under
   INGOT_SAN=1 (make test's sanitizer pass) the programs are built in cudasim's asan mode instead.
 Missing tools fail the tests; nothing is skipped.
 """
@@ -19,6 +21,8 @@ import shutil
 import subprocess
 
 import pytest
+
+from conftest import BREADTH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KDIR = os.path.join(ROOT, "kernels", "cuda")
@@ -74,14 +78,15 @@ INSTANCES = {
 }
 # The kernels that store or read the KV pool again with its q8_0 element (--kv-dtype q8_0: the
 # generated source defines IG_KV_Q8 1): nvcc (no spills) and NVRTC compile these too. Rows are
-# whole blocks of 32 values there, so only head dims that are multiples of 32.
+# whole blocks of 32 values there, so only head dims that are multiples of 32: SmolLM2's and the
+# Llama-3-like shapes, the widest decode state (GROUP 8 x 128) and DeepSeek-V2-Lite's MLA rows.
 KVQ8_DEFINE = "IG_KV_Q8=1"
 KVQ8_INSTANCES = {
-    "rope_kv.cuh": INSTANCES["rope_kv.cuh"],
-    "attn_decode.cuh": [e for e in INSTANCES["attn_decode.cuh"] if "combine" not in e],
-    "attn_prefill.cuh": INSTANCES["attn_prefill.cuh"],
-    "attn_rows.cuh": ["attn_rows_kernel<64, 3, 3>", "attn_rows_kernel<256, 2, 4>",
-                      "attn_rows_kernel<576, 16, 1, 512, true>"],
+    "rope_kv.cuh": ["rope_kv_kernel<9, 3, 64, 64, true>", "rope_kv_kernel<32, 8, 128, 128, false>"],
+    "attn_decode.cuh": ["attn_decode_kernel<64, 3, 3>", "attn_decode_kernel<128, 8, 8>",
+                        "attn_decode_kernel<256, 2, 4>"],
+    "attn_prefill.cuh": ["attn_prefill_kernel<64, 3, 3, 16>", "attn_prefill_kernel<128, 4, 8, 4>"],
+    "attn_rows.cuh": ["attn_rows_kernel<64, 3, 3>", "attn_rows_kernel<576, 16, 1, 512, true>"],
 }
 # (header, macro definitions): every translation unit nvcc and NVRTC compile
 BUILDS = [(h, ()) for h in sorted(INSTANCES)] + [(h, (KVQ8_DEFINE,)) for h in sorted(KVQ8_INSTANCES)]
@@ -229,8 +234,13 @@ def nvrtc_exe():
     return exe
 
 
-@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
-@pytest.mark.parametrize("build", BUILDS, ids=["%s%s" % (h, "".join("-" + d for d in defs)) for h, defs in BUILDS])
+# the q8_0 sources for compute_90 in the default tier, for compute_80 too in make test-full
+NVRTC_CASES = [pytest.param(b, a, id="%s%s-%s" % (b[0], "".join("-" + d for d in b[1]), a),
+                            marks=BREADTH if b[1] and a != "compute_90" else ())
+               for b in BUILDS for a in ("compute_80", "compute_90")]
+
+
+@pytest.mark.parametrize("build,arch", NVRTC_CASES)
 @SAN_SKIP
 def test_nvrtc(nvrtc_exe, build, arch):
     header, defines = build
@@ -277,8 +287,15 @@ def _c_object(name, wd, incs):
 _checksums = {}
 
 
-@pytest.mark.parametrize("mode,seed", RUNS, ids=["%s-seed%s" % (m, s or 0) for m, s in RUNS])
-@pytest.mark.parametrize("prog", sorted(PROGRAMS))
+# the q8_0 variants repeat their f32 programs' schedules: one plain and one race run in the default
+# tier (the first ASan run in the sanitizer pass), every run in make test-full
+KVQ8_RUNS = [("plain", None), ("race", 7), ("asan", None)]
+SIM_CASES = [pytest.param(prog, mode, seed, id="%s-%s-seed%s" % (prog, mode, seed or 0),
+                          marks=BREADTH if prog.endswith(KVQ8_SUFFIX) and (mode, seed) not in KVQ8_RUNS else ())
+             for prog in sorted(PROGRAMS) for mode, seed in RUNS]
+
+
+@pytest.mark.parametrize("prog,mode,seed", SIM_CASES)
 def test_cudasim(sim_build, prog, mode, seed):
     exe = sim_build(prog, mode)
     env = dict(os.environ)

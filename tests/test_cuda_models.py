@@ -12,7 +12,8 @@
   margin is the issue's bound for f32/f16 paths) for prefill in one chunk, in several chunks and
   token by token (unpaged: one sequence, blocks 0..n), through the scheduler with scattered
   blocks, preemption and prefix caching (paged), fused and unfused, and with split-K decode
-  attention. A race-detecting build runs one model under a fuzzed schedule.
+  attention. A race-detecting build runs one model under a fuzzed schedule. The f16 and q8_0 KV
+  caches (--kv-dtype) are compared with the CPU build's of the same cache: the same stored values.
 * On a machine with a GPU the real binary is compared the same way; elsewhere that test is
   skipped by name, with the reason.
 Under INGOT_SAN=1 the cudasim builds are ASan builds and the matrix is reduced to one model; the
@@ -112,6 +113,15 @@ def test_cudasim_q8_kv_cache_matches_cpu(built, tmp_path, model):
     path = KVQ8_MODELS[model]
     cpu = cpu_build(path, f"t-{model}-kvq8", "--kv-dtype", "q8_0")
     sim = sim_build(path, f"cu-{model}-kvq8", "--kv-dtype", "q8_0")
+    # --info: the pool's bytes per token and the decode estimate's KV bytes are rows of 34-byte blocks
+    c = json.loads((path / "config.json").read_text())
+    mla = "kv_lora_rank" in c
+    row = c["kv_lora_rank"] + c["qk_rope_head_dim"] if mla else c["hidden_size"] // c["num_attention_heads"]
+    per_token = (1 if mla else 2 * c["num_key_value_heads"]) * c["num_hidden_layers"] * row // 32 * 34
+    info = subprocess.run([str(sim), "--info"], capture_output=True, text=True, timeout=120).stdout
+    assert f"KV cache:        {per_token} bytes/token (q8_0)" in info, info
+    m = re.search(r"([\d.]+) KB KV \((\d+) positions\)", info)
+    assert m and abs(float(m.group(1)) * 1e3 - per_token * int(m.group(2))) < 100, info
     # the f32-cache CPU build (test_models' / test_families' binary): q8_0 must really move the logits
     exact = logits(cpu_build(path, f"{'t' if path.parent == TINY else 'f'}-{model}"), TOKENS, tmp_path=tmp_path)
     for mode, args in MODES.items():

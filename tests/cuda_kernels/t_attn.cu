@@ -1,5 +1,6 @@
 // t_attn.cu — attn_decode_kernel (+ split-K combine) and attn_prefill_kernel against kc_attend: GQA groups 1/3/4, sliding windows, softcap, shuffled block tables, chunked prefill.
-// Also built with IG_KV_Q8 and KC_KV_Q8 (t_attn_kvq8 in tests/test_cuda_kernels.py): both sides read the same q8_0 rows.
+// Also built with IG_KV_Q8 and KC_KV_Q8 (t_attn_kvq8 in tests/test_cuda_kernels.py): both sides read the same
+// q8_0 rows.
 #include <cmath>
 #include "harness.h"
 #include "attn_decode.cuh"

@@ -1,5 +1,6 @@
 // t_rope_kv.cu — rope_kv_kernel against kc_rope + kc_kv_store: adjacent / half pairs, partial rotary dims, fused qkv rows, shuffled block tables; ig_row_kv_store against kc_kv_store (separate and shared value rows, q8_0's edge blocks).
-// Also built with IG_KV_Q8 and KC_KV_Q8 (t_rope_kv_kvq8 in tests/test_cuda_kernels.py): the stored q8_0 bytes must be the CPU's.
+// Also built with IG_KV_Q8 and KC_KV_Q8 (t_rope_kv_kvq8 in tests/test_cuda_kernels.py): the stored q8_0
+// bytes must be the CPU's.
 #include "harness.h"
 #include "rope_kv.cuh"
 static_assert(sizeof(ig_kv_t) == sizeof(kc_kv_t), "IG_KV_* and KC_KV_* set alike: one pool element");
