@@ -62,7 +62,8 @@ __global__ void kv_store_kernel(const float* k, const float* v, ig_kv_t* kv, int
 
 // Rows with q8_0's edge cases among random ones: a block of zeros (scale 0), exact ties
 // (max 127: scale 1, x = n + 0.5 rounds to the even n), a scale past f16's range (stored as
-// infinity, the int8 from the f32 scale), one below it (stored as 0), values of mixed magnitude.
+// infinity, the int8 from the f32 scale), one below it (stored as 0), values of mixed magnitude,
+// a scale that a multiply by 1/127 would get wrong.
 template <int KVH, int HD, bool SHARED> static void kv_store_case(const char* name, unsigned seed) {
   const int n_layers = 3, layer = 2, n_blocks = 6, T = 4;
   const std::vector<int> pos = {0, 1, 17, 31}, bt = {4, 1}; // one sequence, blocks 4 then 1
@@ -74,6 +75,11 @@ template <int KVH, int HD, bool SHARED> static void kv_store_case(const char* na
     v[32 + i] = 1e-30f * (float)(i - 16);                            // a scale below f16's subnormals
   }
   for (int i = 0; i < 32; i++) k[(size_t)KVH * HD + i] *= i % 8 == 0 ? 1000.0f : 0.001f; // token 1: mixed
+  // token 2: a block whose max makes amax / 127 differ from amax * (1 / 127.0f) in the last bit,
+  // with a value whose int8 then differs (1 rather than 2): the scale must be the divide's
+  float* b2 = k.data() + (size_t)2 * KVH * HD;
+  for (int i = 2; i < 32; i++) b2[i] *= 0.5f;
+  b2[0] = 0x1.4647d2p+1f, b2[1] = 0x1.ed4648p-6f;
   const std::vector<kc_kv_t> pool0 = kv_pool((size_t)2 * n_layers * n_blocks * KVH * IG_KV_BLOCK, HD, seed + 2);
   std::vector<kc_kv_t> want = pool0;
   for (int t = 0; t < T; t++)
