@@ -272,8 +272,9 @@ template <int E> __device__ __forceinline__ void ig_load_kv(const ig_kv_t* row, 
     for (int i = 0; i < E; i++) r[i] = ig_kv_get(row, d0 + i);
   }
 #elif IG_KV_HALF
+  const ig_kv_t* p = row + d0; // one 64-bit add, then constant offsets
 #pragma unroll
-  for (int i = 0; i < E; i++) r[i] = ig_f16_to_f32(row[d0 + i]);
+  for (int i = 0; i < E; i++) r[i] = ig_f16_to_f32(p[i]);
 #else
   ig_load_f<E>(row + d0, r);
 #endif
