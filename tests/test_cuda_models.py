@@ -99,17 +99,19 @@ KVQ8_MODELS = {"mha_untied_hd32": TINY / "mha_untied_hd32",
 
 @pytest.mark.skipif(SAN, reason="the q8_0 cache is one element type more; the ASan pass runs the f32 one")
 @pytest.mark.parametrize("model", sorted(KVQ8_MODELS))
-def test_cudasim_q8_kv_cache_matches_cpu(built, tmp_path, model):
+def test_cudasim_q8_kv_cache_matches_cpu(built, tmp_path, monkeypatch, model):
     """--kv-dtype q8_0 on CUDA: a warp quantizes each 32 values of a K or V row with the CPU
     store's operations (f32 max|x| / 127, its reciprocal and the products each correctly rounded,
     ties to even; tests/cuda_kernels/t_kv_store.cu checks the bytes), and attention dequantizes in
     registers. Given the same inputs both builds store the same bytes, so the logits differ by
     summation order only, as in the f32 comparison: the same 1e-3 (TOL). An input that differs
-    in its last bits (matmul order) can still land on the other side of a rounding boundary and
-    move one cached value by one step (max|x| / 127 of its block); such a flip is rare (about
-    one value in 1e5 sits that close) and within TOL on these models (observed: below).
-    Prefill, chunks of 5 and token by token; the MLA fixture reads its values from the cached
-    latent rows (attn_rows_kernel; rows of 96 = 3 blocks, the values their first 2)."""
+    in its last bits (matmul order) stores the same int8 and scale unless it sits on a rounding
+    boundary; then one cached value moves by one step (max|x| / 127 of its block). Such flips
+    are rare and move the logits far less than TOL: observed 2.4e-6 (MLA) and 1.6e-6 (chunked),
+    3.1e-5 for mha_untied_hd32's prefill and decode (ten times its f32 comparison's 3e-6: one
+    flip, as quantization is otherwise constant under tiny input changes). Prefill, chunks of 5,
+    token by token and split-K decode; the MLA fixture reads its values from the cached latent
+    rows (attn_rows_kernel; rows of 96 = 3 blocks, the values their first 2)."""
     path = KVQ8_MODELS[model]
     cpu = cpu_build(path, f"t-{model}-kvq8", "--kv-dtype", "q8_0")
     sim = sim_build(path, f"cu-{model}-kvq8", "--kv-dtype", "q8_0")
@@ -132,6 +134,12 @@ def test_cudasim_q8_kv_cache_matches_cpu(built, tmp_path, model):
               f"{float(np.abs(want - exact).max()):.3g}")
         assert err <= TOL, f"{model} {mode}: max |cuda - cpu| = {err:.3g}"
         assert float(np.abs(want - exact).max()) > 10 * TOL, "the q8_0 cache changes nothing?"
+    if not mla:  # decode attention in 3 splits + the combine kernel (MLA runs attn_rows_kernel)
+        want = logits(cpu, TOKENS, "--decode", tmp_path=tmp_path)
+        monkeypatch.setenv("INGOT_ATTN_SPLITS", "3")
+        err = float(np.abs(logits(sim, TOKENS, "--decode", tmp_path=tmp_path) - want).max())
+        print(f"{model} decode split-K: q8_0 KV max |cuda - cpu| = {err:.3g}")
+        assert err <= TOL, f"{model} split-K decode: max |cuda - cpu| = {err:.3g}"
 
 
 @pytest.mark.skipif(SAN, reason="quantized builds are covered by the optimized pass (the ASan pass runs one model)")
