@@ -121,7 +121,7 @@ PRESET_NAMES = sorted(p.name for p in PRESET_FIXTURES.iterdir() if (p / "referen
 PRESET_DEFAULT = {"qwen2": "Q5_K_M", "qwen3": "Q4_0", "gemma2": "Q6_K", "gemma3": "Q2_K", "olmo2": "Q5_0",
                   "granite": "IQ4_XS", "smollm3": "IQ4_NL", "qwen3moe": "Q3_K_M", "phi3": "Q5_1", "deepseek2": "Q2_K"}
 # ingot's f32 arithmetic against llama.cpp's on the same dequantized weights: summation order
-# (observed at most 1.1e-5 over the 99 files, prefill and decode), plus, for Gemma, ggml's f16 GELU
+# (observed at most 1.9e-5 over the 110 files, prefill and decode), plus, for Gemma, ggml's f16 GELU
 # table: twice what it moved llama.cpp's logits from transformers' on the family's F32 file when
 # the fixture was made (max_delta_llamacpp_f32_transformers: 1.7e-3 Gemma 2, 1.0e-3 Gemma 3;
 # observed 2.3e-3 and 1.3e-3 here).
@@ -174,7 +174,7 @@ def test_preset_gguf_matches_llamacpp(name, preset, tmp_path, built):
     in f32 and dequantizes the weights exactly. The oracle of the file's model is llama.cpp itself
     on the same weights dequantized by gguf-py to F32 (no activation rounding): ingot in prefill
     and in decode is within exact_bound of it. llama.cpp on the quantized file differs from that
-    by A, its activation rounding (0.03 .. 0.39 here; 1.1 and 4.2 for qwen3moe's Q3_K_M and
+    by A, its activation rounding (0.03 .. 0.44 here; 1.1 and 4.2 for qwen3moe's Q3_K_M and
     IQ4_XS, where the rounding moves a router's choice), so |ingot - llama.cpp| <= A +
     exact_bound: test_kquants' bound, with A measured by llama.cpp itself instead of a NumPy replay
     of its rounding. Greedy tokens: where the argmax differs, the two candidates are within
@@ -205,7 +205,7 @@ def test_cuda_preset_gguf_matches_cpu(name, preset, tmp_path, built):
     """Each family's file in each preset on the CUDA backend (cudasim): the kernels of kernels/cuda
     dequantize every type in registers (GEMV: decode and steps of up to 8 tokens) and in shared
     memory (the prefill GEMM tiles), for dense and expert weights. Same weights and f32 activations
-    as the CPU build: within 1e-4 of it (summation order; observed ...), and the file's model as
+    as the CPU build: within 1e-4 of it (summation order; observed at most 2.6e-5 over the 110 files and three modes), and the file's model as
     the CPU build is (within exact_bound of llama.cpp on the dequantized weights)."""
     path, ref, _, dequant = preset_fixture(name, preset)
     want = modelbuild.logits(preset_build(name, preset, path), ref["tokens"], tmp_path=tmp_path)
