@@ -205,8 +205,9 @@ def test_cuda_preset_gguf_matches_cpu(name, preset, tmp_path, built):
     """Each family's file in each preset on the CUDA backend (cudasim): the kernels of kernels/cuda
     dequantize every type in registers (GEMV: decode and steps of up to 8 tokens) and in shared
     memory (the prefill GEMM tiles), for dense and expert weights. Same weights and f32 activations
-    as the CPU build: within 1e-4 of it (summation order; observed at most 2.6e-5 over the 110 files and three modes), and the file's model as
-    the CPU build is (within exact_bound of llama.cpp on the dequantized weights)."""
+    as the CPU build: within 1e-4 of it (summation order; observed at most 2.6e-5 over the 110 files
+    and three modes), and the file's model as the CPU build is (within exact_bound of llama.cpp on
+    the dequantized weights)."""
     path, ref, _, dequant = preset_fixture(name, preset)
     want = modelbuild.logits(preset_build(name, preset, path), ref["tokens"], tmp_path=tmp_path)
     sim = preset_build(name, preset, path, "--backend", "cuda", "--cudasim")
