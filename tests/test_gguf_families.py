@@ -116,10 +116,11 @@ def test_deepseek2_sigmoid_routing_is_refused(tmp_path, built):
 PRESET_FIXTURES = ROOT / "tests" / "fixtures" / "gguf_family_presets"
 PRESET_NAMES = sorted(p.name for p in PRESET_FIXTURES.iterdir() if (p / "reference.json").exists())
 # The default tier runs Q4_K_M of every family and one more preset per family, chosen so that the
-# families together hold every preset but Q8_0 (the 64-wide Q8_0 files above are in the default
-# tier): the rest runs in make test-full.
+# families together hold every preset (DeepSeek-V2's IQ4_NL: both parts of kv_b in one block type
+# without a quantizer, the transposed one joined as f32): the rest runs in make test-full.
 PRESET_DEFAULT = {"qwen2": "Q5_K_M", "qwen3": "Q4_0", "gemma2": "Q6_K", "gemma3": "Q2_K", "olmo2": "Q5_0",
-                  "granite": "IQ4_XS", "smollm3": "IQ4_NL", "qwen3moe": "Q3_K_M", "phi3": "Q5_1", "deepseek2": "Q2_K"}
+                  "granite": "IQ4_XS", "smollm3": "Q8_0", "qwen3moe": "Q3_K_M", "phi3": "Q5_1",
+                  "deepseek2": "IQ4_NL"}
 # ingot's f32 arithmetic against llama.cpp's on the same dequantized weights: summation order
 # (observed at most 1.9e-5 over the 110 files, prefill and decode), plus, for Gemma, ggml's f16 GELU
 # table: twice what it moved llama.cpp's logits from transformers' on the family's F32 file when
