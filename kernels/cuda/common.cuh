@@ -186,7 +186,7 @@ template <int NT> __device__ __forceinline__ float ig_block_sum(float v, float* 
 //   stored as f16 (2 bytes, then 32 int8 q = round-to-nearest-even(x * (1/s))), read back as
 //   s * q: byte for byte what kernels/cpu/kc_ops.h's kc__kv_put stores (the same f32 divide,
 //   reciprocal and product, each correctly rounded, and lrintf's rounding), so a CUDA build and a
-//   CPU build hold the same rows. Every computation on the values stays f32.
+//   CPU build given the same K and V hold the same rows. Every computation on the values stays f32.
 #ifndef IG_KV_HALF
 #define IG_KV_HALF 0
 #endif
