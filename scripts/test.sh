@@ -36,6 +36,7 @@ SAN_EXTRA="tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/tes
            tests/test_quant_ckpt.py::test_model_binary_refuses_bad_quantized_checkpoints tests/test_quant_ckpt.py::test_kernels
            tests/test_quant_moe.py::test_bad_expert_checkpoints tests/test_quant_moe.py::test_rules_choose_what_is_quantized_and_how
            tests/test_quant_moe.py::test_rules_unit
+           tests/test_gguf_families.py::test_preset_gguf_matches_llamacpp[deepseek2-IQ4_NL]
            tests/test_quant_moe.py::test_act_order_reorders_every_expert_of_a_layer
            tests/test_quant_moe.py::test_model_binary_refuses_disagreeing_experts tests/test_quant_moe.py::test_quantized_moe_matches_transformers[gptq4-act-order-mixtral]
            tests/test_spec.py::test_acceptance_rule_unit tests/test_spec.py::test_greedy_identical_to_plain_tiny
