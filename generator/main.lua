@@ -54,7 +54,7 @@ local function parse_args(argv)
   if o.backend == "cuda" and o.act_quant ~= "none" then util.die("--act-quant q8 is a CPU option") end
   -- the dtypes a weight can be converted to at load (runtime/load/dtype.c has a quantizer for each)
   local ok = {native = 1, f32 = 1, f16 = 1, bf16 = 1, q8_0 = 1, q4_0 = 1, q4_1 = 1, q5_0 = 1, q5_1 = 1,
-              q4_k = 1, q5_k = 1, q6_k = 1, q4_k_m = 1, q5_k_m = 1}
+              q4_k = 1, q5_k = 1, q6_k = 1, q4_k_m = 1, q5_k_m = 1, iq4_nl = 1, iq4_xs = 1}
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
   if o.act_quant ~= "none" and o.act_quant ~= "q8" then util.die("--act-quant is none or q8") end
   -- auto: f16 (half the memory and the bytes attention reads; SmolLM2's
@@ -77,10 +77,11 @@ end
 --    between);
 --  * a matrix whose rows are not a multiple of the type's block (256 for the
 --    K-quants) takes llama.cpp's fallback of the same bits on 32-blocks
---    (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0), else keeps its stored dtype.
+--    (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, iq4_xs -> iq4_nl), else keeps
+--    its stored dtype.
 -- So --dtype q4_k_m on SmolLM2 gives the very mix of llama.cpp's Q4_K_M file.
 local MIXES = {q4_k_m = "q4_k", q5_k_m = "q5_k"}
-local KQUANT_FALLBACK = {q4_k = "q5_0", q5_k = "q5_1", q6_k = "q8_0"}
+local KQUANT_FALLBACK = {q4_k = "q5_0", q5_k = "q5_1", q6_k = "q8_0", iq4_xs = "iq4_nl"}
 
 local function use_more_bits(i, n) return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2 end
 

@@ -266,13 +266,13 @@ def test_preset_act_quant_q8(built, preset, tmp_path):
 
 # llama.cpp's preset whose main type each --dtype is (for its quantization error)
 DTYPE_PRESET = {"q8_0": "Q8_0", "q5_0": "Q5_0", "q5_1": "Q5_1", "q4_k": "Q4_K_M", "q5_k": "Q5_K_M", "q6_k": "Q6_K",
-                "q4_k_m": "Q4_K_M"}
+                "q4_k_m": "Q4_K_M", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS"}
 
 
 @pytest.mark.parametrize("dtype", [pytest.param(d, marks=BREADTH) if d in ("q8_0", "q5_1", "q5_k") else d
                                    for d in DTYPE_PRESET])
 def test_dtype_quantizes_at_load(built, f32_gguf, dtype, tmp_path):
-    """--dtype q8_0/q5_0/q5_1/q4_k/q5_k/q6_k/q4_k_m from the F32 file: every matrix
+    """--dtype q8_0/q5_0/q5_1/q4_k/q5_k/q6_k/q4_k_m/iq4_nl/iq4_xs from the F32 file: every matrix
     is converted at load by runtime/load/quantize.c (--info says so), and the
     logits move from the F32 build's by no more than llama.cpp's own preset
     of that type moves llama.cpp's logits from its F32 ones (mean |delta|,

@@ -379,6 +379,8 @@ int dtype_quantize_row(ingot_dtype t, const float *src, void *dst, int64_t n) {
     case INGOT_Q4_K: block = quant_q4_k_block; break;
     case INGOT_Q5_K: block = quant_q5_k_block; break;
     case INGOT_Q6_K: block = quant_q6_k_block; break;
+    case INGOT_IQ4_NL: block = quant_iq4_nl_block; break;
+    case INGOT_IQ4_XS: block = quant_iq4_xs_block; break;
     default: break;
     }
     if (block) {
@@ -451,7 +453,8 @@ int dtype_quantize_row(ingot_dtype t, const float *src, void *dst, int64_t n) {
 int dtype_can_quantize(ingot_dtype t) {
     switch (t) {
     case INGOT_F32: case INGOT_F16: case INGOT_BF16: case INGOT_Q8_0: case INGOT_Q4_0: case INGOT_Q4_1:
-    case INGOT_Q5_0: case INGOT_Q5_1: case INGOT_Q4_K: case INGOT_Q5_K: case INGOT_Q6_K:
+    case INGOT_Q5_0: case INGOT_Q5_1: case INGOT_Q4_K: case INGOT_Q5_K: case INGOT_Q6_K: case INGOT_IQ4_NL:
+    case INGOT_IQ4_XS:
         return 1;
     default:
         return 0;

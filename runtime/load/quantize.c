@@ -1,4 +1,4 @@
-/* quantize.c — f32 to Q5_0/Q5_1 (reference formulas) and Q4_K/Q5_K/Q6_K (least-squares scale search). */
+/* quantize.c — f32 to Q5_0/Q5_1 (reference formulas) and Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS (least-squares scale search). */
 #include "quantize.h"
 
 #include <math.h>
@@ -210,4 +210,102 @@ void quant_q6_k_block(const float *x, uint8_t *out) {
         ql[64 * (g / 4) + 32 * (g % 2) + l] |= (uint8_t)((q & 15) << (4 * ((g % 4) / 2)));
         qh[32 * (g / 4) + l] |= (uint8_t)((q >> 4) << (2 * (g % 4)));
     }
+}
+
+/* ---- IQ4_NL / IQ4_XS: 4-bit indices into the non-linear table dtype_iq4_values ----
+ *
+ * For a group of 32 the scale d is chosen to minimize sum w (x - d v[q])^2
+ * with w = x^2 (the larger values matter more, as in llama.cpp's quantizer
+ * without an importance matrix): the codes are the table entries nearest to
+ * x / d for a few trial scales around max / v[0] (the value of largest
+ * magnitude on the table's widest entry, either sign), and for each trial
+ * set of codes the least-squares d = sum w x v / sum w v^2; the set with the
+ * smallest error wins. */
+
+/* Index of the table value nearest to v (the table is sorted). */
+static int iq4_nearest(float v) {
+    if (!(v > (float)dtype_iq4_values[0])) return 0;
+    if (v >= (float)dtype_iq4_values[15]) return 15;
+    int lo = 0, hi = 15;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (v < (float)dtype_iq4_values[mid]) hi = mid;
+        else lo = mid;
+    }
+    return v - (float)dtype_iq4_values[lo] < (float)dtype_iq4_values[hi] - v ? lo : hi;
+}
+
+/* Codes of the 32 values of x for scale d (0: all the code of 0's nearest). */
+static void iq4_codes(const float *x, float d, uint8_t *q) {
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; j++) q[j] = (uint8_t)iq4_nearest(id * x[j]);
+}
+
+/* The best scale of one group of 32 (codes in q); 0 for an all-zero group. */
+static float iq4_group_scale(const float *x, uint8_t *q) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+    if (!(amax > 1e-15f)) {
+        iq4_codes(x, 0.0f, q);
+        return 0.0f;
+    }
+    float best_d = 0.0f, best = -1.0f;
+    uint8_t trial[32];
+    for (int t = -7; t <= 7; t++) {
+        /* d such that max lands on table value v[0] + t (the widest entry, nudged inward or out) */
+        iq4_codes(x, max / (float)(dtype_iq4_values[0] + t), trial);
+        double sxv = 0, svv = 0;
+        for (int j = 0; j < 32; j++) {
+            const double w = (double)x[j] * x[j], v = dtype_iq4_values[trial[j]];
+            sxv += w * x[j] * v, svv += w * v * v;
+        }
+        /* error = sum w x^2 - sxv^2 / svv at the least-squares d: maximize sxv^2 / svv */
+        if (svv > 0 && sxv * sxv / svv > best) {
+            best = (float)(sxv * sxv / svv), best_d = (float)(sxv / svv);
+            memcpy(q, trial, 32);
+        }
+    }
+    return best_d;
+}
+
+/* 16 bytes of nibbles: element j in the low nibble of byte j, element j + 16 in its high nibble. */
+static void iq4_pack(const uint8_t *q, uint8_t *qs) {
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
+}
+
+void quant_iq4_nl_block(const float *x, uint8_t *out) {
+    uint8_t q[32];
+    const float d = iq4_group_scale(x, q);
+    const uint16_t dh = f32_to_fp16(d);
+    st16(out, dh);
+    iq4_codes(x, fp16_to_f32(dh), q); /* the codes of the scale actually stored */
+    iq4_pack(q, out + offsetof(block_iq4_nl, qs));
+}
+
+/* IQ4_XS: each group's best scale as above, then stored as d * s with one f16
+ * d per super-block and a 6-bit s - 32 in [-32, 31] per group (d = the
+ * largest group scale / -32, so that group takes s = -32 exactly), and the
+ * codes recomputed with each group's stored scale. */
+void quant_iq4_xs_block(const float *x, uint8_t *out) {
+    uint8_t q[32];
+    float scale[8], amax = 0.0f, max = 0.0f;
+    for (int g = 0; g < 8; g++) {
+        scale[g] = iq4_group_scale(x + 32 * g, q);
+        if (fabsf(scale[g]) > amax) amax = fabsf(scale[g]), max = scale[g];
+    }
+    const uint16_t dh = f32_to_fp16(-max / 32.0f);
+    const float d = fp16_to_f32(dh), id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint16_t scales_h = 0;
+    uint8_t *scales_l = out + offsetof(block_iq4_xs, scales_l);
+    memset(scales_l, 0, 4);
+    for (int g = 0; g < 8; g++) {
+        const int s = round_clamp(id * scale[g], -32, 31) + 32;
+        scales_l[g / 2] |= (uint8_t)((s & 15) << 4 * (g % 2));
+        scales_h |= (uint16_t)((s >> 4) << 2 * g);
+        iq4_codes(x + 32 * g, d * (float)(s - 32), q);
+        iq4_pack(q, out + offsetof(block_iq4_xs, qs) + 16 * g);
+    }
+    st16(out, dh);
+    st16(out + offsetof(block_iq4_xs, scales_h), scales_h);
 }

@@ -1,4 +1,4 @@
-/* quantize.h — block quantizers for Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (runtime-internal; dtype_quantize_row is the API). */
+/* quantize.h — block quantizers for Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (runtime-internal; dtype_quantize_row is the API). */
 #ifndef INGOT_QUANTIZE_H
 #define INGOT_QUANTIZE_H
 
@@ -16,5 +16,12 @@ void quant_q5_1_block(const float *x, uint8_t *out);
 void quant_q4_k_block(const float *x, uint8_t *out);
 void quant_q5_k_block(const float *x, uint8_t *out);
 void quant_q6_k_block(const float *x, uint8_t *out);
+
+/* IQ4_NL (32 elements) and IQ4_XS (256): each group of 32 takes the scale
+ * that minimizes its x^2-weighted squared error over codes into the
+ * non-linear table (a search over trial scales, see quantize.c); IQ4_XS then
+ * stores the group scales as 6-bit multiples of one super-block scale. */
+void quant_iq4_nl_block(const float *x, uint8_t *out);
+void quant_iq4_xs_block(const float *x, uint8_t *out);
 
 #endif

@@ -314,6 +314,9 @@ static void test_new_quantizers(void) {
         {INGOT_Q5_0, 2.0 / 31 / 3.464 * 1.25}, {INGOT_Q5_1, 2.0 / 31 / 3.464 * 1.1},
         {INGOT_Q4_K, 2.0 / 15 / 3.464 * 1.1}, {INGOT_Q5_K, 2.0 / 31 / 3.464 * 1.1},
         {INGOT_Q6_K, 2.0 / 63 / 3.464 * 1.25},
+        /* the non-linear table's 16 levels span 240 of its 254 units, denser near 0: on uniform
+         * data its error is about 1.2x that of 16 even levels (measured 0.037 for both, q4_k 0.032) */
+        {INGOT_IQ4_NL, 2.0 / 15 / 3.464 * 1.25}, {INGOT_IQ4_XS, 2.0 / 15 / 3.464 * 1.25},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const ingot_dtype t = cases[c].t;
