@@ -54,7 +54,8 @@ local function parse_args(argv)
   if o.backend == "cuda" and o.act_quant ~= "none" then util.die("--act-quant q8 is a CPU option") end
   -- the dtypes a weight can be converted to at load (runtime/load/dtype.c has a quantizer for each)
   local ok = {native = 1, f32 = 1, f16 = 1, bf16 = 1, q8_0 = 1, q4_0 = 1, q4_1 = 1, q5_0 = 1, q5_1 = 1,
-              q4_k = 1, q5_k = 1, q6_k = 1, q4_k_m = 1, q5_k_m = 1, iq4_nl = 1, iq4_xs = 1}
+              q2_k = 1, q3_k = 1, q4_k = 1, q5_k = 1, q6_k = 1, q3_k_s = 1, q3_k_m = 1, q3_k_l = 1, q4_k_m = 1,
+              q5_k_m = 1, iq4_nl = 1, iq4_xs = 1}
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
   if o.act_quant ~= "none" and o.act_quant ~= "q8" then util.die("--act-quant is none or q8") end
   -- auto: f16 (half the memory and the bytes attention reads; SmolLM2's
@@ -69,33 +70,73 @@ end
 
 -- The dtype each weight's kernels are compiled for: vectors (norms, biases)
 -- are f32; matrices keep their stored dtype unless --dtype asks otherwise.
--- A quantized --dtype follows llama.cpp's presets (llama_tensor_get_type):
+-- A quantized --dtype follows llama.cpp's presets (llama_tensor_get_type in
+-- src/llama-quant.cpp):
 --  * the LM head (or the embedding it is tied to) gets q6_k: its errors go
 --    straight into every logit;
---  * q4_k_m / q5_k_m are q4_k / q5_k with attn_v and ffn_down at q6_k in the
---    layers use_more_bits picks (the first and last eighth, and every third
---    between);
+--  * the mixes (MIXES) are a base type with some matrices at other types,
+--    by the category of their GGUF name and their layer (mix_type);
 --  * a matrix whose rows are not a multiple of the type's block (256 for the
---    K-quants) takes llama.cpp's fallback of the same bits on 32-blocks
---    (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, iq4_xs -> iq4_nl), else keeps
+--    K-quants) takes llama.cpp's fallback on 32-blocks (q2_k, q3_k -> q4_0,
+--    q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, iq4_xs -> iq4_nl), else keeps
 --    its stored dtype.
 -- So --dtype q4_k_m on SmolLM2 gives the very mix of llama.cpp's Q4_K_M file.
-local MIXES = {q4_k_m = "q4_k", q5_k_m = "q5_k"}
-local KQUANT_FALLBACK = {q4_k = "q5_0", q5_k = "q5_1", q6_k = "q8_0", iq4_xs = "iq4_nl"}
+local MIXES = {q4_k_m = "q4_k", q5_k_m = "q5_k", q2_k = "q2_k", q3_k_s = "q3_k", q3_k_m = "q3_k", q3_k_l = "q3_k"}
+local KQUANT_FALLBACK = {q2_k = "q4_0", q3_k = "q4_0", q4_k = "q5_0", q5_k = "q5_1", q6_k = "q8_0", iq4_xs = "iq4_nl"}
 
 local function use_more_bits(i, n) return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2 end
 
-local function compiled_dtype(opts, w, stored, is_head, n_layers)
+-- llama.cpp's tensor categories, from the GGUF name (a fused QKV counts as V there).
+local function tensor_category(gguf)
+  if type(gguf) ~= "string" then return nil end
+  for _, c in ipairs({{"attn_qkv.weight", "attn_v"}, {"attn_kv_b.weight", "attn_v"}, {"attn_v.weight", "attn_v"},
+                      {"attn_k.weight", "attn_k"}, {"attn_output.weight", "attn_output"}, {"ffn_down", "ffn_down"}}) do
+    if gguf:find(c[1], 1, true) then return c[2] end
+  end
+  return nil
+end
+
+-- The type a matrix of category `cat` in layer `i` takes in the preset `mix`
+-- instead of its base type (nil: the base type). m: the model's layers, GQA
+-- ratio (heads per KV head) and expert count; llama.cpp's 8-expert rules are
+-- Mixtral's. (Its 70B-only rule, attn_v q3_k/q4_k -> q5_k by model size, and
+-- its Falcon rules have no family here.)
+local function mix_type(mix, cat, i, m)
+  local moe8 = m.experts == 8
+  if cat == "attn_v" then
+    if moe8 then return "q8_0" end
+    if mix == "q2_k" then return m.gqa >= 4 and "q4_k" or "q3_k" end
+    if mix == "q3_k_m" then return i < 2 and "q5_k" or "q4_k" end -- the first two attn_v
+    if mix == "q3_k_l" then return "q5_k" end
+    if (mix == "q4_k_m" or mix == "q5_k_m") and use_more_bits(i, m.layers) then return "q6_k" end
+  elseif cat == "attn_k" then
+    if moe8 then return "q8_0" end
+  elseif cat == "ffn_down" then
+    if mix == "q2_k" then return "q3_k" end
+    if mix == "q3_k_m" then return i < m.layers // 16 and "q5_k" or "q4_k" end
+    if mix == "q3_k_l" then return "q5_k" end
+    if (mix == "q4_k_m" or mix == "q5_k_m") and use_more_bits(i, m.layers) then return "q6_k" end
+  elseif cat == "attn_output" then
+    if moe8 then
+      if mix == "q2_k" or mix == "q3_k_s" or mix == "q3_k_m" or mix == "q4_k_m" then return "q5_k" end
+      return nil
+    end
+    if mix == "q2_k" then return "q3_k" end
+    if mix == "q3_k_m" then return "q4_k" end
+    if mix == "q3_k_l" then return "q5_k" end
+  end
+  return nil
+end
+
+local function compiled_dtype(opts, w, stored, is_head, model)
   if #w.shape == 1 then return "f32" end
   if opts.dtype == "native" then return stored end
   local want = MIXES[opts.dtype] or opts.dtype
   if plan.block_elems(want) > 1 and want ~= "q8_0" then
-    local gguf = w.decl.gguf or ""
     if is_head then
       want = "q6_k"
-    elseif MIXES[opts.dtype] and w.layer and (gguf:find("attn_v", 1, true) or gguf:find("ffn_down", 1, true))
-        and use_more_bits(w.layer, n_layers) then
-      want = "q6_k"
+    elseif MIXES[opts.dtype] and w.layer then
+      want = mix_type(opts.dtype, tensor_category(w.decl.gguf), w.layer, model) or want
     end
   end
   local block = plan.block_elems(want)
@@ -299,6 +340,7 @@ local function main(argv)
   if head and head.decl.tied and not tensors[head_tensor] then
     head_tensor = config.tensor_name(entry, head.decl.tied, head.layer, cfg.format)
   end
+  local mix_model = {layers = c.layers, gqa = (c.heads or 1) // math.max(1, c.kv_heads or c.heads or 1), experts = c.experts or 0}
   for i, w in ipairs(g.weight_list) do
     w.tensor = config.tensor_name(entry, w.logical, w.layer, cfg.format, w.expert)
     local stored = w.tensor and tensors[w.tensor]
@@ -325,7 +367,7 @@ local function main(argv)
       w.stored_shape = {w.decl.stored_rows, w.shape[2]}
     end
     consumed[stored.name or w.tensor] = true
-    w.dtype = compiled_dtype(opts, w, stored.dtype, (stored.name or w.tensor) == head_tensor, c.layers)
+    w.dtype = compiled_dtype(opts, w, stored.dtype, (stored.name or w.tensor) == head_tensor, mix_model)
     w.dtype_enum = "INGOT_" .. w.dtype:upper()
     w.slot = i - 1
     local key = (stored.name or w.tensor) .. "/" .. w.dtype .. "/" .. w.first_row

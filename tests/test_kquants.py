@@ -266,31 +266,81 @@ def test_preset_act_quant_q8(built, preset, tmp_path):
 
 # llama.cpp's preset whose main type each --dtype is (for its quantization error)
 DTYPE_PRESET = {"q8_0": "Q8_0", "q5_0": "Q5_0", "q5_1": "Q5_1", "q4_k": "Q4_K_M", "q5_k": "Q5_K_M", "q6_k": "Q6_K",
-                "q4_k_m": "Q4_K_M", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS"}
+                "q4_k_m": "Q4_K_M", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS", "q2_k": "Q2_K", "q3_k_m": "Q3_K_M",
+                "q3_k": "Q3_K_M"}
+# the --dtypes that are llama.cpp's mixes: their per-tensor types must be those of llama.cpp's file
+MIX_PRESET = {"q2_k": "Q2_K", "q3_k_m": "Q3_K_M", "q4_k_m": "Q4_K_M"}
+# ingot's order of weight dtypes in --info (runtime/load/dtype.h)
+INFO_ORDER = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+              "iq4_nl", "iq4_xs"]
 
 
-@pytest.mark.parametrize("dtype", [pytest.param(d, marks=BREADTH) if d in ("q8_0", "q5_1", "q5_k") else d
+def preset_mix(preset):
+    """llama.cpp's file of a preset as --info's "weight dtypes" list."""
+    types = {k.lower(): v for k, v in PRESETS[preset]["tensor_types"].items()}
+    return ", ".join(f"{t} ({types[t]})" for t in INFO_ORDER if t in types)
+
+
+def compiled_types(binary):
+    """{tensor name: dtype} of a build, from its generated WEIGHTS table."""
+    text = (binary.parent / "gen" / "model.c").read_text()
+    return {m[1]: m[2].lower() for m in re.finditer(r'^\s*\{"([^"]+)", .*?, INGOT_([A-Z0-9_]+), -?\d+, \d+\},', text, re.M)}
+
+
+def file_types(path):
+    """{tensor name: dtype} of a GGUF file."""
+    return {t.name: t.tensor_type.name.lower() for t in gguf.GGUFReader(str(path)).tensors}
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=BREADTH) if d in ("q8_0", "q5_1", "q5_k", "q3_k") else d
                                    for d in DTYPE_PRESET])
 def test_dtype_quantizes_at_load(built, f32_gguf, dtype, tmp_path):
-    """--dtype q8_0/q5_0/q5_1/q4_k/q5_k/q6_k/q4_k_m/iq4_nl/iq4_xs from the F32 file: every matrix
-    is converted at load by runtime/load/quantize.c (--info says so), and the
-    logits move from the F32 build's by no more than llama.cpp's own preset
-    of that type moves llama.cpp's logits from its F32 ones (mean |delta|,
-    with 25% slack; llama.cpp's figure also holds its activation rounding,
-    and its *_M presets keep a few tensors in Q6_K). Observed ratios
-    0.76 (q8_0) .. 1.01."""
+    """--dtype q8_0/q5_0/q5_1/q2_k/q3_k/q4_k/q5_k/q6_k/q3_k_m/q4_k_m/iq4_nl/iq4_xs from the F32
+    file: every matrix is converted at load by runtime/load/quantize.c (--info
+    says so), and the logits move from the F32 build's by no more than
+    llama.cpp's own preset of that type moves llama.cpp's logits from its F32
+    ones (mean |delta|, with 25% slack; llama.cpp's figure also holds its
+    activation rounding, and its mixes keep some tensors at higher types:
+    plain q3_k is held to Q3_K_M). The mixes (q2_k, q3_k_m, q4_k_m) have
+    llama.cpp's type for every tensor. Observed ratios 0.76 (q8_0) .. 1.02,
+    q2_k 0.92, q3_k_m 0.98, plain q3_k 1.06."""
     name = "kq-f32-" + dtype.replace("_", "-")
     binary = build(f32_gguf, name, "--dtype", dtype)
     info = run([binary, "--info"])
-    # the untied LM head is q6_k, as in llama.cpp's presets; q4_k_m also has
-    # attn_v and ffn_down of layer 1 (use_more_bits of 2 layers) in q6_k
-    mix = {"q8_0": "q8_0 (16)", "q6_k": "q6_k (16)", "q4_k_m": "q4_k (13), q6_k (3)"}.get(dtype, f"{dtype} (15), q6_k (1)")
-    assert f"weight dtypes:   f32 (5), {mix}" in info.stdout, info.stdout
+    # the untied LM head is q6_k, as in llama.cpp's presets; the mixes have
+    # the very types of llama.cpp's file (q4_k_m: attn_v and ffn_down of
+    # layer 1, use_more_bits of 2 layers, in q6_k; q2_k: attn_v, ffn_down and
+    # attn_output in q3_k; q3_k_m: attn_v of the first two layers in q5_k,
+    # ffn_down and attn_output in q4_k)
+    if dtype in MIX_PRESET:
+        mix = preset_mix(MIX_PRESET[dtype])
+        # tensor for tensor, the types of llama.cpp's file
+        assert compiled_types(binary) == file_types(KQ / PRESETS[MIX_PRESET[dtype]]["file"])
+    else:
+        mix = "f32 (5), " + {"q8_0": "q8_0 (16)", "q6_k": "q6_k (16)"}.get(dtype, f"{dtype} (15), q6_k (1)")
+    assert f"weight dtypes:   {mix}" in info.stdout, info.stdout
     ours = modelbuild.logits(binary, TOKENS, tmp_path=tmp_path)
     base = modelbuild.logits(build(f32_gguf, "kq-f32"), TOKENS, tmp_path=tmp_path)
     theirs = reference_logits(DTYPE_PRESET[dtype]) - reference_logits("F32")
     err, ref_err = np.abs(ours - base).mean(), np.abs(theirs).mean()
     assert err <= 1.25 * ref_err, f"--dtype {dtype}: mean |delta| {err:.4f}, llama.cpp's {ref_err:.4f}"
+
+
+def test_dtype_nan_weight_at_load(built, f32_gguf, tmp_path):
+    """A NaN (then an infinity) in an f32 weight that --dtype q2_k converts
+    (ffn_down: q3_k in that mix): the binary stops at load with one line
+    naming the tensor, the row and the type, instead of quantizing garbage."""
+    binary = build(f32_gguf, "kq-f32-q2-k", "--dtype", "q2_k")
+    off, t = tensor_data_offset(f32_gguf, "blk.0.ffn_down.weight")
+    assert t.tensor_type == QT.F32 and int(t.shape[0]) == 512  # ne[0]: the row length
+    for value, what in ((np.nan, "nan"), (-np.inf, "inf")):
+        data = bytearray(f32_gguf.read_bytes())
+        at = off + (3 * 512 + 5) * 4  # row 3, column 5
+        data[at:at + 4] = np.float32(value).tobytes()
+        bad = tmp_path / f"{what}.gguf"
+        bad.write_bytes(bytes(data))
+        r = run([binary, "--weights", bad, "logits", "--tokens", "1,2,3", "--out", tmp_path / "l.f32"])
+        assert_one_line(r, "tensor 'blk.0.ffn_down.weight'", "row 3 holds a NaN or an infinity", "q3_k cannot store")
 
 
 def test_dtype_k_short_rows_take_llamacpps_fallbacks(built, tmp_path):

@@ -202,10 +202,16 @@ static int dump(const wt_file *wf, const char *name, const char *out, const char
     for (int64_t r = 0; rc == 0 && row > 0 && r < rows; r += chunk) {
         int64_t nr = rows - r < chunk ? rows - r : chunk;
         dtype_dequantize_row(t->dtype, (const uint8_t *)t->data + (size_t)r * row_bytes, buf, nr * row);
-        for (int64_t i = 0; as_type && i < nr; i++) {
-            dtype_quantize_row(as, buf + i * row, qbuf, row);
+        for (int64_t i = 0; as_type && rc == 0 && i < nr; i++) {
+            if (dtype_quantize_row(as, buf + i * row, qbuf, row) != 0) {
+                fprintf(stderr, "%s: tensor '%s': row %lld holds a NaN or an infinity, which %s cannot store\n",
+                        wt_path(wf), name, (long long)(r + i), as_type);
+                rc = 1;
+                break;
+            }
             dtype_dequantize_row(as, qbuf, buf + i * row, row);
         }
+        if (rc) break;
         if (fwrite(buf, sizeof(float), (size_t)(nr * row), fp) != (size_t)(nr * row)) { perror(out); rc = 1; }
     }
     free(buf);

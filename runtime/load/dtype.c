@@ -367,14 +367,17 @@ void dtype_dequantize_row(ingot_dtype t, const void *src, float *dst, int64_t n)
     }
 }
 
-/* Quantizes one block per GGUF's reference: scale from the block's extreme
+/* Q8_0/Q4_0/Q4_1 per GGUF's reference: scale from the block's extreme
  * value(s), multiply by the reciprocal scale, then round (Q8_0, half away
- * from zero) or truncate after adding the offset (Q4). */
+ * from zero) or truncate after adding the offset (Q4); the other block types
+ * through quantize.c. */
 int dtype_quantize_row(ingot_dtype t, const float *src, void *dst, int64_t n) {
     uint8_t *p = dst;
     void (*block)(const float *, uint8_t *) = NULL; /* the types of quantize.c */
     switch (t) {
     case INGOT_Q5_0: block = quant_q5_0_block; break;
+    case INGOT_Q2_K: block = quant_q2_k_block; break;
+    case INGOT_Q3_K: block = quant_q3_k_block; break;
     case INGOT_Q5_1: block = quant_q5_1_block; break;
     case INGOT_Q4_K: block = quant_q4_k_block; break;
     case INGOT_Q5_K: block = quant_q5_k_block; break;
@@ -383,6 +386,12 @@ int dtype_quantize_row(ingot_dtype t, const float *src, void *dst, int64_t n) {
     case INGOT_IQ4_XS: block = quant_iq4_xs_block; break;
     default: break;
     }
+    /* A NaN or an infinity has no place on a block's grid: rather than a
+     * block of garbage (or an infinite scale that poisons the whole block),
+     * the conversion fails and the loader names the tensor. */
+    if (dtype_block_elems(t) > 1)
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(src[i])) return -2;
     if (block) {
         const int be = dtype_block_elems(t);
         const size_t bb = dtype_block_bytes(t);
@@ -453,8 +462,8 @@ int dtype_quantize_row(ingot_dtype t, const float *src, void *dst, int64_t n) {
 int dtype_can_quantize(ingot_dtype t) {
     switch (t) {
     case INGOT_F32: case INGOT_F16: case INGOT_BF16: case INGOT_Q8_0: case INGOT_Q4_0: case INGOT_Q4_1:
-    case INGOT_Q5_0: case INGOT_Q5_1: case INGOT_Q4_K: case INGOT_Q5_K: case INGOT_Q6_K: case INGOT_IQ4_NL:
-    case INGOT_IQ4_XS:
+    case INGOT_Q5_0: case INGOT_Q5_1: case INGOT_Q2_K: case INGOT_Q3_K: case INGOT_Q4_K: case INGOT_Q5_K:
+    case INGOT_Q6_K: case INGOT_IQ4_NL: case INGOT_IQ4_XS:
         return 1;
     default:
         return 0;

@@ -123,10 +123,12 @@ uint16_t f32_to_bf16(float f);
 
 /* Converts n elements of type t at src to f32 at dst. */
 void dtype_dequantize_row(ingot_dtype t, const void *src, float *dst, int64_t n);
-/* Converts n f32 elements to type t (round to nearest; quantization follows
- * the reference rounding GGUF tools use). n must be a multiple of the block size.
- * Returns 0, or -1 for a type with no quantizer (Q2_K, Q3_K, IQ4_NL, IQ4_XS:
- * they are read, never produced). */
+/* Converts n f32 elements to type t (round to nearest; Q8_0/Q4_0/Q4_1 follow
+ * the reference rounding GGUF tools use, the others quantize.c's error-minimizing
+ * search). n must be a multiple of the block size. Returns 0, -1 for a type
+ * with no quantizer (the raw I32/F8 elements and the checkpoint-only Q4_Z,
+ * Q8_Z, F8_B32), or -2 when a block type is asked for and src holds a NaN or
+ * an infinity. */
 int dtype_quantize_row(ingot_dtype t, const float *src, void *dst, int64_t n);
 /* Whether dtype_quantize_row can produce type t. */
 int dtype_can_quantize(ingot_dtype t);

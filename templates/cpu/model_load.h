@@ -19,8 +19,10 @@ static void *model_aligned_alloc(size_t bytes) {
 
 /* Converts rows [first, first + rows) of a tensor to dtype `to` into dst
  * (rows x the row bytes of `to`); -1 on allocation failure or rows that
- * cannot be converted. */
-static int model_convert(const wt_tensor *t, int64_t first, int64_t rows, ingot_dtype to, unsigned char *dst) {
+ * cannot be converted, -2 with *bad_row set (counted from `first`) for a row
+ * holding a NaN or an infinity that a block type cannot store. */
+static int model_convert(const wt_tensor *t, int64_t first, int64_t rows, ingot_dtype to, unsigned char *dst,
+                         int64_t *bad_row) {
     const int64_t cols = t->shape[t->n_dims - 1];
     size_t in_row, out_row;
     if (dtype_row_bytes(t->dtype, cols, &in_row) != 0 || dtype_row_bytes(to, cols, &out_row) != 0) return -1;
@@ -28,9 +30,11 @@ static int model_convert(const wt_tensor *t, int64_t first, int64_t rows, ingot_
     if (!tmp) return -1;
     for (int64_t r = 0; r < rows; r++) {
         dtype_dequantize_row(t->dtype, (const unsigned char *)t->data + (size_t)(first + r) * in_row, tmp, cols);
-        if (dtype_quantize_row(to, tmp, dst + (size_t)r * out_row, cols) != 0) { /* a type with no quantizer */
+        const int rc = dtype_quantize_row(to, tmp, dst + (size_t)r * out_row, cols);
+        if (rc != 0) { /* a type with no quantizer (-1), or a NaN/infinity (-2) */
             free(tmp);
-            return -1;
+            *bad_row = r;
+            return rc;
         }
     }
     free(tmp);
@@ -295,7 +299,15 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
             }
             continue;
         }
-        if (model_convert(t, s->first_row, rows, s->dtype, to) != 0) {
+        int64_t bad_row = 0;
+        const int crc = model_convert(t, s->first_row, rows, s->dtype, to, &bad_row);
+        if (crc == -2) {
+            snprintf(err, errlen, "%s: tensor '%s': row %lld holds a NaN or an infinity, which %s cannot store",
+                     wt_path(m->file), t->name, (long long)(s->first_row + bad_row), dtype_name(s->dtype));
+            ok = 0;
+            break;
+        }
+        if (crc != 0) {
             snprintf(err, errlen, "%s: cannot convert tensor '%s' from %s to %s", wt_path(m->file), t->name,
                      dtype_name(t->dtype), dtype_name(s->dtype));
             ok = 0;

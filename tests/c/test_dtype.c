@@ -317,6 +317,10 @@ static void test_new_quantizers(void) {
         /* the non-linear table's 16 levels span 240 of its 254 units, denser near 0: on uniform
          * data its error is about 1.2x that of 16 even levels (measured 0.037 for both, q4_k 0.032) */
         {INGOT_IQ4_NL, 2.0 / 15 / 3.464 * 1.25}, {INGOT_IQ4_XS, 2.0 / 15 / 3.464 * 1.25},
+        /* 4 (Q2_K) and 8 (Q3_K) levels over [-1, 1) with 10% for the 4/6-bit group scales;
+         * a group of 16 spans less than 2 and the search may clip its extremes, so these
+         * are met with room (measured 0.131 and 0.071) */
+        {INGOT_Q2_K, 2.0 / 3 / 3.464 * 1.1}, {INGOT_Q3_K, 2.0 / 7 / 3.464 * 1.1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const ingot_dtype t = cases[c].t;
@@ -347,8 +351,126 @@ static void test_new_quantizers(void) {
         if (!(fabsf(x[i] - y[i]) <= range / 15 + 8 * (200.0f / 15 / 63) + 0.5f * (100.0f / 63) + 1e-3f)) bad++;
     }
     CHECK(bad == 0, "q4_k mixed ranges: %d elements beyond a step", bad);
-    CHECK(dtype_can_quantize(INGOT_Q2_K) == 0 && dtype_quantize_row(INGOT_Q3_K, x, q, 256) == -1,
-          "q2_k/q3_k have no quantizer");
+    CHECK(dtype_can_quantize(INGOT_Q4_Z) == 0 && dtype_quantize_row(INGOT_Q4_Z, x, q, 32) == -1,
+          "q4_z (checkpoints only) has no quantizer");
+}
+
+static float half_at(const uint8_t *p) { return fp16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+
+/* Q2_K and Q3_K element by element, on groups of 16 whose ranges differ.
+ * Q2_K stores x ~= d*ls*q - dmin*lm (q <= 3, ls and lm 4-bit), Q3_K
+ * x ~= d*sc*q (q in [-4, 3], sc signed 6-bit). An element's error is at most:
+ *  - one step of its group's own grid, (max - min(0, min))/3 for Q2_K and
+ *    (largest magnitude)/4 for Q3_K: the weighted search may clip an extreme
+ *    value by up to a step when that lowers the group's error;
+ *  - plus the group scale stored up to one code of d off its fit (the search
+ *    over neighbouring codes), times the largest |q| (3, 4); and for Q2_K the
+ *    min one code of dmin off.
+ * d and dmin are read from each block. Measured at most 0.91 of that bound
+ * (magnitudes spread over 1e-4..1e4 within a block), below 0.8 otherwise. */
+static void test_q23_k_bounds(void) {
+    enum { N = 256 * 64 };
+    static float x[N], y[N];
+    static uint8_t q[N];
+    for (int t = 0; t < 2; t++) {
+        const ingot_dtype type = t == 0 ? INGOT_Q2_K : INGOT_Q3_K;
+        const size_t bb = dtype_block_bytes(type);
+        for (int mode = 0; mode < 3; mode++) {
+            for (int i = 0; i < N; i++) {
+                const float r = frand(), u = frand();
+                x[i] = r * (mode == 0 ? 1.0f : mode == 1 ? ((i / 16) % 4 == 0 ? 100.0f : 1.0f) : powf(10.0f, 4.0f * u));
+            }
+            CHECK(dtype_quantize_row(type, x, q, N) == 0, "%s quantizes", dtype_name(type));
+            dtype_dequantize_row(type, q, y, N);
+            int bad = 0;
+            for (int b = 0; b < N / 256; b++) {
+                const uint8_t *blk = q + (size_t)b * bb;
+                const float d = fabsf(half_at(blk + (t == 0 ? 80 : 108))), dmin = t == 0 ? half_at(blk + 82) : 0.0f;
+                for (int g = 16 * b; g < 16 * b + 16; g++) {
+                    float lo = 0.0f, hi = x[16 * g], amax = 0.0f;
+                    for (int l = 0; l < 16; l++) {
+                        const float v = x[16 * g + l];
+                        lo = fminf(lo, v), hi = fmaxf(hi, v), amax = fmaxf(amax, fabsf(v));
+                    }
+                    const float bound = t == 0 ? (hi - lo) / 3 + 3 * d + dmin : amax / 4 + 4 * d;
+                    for (int l = 0; l < 16; l++)
+                        if (!(fabsf(x[16 * g + l] - y[16 * g + l]) <= bound)) {
+                            if (bad++ < 3)
+                                printf("  %s mode %d elem %d: x=%g y=%g bound %g\n", dtype_name(type), mode, 16 * g + l,
+                                       x[16 * g + l], y[16 * g + l], bound);
+                        }
+                }
+            }
+            CHECK(bad == 0, "%s ranges (mode %d): %d elements beyond the bound", dtype_name(type), mode, bad);
+        }
+        /* One super-block at a time: zeros stay exactly zero; blocks scaled by 1e4
+         * (f16 scales well inside their range) and by 1e-4 (d an f16 subnormal:
+         * about 4e-6 for Q2_K, 8e-7 for Q3_K, still 6+ significant bits) keep the
+         * relative error of the unit block within 1% and 5%; one whose scales
+         * would be below the smallest f16 subnormal (1e-8) is stored as zeros,
+         * never worse; one far beyond what f16 scales reach (1e12) stays finite,
+         * clipped to the largest representable magnitude (65504 times the largest
+         * scale and code). */
+        float unit[256], big[256], out[256];
+        uint8_t blk[256];
+        for (int i = 0; i < 256; i++) unit[i] = frand();
+        memset(big, 0, sizeof big);
+        CHECK(dtype_quantize_row(type, big, blk, 256) == 0, "%s zeros", dtype_name(type));
+        dtype_dequantize_row(type, blk, out, 256);
+        int nonzero = 0;
+        for (int i = 0; i < 256; i++) nonzero += out[i] != 0.0f;
+        CHECK(nonzero == 0, "%s all-zero block: %d nonzero", dtype_name(type), nonzero);
+        double e_unit = 0, e_big = 0;
+        dtype_quantize_row(type, unit, blk, 256);
+        dtype_dequantize_row(type, blk, out, 256);
+        for (int i = 0; i < 256; i++) e_unit += (double)(unit[i] - out[i]) * (unit[i] - out[i]);
+        for (int i = 0; i < 256; i++) big[i] = unit[i] * 1e4f;
+        dtype_quantize_row(type, big, blk, 256);
+        dtype_dequantize_row(type, blk, out, 256);
+        for (int i = 0; i < 256; i++) e_big += ((double)big[i] - out[i]) * ((double)big[i] - out[i]);
+        CHECK(fabs(sqrt(e_big) / 1e4 / sqrt(e_unit) - 1) < 0.01, "%s x1e4: relative error %g vs %g", dtype_name(type),
+              sqrt(e_big) / 1e4, sqrt(e_unit));
+        double e_small = 0;
+        for (int i = 0; i < 256; i++) big[i] = unit[i] * 1e-4f;
+        dtype_quantize_row(type, big, blk, 256);
+        dtype_dequantize_row(type, blk, out, 256);
+        for (int i = 0; i < 256; i++) e_small += ((double)big[i] - out[i]) * ((double)big[i] - out[i]);
+        CHECK(fabs(sqrt(e_small) / 1e-4 / sqrt(e_unit) - 1) < 0.05, "%s x1e-4: relative error %g vs %g",
+              dtype_name(type), sqrt(e_small) / 1e-4, sqrt(e_unit));
+        for (int i = 0; i < 256; i++) big[i] = unit[i] * 1e-8f;
+        dtype_quantize_row(type, big, blk, 256);
+        dtype_dequantize_row(type, blk, out, 256);
+        nonzero = 0;
+        for (int i = 0; i < 256; i++) nonzero += out[i] != 0.0f;
+        CHECK(nonzero == 0, "%s x1e-8: %d elements not stored as zero", dtype_name(type), nonzero);
+        for (int i = 0; i < 256; i++) big[i] = unit[i] * 1e12f;
+        CHECK(dtype_quantize_row(type, big, blk, 256) == 0, "%s x1e12 quantizes", dtype_name(type));
+        dtype_dequantize_row(type, blk, out, 256);
+        const float reach = 65504.0f * (t == 0 ? 15 * 3 : 32 * 4);
+        int wild = 0;
+        for (int i = 0; i < 256; i++) wild += !(fabsf(out[i]) <= reach);
+        CHECK(wild == 0, "%s x1e12: %d elements not finite or beyond %g", dtype_name(type), wild, reach);
+    }
+}
+
+/* A NaN or an infinity in the input of any block type: dtype_quantize_row
+ * fails (-2) rather than storing a garbage block; f16/bf16 keep them. */
+static void test_quantize_non_finite(void) {
+    static const ingot_dtype types[] = {INGOT_Q8_0, INGOT_Q4_0, INGOT_Q5_1, INGOT_Q2_K, INGOT_Q3_K, INGOT_Q4_K,
+                                        INGOT_Q6_K, INGOT_IQ4_XS};
+    float x[512];
+    uint8_t q[1024];
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        for (int i = 0; i < 512; i++) x[i] = frand();
+        CHECK(dtype_quantize_row(types[k], x, q, 512) == 0, "%s finite row", dtype_name(types[k]));
+        x[300] = NAN;
+        CHECK(dtype_quantize_row(types[k], x, q, 512) == -2, "%s NaN rejected", dtype_name(types[k]));
+        x[300] = -INFINITY;
+        CHECK(dtype_quantize_row(types[k], x, q, 512) == -2, "%s -inf rejected", dtype_name(types[k]));
+    }
+    x[0] = NAN;
+    CHECK(dtype_quantize_row(INGOT_F16, x, q, 512) == 0 && dtype_quantize_row(INGOT_BF16, x, q, 512) == 0,
+          "f16/bf16 store NaN and infinities as they are");
 }
 
 /* Non-finite f16 scales are found, with the index of their block. */
@@ -383,6 +505,8 @@ int main(void) {
     test_quant_roundtrip(INGOT_Q5_1);
     test_new_types_exact();
     test_new_quantizers();
+    test_q23_k_bounds();
+    test_quantize_non_finite();
     test_check_scales();
     return check_summary();
 }
