@@ -196,7 +196,7 @@ FLIP = 0.2
 
 # The default tier keeps the presets that bring a type or a mix no other one
 # does; the rest (types already covered) run in make test-full.
-COVERED = {"Q5_K_M", "Q6_K", "Q8_0", "Q4_0"}
+COVERED = {"Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_S", "Q3_K_L"}
 
 
 @pytest.mark.parametrize("preset", [pytest.param(p, marks=BREADTH) if p in COVERED else p
@@ -267,9 +267,11 @@ def test_preset_act_quant_q8(built, preset, tmp_path):
 # llama.cpp's preset whose main type each --dtype is (for its quantization error)
 DTYPE_PRESET = {"q8_0": "Q8_0", "q5_0": "Q5_0", "q5_1": "Q5_1", "q4_k": "Q4_K_M", "q5_k": "Q5_K_M", "q6_k": "Q6_K",
                 "q4_k_m": "Q4_K_M", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS", "q2_k": "Q2_K", "q3_k_m": "Q3_K_M",
-                "q3_k": "Q3_K_M"}
-# the --dtypes that are llama.cpp's mixes: their per-tensor types must be those of llama.cpp's file
-MIX_PRESET = {"q2_k": "Q2_K", "q3_k_m": "Q3_K_M", "q4_k_m": "Q4_K_M"}
+                "q3_k": "Q3_K_S", "q3_k_s": "Q3_K_S", "q3_k_l": "Q3_K_L"}
+# the --dtypes whose per-tensor types must be those of llama.cpp's file of a preset (plain q3_k:
+# Q3_K_S is Q3_K with the LM head in Q6_K on a model of this kind)
+MIX_PRESET = {"q2_k": "Q2_K", "q3_k": "Q3_K_S", "q3_k_s": "Q3_K_S", "q3_k_m": "Q3_K_M", "q3_k_l": "Q3_K_L",
+              "q4_k_m": "Q4_K_M", "q5_k_m": "Q5_K_M"}
 # ingot's order of weight dtypes in --info (runtime/load/dtype.h)
 INFO_ORDER = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
               "iq4_nl", "iq4_xs"]
@@ -292,8 +294,8 @@ def file_types(path):
     return {t.name: t.tensor_type.name.lower() for t in gguf.GGUFReader(str(path)).tensors}
 
 
-@pytest.mark.parametrize("dtype", [pytest.param(d, marks=BREADTH) if d in ("q8_0", "q5_1", "q5_k", "q3_k") else d
-                                   for d in DTYPE_PRESET])
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=BREADTH) if d in ("q8_0", "q5_1", "q5_k", "q3_k", "q3_k_s", "q3_k_l")
+                                   else d for d in DTYPE_PRESET])
 def test_dtype_quantizes_at_load(built, f32_gguf, dtype, tmp_path):
     """--dtype q8_0/q5_0/q5_1/q2_k/q3_k/q4_k/q5_k/q6_k/q3_k_m/q4_k_m/iq4_nl/iq4_xs from the F32
     file: every matrix is converted at load by runtime/load/quantize.c (--info
@@ -301,9 +303,9 @@ def test_dtype_quantizes_at_load(built, f32_gguf, dtype, tmp_path):
     llama.cpp's own preset of that type moves llama.cpp's logits from its F32
     ones (mean |delta|, with 25% slack; llama.cpp's figure also holds its
     activation rounding, and its mixes keep some tensors at higher types:
-    plain q3_k is held to Q3_K_M). The mixes (q2_k, q3_k_m, q4_k_m) have
-    llama.cpp's type for every tensor. Observed ratios 0.76 (q8_0) .. 1.02,
-    q2_k 0.92, q3_k_m 0.98, plain q3_k 1.06."""
+    q4_k/q5_k are held to the *_K_M presets). The mixes have llama.cpp's type
+    for every tensor. Observed ratios 0.76 (q8_0) .. 1.02, q2_k 0.92,
+    q3_k_m 0.98."""
     name = "kq-f32-" + dtype.replace("_", "-")
     binary = build(f32_gguf, name, "--dtype", dtype)
     info = run([binary, "--info"])
@@ -324,6 +326,23 @@ def test_dtype_quantizes_at_load(built, f32_gguf, dtype, tmp_path):
     theirs = reference_logits(DTYPE_PRESET[dtype]) - reference_logits("F32")
     err, ref_err = np.abs(ours - base).mean(), np.abs(theirs).mean()
     assert err <= 1.25 * ref_err, f"--dtype {dtype}: mean |delta| {err:.4f}, llama.cpp's {ref_err:.4f}"
+
+
+@pytest.mark.parametrize("dtype", list(MIX_PRESET))
+def test_dtype_mix_types_match_llamacpp(built, f32_gguf, dtype, tmp_path):
+    """The generator alone (no compile): --dtype of a llama.cpp mix gives every
+    tensor of the F32 file the type llama.cpp's file of that preset has
+    (llama_tensor_get_type's rules: Q2_K's attn_v, ffn_down and attn_output
+    in Q3_K; Q3_K_M's first two attn_v in Q5_K, the rest of attn_v, ffn_down
+    and attn_output in Q4_K; Q3_K_L's in Q5_K; Q4_K_M/Q5_K_M's use_more_bits
+    layers in Q6_K; the untied LM head in Q6_K)."""
+    r = run([OBJDIR / "tools" / "ingot-inspect", f32_gguf])
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "inspect.json").write_text(r.stdout)
+    r = run(["lua5.4", ROOT / "generator" / "main.lua", "--inspect", tmp_path / "inspect.json", "--source", f32_gguf,
+             "--name", "mix", "--out", tmp_path / "gen", "--dtype", dtype])
+    assert r.returncode == 0, r.stderr
+    assert compiled_types(tmp_path / "mix") == file_types(KQ / PRESETS[MIX_PRESET[dtype]]["file"])
 
 
 def test_dtype_nan_weight_at_load(built, f32_gguf, tmp_path):
