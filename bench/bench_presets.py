@@ -31,7 +31,8 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 PRESETS = ["Q8_0", "Q6_K", "Q5_K_M", "Q5_1", "Q5_0", "Q4_K_M", "Q4_1", "Q4_0", "IQ4_NL", "IQ4_XS", "Q3_K_M", "Q2_K"]
-DTYPES = ["q8_0", "q6_k", "q5_k_m", "q5_k", "q5_1", "q5_0", "q4_k_m", "q4_k", "q4_0"]
+DTYPES = ["q8_0", "q6_k", "q5_k_m", "q5_k", "q5_1", "q5_0", "q4_k_m", "q4_k", "q4_0", "q3_k_l", "q3_k_m", "q3_k_s",
+          "q2_k"]
 TEXT = "/usr/share/common-licenses/GPL-3"
 
 

@@ -14,7 +14,7 @@ RMSE = sqrt(sum (w - q(w))^2 / n) over every compared tensor of the type.
 
 Not a test: it prints a markdown table (and writes it with --out).
 
-  python3 bench/bench_quant_rmse.py [--smollm2-layers 6] [--out bench/quant_rmse.md]
+  python3 bench/bench_quant_rmse.py [--smollm2-layers 6] [--types q2_k,q3_k] [--out bench/quant_rmse.md]
 """
 import argparse
 import os
@@ -28,8 +28,8 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 INSPECT = ROOT / "build" / "_obj" / "tools" / "ingot-inspect"
 # ingot --dtype -> llama.cpp's ftype of that type (with pure: every matrix in it)
-TYPES = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1", "q5_0": "Q5_0", "q5_1": "Q5_1", "q4_k": "Q4_K_S",
-         "q5_k": "Q5_K_S", "q6_k": "Q6_K"}
+TYPES = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1", "q5_0": "Q5_0", "q5_1": "Q5_1", "q2_k": "Q2_K",
+         "q3_k": "Q3_K_S", "q4_k": "Q4_K_S", "q5_k": "Q5_K_S", "q6_k": "Q6_K"}
 
 
 def sh(cmd, **kw):
@@ -69,11 +69,12 @@ def ingot_roundtrip(path, name, dtype, work):
     return np.fromfile(out, dtype="<f4")
 
 
-def compare(label, f32_path, work, layers=None):
+def compare(label, f32_path, work, types, layers=None):
     src = {n: w for n, (_, w) in tensors(f32_path).items()
            if layers is None or not n.startswith("blk.") or int(n.split(".")[1]) < layers}
     rows = []
-    for dtype, ftype in TYPES.items():
+    for dtype in types:
+        ftype = TYPES[dtype]
         qpath = work / f"{label}-{dtype}.gguf"
         llama_quantize(f32_path, qpath, "MOSTLY_" + ftype)
         theirs = tensors(qpath)
@@ -100,8 +101,13 @@ def compare(label, f32_path, work, layers=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smollm2-layers", type=int, default=6, help="compare blk.0 .. blk.N-1 (and the embedding)")
+    ap.add_argument("--types", default=",".join(TYPES), help="comma-separated --dtype names (default: all)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    types = args.types.split(",")
+    for t in types:
+        if t not in TYPES:
+            sys.exit(f"--types: unknown {t} (one of {', '.join(TYPES)})")
     if not INSPECT.exists():
         sh(["make", "-C", ROOT, "-s", "-j2", "tools"])
     work = pathlib.Path(tempfile.mkdtemp(prefix="ingot-rmse-"))
@@ -115,8 +121,8 @@ def main():
     lines = ["| weights | type | tensors compared | ingot RMSE | llama.cpp RMSE | ingot / llama.cpp |",
              "|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
-    lines += compare("SmolLM2 (from Q4_1)", smol_f32, work, args.smollm2_layers)
-    lines += compare("random Llama", rand_f32, work)
+    lines += compare("SmolLM2 (from Q4_1)", smol_f32, work, types, args.smollm2_layers)
+    lines += compare("random Llama", rand_f32, work, types)
     table = "\n".join(lines) + "\n"
     print("\n" + table)
     if args.out:

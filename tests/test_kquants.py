@@ -386,6 +386,35 @@ def test_dtype_k_short_rows_take_llamacpps_fallbacks(built, tmp_path):
     assert 0 < np.abs(got - ref).max() <= 1.0
 
 
+@pytest.mark.parametrize("dtype, want", [
+    ("q2_k", {"q_proj": "q4_0", "k_proj": "q4_0", "v_proj": "q4_0", "o_proj": "q4_0", "gate_proj": "q4_0",
+              "up_proj": "q4_0", "down_proj": "f32", "embed_tokens": "q8_0", "lm_head": "q8_0"}),
+    ("q3_k_m", {"q_proj": "q4_0", "k_proj": "q4_0", "v_proj": "q5_1", "o_proj": "q5_0", "gate_proj": "q4_0",
+                "up_proj": "q4_0", "down_proj": "f32", "embed_tokens": "q8_0", "lm_head": "q8_0"}),
+])
+def test_dtype_q23_short_rows_take_llamacpps_fallbacks(built, tmp_path, dtype, want):
+    """Rows of 64 and 112 (the generator alone, no compile): Q2_K and Q3_K
+    fall back to q4_0 as in llama.cpp (not to a 3-bit type: there is no
+    32-block one), the mixes' q4_k/q5_k matrices to q5_0/q5_1 (q3_k_m: attn_o
+    q4_k -> q5_0, attn_v of its two layers q5_k -> q5_1), the tied head/embedding
+    (q6_k) to q8_0; ffn_down's rows of 112 keep their f32."""
+    model = ROOT / "tests" / "fixtures" / "tiny" / "gqa_tied_hd16"
+    r = run([OBJDIR / "tools" / "ingot-inspect", model])
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "inspect.json").write_text(r.stdout)
+    r = run(["lua5.4", ROOT / "generator" / "main.lua", "--inspect", tmp_path / "inspect.json", "--source", model,
+             "--hf-config", model / "config.json", "--name", "m", "--out", tmp_path / "gen", "--dtype", dtype])
+    assert r.returncode == 0, r.stderr
+    assert "has rows of 112, not a multiple of 256: kept as f32" in r.stderr, r.stderr
+    types = compiled_types(tmp_path / "m")
+    got = {}
+    for name, t in types.items():
+        if name.endswith("norm.weight"):
+            continue
+        got.setdefault(name.split(".")[-2], set()).add(t)
+    assert got == {k: {v} for k, v in want.items()}, got
+
+
 # The presets whose types the default tier's CUDA check covers: Q2_K, Q3_K, Q4_K, Q5_0, Q6_K
 # (the mixes hold several), IQ4_XS; the rest run in make test-full.
 CUDA_DEFAULT = {"Q2_K", "Q3_K_M", "Q4_K_M", "IQ4_XS"}
