@@ -76,6 +76,7 @@ end
 --    straight into every logit;
 --  * the mixes (MIXES) are a base type with some matrices at other types,
 --    by the category of their GGUF name and their layer (mix_type);
+--  * an MoE router keeps its stored type;
 --  * a matrix whose rows are not a multiple of the type's block (256 for the
 --    K-quants) takes llama.cpp's fallback on 32-blocks (q2_k, q3_k -> q4_0,
 --    q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, iq4_xs -> iq4_nl), else keeps
@@ -132,6 +133,9 @@ local function compiled_dtype(opts, w, stored, is_head, model)
   if #w.shape == 1 then return "f32" end
   if opts.dtype == "native" then return stored end
   local want = MIXES[opts.dtype] or opts.dtype
+  -- an MoE router (ffn_gate_inp) picks the experts: llama.cpp never quantizes it
+  local gguf = w.decl.gguf
+  if plan.block_elems(want) > 1 and type(gguf) == "string" and gguf:find("ffn_gate_inp", 1, true) then return stored end
   if plan.block_elems(want) > 1 and want ~= "q8_0" then
     if is_head then
       want = "q6_k"

@@ -345,6 +345,33 @@ def test_dtype_mix_types_match_llamacpp(built, f32_gguf, dtype, tmp_path):
     assert compiled_types(tmp_path / "mix") == file_types(KQ / PRESETS[MIX_PRESET[dtype]]["file"])
 
 
+FAMILY_PRESETS = ROOT / "tests" / "fixtures" / "gguf_family_presets"
+# DeepSeek-V2's kv_b is two tensors in llama.cpp's files (attn_k_b, attn_v_b) that ingot joins
+# into one weight: no tensor-for-tensor counterpart
+MIX_FAMILIES = sorted(p.name for p in FAMILY_PRESETS.iterdir() if (p / "Q8_0.gguf").exists() and p.name != "deepseek2")
+
+
+@pytest.mark.parametrize("family", MIX_FAMILIES)
+@pytest.mark.parametrize("dtype", ["q2_k", "q3_k_m", "q4_k_m", "q5_k_m"])
+def test_dtype_mix_types_match_llamacpp_families(built, family, dtype, tmp_path):
+    """Every family's 256-wide model (tests/fixtures/gguf_family_presets), the generator alone from
+    its Q8_0 file: each tensor takes the type of llama.cpp's file of the preset, with the rules
+    the tiny Llama does not reach: Phi-3's fused QKV counts as attn_v, the MoE routers
+    (ffn_gate_inp) keep their type, the experts' ffn_down_exps are ffn_down, granite's and phi3's
+    ffn_down rows of 320 take the fallbacks, the tied embeddings the head's q6_k."""
+    src = FAMILY_PRESETS / family / "Q8_0.gguf"
+    r = run([OBJDIR / "tools" / "ingot-inspect", src])
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "inspect.json").write_text(r.stdout)
+    r = run(["lua5.4", ROOT / "generator" / "main.lua", "--inspect", tmp_path / "inspect.json", "--source", src,
+             "--name", "mix", "--out", tmp_path / "gen", "--dtype", dtype])
+    assert r.returncode == 0, r.stderr
+    ours, theirs = compiled_types(tmp_path / "mix"), file_types(FAMILY_PRESETS / family / f"{dtype.upper()}.gguf")
+    # a tied LM head is listed under its own name too, reading the embedding
+    assert set(ours) - set(theirs) <= {"output.weight"} and set(theirs) <= set(ours)
+    assert {n: ours[n] for n in theirs} == theirs
+
+
 def test_dtype_nan_weight_at_load(built, f32_gguf, tmp_path):
     """A NaN (then an infinity) in an f32 weight that --dtype q2_k converts
     (ffn_down: q3_k in that mix): the binary stops at load with one line
