@@ -99,10 +99,10 @@ end
 
 -- The type a matrix of category `cat` in layer `i` takes in the preset `mix`
 -- instead of its base type (nil: the base type). m: the model's layers, GQA
--- ratio (heads per KV head) and expert count; llama.cpp's 8-expert rules are
--- Mixtral's. (Its 70B-only rule, attn_v q3_k/q4_k -> q5_k by model size, and
--- its Falcon rules have no family here.)
-local function mix_type(mix, cat, i, m)
+-- ratio (heads per KV head), expert count and whether llama.cpp counts it a
+-- 70B (see mix_type); the 8-expert rules are Mixtral's. (The Falcon rules
+-- have no family here.)
+local function mix_rule(mix, cat, i, m)
   local moe8 = m.experts == 8
   if cat == "attn_v" then
     if moe8 then return "q8_0" end
@@ -127,6 +127,15 @@ local function mix_type(mix, cat, i, m)
     if mix == "q3_k_l" then return "q5_k" end
   end
   return nil
+end
+
+-- llama.cpp gives a 70B model's attn_v (8 query heads per KV head: a small
+-- matrix for its weight) q5_k where the preset has q3_k or q4_k.
+local function mix_type(mix, cat, i, m)
+  local t = mix_rule(mix, cat, i, m)
+  local eff = t or MIXES[mix]
+  if cat == "attn_v" and m.b70 and (eff == "q3_k" or eff == "q4_k") then return "q5_k" end
+  return t
 end
 
 local function compiled_dtype(opts, w, stored, is_head, model)
@@ -344,7 +353,11 @@ local function main(argv)
   if head and head.decl.tied and not tensors[head_tensor] then
     head_tensor = config.tensor_name(entry, head.decl.tied, head.layer, cfg.format)
   end
-  local mix_model = {layers = c.layers, gqa = (c.heads or 1) // math.max(1, c.kv_heads or c.heads or 1), experts = c.experts or 0}
+  -- llama.cpp's LLM_TYPE_70B, the model size one of its preset rules keys on: 80 layers of
+  -- Llama with grouped KV heads (with as many KV heads as heads it is the 65B) or of Qwen2
+  local heads, kv_heads = c.heads or 1, c.kv_heads or c.heads or 1
+  local mix_model = {layers = c.layers, gqa = heads // math.max(1, kv_heads), experts = c.experts or 0,
+                     b70 = c.layers == 80 and ((entry.gguf == "llama" and heads ~= kv_heads) or entry.gguf == "qwen2")}
   for i, w in ipairs(g.weight_list) do
     w.tensor = config.tensor_name(entry, w.logical, w.layer, cfg.format, w.expert)
     local stored = w.tensor and tensors[w.tensor]

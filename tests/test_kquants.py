@@ -372,6 +372,49 @@ def test_dtype_mix_types_match_llamacpp_families(built, family, dtype, tmp_path)
     assert {n: ours[n] for n in theirs} == theirs
 
 
+def llama_checkpoint(folder, layers, heads, kv_heads, dim=32, ffn=64, vocab=64):
+    """A Llama safetensors checkpoint of zeros (the generator reads shapes, not values)."""
+    from safetensors.numpy import save_file
+    hd = dim // heads
+    t = {"model.embed_tokens.weight": (vocab, dim), "model.norm.weight": (dim,), "lm_head.weight": (vocab, dim)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        t |= {p + "input_layernorm.weight": (dim,), p + "post_attention_layernorm.weight": (dim,),
+              p + "self_attn.q_proj.weight": (heads * hd, dim), p + "self_attn.k_proj.weight": (kv_heads * hd, dim),
+              p + "self_attn.v_proj.weight": (kv_heads * hd, dim), p + "self_attn.o_proj.weight": (dim, heads * hd),
+              p + "mlp.gate_proj.weight": (ffn, dim), p + "mlp.up_proj.weight": (ffn, dim),
+              p + "mlp.down_proj.weight": (dim, ffn)}
+    folder.mkdir()
+    save_file({k: np.zeros(v, np.float32) for k, v in t.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim, "intermediate_size": ffn,
+        "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+        "vocab_size": vocab, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "tie_word_embeddings": False}))
+    return folder
+
+
+@pytest.mark.parametrize("dtype, kv_heads, want", [
+    ("q3_k_s", 2, lambda i: "q5_1"),  # 70B: q3_k -> q5_k, on rows of 32 q5_1
+    ("q3_k_s", 4, lambda i: "q4_0"),  # 65B (no grouped KV heads): q3_k, on rows of 32 q4_0
+    ("q4_k_m", 2, lambda i: "q8_0" if i < 10 or i >= 70 or (i - 10) % 3 == 2 else "q5_1"),  # q6_k; q4_k -> q5_k
+], ids=["q3_k_s-70b", "q3_k_s-65b", "q4_k_m-70b"])
+def test_dtype_mix_70b_attn_v(built, tmp_path, dtype, kv_heads, want):
+    """llama.cpp's rule for 70B models (80 Llama layers with grouped KV heads): attn_v, where the
+    preset has q3_k or q4_k, takes q5_k. The generator alone, on an 80-layer checkpoint 32 wide
+    (so every type shows as its 32-block fallback; the other matrices keep the preset's)."""
+    model = llama_checkpoint(tmp_path / "m80", 80, 4, kv_heads)
+    r = run([OBJDIR / "tools" / "ingot-inspect", model])
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "inspect.json").write_text(r.stdout)
+    r = run(["lua5.4", ROOT / "generator" / "main.lua", "--inspect", tmp_path / "inspect.json", "--source", model,
+             "--hf-config", model / "config.json", "--name", "m", "--out", tmp_path / "gen", "--dtype", dtype])
+    assert r.returncode == 0, r.stderr
+    types = compiled_types(tmp_path / "m")
+    assert [types[f"model.layers.{i}.self_attn.v_proj.weight"] for i in range(80)] == [want(i) for i in range(80)]
+    assert types["model.layers.5.self_attn.k_proj.weight"] == {"q3_k_s": "q4_0", "q4_k_m": "q5_0"}[dtype]
+
+
 def test_dtype_nan_weight_at_load(built, f32_gguf, tmp_path):
     """A NaN (then an infinity) in an f32 weight that --dtype q2_k converts
     (ffn_down: q3_k in that mix): the binary stops at load with one line
