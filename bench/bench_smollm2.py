@@ -8,7 +8,11 @@ greedy decode of G tokens (default 128), in tokens/s, at each thread count
 (default 1 and 2), for four engines on the same GGUF:
 
   fused      ingot default build                  build/bench-smollm2/bench-smollm2
+             (--act-quant auto = q16: 15-bit activations against weights
+             interleaved in groups of 16 rows in decode, f32 in prefill)
   nofuse     ingot --no-fuse                      build/bench-smollm2-nofuse/...
+  f32        ingot --act-quant none (fused)       build/bench-smollm2-f32/...
+             (f32 activations everywhere, row-major weights: the exact mode)
   a8         ingot --act-quant q8 (fused)         build/bench-smollm2-a8/...
   llama.cpp  llama-cpp-python, n_threads = n_threads_batch = N
 
@@ -71,6 +75,7 @@ INGOT_ENGINES = [
     # (label, build name, extra ./ingot build flags)
     ("ingot fused", "bench-smollm2", []),
     ("ingot nofuse", "bench-smollm2-nofuse", ["--no-fuse"]),
+    ("ingot f32", "bench-smollm2-f32", ["--act-quant", "none"]),
     ("ingot a8", "bench-smollm2-a8", ["--act-quant", "q8"]),
 ]
 LLAMA = "llama.cpp"
@@ -404,8 +409,8 @@ def main():
     print()
     print("ratios of medians (>1: the first is faster)")
     print(f"{'':<28}{'thr':>4}  {'prefill':>8}  {'decode':>8}")
-    pairs = [("ingot fused", LLAMA), ("ingot nofuse", LLAMA), ("ingot a8", LLAMA),
-             ("ingot fused", "ingot nofuse"), ("ingot a8", "ingot fused")]
+    pairs = [("ingot fused", LLAMA), ("ingot nofuse", LLAMA), ("ingot f32", LLAMA), ("ingot a8", LLAMA),
+             ("ingot fused", "ingot nofuse"), ("ingot fused", "ingot f32"), ("ingot a8", "ingot fused")]
     for t in threads:
         for x, y in pairs:
             name = f"{x.replace('ingot ', '')} / {y.replace('ingot ', '')}"

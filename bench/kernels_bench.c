@@ -19,6 +19,7 @@
 
 #include "kc_matmul.h"
 #include "kc_quant.h"
+#include "kc_x16.h"
 #include "threadpool.h"
 
 static double now_s(void) {
@@ -47,19 +48,26 @@ typedef void (*mm_fn)(const void *W, const void *X, float *Y, int ldy, int T, in
     FLOAT_WRAP(mm_bf16, kc_mm_bf16, uint16_t, IN)   \
     QUANT_WRAP(mm_q8_0, kc_mm_q8_0, block_q8_0, IN) \
     QUANT_WRAP(mm_q4_0, kc_mm_q4_0, block_q4_0, IN) \
-    QUANT_WRAP(mm_q4_1, kc_mm_q4_1, block_q4_1, IN)
+    QUANT_WRAP(mm_q4_1, kc_mm_q4_1, block_q4_1, IN) \
+    FLOAT_WRAP(mmp_q8_0, kc_mmp_q8_0, void, IN)       \
+    FLOAT_WRAP(mmp_q4_0, kc_mmp_q4_0, void, IN)       \
+    FLOAT_WRAP(mmp_q4_1, kc_mmp_q4_1, void, IN)
 WRAPS(576)
 WRAPS(1536)
 
 /* Types 6-8 are the quantized weights through kc_mmx_* (f32 activations,
- * exact dequantization); their storage is that of types 3-5. */
-#define NTYPES 9
-static const char *names[NTYPES] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "x8_0", "x4_0", "x4_1"};
-static const double bytes_per_elem[NTYPES] = {4, 2, 2, 34.0 / 32, 18.0 / 32, 20.0 / 32, 34.0 / 32, 18.0 / 32, 20.0 / 32};
-static mm_fn fns576[NTYPES] = {mm_f32_576,  mm_f16_576,   mm_bf16_576,  mm_q8_0_576, mm_q4_0_576,
-                               mm_q4_1_576, mmx_q8_0_576, mmx_q4_0_576, mmx_q4_1_576};
-static mm_fn fns1536[NTYPES] = {mm_f32_1536,  mm_f16_1536,   mm_bf16_1536,  mm_q8_0_1536, mm_q4_0_1536,
-                                mm_q4_1_1536, mmx_q8_0_1536, mmx_q4_0_1536, mmx_q4_1_1536};
+ * exact dequantization); 9-11 the same weights in the 16-row interleaved
+ * layout through kc_mmp_* (kc_x16.h: 15-bit activations in decode, f32 tiles
+ * in prefill); their storage is that of types 3-5. */
+#define NTYPES 12
+static const char *names[NTYPES] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "x8_0", "x4_0", "x4_1", "p8_0", "p4_0", "p4_1"};
+static const double bytes_per_elem[NTYPES] = {4, 2, 2, 34.0 / 32, 18.0 / 32, 20.0 / 32, 34.0 / 32, 18.0 / 32, 20.0 / 32,
+                                              34.0 / 32, 18.0 / 32, 20.0 / 32};
+static mm_fn fns576[NTYPES] = {mm_f32_576,  mm_f16_576,   mm_bf16_576,  mm_q8_0_576,  mm_q4_0_576,  mm_q4_1_576,
+                               mmx_q8_0_576, mmx_q4_0_576, mmx_q4_1_576, mmp_q8_0_576, mmp_q4_0_576, mmp_q4_1_576};
+static mm_fn fns1536[NTYPES] = {mm_f32_1536,   mm_f16_1536,   mm_bf16_1536,  mm_q8_0_1536,
+                                mm_q4_0_1536,  mm_q4_1_1536,  mmx_q8_0_1536, mmx_q4_0_1536,
+                                mmx_q4_1_1536, mmp_q8_0_1536, mmp_q4_0_1536, mmp_q4_1_1536};
 
 typedef struct {
     mm_fn fn;
@@ -158,7 +166,13 @@ int main(int argc, char **argv) {
             if (only && !strstr(names[dt], only)) continue;
             size_t wbytes = (size_t)((double)OUT * IN * bytes_per_elem[dt]);
             void *W = malloc(wbytes);
-            fill(W, wbytes, dt < 6 ? dt : dt - 3);
+            fill(W, wbytes, dt < 6 ? dt : dt < 9 ? dt - 3 : dt - 6);
+            if (dt >= 9) { /* the same blocks, interleaved */
+                void *P = malloc(wbytes);
+                kc_x16_repack(dt - 6, W, P, OUT, IN);
+                free(W);
+                W = P;
+            }
             job j = {IN == 576 ? fns576[dt] : fns1536[dt], W, dt < 3 || dt >= 6 ? (const void *)xf : (const void *)xq,
                      Y, OUT, T};
             printf("%-20s %-5s", shapes[si].what, names[dt]);

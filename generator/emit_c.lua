@@ -65,6 +65,10 @@ local function row_op(ctx, s, n)
   local op = n.op
   if op == "embedding" then
     local w = n.inputs[2]
+    if w.x16 then -- the table is interleaved because an LM head tied to it is
+      return string.format("kc_x16_dequantize_row(KC_W%s, %s, %d, b->tokens[t], %s);", w.dtype:upper(), s.weight(w), W,
+        row(out, "t", W))
+    end
     return string.format("kc_embed_row(%s, %s, b->tokens[t], %d, %s);", DT_ENUM[w.dtype], s.weight(w), W, row(out, "t", W))
   elseif op == "rmsnorm" then
     local G = n.attrs.group or W
@@ -161,15 +165,18 @@ local function phase_matmul(ctx, s, name, grp)
     local IN, OUT = l.inputs[1].width, l.width
     local lo, hi = off, off + OUT
     local x, ldx, fn
+    local ctype = DT_CTYPE[w.dtype]
     if plan_mod.int8_activations(w.dtype, ctx.act_quant) then
       x, ldx, fn = "(const kc_q8 *)a->q8", string.format("%d", IN // 32), "kc_mm_" .. w.dtype
+    elseif w.x16 then -- kernels/cpu/kc_x16.h: the interleaved layout, 15-bit activations in decode
+      x, ldx, fn, ctype = s.buf(l.inputs[1].node), string.format("%d", IN), "kc_mmp_" .. w.dtype, "const void"
     else
       x, ldx = l.perm_buffer and perm_slot(s, l) or s.buf(l.inputs[1].node), string.format("%d", IN)
       fn = (plan_mod.quantized(w.dtype) and "kc_mmx_" or "kc_mm_") .. w.dtype
     end
     lines[#lines + 1] = "    " .. emit.src(ctx, l)
     lines[#lines + 1] = string.format("    if (r0 < %d && r1 > %d) %s((%s *)%s, %s, %s, %s, %d, a->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 < %d ? r1 - %d : %d), %s, 0);",
-      hi, lo, fn, DT_CTYPE[w.dtype], s.weight(w), x, ldx, s.buf(l), OUT, IN, lo, lo, hi, lo, OUT,
+      hi, lo, fn, ctype, s.weight(w), x, ldx, s.buf(l), OUT, IN, lo, lo, hi, lo, OUT,
       bias and ("(const float *)" .. s.weight(bias)) or "NULL")
     off = hi
   end

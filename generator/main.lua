@@ -23,8 +23,39 @@ local emit_cuda = require("emit_cuda")
 
 local VERSION = "ingot-generator 0.1"
 
+-- --act-quant q16 (the CPU default): which weights are stored in the 16-row
+-- interleaved layout (kernels/cpu/kc_x16.h), rewritten once at load. A
+-- weight qualifies when its type has x16 kernels, its rows come in whole
+-- groups of 16, and every node that reads it is a linear (a matmul phase,
+-- whose row chunks are multiples of 16) or an embedding lookup (which reads
+-- rows through kc_x16_dequantize_row). Weights sharing a tensor (a tied LM
+-- head and embedding) share the memory, so they share the decision.
+local X16_TYPES = {q8_0 = true, q4_0 = true, q4_1 = true}
+local function choose_x16_layouts(g, weights, opts)
+  if opts.backend ~= "cpu" or opts.act_quant ~= "q16" then return end
+  local readers_ok = {}
+  for _, n in ipairs(g.nodes) do
+    for i, inp in ipairs(n.inputs) do
+      if type(inp) == "table" and inp.logical then
+        local ok = (n.op == "linear" or n.op == "embedding") and i == 2
+        readers_ok[inp] = (readers_ok[inp] ~= false) and ok
+      end
+    end
+  end
+  local tensor_ok = {}
+  for _, w in ipairs(weights) do
+    local ok = X16_TYPES[w.dtype] and #w.shape == 2 and w.shape[1] % 16 == 0 and w.stacked == 0 and not w.perm
+      and not w.parts and readers_ok[w] == true
+    local key = w.same_as >= 0 and w.same_as or w.slot
+    tensor_ok[key] = (tensor_ok[key] ~= false) and ok and true or false
+  end
+  for _, w in ipairs(weights) do
+    w.x16 = tensor_ok[w.same_as >= 0 and w.same_as or w.slot] == true
+  end
+end
+
 local function parse_args(argv)
-  local o = {dtype = "native", backend = "cpu", fused = true, max_tokens = 512, act_quant = "none", kv_dtype = "auto",
+  local o = {dtype = "native", backend = "cpu", fused = true, max_tokens = 512, act_quant = "auto", kv_dtype = "auto",
              models = script_dir .. "/../models.lua"}
   local i = 1
   while i <= #argv do
@@ -51,13 +82,17 @@ local function parse_args(argv)
     if not o[k] then util.die("--" .. k .. " is required") end
   end
   if o.backend ~= "cpu" and o.backend ~= "cuda" then util.die("unknown --backend " .. o.backend .. " (cpu or cuda)") end
-  if o.backend == "cuda" and o.act_quant ~= "none" then util.die("--act-quant q8 is a CPU option") end
+  -- auto: on the CPU, 15-bit activations for the decode GEMVs of Q8_0/Q4_0/Q4_1 weights
+  -- (kernels/cpu/kc_x16.h; SmolLM2's perplexity within 0.01% of f32 activations,
+  -- bench/README.md); the CUDA kernels take f32 activations
+  if o.act_quant == "auto" then o.act_quant = o.backend == "cpu" and "q16" or "none" end
+  if o.backend == "cuda" and o.act_quant ~= "none" then util.die("--act-quant " .. o.act_quant .. " is a CPU option") end
   -- the dtypes a weight can be converted to at load (runtime/load/dtype.c has a quantizer for each)
   local ok = {native = 1, f32 = 1, f16 = 1, bf16 = 1, q8_0 = 1, q4_0 = 1, q4_1 = 1, q5_0 = 1, q5_1 = 1,
               q2_k = 1, q3_k = 1, q4_k = 1, q5_k = 1, q6_k = 1, q3_k_s = 1, q3_k_m = 1, q3_k_l = 1, q4_k_m = 1,
               q5_k_m = 1, iq4_nl = 1, iq4_xs = 1}
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
-  if o.act_quant ~= "none" and o.act_quant ~= "q8" then util.die("--act-quant is none or q8") end
+  if o.act_quant ~= "none" and o.act_quant ~= "q8" and o.act_quant ~= "q16" then util.die("--act-quant is none, q8 or q16") end
   -- auto: f16 (half the memory and the bytes attention reads; SmolLM2's
   -- perplexity moves by 0.01%, bench/README.md)
   if o.kv_dtype == "auto" then o.kv_dtype = "f16" end
@@ -426,6 +461,7 @@ local function main(argv)
       w.perm = weights[w.same_as + 1].perm
     end
   end
+  choose_x16_layouts(g, weights, opts)
   check_every_tensor_used(d, entry, info.tensors, consumed, opts)
   if opts.backend == "cuda" then emit_cuda.check_dtypes(weights) end
   local summary = {}

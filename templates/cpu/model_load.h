@@ -175,7 +175,7 @@ static int model_check_all_used(const wt_file *f, char *err, size_t errlen) {
 
 /* m->weight_origin: the kinds of load with a count, in a fixed order. */
 static void model_describe_origin(ingot_model *m, int in_place, int repacked, int copied, int converted,
-                                  int assembled) {
+                                  int assembled, int interleaved) {
     const int count[] = {in_place, repacked, copied, converted, assembled};
     static const char *const what[] = {"read in place from the file", "repacked from the checkpoint's quantized "
                                        "format at open", "copied", "converted to another dtype at load",
@@ -188,6 +188,27 @@ static void model_describe_origin(ingot_model *m, int in_place, int repacked, in
                                used ? ", " : "", count[k], what[k]);
         if (n > 0) used += (size_t)n;
     }
+    if (interleaved && used < sizeof m->weight_origin)
+        snprintf(m->weight_origin + used, sizeof m->weight_origin - used, "; %d of them interleaved in groups of 16 rows",
+                 interleaved);
+}
+
+/* Rewrites a weight's rows in place into kc_x16.h's layout, one group of 16
+ * rows at a time: a group's tiles take exactly the bytes its rows took, so
+ * only one group is ever held twice. */
+static int model_interleave(const weight_spec *s, unsigned char *w) {
+    const int wt = s->dtype == INGOT_Q8_0 ? KC_WQ8_0 : s->dtype == INGOT_Q4_0 ? KC_WQ4_0 : KC_WQ4_1;
+    size_t row = 0;
+    if (dtype_row_bytes(s->dtype, s->shape[1], &row) != 0 || s->shape[0] % KC_X16_ROWS != 0) return -1;
+    const size_t group = row * KC_X16_ROWS;
+    unsigned char *tmp = malloc(group);
+    if (!tmp) return -1;
+    for (int64_t g = 0; g < s->shape[0] / KC_X16_ROWS; g++) {
+        memcpy(tmp, w + (size_t)g * group, group);
+        kc_x16_repack(wt, tmp, w + (size_t)g * group, KC_X16_ROWS, (int)s->shape[1]);
+    }
+    free(tmp);
+    return 0;
 }
 
 const char *ingot_model_weight_origin(const ingot_model *m) { return m->weight_origin; }
@@ -255,7 +276,7 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
         src[i] = t;
         m->weight_bytes += out_row * (size_t)rows;
         /* repacked at open (GPTQ/AWQ/FP8): already the process's own memory, used as it is */
-        if (t->dtype == s->dtype && (in_place || t->repacked)) continue;
+        if (t->dtype == s->dtype && (in_place || t->repacked) && !s->x16) continue;
         offset[i] = wmem_bytes;
         wmem_bytes += (out_row * (size_t)rows + 63) / 64 * 64; /* every weight 64-byte aligned */
     }
@@ -270,7 +291,7 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
      * quantizing) a large checkpoint takes a while: a terminal is told how
      * far it got; a pipe or a log is not. */
     const int progress = isatty(STDERR_FILENO);
-    int converted = 0, in_place_n = 0, repacked = 0, copied = 0, assembled = 0;
+    int converted = 0, in_place_n = 0, repacked = 0, copied = 0, assembled = 0, interleaved = 0;
     for (int i = 0; ok && i < N_WEIGHTS; i++) {
         const weight_spec *s = &WEIGHTS[i];
         if (s->same_as >= 0) { m->w[i] = m->w[s->same_as]; continue; }
@@ -289,7 +310,7 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
         const int64_t rows = s->n_dims == 1 ? 1 : s->shape[0];
         const unsigned char *from = (const unsigned char *)t->data + (size_t)s->first_row * src_row[i];
         unsigned char *to = m->wmem + offset[i];
-        if (t->dtype == s->dtype) {
+        if (t->dtype == s->dtype && !s->x16) {
             if (t->repacked) m->w[i] = from, repacked++;
             else if (in_place) m->w[i] = from, in_place_n++;
             else {
@@ -299,23 +320,37 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
             }
             continue;
         }
-        int64_t bad_row = 0;
-        const int crc = model_convert(t, s->first_row, rows, s->dtype, to, &bad_row);
-        if (crc == -2) {
-            snprintf(err, errlen, "%s: tensor '%s': row %lld holds a NaN or an infinity, which %s cannot store",
-                     wt_path(m->file), t->name, (long long)(s->first_row + bad_row), dtype_name(s->dtype));
-            ok = 0;
-            break;
+        if (t->dtype == s->dtype) { /* an x16 weight: always a copy of its own */
+            memcpy(to, from, src_row[i] * (size_t)rows);
+            if (!t->repacked) ha_forget_mapped(from, src_row[i] * (size_t)rows);
+            copied++;
+        } else {
+            int64_t bad_row = 0;
+            const int crc = model_convert(t, s->first_row, rows, s->dtype, to, &bad_row);
+            if (crc == -2) {
+                snprintf(err, errlen, "%s: tensor '%s': row %lld holds a NaN or an infinity, which %s cannot store",
+                         wt_path(m->file), t->name, (long long)(s->first_row + bad_row), dtype_name(s->dtype));
+                ok = 0;
+                break;
+            }
+            if (crc != 0) {
+                snprintf(err, errlen, "%s: cannot convert tensor '%s' from %s to %s", wt_path(m->file), t->name,
+                         dtype_name(t->dtype), dtype_name(s->dtype));
+                ok = 0;
+                break;
+            }
+            converted++;
         }
-        if (crc != 0) {
-            snprintf(err, errlen, "%s: cannot convert tensor '%s' from %s to %s", wt_path(m->file), t->name,
-                     dtype_name(t->dtype), dtype_name(s->dtype));
-            ok = 0;
-            break;
+        if (s->x16) {
+            if (model_interleave(s, to) != 0) {
+                snprintf(err, errlen, "out of memory interleaving weight '%s'", s->name);
+                ok = 0;
+                break;
+            }
+            interleaved++;
         }
         m->w[i] = to;
-        converted++;
-        if (progress)
+        if (progress && t->dtype != s->dtype)
             fprintf(stderr, "\rconverting weights at load: tensor %d of %d (%s)", i + 1, N_WEIGHTS, dtype_name(s->dtype));
     }
     free(src), free(offset), free(src_row);
@@ -325,7 +360,7 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
         return NULL;
     }
     if (progress && converted) fprintf(stderr, "\n");
-    model_describe_origin(m, in_place_n, repacked, copied, converted, assembled);
+    model_describe_origin(m, in_place_n, repacked, copied, converted, assembled, interleaved);
     if (model_check_all_used(m->file, err, errlen) != 0) {
         ingot_model_free(m);
         return NULL;

@@ -1,0 +1,479 @@
+/* kc_x16.h — the 16-row interleaved layout (x16) of Q8_0/Q4_0/Q4_1 weights and its matmuls: integer dot products against 15-bit activations for decode, f32 tiles for prefill. */
+#ifndef INGOT_KC_X16_H
+#define INGOT_KC_X16_H
+
+#include "kc_matmul.h"
+
+/* Why a layout of its own. In the row-major GGUF layout a decode GEMV
+ * finishes each (row, 32-block) pair with a horizontal step: one integer or
+ * float dot product of 32 values, then a scalar scale. Interleaving 16 rows
+ * turns that around: one 512-bit register holds the same 4 codes of 16
+ * rows, a 4-byte broadcast of the activations feeds all 16 rows in one
+ * vpdpbusd, and the per-block scales of the 16 rows are one vector. Nothing
+ * is horizontal any more, and the weights of 16 rows stream contiguously.
+ * The generator knows every shape, so it chooses this layout per matrix at
+ * build time (rows a multiple of 16); the loader writes it once at load. It
+ * has exactly the bytes of the row-major blocks, only reordered.
+ *
+ * Tile (group g of rows 16g..16g+15, block b of 32 columns) at byte offset
+ * (g * NB + b) * kc_x16_tile_bytes(wt), NB = IN / 32:
+ *   d[16]       f16 scales, lane i = row 16g+i                     32 bytes
+ *   m[16]       f16 mins (Q4_1 only)                               32 bytes
+ *   codes       Q4: 4 vectors of 64 bytes; in vector p, lane i holds
+ *               bytes 4i..4i+3 = elements 4p..4p+3 of row i in the low
+ *               nibbles and elements 16+4p..19+4p in the high nibbles.
+ *               Q8_0: 8 vectors of 64 bytes; in vector c, lane i holds
+ *               elements 4c..4c+3 of row i, each stored as q + 128 (u8).
+ * Q8_0's codes are biased to unsigned because vpdpbusd multiplies unsigned
+ * by signed bytes; the bias comes back out as -128 * sum(x) per block.
+ *
+ * Activations for the integer path (kc_q16): each block of 32 values is
+ * scaled to integers q in [-16256, 16256] (d = amax / 16256) and q is split
+ * into two signed bytes, q = 128 * h + l with h in [-127, 127] and l in
+ * [-64, 63]. A weight block's dot product is then 128 * dot(w, h) + dot(w, l),
+ * two exact vpdpbusd chains. The rounding error of x is at most d / 2 =
+ * amax / 32512 per value, 128 times finer than llama.cpp's int8 activations,
+ * which is what makes it a default: SmolLM2's perplexity does not move (see
+ * bench/README.md), while the arithmetic is that of an int8 kernel. */
+
+#define KC_X16_ROWS 16
+#define KC_X16_QMAX 16256 /* 127 * 128 */
+
+typedef struct {
+    float d;      /* x ~= d * (128 * h + l) */
+    float s;      /* d * sum(128 * h + l): the Q4_0 (-8) and Q8_0 (-128) offsets and Q4_1's min term need it */
+    int8_t h[32]; /* high digit */
+    int8_t l[32]; /* low digit */
+} kc_q16;
+
+KC_INLINE size_t kc_x16_tile_bytes(int wt) { return wt == KC_WQ8_0 ? 544 : wt == KC_WQ4_0 ? 288 : 320; }
+KC_INLINE int kc_x16_hdr(int wt) { return wt == KC_WQ4_1 ? 64 : 32; }
+
+/* Quantizes n floats (a multiple of 32) into n/32 kc_q16 blocks; rounds to
+ * nearest-even on every path, so every instruction set gives the same bits. */
+static inline void kc_quantize_q16(const float *x, kc_q16 *out, int n) {
+    for (int b = 0; b < n / 32; b++, x += 32) {
+        kc_q16 *o = &out[b];
+#if defined(__AVX512F__)
+        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const __m512 vid = _mm512_set1_ps(amax > 0.0f ? (float)KC_X16_QMAX / amax : 0.0f);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+        const __m512i c64 = _mm512_set1_epi32(64);
+        const __m512i h0 = _mm512_srai_epi32(_mm512_add_epi32(q0, c64), 7), h1 = _mm512_srai_epi32(_mm512_add_epi32(q1, c64), 7);
+        const __m512i l0 = _mm512_sub_epi32(q0, _mm512_slli_epi32(h0, 7)), l1 = _mm512_sub_epi32(q1, _mm512_slli_epi32(h1, 7));
+        _mm_storeu_si128((__m128i *)(void *)o->h, _mm512_cvtepi32_epi8(h0));
+        _mm_storeu_si128((__m128i *)(void *)(o->h + 16), _mm512_cvtepi32_epi8(h1));
+        _mm_storeu_si128((__m128i *)(void *)o->l, _mm512_cvtepi32_epi8(l0));
+        _mm_storeu_si128((__m128i *)(void *)(o->l + 16), _mm512_cvtepi32_epi8(l1));
+        const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+#else
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        const float id = amax > 0.0f ? (float)KC_X16_QMAX / amax : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < 32; i++) {
+            const int q = (int)nearbyintf(x[i] * id);
+            const int h = (q + 64) >> 7; /* floor((q + 64) / 128): arithmetic shift */
+            o->h[i] = (int8_t)h;
+            o->l[i] = (int8_t)(q - 128 * h);
+            sum += q;
+        }
+#endif
+        o->d = amax / (float)KC_X16_QMAX;
+        o->s = o->d * (float)sum;
+    }
+}
+
+/* ---- layout: write, read back ------------------------------------------ */
+
+/* Rewrites rows [0, R) of a row-major block matrix (IN columns) into x16
+ * tiles at dst (the same number of bytes). R is a multiple of 16. */
+static inline void kc_x16_repack(int wt, const void *src, void *dst, int64_t R, int IN) {
+    const int NB = IN / 32, hdr = kc_x16_hdr(wt);
+    const size_t tb = kc_x16_tile_bytes(wt);
+    for (int64_t g = 0; g < R / KC_X16_ROWS; g++)
+        for (int b = 0; b < NB; b++) {
+            uint8_t *t = (uint8_t *)dst + ((size_t)g * (size_t)NB + (size_t)b) * tb;
+            for (int i = 0; i < KC_X16_ROWS; i++) {
+                const size_t blk = (size_t)(g * KC_X16_ROWS + i) * (size_t)NB + (size_t)b;
+                if (wt == KC_WQ8_0) {
+                    const block_q8_0 *s = (const block_q8_0 *)src + blk;
+                    memcpy(t + 2 * i, &s->d, 2);
+                    for (int k = 0; k < 32; k++) t[hdr + 64 * (k / 4) + 4 * i + k % 4] = (uint8_t)(s->qs[k] + 128);
+                } else {
+                    const uint8_t *qs;
+                    if (wt == KC_WQ4_0) {
+                        const block_q4_0 *s = (const block_q4_0 *)src + blk;
+                        memcpy(t + 2 * i, &s->d, 2);
+                        qs = s->qs;
+                    } else {
+                        const block_q4_1 *s = (const block_q4_1 *)src + blk;
+                        memcpy(t + 2 * i, &s->d, 2);
+                        memcpy(t + 32 + 2 * i, &s->m, 2);
+                        qs = s->qs;
+                    }
+                    /* byte k of a row-major block: element k low, element 16+k high */
+                    for (int k = 0; k < 16; k++) t[hdr + 64 * (k / 4) + 4 * i + k % 4] = qs[k];
+                }
+            }
+        }
+}
+
+/* The code of element k (0..31) of lane i in a tile: Q8_0 signed, Q4 the nibble. */
+KC_INLINE int kc__x16_code(const uint8_t *t, int wt, int i, int k) {
+    const int hdr = kc_x16_hdr(wt);
+    if (wt == KC_WQ8_0) return (int)t[hdr + 64 * (k / 4) + 4 * i + k % 4] - 128;
+    const uint8_t byte = t[hdr + 64 * ((k % 16) / 4) + 4 * i + k % 4];
+    return k < 16 ? byte & 15 : byte >> 4;
+}
+/* d and c of lane i, so that a weight is fma(q, d, c) (c = -8d for Q4_0,
+ * m for Q4_1, 0 for Q8_0): the row-major f32 kernels' convention. */
+KC_INLINE void kc__x16_scales(const uint8_t *t, int wt, int i, float *d, float *c) {
+    uint16_t h;
+    memcpy(&h, t + 2 * i, 2);
+    *d = kc_fp16_to_f32(h);
+    if (wt == KC_WQ4_1) memcpy(&h, t + 32 + 2 * i, 2);
+    *c = wt == KC_WQ4_0 ? -8.0f * *d : wt == KC_WQ4_1 ? kc_fp16_to_f32(h) : 0.0f;
+}
+
+/* Dequantizes row `row` (IN elements) of an x16 matrix into out, bit for
+ * bit what kc_embed_row gives for the row-major row (the embedding lookup
+ * of a table tied to an x16 LM head goes through here). */
+static inline void kc_x16_dequantize_row(int wt, const void *W, int IN, int64_t row, float *out) {
+    const int NB = IN / 32, i = (int)(row % KC_X16_ROWS);
+    for (int b = 0; b < NB; b++) {
+        const uint8_t *t = (const uint8_t *)W + ((size_t)(row / KC_X16_ROWS) * (size_t)NB + (size_t)b) * kc_x16_tile_bytes(wt);
+        float d, c;
+        kc__x16_scales(t, wt, i, &d, &c);
+        for (int k = 0; k < 32; k++) {
+            const int q = kc__x16_code(t, wt, i, k);
+            out[32 * b + k] = wt == KC_WQ8_0 ? d * (float)q : wt == KC_WQ4_0 ? d * (float)(q - 8) : d * (float)q + c;
+        }
+    }
+}
+
+/* ---- decode: integer dot products -------------------------------------- */
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX512VNNI__)
+#define KC_X16_VNNI 1
+KC_INLINE __m512i kc__x16_dp(__m512i acc, __m512i u, __m512i s) { return _mm512_dpbusd_epi32(acc, u, s); }
+#else
+#define KC_X16_VNNI 0
+/* u * s summed over 4-byte groups without VNNI: pairs into int16 (no
+ * saturation: the caller keeps |u * s| * 2 below 32768), then pairs again */
+KC_INLINE __m512i kc__x16_dp(__m512i acc, __m512i u, __m512i s) {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+}
+#endif
+
+/* One group of 16 rows, NT (1 or 2) tokens: Y[t][0..16) of the group. */
+KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int NT, float *Y, int ldy,
+                             const float *bias, int accumulate) {
+    const size_t tb = kc_x16_tile_bytes(wt);
+    const int hdr = kc_x16_hdr(wt);
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int b = 0; b < NB; b++) {
+        const uint8_t *t = G + (size_t)b * tb;
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)t));
+        __m512i w[8];
+        if (wt == KC_WQ8_0) {
+            KC_UNROLL for (int c = 0; c < 8; c++) w[c] = _mm512_loadu_si512((const void *)(t + hdr + 64 * c));
+        } else {
+            const __m512i m4 = _mm512_set1_epi8(0x0f);
+            KC_UNROLL for (int p = 0; p < 4; p++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(t + hdr + 64 * p));
+                w[p] = _mm512_and_si512(v, m4);                           /* elements 4p..4p+3 */
+                w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4); /* elements 16+4p.. */
+            }
+        }
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            const kc_q16 *x = &X[(size_t)j * (size_t)NB + (size_t)b];
+            __m512i ih = _mm512_setzero_si512(), il = _mm512_setzero_si512();
+            KC_UNROLL for (int c = 0; c < 8; c++) {
+                /* Q4: vector c holds elements 4c.. (c < 4) or 16+4(c-4).. (c >= 4): the same as 4c */
+                int32_t xh, xl;
+                memcpy(&xh, x->h + 4 * c, 4);
+                memcpy(&xl, x->l + 4 * c, 4);
+#if KC_X16_VNNI
+                ih = kc__x16_dp(ih, w[c], _mm512_set1_epi32(xh));
+                il = kc__x16_dp(il, w[c], _mm512_set1_epi32(xl));
+#else
+                if (wt == KC_WQ8_0) { /* |w| against x with w's sign: |w| <= 127 keeps maddubs exact */
+                    const __m512i ws = _mm512_xor_si512(w[c], _mm512_set1_epi8((char)0x80));
+                    const __mmask64 neg = _mm512_movepi8_mask(ws);
+                    const __m512i aw = _mm512_abs_epi8(ws), vh = _mm512_set1_epi32(xh), vl = _mm512_set1_epi32(xl);
+                    ih = kc__x16_dp(ih, aw, _mm512_mask_sub_epi8(vh, neg, _mm512_setzero_si512(), vh));
+                    il = kc__x16_dp(il, aw, _mm512_mask_sub_epi8(vl, neg, _mm512_setzero_si512(), vl));
+                } else {
+                    ih = kc__x16_dp(ih, w[c], _mm512_set1_epi32(xh));
+                    il = kc__x16_dp(il, w[c], _mm512_set1_epi32(xl));
+                }
+#endif
+            }
+            const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(ih, 7), il));
+            if (wt == KC_WQ4_1) {
+                const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(t + 32)));
+                acc[j] = _mm512_fmadd_ps(dw, _mm512_mul_ps(f, _mm512_set1_ps(x->d)), acc[j]);
+                acc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x->s), acc[j]);
+            } else {
+                /* Q4_0: codes are q + 8; Q8_0 (VNNI): codes are q + 128 */
+                const float off = wt == KC_WQ4_0 ? -8.0f : KC_X16_VNNI ? -128.0f : 0.0f;
+                acc[j] = _mm512_fmadd_ps(dw, _mm512_fmadd_ps(f, _mm512_set1_ps(x->d), _mm512_set1_ps(off * x->s)), acc[j]);
+            }
+        }
+    }
+    const __m512 bv = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    KC_UNROLL for (int j = 0; j < NT; j++) {
+        float *y = Y + (size_t)j * (size_t)ldy;
+        __m512 v = _mm512_add_ps(acc[j], bv);
+        if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(y), v);
+        _mm512_storeu_ps(y, v);
+    }
+}
+#elif defined(__AVX2__)
+/* AVX2: the 16 lanes of a tile vector as two halves of 8 rows (bytes
+ * 0..31 and 32..63), with kc_matmul.h's kc__dot (AVX-VNNI vpdpbusd, or
+ * vpmaddubsw + vpmaddwd, exact for |u * s| * 2 < 32768). */
+KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int NT, float *Y, int ldy,
+                             const float *bias, int accumulate) {
+    const size_t tb = kc_x16_tile_bytes(wt);
+    const int hdr = kc_x16_hdr(wt);
+    for (int half = 0; half < 2; half++) {
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int b = 0; b < NB; b++) {
+            const uint8_t *t = G + (size_t)b * tb;
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(t + 16 * half)));
+            __m256i w[8];
+            if (wt == KC_WQ8_0) {
+                KC_UNROLL for (int c = 0; c < 8; c++) {
+                    w[c] = _mm256_loadu_si256((const __m256i *)(const void *)(t + hdr + 64 * c + 32 * half));
+#if !KC_HAVE_VNNI
+                    w[c] = _mm256_xor_si256(w[c], _mm256_set1_epi8((char)0x80)); /* signed codes again */
+#endif
+                }
+            } else {
+                const __m256i m4 = _mm256_set1_epi8(0x0f);
+                KC_UNROLL for (int p = 0; p < 4; p++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(t + hdr + 64 * p + 32 * half));
+                    w[p] = _mm256_and_si256(v, m4);
+                    w[p + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                }
+            }
+            KC_UNROLL for (int j = 0; j < NT; j++) {
+                const kc_q16 *x = &X[(size_t)j * (size_t)NB + (size_t)b];
+                __m256i ih = _mm256_setzero_si256(), il = _mm256_setzero_si256();
+                KC_UNROLL for (int c = 0; c < 8; c++) {
+                    int32_t xh, xl;
+                    memcpy(&xh, x->h + 4 * c, 4);
+                    memcpy(&xl, x->l + 4 * c, 4);
+                    const __m256i vh = _mm256_set1_epi32(xh), vl = _mm256_set1_epi32(xl);
+                    if (wt == KC_WQ8_0 && !KC_HAVE_VNNI) { /* |w| against x with w's sign: |w| <= 127 */
+                        const __m256i aw = _mm256_sign_epi8(w[c], w[c]);
+                        ih = kc__dot(ih, aw, _mm256_sign_epi8(vh, w[c]));
+                        il = kc__dot(il, aw, _mm256_sign_epi8(vl, w[c]));
+                    } else {
+                        ih = kc__dot(ih, w[c], vh);
+                        il = kc__dot(il, w[c], vl);
+                    }
+                }
+                const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(ih, 7), il));
+                if (wt == KC_WQ4_1) {
+                    const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(t + 32 + 16 * half)));
+                    acc[j] = _mm256_fmadd_ps(dw, _mm256_mul_ps(f, _mm256_set1_ps(x->d)), acc[j]);
+                    acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(x->s), acc[j]);
+                } else {
+                    const float off = wt == KC_WQ4_0 ? -8.0f : KC_HAVE_VNNI ? -128.0f : 0.0f;
+                    acc[j] = _mm256_fmadd_ps(dw, _mm256_fmadd_ps(f, _mm256_set1_ps(x->d), _mm256_set1_ps(off * x->s)), acc[j]);
+                }
+            }
+        }
+        const __m256 bv = bias ? _mm256_loadu_ps(bias + 8 * half) : _mm256_setzero_ps();
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            float *y = Y + (size_t)j * (size_t)ldy + 8 * half;
+            __m256 v = _mm256_add_ps(acc[j], bv);
+            if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(y), v);
+            _mm256_storeu_ps(y, v);
+        }
+    }
+}
+#else
+/* Portable: the same integer dot products, one (row, block) at a time. */
+KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int NT, float *Y, int ldy,
+                             const float *bias, int accumulate) {
+    const size_t tb = kc_x16_tile_bytes(wt);
+    for (int j = 0; j < NT; j++) {
+        float acc[KC_X16_ROWS] = {0};
+        for (int b = 0; b < NB; b++) {
+            const uint8_t *t = G + (size_t)b * tb;
+            const kc_q16 *x = &X[(size_t)j * (size_t)NB + (size_t)b];
+            for (int i = 0; i < KC_X16_ROWS; i++) {
+                int32_t dot = 0; /* Q8_0: signed codes; Q4: the nibbles */
+                for (int k = 0; k < 32; k++) dot += kc__x16_code(t, wt, i, k) * (128 * x->h[k] + x->l[k]);
+                float d, c;
+                kc__x16_scales(t, wt, i, &d, &c);
+                if (wt == KC_WQ4_1) {
+                    acc[i] = fmaf(d, (float)dot * x->d, acc[i]);
+                    acc[i] = fmaf(c, x->s, acc[i]);
+                } else {
+                    const float off = wt == KC_WQ4_0 ? -8.0f : 0.0f;
+                    acc[i] = fmaf(d, fmaf((float)dot, x->d, off * x->s), acc[i]);
+                }
+            }
+        }
+        float *y = Y + (size_t)j * (size_t)ldy;
+        for (int i = 0; i < KC_X16_ROWS; i++) {
+            const float v = acc[i] + (bias ? bias[i] : 0.0f);
+            y[i] = accumulate ? y[i] + v : v;
+        }
+    }
+}
+#endif
+
+/* ---- prefill: dequantize tiles into the f32 packed path of kc_matmul.h -- */
+
+/* buf[k][KC_XMR] for k < 32*nb (relative to block b0) and rows r..r+nr of
+ * the matrix (r a multiple of KC_XMR); rows past nr are zero. */
+KC_INLINE void kc__x16_pack(const void *W, int wt, int NB, int r, int nr, int b0, int nb, float *buf) {
+    const size_t tb = kc_x16_tile_bytes(wt);
+    const int hdr = kc_x16_hdr(wt);
+#if defined(__AVX512F__)
+    /* KC_XMR = 32: two groups, one register of 16 lanes each */
+    const __m512i m4 = _mm512_set1_epi32(15), m8 = _mm512_set1_epi32(255);
+    for (int h = 0; h < 2; h++) {
+        for (int bb = 0; bb < nb; bb++) {
+            float *o = buf + (size_t)(32 * bb) * KC_XMR + 16 * h;
+            if (nr <= 16 * h) {
+                for (int k = 0; k < 32; k++) _mm512_store_ps(o + (size_t)k * KC_XMR, _mm512_setzero_ps());
+                continue;
+            }
+            const uint8_t *t = (const uint8_t *)W + ((size_t)(r / 16 + h) * (size_t)NB + (size_t)(b0 + bb)) * tb;
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)t));
+            const __m512 c = wt == KC_WQ4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(t + 32)))
+                             : wt == KC_WQ4_0 ? _mm512_mul_ps(d, _mm512_set1_ps(-8.0f))
+                                              : _mm512_setzero_ps();
+            if (wt == KC_WQ8_0) {
+                KC_UNROLL for (int g = 0; g < 8; g++) {
+                    const __m512i v = _mm512_loadu_si512((const void *)(t + hdr + 64 * g));
+                    KC_UNROLL for (int j = 0; j < 4; j++) {
+                        const __m512i q = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j), m8), _mm512_set1_epi32(128));
+                        _mm512_store_ps(o + (size_t)(4 * g + j) * KC_XMR, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
+                    }
+                }
+            } else {
+                KC_UNROLL for (int g = 0; g < 4; g++) {
+                    const __m512i v = _mm512_loadu_si512((const void *)(t + hdr + 64 * g));
+                    KC_UNROLL for (int j = 0; j < 4; j++) {
+                        const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j), m4));
+                        const __m512 hi = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j + 4), m4));
+                        _mm512_store_ps(o + (size_t)(4 * g + j) * KC_XMR, _mm512_fmadd_ps(lo, d, c));
+                        _mm512_store_ps(o + (size_t)(4 * g + j + 16) * KC_XMR, _mm512_fmadd_ps(hi, d, c));
+                    }
+                }
+            }
+        }
+    }
+    (void)m8;
+#elif defined(__AVX2__) && defined(__FMA__)
+    /* KC_XMR = 16: one group, two registers of 8 lanes (bytes 0..31 and 32..63 of each vector) */
+    const __m256i m4 = _mm256_set1_epi32(15), m8 = _mm256_set1_epi32(255);
+    for (int bb = 0; bb < nb; bb++) {
+        const uint8_t *t = (const uint8_t *)W + ((size_t)(r / 16) * (size_t)NB + (size_t)(b0 + bb)) * tb;
+        for (int h = 0; h < 2; h++) {
+            float *o = buf + (size_t)(32 * bb) * KC_XMR + 8 * h;
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(t + 16 * h)));
+            const __m256 c = wt == KC_WQ4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(t + 32 + 16 * h)))
+                             : wt == KC_WQ4_0 ? _mm256_mul_ps(d, _mm256_set1_ps(-8.0f))
+                                              : _mm256_setzero_ps();
+            for (int g = 0; g < (wt == KC_WQ8_0 ? 8 : 4); g++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(t + hdr + 64 * g + 32 * h));
+                for (int j = 0; j < 4; j++) {
+                    if (wt == KC_WQ8_0) {
+                        const __m256i q = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(v, 8 * j), m8), _mm256_set1_epi32(128));
+                        _mm256_store_ps(o + (size_t)(4 * g + j) * KC_XMR, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+                    } else {
+                        const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * j), m4));
+                        const __m256 hi = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * j + 4), m4));
+                        _mm256_store_ps(o + (size_t)(4 * g + j) * KC_XMR, _mm256_fmadd_ps(lo, d, c));
+                        _mm256_store_ps(o + (size_t)(4 * g + j + 16) * KC_XMR, _mm256_fmadd_ps(hi, d, c));
+                    }
+                }
+            }
+        }
+    }
+    (void)nr;
+#else
+    for (int i = 0; i < KC_XMR; i++) {
+        const int row = r + i;
+        for (int bb = 0; bb < nb; bb++) {
+            float *o = buf + (size_t)(32 * bb) * KC_XMR + i;
+            if (i >= nr) {
+                for (int k = 0; k < 32; k++) o[(size_t)k * KC_XMR] = 0.0f;
+                continue;
+            }
+            const uint8_t *t = (const uint8_t *)W + ((size_t)(row / 16) * (size_t)NB + (size_t)(b0 + bb)) * tb;
+            float d, c;
+            kc__x16_scales(t, wt, row % 16, &d, &c);
+            for (int k = 0; k < 32; k++) {
+                const float q = (float)kc__x16_code(t, wt, row % 16, k);
+                o[(size_t)k * KC_XMR] = wt == KC_WQ8_0 ? q * d : fmaf(q, d, c);
+            }
+        }
+    }
+    (void)hdr;
+#endif
+}
+
+/* Y[t*ldy + r] = (accumulate ? Y : 0) + W[r] . X[t] (+ bias[r]) for rows
+ * r0 <= r < r1 (multiples of 16) of an x16 matrix. Fewer than KC_XTMIN
+ * tokens (decode): the activations are quantized to kc_q16 here, by every
+ * thread for itself (a few hundred ns, against a lock-step hand-over), and
+ * the integer path runs; more (prefill, batched serving steps): the weights
+ * are dequantized tile by tile into kc_matmul.h's f32 packed path. */
+KC_INLINE void kc__mmp(const void *W, int wt, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+                       int r1, const float *bias, int accumulate) {
+    const int NB = IN / 32;
+    const size_t tb = kc_x16_tile_bytes(wt);
+    if (T < KC_XTMIN) {
+        kc_q16 xq[KC_XTMIN - 1][IN / 32];
+        for (int t = 0; t < T; t++) kc_quantize_q16(X + (size_t)t * (size_t)ldx, xq[t], IN);
+        for (int r = r0; r < r1; r += KC_X16_ROWS)
+            kc__x16_group((const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * (size_t)NB * tb, wt, NB, &xq[0][0], T,
+                          Y + r, ldy, bias ? bias + r : NULL, accumulate);
+        return;
+    }
+#if defined(__GNUC__) || defined(__clang__)
+    float buf[KC_XKB * 32 * KC_XMR] __attribute__((aligned(64)));
+#else
+    float buf[KC_XKB * 32 * KC_XMR];
+#endif
+    for (int t0 = 0; t0 < T; t0 += KC_XTC) {
+        const int t1 = T - t0 > KC_XTC ? t0 + KC_XTC : T;
+        for (int r = r0; r < r1; r += KC_XMR) {
+            const int nr = r1 - r < KC_XMR ? r1 - r : KC_XMR;
+            for (int b0 = 0; b0 < NB; b0 += KC_XKB) {
+                const int nb = NB - b0 < KC_XKB ? NB - b0 : KC_XKB;
+                kc__x16_pack(W, wt, NB, r, nr, b0, nb, buf);
+                const int init = b0 == 0 && !accumulate;
+                const float *bi = b0 + nb == NB && bias ? bias + r : NULL;
+                kc__mmx_kern_tokens(buf, 32 * nb, X + 32 * (size_t)b0, ldx, Y, ldy, r, nr, t0, t1, init, bi);
+            }
+        }
+    }
+}
+
+static inline void kc_mmp_q8_0(const void *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0, int r1,
+                               const float *bias, int accumulate) {
+    kc__mmp(W, KC_WQ8_0, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+static inline void kc_mmp_q4_0(const void *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0, int r1,
+                               const float *bias, int accumulate) {
+    kc__mmp(W, KC_WQ4_0, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+static inline void kc_mmp_q4_1(const void *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0, int r1,
+                               const float *bias, int accumulate) {
+    kc__mmp(W, KC_WQ4_1, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+}
+
+#endif
