@@ -39,6 +39,10 @@ typedef void (*mm_fn)(const void *W, const void *X, float *Y, int ldy, int T, in
     static void NAME##_##IN(const void *W, const void *X, float *Y, int ldy, int T, int r0, int r1) {  \
         KERNEL((const WT *)W, (const kc_q8 *)X, (IN) / 32, Y, ldy, T, IN, r0, r1, NULL, 0);            \
     }
+#define Q16_WRAP(NAME, KERNEL, IN)                                                                       \
+    static void NAME##_##IN(const void *W, const void *X, float *Y, int ldy, int T, int r0, int r1) {  \
+        KERNEL(W, (const kc_q16 *)X, (IN) / 32, Y, ldy, T, IN, r0, r1, NULL, 0);                       \
+    }
 #define WRAPS(IN)                                   \
     FLOAT_WRAP(mmx_q8_0, kc_mmx_q8_0, block_q8_0, IN) \
     FLOAT_WRAP(mmx_q4_0, kc_mmx_q4_0, block_q4_0, IN) \
@@ -49,16 +53,16 @@ typedef void (*mm_fn)(const void *W, const void *X, float *Y, int ldy, int T, in
     QUANT_WRAP(mm_q8_0, kc_mm_q8_0, block_q8_0, IN) \
     QUANT_WRAP(mm_q4_0, kc_mm_q4_0, block_q4_0, IN) \
     QUANT_WRAP(mm_q4_1, kc_mm_q4_1, block_q4_1, IN) \
-    FLOAT_WRAP(mmp_q8_0, kc_mmp_q8_0, void, IN)       \
-    FLOAT_WRAP(mmp_q4_0, kc_mmp_q4_0, void, IN)       \
-    FLOAT_WRAP(mmp_q4_1, kc_mmp_q4_1, void, IN)
+    Q16_WRAP(mmp_q8_0, kc_mmp_q8_0, IN)              \
+    Q16_WRAP(mmp_q4_0, kc_mmp_q4_0, IN)              \
+    Q16_WRAP(mmp_q4_1, kc_mmp_q4_1, IN)
 WRAPS(576)
 WRAPS(1536)
 
 /* Types 6-8 are the quantized weights through kc_mmx_* (f32 activations,
  * exact dequantization); 9-11 the same weights in the 16-row interleaved
- * layout through kc_mmp_* (kc_x16.h: 15-bit activations in decode, f32 tiles
- * in prefill); their storage is that of types 3-5. */
+ * layout through kc_mmp_* (kc_x16.h: 15-bit kc_q16 activations); their
+ * storage is that of types 3-5. */
 #define NTYPES 12
 static const char *names[NTYPES] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "x8_0", "x4_0", "x4_1", "p8_0", "p4_0", "p4_1"};
 static const double bytes_per_elem[NTYPES] = {4, 2, 2, 34.0 / 32, 18.0 / 32, 20.0 / 32, 34.0 / 32, 18.0 / 32, 20.0 / 32,
@@ -161,6 +165,8 @@ int main(int argc, char **argv) {
         fill(xf, sizeof(float) * (size_t)T * IN, 0);
         kc_q8 *xq = malloc(sizeof(kc_q8) * (size_t)T * (IN / 32));
         kc_quantize_q8(xf, xq, T * IN);
+        kc_q16 *x16 = malloc(sizeof(kc_q16) * (size_t)T * (IN / 32));
+        kc_quantize_q16(xf, x16, T * IN);
         float *Y = malloc(sizeof(float) * (size_t)T * OUT);
         for (int dt = 0; dt < NTYPES; dt++) {
             if (only && !strstr(names[dt], only)) continue;
@@ -173,7 +179,8 @@ int main(int argc, char **argv) {
                 free(W);
                 W = P;
             }
-            job j = {IN == 576 ? fns576[dt] : fns1536[dt], W, dt < 3 || dt >= 6 ? (const void *)xf : (const void *)xq,
+            job j = {IN == 576 ? fns576[dt] : fns1536[dt], W,
+                     dt >= 9 ? (const void *)x16 : dt < 3 || dt >= 6 ? (const void *)xf : (const void *)xq,
                      Y, OUT, T};
             printf("%-20s %-5s", shapes[si].what, names[dt]);
             double per_call = 0;
@@ -192,7 +199,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
             free(W);
         }
-        free(xf), free(xq), free(Y);
+        free(xf), free(xq), free(x16), free(Y);
     }
     tp_free(pools[1]);
     tp_free(pools[2]);

@@ -54,6 +54,23 @@ local function choose_x16_layouts(g, weights, opts)
   end
 end
 
+-- --info's line on the activations' numerics (CPU; the CUDA backend writes its own lines)
+local function act_info(opts, weights)
+  if opts.backend ~= "cpu" then return "NULL" end
+  local text
+  if opts.act_quant == "q16" then
+    local n = 0
+    for _, w in ipairs(weights) do if w.x16 and w.same_as < 0 then n = n + 1 end end
+    text = n == 0 and "f32 (no weight here has the x16 layout's type and shape)" or string.format(
+      "q16: 15-bit integers per block of 32 against the %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h); f32 for the rest", n)
+  elseif opts.act_quant == "q8" then
+    text = "q8: int8 per block of 32 against every block-quantized weight (llama.cpp's numerics)"
+  else
+    text = "f32 (--act-quant none: the weights dequantized in registers, exact)"
+  end
+  return '"activations:     ' .. text .. '\\n"'
+end
+
 local function parse_args(argv)
   local o = {dtype = "native", backend = "cpu", fused = true, max_tokens = 512, act_quant = "auto", kv_dtype = "auto",
              models = script_dir .. "/../models.lua"}
@@ -518,7 +535,7 @@ local function main(argv)
     weights = weights, kernels = kernels, calls = calls, source_path = opts.source:gsub("\\", "\\\\"):gsub('"', '\\"'),
     format = cfg.format, fused = opts.fused and 1 or 0, dtype_summary = table.concat(summary, ", "),
     generator_id = VERSION .. " " .. input_hash, backend = opts.backend, n_kernel_kinds = #kernels,
-    ipairs = ipairs, table = table, tostring = tostring, info_c = "NULL", allow_unused = opts.allow_unused and 1 or 0,
+    ipairs = ipairs, table = table, tostring = tostring, info_c = act_info(opts, weights), allow_unused = opts.allow_unused and 1 or 0,
     kv_f16 = opts.kv_dtype == "f16" and 1 or 0, kv_q8 = opts.kv_dtype == "q8_0" and 1 or 0, kv_dtype = opts.kv_dtype,
   }
   env.common_weights = render("model_weights.c.in", env)

@@ -15,6 +15,7 @@ local util = require("util")
 local plan = {}
 
 local Q8_BLOCK_BYTES = 40 -- sizeof(kc_q8): float d, float s, int8 qs[32]
+local Q16_BLOCK_BYTES = 72 -- kc_x16.h kc_q16: f32 d, f32 s, 32 high and 32 low int8 digits
 local ALIGN = 16
 
 local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end
@@ -141,14 +142,18 @@ function plan.run(g, groups, final_node, act_quant, backend)
                                       kind = "perm", width = w})
         end
       end
-      local needs_q8 = false
+      -- the group's input quantized once per token for every linear of the group that takes it:
+      -- kc_q8 blocks (--act-quant q8) or kc_q16 blocks (q16: the weights interleaved at load)
+      local needs_q8, needs_q16 = false, false
       for _, l in ipairs(grp.linears) do
         if plan.int8_activations(l.inputs[2].dtype, act_quant) then needs_q8 = true end
+        if l.inputs[2].x16 then needs_q16 = true end
       end
-      if needs_q8 then
+      if needs_q8 or needs_q16 then
         local w = grp.linears[1].inputs[1].width
-        grp.q8 = new_buffer({bytes = align(w // 32 * Q8_BLOCK_BYTES), first = grp.index, last = grp.index,
-                             nodes = {}, kind = "q8", width = w})
+        grp.q8 = new_buffer({bytes = align(w // 32 * (needs_q16 and Q16_BLOCK_BYTES or Q8_BLOCK_BYTES)),
+                             first = grp.index, last = grp.index, nodes = {}, kind = "q8", width = w})
+        grp.q16 = needs_q16
       end
     end
   end

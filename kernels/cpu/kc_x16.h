@@ -1,4 +1,4 @@
-/* kc_x16.h — the 16-row interleaved layout (x16) of Q8_0/Q4_0/Q4_1 weights and its matmuls: integer dot products against 15-bit activations for decode, f32 tiles for prefill. */
+/* kc_x16.h — the 16-row interleaved layout (x16) of Q8_0/Q4_0/Q4_1 weights and its matmul: integer dot products against 15-bit activations. */
 #ifndef INGOT_KC_X16_H
 #define INGOT_KC_X16_H
 
@@ -37,6 +37,15 @@
  * bench/README.md), while the arithmetic is that of an int8 kernel. */
 
 #define KC_X16_ROWS 16
+/* tokens per tile: 8 unpacked weight vectors + a float accumulator and two
+ * integer chains per token fit 32 zmm registers at 4, 16 ymm at 2 */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define KC_X16_NT 4
+#elif defined(__AVX2__)
+#define KC_X16_NT 2
+#else
+#define KC_X16_NT 4
+#endif
 #define KC_X16_QMAX 16256 /* 127 * 128 */
 
 typedef struct {
@@ -169,11 +178,12 @@ KC_INLINE __m512i kc__x16_dp(__m512i acc, __m512i u, __m512i s) {
 #endif
 
 /* One group of 16 rows, NT (1 or 2) tokens: Y[t][0..16) of the group. */
-KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int NT, float *Y, int ldy,
+KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
                              const float *bias, int accumulate) {
     const size_t tb = kc_x16_tile_bytes(wt);
     const int hdr = kc_x16_hdr(wt);
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 acc[KC_X16_NT];
+    KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = _mm512_setzero_ps();
     for (int b = 0; b < NB; b++) {
         const uint8_t *t = G + (size_t)b * tb;
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)t));
@@ -189,7 +199,7 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
             }
         }
         KC_UNROLL for (int j = 0; j < NT; j++) {
-            const kc_q16 *x = &X[(size_t)j * (size_t)NB + (size_t)b];
+            const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
             __m512i ih = _mm512_setzero_si512(), il = _mm512_setzero_si512();
             KC_UNROLL for (int c = 0; c < 8; c++) {
                 /* Q4: vector c holds elements 4c.. (c < 4) or 16+4(c-4).. (c >= 4): the same as 4c */
@@ -236,12 +246,13 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
 /* AVX2: the 16 lanes of a tile vector as two halves of 8 rows (bytes
  * 0..31 and 32..63), with kc_matmul.h's kc__dot (AVX-VNNI vpdpbusd, or
  * vpmaddubsw + vpmaddwd, exact for |u * s| * 2 < 32768). */
-KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int NT, float *Y, int ldy,
+KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
                              const float *bias, int accumulate) {
     const size_t tb = kc_x16_tile_bytes(wt);
     const int hdr = kc_x16_hdr(wt);
     for (int half = 0; half < 2; half++) {
-        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        __m256 acc[KC_X16_NT];
+        KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = _mm256_setzero_ps();
         for (int b = 0; b < NB; b++) {
             const uint8_t *t = G + (size_t)b * tb;
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(t + 16 * half)));
@@ -262,7 +273,7 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
                 }
             }
             KC_UNROLL for (int j = 0; j < NT; j++) {
-                const kc_q16 *x = &X[(size_t)j * (size_t)NB + (size_t)b];
+                const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
                 __m256i ih = _mm256_setzero_si256(), il = _mm256_setzero_si256();
                 KC_UNROLL for (int c = 0; c < 8; c++) {
                     int32_t xh, xl;
@@ -300,14 +311,14 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
 }
 #else
 /* Portable: the same integer dot products, one (row, block) at a time. */
-KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int NT, float *Y, int ldy,
+KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
                              const float *bias, int accumulate) {
     const size_t tb = kc_x16_tile_bytes(wt);
     for (int j = 0; j < NT; j++) {
         float acc[KC_X16_ROWS] = {0};
         for (int b = 0; b < NB; b++) {
             const uint8_t *t = G + (size_t)b * tb;
-            const kc_q16 *x = &X[(size_t)j * (size_t)NB + (size_t)b];
+            const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
             for (int i = 0; i < KC_X16_ROWS; i++) {
                 int32_t dot = 0; /* Q8_0: signed codes; Q4: the nibbles */
                 for (int k = 0; k < 32; k++) dot += kc__x16_code(t, wt, i, k) * (128 * x->h[k] + x->l[k]);
@@ -331,149 +342,40 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
 }
 #endif
 
-/* ---- prefill: dequantize tiles into the f32 packed path of kc_matmul.h -- */
-
-/* buf[k][KC_XMR] for k < 32*nb (relative to block b0) and rows r..r+nr of
- * the matrix (r a multiple of KC_XMR); rows past nr are zero. */
-KC_INLINE void kc__x16_pack(const void *W, int wt, int NB, int r, int nr, int b0, int nb, float *buf) {
-    const size_t tb = kc_x16_tile_bytes(wt);
-    const int hdr = kc_x16_hdr(wt);
-#if defined(__AVX512F__)
-    /* KC_XMR = 32: two groups, one register of 16 lanes each */
-    const __m512i m4 = _mm512_set1_epi32(15), m8 = _mm512_set1_epi32(255);
-    for (int h = 0; h < 2; h++) {
-        for (int bb = 0; bb < nb; bb++) {
-            float *o = buf + (size_t)(32 * bb) * KC_XMR + 16 * h;
-            if (nr <= 16 * h) {
-                for (int k = 0; k < 32; k++) _mm512_store_ps(o + (size_t)k * KC_XMR, _mm512_setzero_ps());
-                continue;
-            }
-            const uint8_t *t = (const uint8_t *)W + ((size_t)(r / 16 + h) * (size_t)NB + (size_t)(b0 + bb)) * tb;
-            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)t));
-            const __m512 c = wt == KC_WQ4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(t + 32)))
-                             : wt == KC_WQ4_0 ? _mm512_mul_ps(d, _mm512_set1_ps(-8.0f))
-                                              : _mm512_setzero_ps();
-            if (wt == KC_WQ8_0) {
-                KC_UNROLL for (int g = 0; g < 8; g++) {
-                    const __m512i v = _mm512_loadu_si512((const void *)(t + hdr + 64 * g));
-                    KC_UNROLL for (int j = 0; j < 4; j++) {
-                        const __m512i q = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j), m8), _mm512_set1_epi32(128));
-                        _mm512_store_ps(o + (size_t)(4 * g + j) * KC_XMR, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
-                    }
-                }
-            } else {
-                KC_UNROLL for (int g = 0; g < 4; g++) {
-                    const __m512i v = _mm512_loadu_si512((const void *)(t + hdr + 64 * g));
-                    KC_UNROLL for (int j = 0; j < 4; j++) {
-                        const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j), m4));
-                        const __m512 hi = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j + 4), m4));
-                        _mm512_store_ps(o + (size_t)(4 * g + j) * KC_XMR, _mm512_fmadd_ps(lo, d, c));
-                        _mm512_store_ps(o + (size_t)(4 * g + j + 16) * KC_XMR, _mm512_fmadd_ps(hi, d, c));
-                    }
-                }
-            }
-        }
-    }
-    (void)m8;
-#elif defined(__AVX2__) && defined(__FMA__)
-    /* KC_XMR = 16: one group, two registers of 8 lanes (bytes 0..31 and 32..63 of each vector) */
-    const __m256i m4 = _mm256_set1_epi32(15), m8 = _mm256_set1_epi32(255);
-    for (int bb = 0; bb < nb; bb++) {
-        const uint8_t *t = (const uint8_t *)W + ((size_t)(r / 16) * (size_t)NB + (size_t)(b0 + bb)) * tb;
-        for (int h = 0; h < 2; h++) {
-            float *o = buf + (size_t)(32 * bb) * KC_XMR + 8 * h;
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(t + 16 * h)));
-            const __m256 c = wt == KC_WQ4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(t + 32 + 16 * h)))
-                             : wt == KC_WQ4_0 ? _mm256_mul_ps(d, _mm256_set1_ps(-8.0f))
-                                              : _mm256_setzero_ps();
-            for (int g = 0; g < (wt == KC_WQ8_0 ? 8 : 4); g++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(t + hdr + 64 * g + 32 * h));
-                for (int j = 0; j < 4; j++) {
-                    if (wt == KC_WQ8_0) {
-                        const __m256i q = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(v, 8 * j), m8), _mm256_set1_epi32(128));
-                        _mm256_store_ps(o + (size_t)(4 * g + j) * KC_XMR, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
-                    } else {
-                        const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * j), m4));
-                        const __m256 hi = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * j + 4), m4));
-                        _mm256_store_ps(o + (size_t)(4 * g + j) * KC_XMR, _mm256_fmadd_ps(lo, d, c));
-                        _mm256_store_ps(o + (size_t)(4 * g + j + 16) * KC_XMR, _mm256_fmadd_ps(hi, d, c));
-                    }
-                }
-            }
-        }
-    }
-    (void)nr;
-#else
-    for (int i = 0; i < KC_XMR; i++) {
-        const int row = r + i;
-        for (int bb = 0; bb < nb; bb++) {
-            float *o = buf + (size_t)(32 * bb) * KC_XMR + i;
-            if (i >= nr) {
-                for (int k = 0; k < 32; k++) o[(size_t)k * KC_XMR] = 0.0f;
-                continue;
-            }
-            const uint8_t *t = (const uint8_t *)W + ((size_t)(row / 16) * (size_t)NB + (size_t)(b0 + bb)) * tb;
-            float d, c;
-            kc__x16_scales(t, wt, row % 16, &d, &c);
-            for (int k = 0; k < 32; k++) {
-                const float q = (float)kc__x16_code(t, wt, row % 16, k);
-                o[(size_t)k * KC_XMR] = wt == KC_WQ8_0 ? q * d : fmaf(q, d, c);
-            }
-        }
-    }
-    (void)hdr;
-#endif
-}
-
 /* Y[t*ldy + r] = (accumulate ? Y : 0) + W[r] . X[t] (+ bias[r]) for rows
- * r0 <= r < r1 (multiples of 16) of an x16 matrix. Fewer than KC_XTMIN
- * tokens (decode): the activations are quantized to kc_q16 here, by every
- * thread for itself (a few hundred ns, against a lock-step hand-over), and
- * the integer path runs; more (prefill, batched serving steps): the weights
- * are dequantized tile by tile into kc_matmul.h's f32 packed path. */
-KC_INLINE void kc__mmp(const void *W, int wt, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
+ * r0 <= r < r1 (multiples of 16) of an x16 matrix and T tokens of kc_q16
+ * activations (token t's blocks at X + t*ldxb). Every token takes the same
+ * arithmetic whatever T is, so a sequence's logits do not depend on what it
+ * is batched with. Per group of 16 rows (a few KB, kept in L1) the tokens
+ * pass in tiles of KC_X16_NT, each unpacked weight vector serving the tile. */
+KC_INLINE void kc__mmp(const void *W, int wt, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0,
                        int r1, const float *bias, int accumulate) {
     const int NB = IN / 32;
     const size_t tb = kc_x16_tile_bytes(wt);
-    if (T < KC_XTMIN) {
-        kc_q16 xq[KC_XTMIN - 1][IN / 32];
-        for (int t = 0; t < T; t++) kc_quantize_q16(X + (size_t)t * (size_t)ldx, xq[t], IN);
-        for (int r = r0; r < r1; r += KC_X16_ROWS)
-            kc__x16_group((const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * (size_t)NB * tb, wt, NB, &xq[0][0], T,
-                          Y + r, ldy, bias ? bias + r : NULL, accumulate);
-        return;
-    }
-#if defined(__GNUC__) || defined(__clang__)
-    float buf[KC_XKB * 32 * KC_XMR] __attribute__((aligned(64)));
-#else
-    float buf[KC_XKB * 32 * KC_XMR];
-#endif
-    for (int t0 = 0; t0 < T; t0 += KC_XTC) {
-        const int t1 = T - t0 > KC_XTC ? t0 + KC_XTC : T;
-        for (int r = r0; r < r1; r += KC_XMR) {
-            const int nr = r1 - r < KC_XMR ? r1 - r : KC_XMR;
-            for (int b0 = 0; b0 < NB; b0 += KC_XKB) {
-                const int nb = NB - b0 < KC_XKB ? NB - b0 : KC_XKB;
-                kc__x16_pack(W, wt, NB, r, nr, b0, nb, buf);
-                const int init = b0 == 0 && !accumulate;
-                const float *bi = b0 + nb == NB && bias ? bias + r : NULL;
-                kc__mmx_kern_tokens(buf, 32 * nb, X + 32 * (size_t)b0, ldx, Y, ldy, r, nr, t0, t1, init, bi);
-            }
-        }
+    for (int r = r0; r < r1; r += KC_X16_ROWS) {
+        const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * (size_t)NB * tb;
+        const float *bi = bias ? bias + r : NULL;
+        int t = 0;
+        for (; t + KC_X16_NT <= T; t += KC_X16_NT)
+            kc__x16_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, KC_X16_NT, Y + (size_t)t * (size_t)ldy + r, ldy,
+                          bi, accumulate);
+        for (; t < T; t++)
+            kc__x16_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, 1, Y + (size_t)t * (size_t)ldy + r, ldy, bi,
+                          accumulate);
     }
 }
 
-static inline void kc_mmp_q8_0(const void *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0, int r1,
-                               const float *bias, int accumulate) {
-    kc__mmp(W, KC_WQ8_0, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+static inline void kc_mmp_q8_0(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0,
+                               int r1, const float *bias, int accumulate) {
+    kc__mmp(W, KC_WQ8_0, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate);
 }
-static inline void kc_mmp_q4_0(const void *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0, int r1,
-                               const float *bias, int accumulate) {
-    kc__mmp(W, KC_WQ4_0, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+static inline void kc_mmp_q4_0(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0,
+                               int r1, const float *bias, int accumulate) {
+    kc__mmp(W, KC_WQ4_0, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate);
 }
-static inline void kc_mmp_q4_1(const void *W, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0, int r1,
-                               const float *bias, int accumulate) {
-    kc__mmp(W, KC_WQ4_1, X, ldx, Y, ldy, T, IN, r0, r1, bias, accumulate);
+static inline void kc_mmp_q4_1(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0,
+                               int r1, const float *bias, int accumulate) {
+    kc__mmp(W, KC_WQ4_1, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate);
 }
 
 #endif

@@ -195,7 +195,14 @@ static void model_describe_origin(ingot_model *m, int in_place, int repacked, in
 
 /* Rewrites a weight's rows in place into kc_x16.h's layout, one group of 16
  * rows at a time: a group's tiles take exactly the bytes its rows took, so
- * only one group is ever held twice. */
+ * only one group is ever held twice. (The CUDA backend's host shares this
+ * loader without the CPU kernels; its generator never asks for x16.) */
+#ifndef INGOT_KC_X16_H
+static int model_interleave(const weight_spec *s, unsigned char *w) {
+    (void)s, (void)w;
+    return -1;
+}
+#else
 static int model_interleave(const weight_spec *s, unsigned char *w) {
     const int wt = s->dtype == INGOT_Q8_0 ? KC_WQ8_0 : s->dtype == INGOT_Q4_0 ? KC_WQ4_0 : KC_WQ4_1;
     size_t row = 0;
@@ -210,6 +217,7 @@ static int model_interleave(const weight_spec *s, unsigned char *w) {
     free(tmp);
     return 0;
 }
+#endif
 
 const char *ingot_model_weight_origin(const ingot_model *m) { return m->weight_origin; }
 

@@ -1,4 +1,4 @@
-/* test_x16.c — the 16-row interleaved layout (kc_x16.h): repacking, row reads, the 15-bit activation quantizer and both matmul paths, against double-precision references on the row-major blocks. */
+/* test_x16.c — the 16-row interleaved layout (kc_x16.h): repacking, row reads, the 15-bit activation quantizer and the matmul, against double-precision references on the row-major blocks. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -89,34 +89,40 @@ static void test_quantize_q16(void) {
     check(bad == 0, "kc_quantize_q16: %d bad values", bad);
 }
 
-/* Matmul over rows [r0, r1) of an x16 matrix, T tokens. T < KC_XTMIN takes
- * the integer path: the reference then uses the activations it sees,
- * d * (128h + l), and the bound is f32 rounding, 1e-5 of sum |w x|; a
- * second bound checks the activation rounding itself against the f32
- * activations: at most d/2 per value, sum_k |w_k| * d_block / 2. Larger T
- * takes the f32 packed path: the reference is exact f32 activations. */
+/* Matmul over rows [r0, r1) of an x16 matrix, T tokens. The reference uses
+ * the activations the kernel sees, d * (128h + l), and the bound is f32
+ * rounding, 1e-5 of sum |w x|; a second bound checks the activation rounding
+ * itself against the f32 activations: at most d/2 per value, so
+ * sum_k |w_k| * d_block / 2. Each token's result must not depend on T (the
+ * same token alone gives the same bits). */
 static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias, int acc) {
-    const int ldx = IN + 3, ldy = OUT + 5;
+    const int ldx = IN / 32 + 1, ldy = OUT + 5;
     void *w = rnd_blocks(ty, OUT, IN);
     size_t rb = 0;
     dtype_row_bytes(DT[ty], IN, &rb);
     void *x16 = malloc(rb * OUT);
     kc_x16_repack(WT[ty], w, x16, OUT, IN);
-    float *X = malloc(sizeof(float) * (size_t)T * ldx), *Y = malloc(sizeof(float) * (size_t)T * ldy);
-    float *Y0 = malloc(sizeof(float) * (size_t)T * ldy), *bias = malloc(sizeof(float) * OUT);
-    for (int i = 0; i < T * ldx; i++) X[i] = (i % ldx) >= IN ? NAN : rndf() * ((i % 5) == 0 ? 6.0f : 1.0f);
+    float *X = malloc(sizeof(float) * (size_t)T * IN), *Y = malloc(sizeof(float) * (size_t)T * ldy);
+    float *Y0 = malloc(sizeof(float) * (size_t)T * ldy), *bias = malloc(sizeof(float) * OUT), *Y1 = malloc(sizeof(float) * ldy);
+    for (int i = 0; i < T * IN; i++) X[i] = rndf() * ((i % 5) == 0 ? 6.0f : 1.0f);
     for (int i = 0; i < T * ldy; i++) Y[i] = Y0[i] = rndf();
     for (int r = 0; r < OUT; r++) bias[r] = rndf();
-    const int ipath = T < KC_XTMIN;
-    kc_q16 *xq = malloc(sizeof(kc_q16) * (size_t)T * (IN / 32));
-    for (int t = 0; t < T; t++) kc_quantize_q16(X + (size_t)t * ldx, xq + (size_t)t * (IN / 32), IN);
-    switch (ty) {
-    case 0: kc_mmp_q8_0(x16, X, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc); break;
-    case 1: kc_mmp_q4_0(x16, X, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc); break;
-    default: kc_mmp_q4_1(x16, X, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc); break;
+    kc_q16 *xq = malloc(sizeof(kc_q16) * (size_t)T * ldx);
+    for (int t = 0; t < T; t++) {
+        kc_quantize_q16(X + (size_t)t * IN, xq + (size_t)t * ldx, IN);
+        xq[(size_t)t * ldx + IN / 32].d = NAN; /* padding: must never be read */
+        xq[(size_t)t * ldx + IN / 32].s = NAN;
     }
+    void (*fn)(const void *, const kc_q16 *, int, float *, int, int, int, int, int, const float *, int) =
+        ty == 0 ? kc_mmp_q8_0 : ty == 1 ? kc_mmp_q4_0 : kc_mmp_q4_1;
+    fn(x16, xq, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
     float *wrow = malloc(sizeof(float) * IN);
-    int bad = 0, bad_round = 0;
+    int bad = 0, bad_round = 0, bad_alone = 0;
+    for (int t = 0; t < T; t++) { /* token t alone */
+        memcpy(Y1, Y0 + (size_t)t * ldy, sizeof(float) * ldy);
+        fn(x16, xq + (size_t)t * ldx, ldx, Y1, ldy, 1, IN, r0, r1, use_bias ? bias : NULL, acc);
+        bad_alone += memcmp(Y1, Y + (size_t)t * ldy, sizeof(float) * ldy) != 0;
+    }
     for (int r = 0; r < OUT; r++) {
         dtype_dequantize_row(DT[ty], (const uint8_t *)w + rb * r, wrow, IN);
         for (int t = 0; t < T; t++) {
@@ -127,10 +133,10 @@ static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias
             }
             double dot = 0, exact = 0, mag = 0, rbound = 0;
             for (int k = 0; k < IN; k++) {
-                const kc_q16 *xb = &xq[(size_t)t * (IN / 32) + k / 32];
-                const double xs = ipath ? (double)xb->d * (128 * xb->h[k % 32] + xb->l[k % 32]) : X[(size_t)t * ldx + k];
+                const kc_q16 *xb = &xq[(size_t)t * ldx + k / 32];
+                const double xs = (double)xb->d * (128 * xb->h[k % 32] + xb->l[k % 32]);
                 dot += wrow[k] * xs;
-                exact += wrow[k] * (double)X[(size_t)t * ldx + k];
+                exact += wrow[k] * (double)X[(size_t)t * IN + k];
                 mag += fabs(wrow[k] * xs);
                 rbound += fabs(wrow[k]) * xb->d * 0.5;
             }
@@ -143,26 +149,28 @@ static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias
                            Y[yi], dot + extra, err, tol);
                 bad++;
             }
-            if (ipath) bad_round += !(fabs(Y[yi] - (exact + extra)) <= rbound + tol);
+            bad_round += !(fabs(Y[yi] - (exact + extra)) <= rbound + tol);
         }
     }
     for (int t = 0; t < T; t++)
         for (int r = OUT; r < ldy; r++) bad += memcmp(&Y[(size_t)t * ldy + r], &Y0[(size_t)t * ldy + r], sizeof(float)) != 0;
-    check(bad == 0 && bad_round == 0, "kc_mmp_%s IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d beyond the rounding bound",
-          NAME[ty], IN, OUT, T, r0, r1, use_bias, acc, bad, bad_round);
-    free(w), free(x16), free(X), free(Y), free(Y0), free(bias), free(xq), free(wrow);
+    check(bad == 0 && bad_round == 0 && bad_alone == 0,
+          "kc_mmp_%s IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d beyond the rounding bound, %d tokens "
+          "differ from the token alone",
+          NAME[ty], IN, OUT, T, r0, r1, use_bias, acc, bad, bad_round, bad_alone);
+    free(w), free(x16), free(X), free(Y), free(Y0), free(Y1), free(bias), free(xq), free(wrow);
 }
 
 static void test_matmul(void) {
     for (int ty = 0; ty < 3; ty++) {
-        const int Ts[] = {1, 2, 3, 5, 17};
-        for (int ti = 0; ti < 5; ti++) {
+        const int Ts[] = {1, 2, 3, 4, 5, 9, 17};
+        for (int ti = 0; ti < 7; ti++) {
             mm_case(ty, 96, 48, Ts[ti], 0, 48, 0, 0);
             mm_case(ty, 576, 64, Ts[ti], 16, 64, 1, 1);
             mm_case(ty, 160, 32, Ts[ti], 16, 32, 1, 0);
         }
         mm_case(ty, 1536, 48, 1, 0, 32, 0, 1);
-        mm_case(ty, 64, 160, 130, 0, 160, 1, 1); /* more than one token chunk */
+        mm_case(ty, 64, 160, 130, 0, 160, 1, 1);
     }
 }
 
