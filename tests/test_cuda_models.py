@@ -49,7 +49,9 @@ def sim_build(model, name, *opts):
 
 
 def cpu_build(model, name, *opts):
-    return build(model, name, *opts)
+    """The CPU build a CUDA build is compared with: --act-quant none, the f32 activations the
+    CUDA kernels take (the CPU default rounds them to 15 bits for its integer kernels)."""
+    return build(model, name + "-exact", "--act-quant", "none", *opts)
 
 
 # ---- cudasim: whole forward passes ------------------------------------------------
