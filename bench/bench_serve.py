@@ -30,9 +30,18 @@ more than one token otherwise, and the server has no option for it (the same
 patch as tests/fixtures/make_smollm2_greedy.py). llama_cpp.server runs one
 request at a time (no batching), so concurrency only queues.
 
+With --llama-server PATH (llama.cpp's own C++ server, which batches
+concurrent requests: bench/build_llama_server.sh builds it from the
+llama-cpp-python source distribution), the same load also runs against
+`llama-server -m GGUF -t N -tb N -np P -c 1024*P --no-repack` with P =
+the largest level, as ingot serves with --max-running P: P slots of 1024
+tokens each, continuous batching. --no-repack is use_extra_bufts = False
+(the AMX crash above).
+
 Run:  python3 bench/bench_serve.py [--levels 1,4,16,64] [--prompts-per-client 2]
                                    [--max-tokens 64] [--threads 2] [--no-llama]
-                                   [--binary PATH] [--model GGUF] [--json OUT]
+                                   [--llama-server PATH] [--binary PATH] [--model GGUF]
+                                   [--json OUT]
 """
 import argparse
 import json
@@ -98,14 +107,19 @@ def load_avg():
 
 
 class LlamaServer:
-    def __init__(self, gguf, threads):
+    def __init__(self, gguf, threads, server_binary=None, slots=1):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.cmd = [sys.executable, "-c", LLAMA_WRAPPER, "--model", str(gguf), "--n_threads", str(threads),
-                    "--n_threads_batch", str(threads), "--n_ctx", "2048", "--host", "127.0.0.1",
-                    "--port", str(self.port), "--model_alias", "smollm2",
-                    "--interrupt_requests", "False"]  # default True: a new request cuts the stream in progress
+        if server_binary:  # llama.cpp's C++ server: continuous batching over `slots` sequences
+            self.cmd = [str(server_binary), "-m", str(gguf), "-t", str(threads), "-tb", str(threads),
+                        "-np", str(slots), "-c", str(1024 * slots), "--host", "127.0.0.1", "--port", str(self.port),
+                        "-a", "smollm2", "--no-repack", "--no-webui"]
+        else:
+            self.cmd = [sys.executable, "-c", LLAMA_WRAPPER, "--model", str(gguf), "--n_threads", str(threads),
+                        "--n_threads_batch", str(threads), "--n_ctx", "2048", "--host", "127.0.0.1",
+                        "--port", str(self.port), "--model_alias", "smollm2",
+                        "--interrupt_requests", "False"]  # default True: a new request cuts the stream in progress
         self.log = open(os.devnull, "w")
         self.proc = None
 
@@ -118,7 +132,7 @@ class LlamaServer:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}")
+                raise RuntimeError(f"{self.cmd[0]} exited with {self.proc.returncode}")
             try:
                 with urllib.request.urlopen(self.url + "/v1/models", timeout=2) as r:
                     if r.status == 200:
@@ -126,7 +140,7 @@ class LlamaServer:
             except OSError:
                 time.sleep(0.2)
         self.stop()
-        raise RuntimeError("llama_cpp.server did not come up")
+        raise RuntimeError(f"{self.cmd[0]} did not come up")
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
@@ -270,7 +284,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--binary", help="an already built ingot SmolLM2 binary")
     ap.add_argument("--model", help="the SmolLM2 GGUF (default: scripts/fetch_smollm2.sh)")
-    ap.add_argument("--no-llama", action="store_true")
+    ap.add_argument("--no-llama", action="store_true", help="skip llama_cpp.server (python)")
+    ap.add_argument("--llama-server", help="llama.cpp's llama-server binary (bench/build_llama_server.sh)")
     ap.add_argument("--json")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
@@ -314,7 +329,23 @@ def main():
             finally:
                 ls.stop()
 
+    if a.llama_server:
+        slots = max(levels)
+        print(f"\nllama-server: {a.llama_server} -np {slots} -t {a.threads} --no-repack")
+        ls = LlamaServer(gguf, a.threads, a.llama_server, slots)
+        try:
+            ls.start()
+            out["llama-server"] = bench(ls.url, levels, a.prompts_per_client, a.max_tokens, False)
+        except Exception as e:
+            print(f"llama-server: skipped: {e}")
+        finally:
+            ls.stop()
+
     print(f"\nload average at end: {load_avg()[0]:.2f}")
+    if "ingot" in out and "llama-server" in out:
+        print("\ningot / llama-server, aggregate tok/s by clients:")
+        for ri, rl in zip(out["ingot"], out["llama-server"]):
+            print(f"  {ri['clients']:>3}: {ri['tok_s'] / rl['tok_s']:.2f}x" if rl["tok_s"] else f"  {ri['clients']:>3}: n/a")
     for name, rows in out.items():
         print_table(name, rows)
     if "ingot" in out and not any(r.get("sched_p50") is not None for r in out["ingot"]):

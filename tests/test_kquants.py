@@ -286,7 +286,7 @@ def preset_mix(preset):
 def compiled_types(binary):
     """{tensor name: dtype} of a build, from its generated WEIGHTS table."""
     text = (binary.parent / "gen" / "model.c").read_text()
-    return {m[1]: m[2].lower() for m in re.finditer(r'^\s*\{"([^"]+)", .*?, INGOT_([A-Z0-9_]+), -?\d+, \d+\},', text, re.M)}
+    return {m[1]: m[2].lower() for m in re.finditer(r'^\s*\{"([^"]+)", .*?, INGOT_([A-Z0-9_]+), -?\d+, [01], \d+\},', text, re.M)}
 
 
 def file_types(path):
