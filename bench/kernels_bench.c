@@ -127,6 +127,7 @@ int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.3;
     const struct { int IN, OUT, T; const char *what; } shapes[] = {
         {576, 1536, 1, "decode  576->1536 "},  {1536, 576, 1, "decode 1536->576  "},
+        {576, 1536, 16, "batch16 576->1536 "}, {1536, 576, 16, "batch16 1536->576 "},
         {576, 49152, 1, "decode  576->49152"}, {576, 1536, 128, "prefill 576->1536 "},
         {1536, 576, 128, "prefill 1536->576 "}, {576, 49152, 128, "prefill 576->49152"},
         {576, 1536, 512, "prefill 576->1536 "}, {1536, 576, 512, "prefill 1536->576 "},
