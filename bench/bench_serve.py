@@ -276,6 +276,17 @@ def bench(url, levels, ppc, max_tokens, ingot):
     return rows
 
 
+def run_competitor(out, label, server, levels, a):
+    """Starts a competitor's server, runs the load against it into out[label], stops it."""
+    try:
+        server.start()
+        out[label] = bench(server.url, levels, a.prompts_per_client, a.max_tokens, False)
+    except Exception as e:
+        print(f"{label}: skipped: {e}")
+    finally:
+        server.stop()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", default="1,4,16,64")
@@ -320,26 +331,12 @@ def main():
         else:
             print(f"\nllama.cpp: python3 -m llama_cpp.server --model {gguf} --n_threads {a.threads} "
                   "(use_extra_bufts=False through a wrapper)")
-            ls = LlamaServer(gguf, a.threads)
-            try:
-                ls.start()
-                out["llama.cpp"] = bench(ls.url, levels, a.prompts_per_client, a.max_tokens, False)
-            except Exception as e:
-                print(f"llama.cpp: skipped: {e}")
-            finally:
-                ls.stop()
+            run_competitor(out, "llama.cpp", LlamaServer(gguf, a.threads), levels, a)
 
     if a.llama_server:
         slots = max(levels)
         print(f"\nllama-server: {a.llama_server} -np {slots} -t {a.threads} --no-repack")
-        ls = LlamaServer(gguf, a.threads, a.llama_server, slots)
-        try:
-            ls.start()
-            out["llama-server"] = bench(ls.url, levels, a.prompts_per_client, a.max_tokens, False)
-        except Exception as e:
-            print(f"llama-server: skipped: {e}")
-        finally:
-            ls.stop()
+        run_competitor(out, "llama-server", LlamaServer(gguf, a.threads, a.llama_server, slots), levels, a)
 
     print(f"\nload average at end: {load_avg()[0]:.2f}")
     if "ingot" in out and "llama-server" in out:

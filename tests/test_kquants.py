@@ -289,6 +289,23 @@ def compiled_types(binary):
     return {m[1]: m[2].lower() for m in re.finditer(r'^\s*\{"([^"]+)", .*?, INGOT_([A-Z0-9_]+), -?\d+, [01], \d+\},', text, re.M)}
 
 
+def generate(model, dtype, tmp_path, *extra):
+    """The generator alone (no compile) on MODEL with --dtype DTYPE into tmp_path/gen: its run."""
+    r = run([OBJDIR / "tools" / "ingot-inspect", model])
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "inspect.json").write_text(r.stdout)
+    r = run(["lua5.4", ROOT / "generator" / "main.lua", "--inspect", tmp_path / "inspect.json", "--source", model,
+             *extra, "--name", "m", "--out", tmp_path / "gen", "--dtype", dtype])
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def generated_types(model, dtype, tmp_path, *extra):
+    """{tensor name: dtype} the generator gives MODEL's tensors with --dtype DTYPE."""
+    generate(model, dtype, tmp_path, *extra)
+    return compiled_types(tmp_path / "m")
+
+
 def file_types(path):
     """{tensor name: dtype} of a GGUF file."""
     return {t.name: t.tensor_type.name.lower() for t in gguf.GGUFReader(str(path)).tensors}
@@ -336,13 +353,7 @@ def test_dtype_mix_types_match_llamacpp(built, f32_gguf, dtype, tmp_path):
     in Q3_K; Q3_K_M's first two attn_v in Q5_K, the rest of attn_v, ffn_down
     and attn_output in Q4_K; Q3_K_L's in Q5_K; Q4_K_M/Q5_K_M's use_more_bits
     layers in Q6_K; the untied LM head in Q6_K)."""
-    r = run([OBJDIR / "tools" / "ingot-inspect", f32_gguf])
-    assert r.returncode == 0, r.stderr
-    (tmp_path / "inspect.json").write_text(r.stdout)
-    r = run(["lua5.4", ROOT / "generator" / "main.lua", "--inspect", tmp_path / "inspect.json", "--source", f32_gguf,
-             "--name", "mix", "--out", tmp_path / "gen", "--dtype", dtype])
-    assert r.returncode == 0, r.stderr
-    assert compiled_types(tmp_path / "mix") == file_types(KQ / PRESETS[MIX_PRESET[dtype]]["file"])
+    assert generated_types(f32_gguf, dtype, tmp_path) == file_types(KQ / PRESETS[MIX_PRESET[dtype]]["file"])
 
 
 FAMILY_PRESETS = ROOT / "tests" / "fixtures" / "gguf_family_presets"
@@ -360,13 +371,7 @@ def test_dtype_mix_types_match_llamacpp_families(built, family, dtype, tmp_path)
     (ffn_gate_inp) keep their type, the experts' ffn_down_exps are ffn_down, granite's and phi3's
     ffn_down rows of 320 take the fallbacks, the tied embeddings the head's q6_k."""
     src = FAMILY_PRESETS / family / "Q8_0.gguf"
-    r = run([OBJDIR / "tools" / "ingot-inspect", src])
-    assert r.returncode == 0, r.stderr
-    (tmp_path / "inspect.json").write_text(r.stdout)
-    r = run(["lua5.4", ROOT / "generator" / "main.lua", "--inspect", tmp_path / "inspect.json", "--source", src,
-             "--name", "mix", "--out", tmp_path / "gen", "--dtype", dtype])
-    assert r.returncode == 0, r.stderr
-    ours, theirs = compiled_types(tmp_path / "mix"), file_types(FAMILY_PRESETS / family / f"{dtype.upper()}.gguf")
+    ours, theirs = generated_types(src, dtype, tmp_path), file_types(FAMILY_PRESETS / family / f"{dtype.upper()}.gguf")
     # a tied LM head is listed under its own name too, reading the embedding
     assert set(ours) - set(theirs) <= {"output.weight"} and set(theirs) <= set(ours)
     assert {n: ours[n] for n in theirs} == theirs
@@ -404,13 +409,7 @@ def test_dtype_mix_70b_attn_v(built, tmp_path, dtype, kv_heads, want):
     preset has q3_k or q4_k, takes q5_k. The generator alone, on an 80-layer checkpoint 32 wide
     (so every type shows as its 32-block fallback; the other matrices keep the preset's)."""
     model = llama_checkpoint(tmp_path / "m80", 80, 4, kv_heads)
-    r = run([OBJDIR / "tools" / "ingot-inspect", model])
-    assert r.returncode == 0, r.stderr
-    (tmp_path / "inspect.json").write_text(r.stdout)
-    r = run(["lua5.4", ROOT / "generator" / "main.lua", "--inspect", tmp_path / "inspect.json", "--source", model,
-             "--hf-config", model / "config.json", "--name", "m", "--out", tmp_path / "gen", "--dtype", dtype])
-    assert r.returncode == 0, r.stderr
-    types = compiled_types(tmp_path / "m")
+    types = generated_types(model, dtype, tmp_path, "--hf-config", model / "config.json")
     assert [types[f"model.layers.{i}.self_attn.v_proj.weight"] for i in range(80)] == [want(i) for i in range(80)]
     assert types["model.layers.5.self_attn.k_proj.weight"] == {"q3_k_s": "q4_0", "q4_k_m": "q5_0"}[dtype]
 
@@ -469,12 +468,7 @@ def test_dtype_q23_short_rows_take_llamacpps_fallbacks(built, tmp_path, dtype, w
     q4_k -> q5_0, attn_v of its two layers q5_k -> q5_1), the tied head/embedding
     (q6_k) to q8_0; ffn_down's rows of 112 keep their f32."""
     model = ROOT / "tests" / "fixtures" / "tiny" / "gqa_tied_hd16"
-    r = run([OBJDIR / "tools" / "ingot-inspect", model])
-    assert r.returncode == 0, r.stderr
-    (tmp_path / "inspect.json").write_text(r.stdout)
-    r = run(["lua5.4", ROOT / "generator" / "main.lua", "--inspect", tmp_path / "inspect.json", "--source", model,
-             "--hf-config", model / "config.json", "--name", "m", "--out", tmp_path / "gen", "--dtype", dtype])
-    assert r.returncode == 0, r.stderr
+    r = generate(model, dtype, tmp_path, "--hf-config", model / "config.json")
     assert "has rows of 112, not a multiple of 256: kept as f32" in r.stderr, r.stderr
     types = compiled_types(tmp_path / "m")
     got = {}
