@@ -1,8 +1,8 @@
 /* kernels_bench.c — micro-benchmark of the CPU matmul kernels (GB/s of weights, GFLOP/s) and of tp_parallel_for overhead.
  *
  * Not a test and not built by make. Build and run (from the repo root):
- *   cc -std=c11 -D_GNU_SOURCE -O2 -march=native -pthread -Iruntime/core -Ikernels/cpu \
- *      bench/kernels_bench.c runtime/core/threadpool.c -o /tmp/kernels_bench -lm && /tmp/kernels_bench
+ *   make lib && cc -std=c11 -D_GNU_SOURCE -O2 -march=native -pthread -Iruntime/core -Iruntime/load -Ikernels/cpu \
+ *      bench/kernels_bench.c build/_obj/libingot.a -o /tmp/kernels_bench -lm && /tmp/kernels_bench
  * Optional arguments: seconds per measurement (default 0.3), a type-name filter.
  *
  * Shapes are SmolLM2-135M's: hidden 576, MLP 1536, vocabulary 49152. IN is a
@@ -20,6 +20,7 @@
 #include "kc_matmul.h"
 #include "kc_quant.h"
 #include "kc_x16.h"
+#include "kc_x16k.h"
 #include "threadpool.h"
 
 static double now_s(void) {
@@ -55,23 +56,39 @@ typedef void (*mm_fn)(const void *W, const void *X, float *Y, int ldy, int T, in
     QUANT_WRAP(mm_q4_1, kc_mm_q4_1, block_q4_1, IN) \
     Q16_WRAP(mmp_q8_0, kc_mmp_q8_0, IN)              \
     Q16_WRAP(mmp_q4_0, kc_mmp_q4_0, IN)              \
-    Q16_WRAP(mmp_q4_1, kc_mmp_q4_1, IN)
+    Q16_WRAP(mmp_q4_1, kc_mmp_q4_1, IN)              \
+    FLOAT_WRAP(mmx_q5_0, kc_mmx_q5_0, block_q5_0, IN) \
+    Q16_WRAP(mmp_q5_0, kc_mmp_q5_0, IN)
+#define KWRAPS(IN) /* the K-quants: IN a multiple of 256 */ \
+    FLOAT_WRAP(mmx_q4_k, kc_mmx_q4_k, block_q4_K, IN)     \
+    Q16_WRAP(mmp_q4_k, kc_mmp_q4_k, IN)                  \
+    FLOAT_WRAP(mmx_q6_k, kc_mmx_q6_k, block_q6_K, IN)     \
+    Q16_WRAP(mmp_q6_k, kc_mmp_q6_k, IN)
 WRAPS(576)
 WRAPS(1536)
+KWRAPS(1536)
 
 /* Types 6-8 are the quantized weights through kc_mmx_* (f32 activations,
  * exact dequantization); 9-11 the same weights in the 16-row interleaved
  * layout through kc_mmp_* (kc_x16.h: 15-bit kc_q16 activations); their
- * storage is that of types 3-5. */
-#define NTYPES 12
-static const char *names[NTYPES] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "x8_0", "x4_0", "x4_1", "p8_0", "p4_0", "p4_1"};
-static const double bytes_per_elem[NTYPES] = {4, 2, 2, 34.0 / 32, 18.0 / 32, 20.0 / 32, 34.0 / 32, 18.0 / 32, 20.0 / 32,
-                                              34.0 / 32, 18.0 / 32, 20.0 / 32};
-static mm_fn fns576[NTYPES] = {mm_f32_576,  mm_f16_576,   mm_bf16_576,  mm_q8_0_576,  mm_q4_0_576,  mm_q4_1_576,
-                               mmx_q8_0_576, mmx_q4_0_576, mmx_q4_1_576, mmp_q8_0_576, mmp_q4_0_576, mmp_q4_1_576};
-static mm_fn fns1536[NTYPES] = {mm_f32_1536,   mm_f16_1536,   mm_bf16_1536,  mm_q8_0_1536,
-                                mm_q4_0_1536,  mm_q4_1_1536,  mmx_q8_0_1536, mmx_q4_0_1536,
-                                mmx_q4_1_1536, mmp_q8_0_1536, mmp_q4_0_1536, mmp_q4_1_1536};
+ * storage is that of types 3-5. 12-17 pair kc_kquant.h's row-major f32
+ * kernels (x5_0, x4_k, x6_k) with kc_x16k.h's interleaved ones (p5_0, p4_k,
+ * p6_k); the K-quants need IN a multiple of 256 (1536 here; 576 is not,
+ * which is why SmolLM2's Q4_K_M file keeps q5_0 for those rows). */
+#define NTYPES 18
+static const char *names[NTYPES] = {"f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1", "x8_0", "x4_0", "x4_1",
+                                    "p8_0", "p4_0", "p4_1", "x5_0", "p5_0", "x4_k", "p4_k", "x6_k", "p6_k"};
+static const double bytes_per_elem[NTYPES] = {4,         2,         2,         34.0 / 32,   18.0 / 32,  20.0 / 32,
+                                              34.0 / 32, 18.0 / 32, 20.0 / 32, 34.0 / 32,   18.0 / 32,  20.0 / 32,
+                                              22.0 / 32, 22.0 / 32, 144.0 / 256, 148.0 / 256, 210.0 / 256, 210.0 / 256};
+/* the kc_kquant.h type of types 12-17 (their row-major blocks) */
+static const int ktype[NTYPES] = {[12] = KC_WQ5_0, [13] = KC_WQ5_0, [14] = KC_WQ4_K, [15] = KC_WQ4_K, [16] = KC_WQ6_K, [17] = KC_WQ6_K};
+static mm_fn fns576[NTYPES] = {mm_f32_576,   mm_f16_576,   mm_bf16_576,  mm_q8_0_576,  mm_q4_0_576,  mm_q4_1_576,
+                               mmx_q8_0_576, mmx_q4_0_576, mmx_q4_1_576, mmp_q8_0_576, mmp_q4_0_576, mmp_q4_1_576,
+                               mmx_q5_0_576, mmp_q5_0_576, NULL,         NULL,         NULL,         NULL};
+static mm_fn fns1536[NTYPES] = {mm_f32_1536,   mm_f16_1536,   mm_bf16_1536,  mm_q8_0_1536,  mm_q4_0_1536,  mm_q4_1_1536,
+                                mmx_q8_0_1536, mmx_q4_0_1536, mmx_q4_1_1536, mmp_q8_0_1536, mmp_q4_0_1536, mmp_q4_1_1536,
+                                mmx_q5_0_1536, mmp_q5_0_1536, mmx_q4_k_1536, mmp_q4_k_1536, mmx_q6_k_1536, mmp_q6_k_1536};
 
 typedef struct {
     mm_fn fn;
@@ -117,9 +134,18 @@ static void fill(void *buf, size_t bytes, int dt) {
     case 4:
         for (size_t i = 0; i < bytes / sizeof(block_q4_0); i++) ((block_q4_0 *)buf)[i].d = 0x2000;
         break;
-    default:
+    case 5:
         for (size_t i = 0; i < bytes / sizeof(block_q4_1); i++) ((block_q4_1 *)buf)[i].d = ((block_q4_1 *)buf)[i].m = 0x2000;
         break;
+    default: { /* a kc_kquant.h type: its f16 scales (d, and dmin or m) */
+        const size_t bb = kc__kbytes(dt), at = dt == KC_WQ6_K ? offsetof(block_q6_K, d) : 0;
+        const uint16_t h = 0x2000;
+        for (size_t i = 0; i < bytes / bb; i++) {
+            memcpy(p + i * bb + at, &h, 2);
+            if (dt != KC_WQ5_0 && dt != KC_WQ6_K) memcpy(p + i * bb + 2, &h, 2);
+        }
+        break;
+    }
     }
 }
 
@@ -171,17 +197,27 @@ int main(int argc, char **argv) {
         float *Y = malloc(sizeof(float) * (size_t)T * OUT);
         for (int dt = 0; dt < NTYPES; dt++) {
             if (only && !strstr(names[dt], only)) continue;
+            mm_fn fn = IN == 576 ? fns576[dt] : fns1536[dt];
+            if (!fn) continue; /* a K-quant: IN is not a multiple of 256 */
+            const int interleaved = (dt >= 9 && dt < 12) || dt == 13 || dt == 15 || dt == 17;
             size_t wbytes = (size_t)((double)OUT * IN * bytes_per_elem[dt]);
             void *W = malloc(wbytes);
-            fill(W, wbytes, dt < 6 ? dt : dt < 9 ? dt - 3 : dt - 6);
-            if (dt >= 9) { /* the same blocks, interleaved */
+            if (dt >= 12) { /* row-major blocks first (a tile may be larger: Q4_K's unpacked scales) */
+                const size_t rowmajor = (size_t)OUT * (size_t)(IN / (ktype[dt] == KC_WQ5_0 ? 32 : 256)) * kc__kbytes(ktype[dt]);
+                free(W);
+                W = malloc(rowmajor);
+                fill(W, rowmajor, ktype[dt]);
+            } else {
+                fill(W, wbytes, dt < 6 ? dt : dt < 9 ? dt - 3 : dt - 6);
+            }
+            if (interleaved) { /* the same blocks, interleaved */
                 void *P = malloc(wbytes);
-                kc_x16_repack(dt - 6, W, P, OUT, IN);
+                kc_x16k_repack(dt >= 12 ? ktype[dt] : dt - 6, W, P, OUT, IN);
                 free(W);
                 W = P;
             }
-            job j = {IN == 576 ? fns576[dt] : fns1536[dt], W,
-                     dt >= 9 ? (const void *)x16 : dt < 3 || dt >= 6 ? (const void *)xf : (const void *)xq,
+            job j = {fn, W,
+                     interleaved ? (const void *)x16 : dt < 3 || dt >= 6 ? (const void *)xf : (const void *)xq,
                      Y, OUT, T};
             printf("%-20s %-5s", shapes[si].what, names[dt]);
             double per_call = 0;

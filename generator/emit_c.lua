@@ -66,7 +66,7 @@ local function row_op(ctx, s, n)
   if op == "embedding" then
     local w = n.inputs[2]
     if w.x16 then -- the table is interleaved because an LM head tied to it is
-      return string.format("kc_x16_dequantize_row(KC_W%s, %s, %d, b->tokens[t], %s);", w.dtype:upper(), s.weight(w), W,
+      return string.format("kc_x16k_dequantize_row(KC_W%s, %s, %d, b->tokens[t], %s);", w.dtype:upper(), s.weight(w), W,
         row(out, "t", W))
     end
     return string.format("kc_embed_row(%s, %s, b->tokens[t], %d, %s);", DT_ENUM[w.dtype], s.weight(w), W, row(out, "t", W))

@@ -30,7 +30,9 @@ local VERSION = "ingot-generator 0.1"
 -- whose row chunks are multiples of 16) or an embedding lookup (which reads
 -- rows through kc_x16_dequantize_row). Weights sharing a tensor (a tied LM
 -- head and embedding) share the memory, so they share the decision.
-local X16_TYPES = {q8_0 = true, q4_0 = true, q4_1 = true}
+-- The value is the tile's width in columns (kc_x16k.h: a K-quant tile is a
+-- 256-column super-block; the generator picks K-quants only for such rows).
+local X16_TYPES = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, q4_k = 256, q5_k = 256, q6_k = 256}
 local function choose_x16_layouts(g, weights, opts)
   if opts.backend ~= "cpu" or opts.act_quant ~= "q16" then return end
   local readers_ok = {}
@@ -44,7 +46,8 @@ local function choose_x16_layouts(g, weights, opts)
   end
   local tensor_ok = {}
   for _, w in ipairs(weights) do
-    local ok = X16_TYPES[w.dtype] and #w.shape == 2 and w.shape[1] % 16 == 0 and w.stacked == 0 and not w.perm
+    local ok = X16_TYPES[w.dtype] and #w.shape == 2 and w.shape[1] % 16 == 0 and w.shape[2] % X16_TYPES[w.dtype] == 0
+      and w.stacked == 0 and not w.perm
       and not w.parts and readers_ok[w] == true
     local key = w.same_as >= 0 and w.same_as or w.slot
     tensor_ok[key] = (tensor_ok[key] ~= false) and ok and true or false
@@ -99,8 +102,8 @@ local function parse_args(argv)
     if not o[k] then util.die("--" .. k .. " is required") end
   end
   if o.backend ~= "cpu" and o.backend ~= "cuda" then util.die("unknown --backend " .. o.backend .. " (cpu or cuda)") end
-  -- auto: on the CPU, 15-bit activations for the decode GEMVs of Q8_0/Q4_0/Q4_1 weights
-  -- (kernels/cpu/kc_x16.h; SmolLM2's perplexity within 0.01% of f32 activations,
+  -- auto: on the CPU, 15-bit activations for the matmuls of the interleaved weights
+  -- (kernels/cpu/kc_x16.h, kc_x16k.h; SmolLM2's perplexity within 0.01% of f32 activations,
   -- bench/README.md); the CUDA kernels take f32 activations
   if o.act_quant == "auto" then o.act_quant = o.backend == "cpu" and "q16" or "none" end
   if o.backend == "cuda" and o.act_quant ~= "none" then util.die("--act-quant " .. o.act_quant .. " is a CPU option") end

@@ -1,14 +1,14 @@
 """CPU kernels and thread pool: runs the C test program tests/c/test_kernels.c,
 and its f16- and q8_0-KV variants tests/c/test_kernels_kvf16.c and
 test_kernels_kvq8.c (attention over a cache built with --kv-dtype f16 / q8_0), and
-tests/c/test_x16.c (the 16-row interleaved layout, kernels/cpu/kc_x16.h) on every
-instruction-set path it has."""
+tests/c/test_x16.c and tests/c/test_x16k.c (the 16-row interleaved layout,
+kernels/cpu/kc_x16.h and kc_x16k.h) on every instruction-set path they have."""
 import pytest
 
 from conftest import run
 
 
-@pytest.mark.parametrize("program", ["test_kernels", "test_kernels_kvf16", "test_kernels_kvq8", "test_x16"])
+@pytest.mark.parametrize("program", ["test_kernels", "test_kernels_kvf16", "test_kernels_kvq8", "test_x16", "test_x16k"])
 def test_kernels(built, program):
     r = run([built / "tests" / program])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
@@ -17,8 +17,8 @@ def test_kernels(built, program):
 
 
 # The instruction-set paths of kernels/cpu/kc_x16.h (the interleaved layout's integer
-# kernels): the make-built binary above is this machine's (-march=native); these build
-# tests/c/test_x16.c again for each other path the header has, and run it here.
+# kernels, kc_x16.h and kc_x16k.h): the make-built binaries above are this machine's (-march=native); these build
+# tests/c/test_x16.c and test_x16k.c again for each other path the headers have, and run them here.
 X16_PATHS = {
     "avx512-novnni": ("skylake-avx512", "avx512bw"),  # vpmaddubsw/vpmaddwd in 512 bits
     "avx2-vnni": ("alderlake", "avx_vnni"),           # AVX-VNNI vpdpbusd in 256 bits
@@ -27,8 +27,9 @@ X16_PATHS = {
 }
 
 
+@pytest.mark.parametrize("program", ["test_x16", "test_x16k"])
 @pytest.mark.parametrize("path", list(X16_PATHS))
-def test_x16_paths(built, path, tmp_path):
+def test_x16_paths(built, path, program, tmp_path):
     import os
     from conftest import ROOT
     if os.environ.get("INGOT_SAN"):
@@ -38,10 +39,10 @@ def test_x16_paths(built, path, tmp_path):
         flags = next(line for line in f if line.startswith("flags")).split()
     if flag not in flags:
         pytest.skip(f"this CPU has no {flag}: the {path} path cannot run here")
-    binary = tmp_path / f"test_x16-{path}"
+    binary = tmp_path / f"{program}-{path}"
     inc = [f"-I{ROOT / d}" for d in ("runtime/core", "runtime/load", "kernels/cpu", "tests/c")]
     r = run(["cc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-O2", f"-march={march}", *inc,
-             ROOT / "tests/c/test_x16.c", "-o", binary, built / "libingot.a", "-lcjson", "-lpcre2-8", "-lm", "-pthread"])
+             ROOT / f"tests/c/{program}.c", "-o", binary, built / "libingot.a", "-lcjson", "-lpcre2-8", "-lm", "-pthread"])
     assert r.returncode == 0, r.stderr
     r = run([binary])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]

@@ -208,12 +208,16 @@ def test_preset_matches_llamacpp(built, preset, tmp_path):
     The two engines do not compute the same function: llama.cpp's CPU matmuls
     round every activation row to int8 (per block of 32 with an f16 scale for
     the 32-block weight types, per 256 for the K-quants and IQ4_XS) and take
-    integer dot products; ingot by default keeps activations in f32 and
-    dequantizes the weights exactly. So the bound is built from three
-    measured parts, each asserted:
-      1. ingot = the file's model: |ingot - exact| <= 1e-3, where exact is a
-         float64 NumPy forward on gguf-py's dequantization of every tensor
-         (observed 1e-5);
+    integer dot products; ingot dequantizes the weights exactly and by
+    default (--act-quant q16) rounds the activations of its interleaved
+    weights (kernels/cpu/kc_x16.h, kc_x16k.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+    Q4_K, Q5_K, Q6_K) to 15 bits per block of 32, keeping the rest in f32.
+    So the bound is built from three measured parts, each asserted:
+      1. ingot = the file's model: |ingot - exact| <= 1e-3 + A / 16, where
+         exact is a float64 NumPy forward on gguf-py's dequantization of
+         every tensor (1e-5 with f32 activations) and A / 16 bounds the
+         15-bit rounding: a step 128 times finer than the int8 rounding
+         whose effect is A (part 3), with a margin of 8 (observed 1.2e-3);
       2. llama.cpp = the same model with its activation rounding: the replay
          with that rounding (tests/kquant_ref.py) reproduces llama.cpp's
          logits to 0 at most positions; where it does not, a 1-ulp difference
@@ -222,7 +226,7 @@ def test_preset_matches_llamacpp(built, preset, tmp_path):
       3. the rounding itself moves the logits by A = max |exact - replay|
          (0.21 .. 0.52 here: this tiny random model is sensitive; llama.cpp's
          own Q8_0 file is 0.37 from its F32 file).
-    Hence max |ingot - llama.cpp| <= A + FLIP + 1e-3 (observed 0.24 .. 0.52).
+    Hence max |ingot - llama.cpp| <= A + A / 16 + FLIP + 1e-3 (observed 0.24 .. 0.52).
     Greedy tokens: where the argmax differs, the two candidates are within
     2 max|delta| in llama.cpp's logits (a near-tie), and at most 6 of the 32
     positions differ."""
@@ -234,9 +238,10 @@ def test_preset_matches_llamacpp(built, preset, tmp_path):
     model = kquant_ref.Model(path)
     exact = kquant_ref.forward(model, TOKENS)
     replay = kquant_ref.forward(model, TOKENS, act_quant=True)
-    assert np.abs(got - exact).max() <= 1e-3, "ingot is not the file's model"
+    rounding = np.abs(exact - replay).max()
+    assert np.abs(got - exact).max() <= 1e-3 + rounding / 16, "ingot is not the file's model"
     assert np.abs(replay - llama).max() <= FLIP, "the replay no longer explains llama.cpp"
-    bound = np.abs(exact - replay).max() + FLIP + 1e-3
+    bound = rounding + rounding / 16 + FLIP + 1e-3
     delta = np.abs(got - llama)
     assert delta.max() <= bound, f"max |ingot - llama.cpp| = {delta.max():.3f} > {bound:.3f}"
     assert modelbuild.assert_greedy_near_ties(got, llama, delta.max()) <= 6

@@ -193,26 +193,54 @@ static void model_describe_origin(ingot_model *m, int in_place, int repacked, in
                  interleaved);
 }
 
-/* Rewrites a weight's rows in place into kc_x16.h's layout, one group of 16
- * rows at a time: a group's tiles take exactly the bytes its rows took, so
- * only one group is ever held twice. (The CUDA backend's host shares this
- * loader without the CPU kernels; its generator never asks for x16.) */
-#ifndef INGOT_KC_X16_H
+/* Rewrites a weight's rows in place into kc_x16.h's layout (kc_x16k.h for
+ * Q5_0, Q5_1 and the K-quants), one group of 16 rows at a time. A group's
+ * tiles take the bytes its rows took, or 4 more per 256 weights and row
+ * (Q4_K/Q5_K: their packed 6-bit scales one byte each), so the groups are
+ * written last to first: group g's tiles then only cover rows of groups
+ * already done, and only one group is ever held twice. (The CUDA backend's
+ * host shares this loader without the CPU kernels; its generator never asks
+ * for x16.) */
+#ifndef INGOT_KC_X16K_H
+static size_t model_x16_bytes(const weight_spec *s, size_t row_bytes) {
+    return row_bytes * (size_t)s->shape[0];
+}
 static int model_interleave(const weight_spec *s, unsigned char *w) {
     (void)s, (void)w;
     return -1;
 }
 #else
+static int model_x16_type(ingot_dtype t) {
+    switch (t) {
+    case INGOT_Q8_0: return KC_WQ8_0;
+    case INGOT_Q4_0: return KC_WQ4_0;
+    case INGOT_Q4_1: return KC_WQ4_1;
+    case INGOT_Q5_0: return KC_WQ5_0;
+    case INGOT_Q5_1: return KC_WQ5_1;
+    case INGOT_Q4_K: return KC_WQ4_K;
+    case INGOT_Q5_K: return KC_WQ5_K;
+    case INGOT_Q6_K: return KC_WQ6_K;
+    default: return -1;
+    }
+}
+/* the bytes an x16 weight takes once interleaved (row_bytes: a row-major row's) */
+static size_t model_x16_bytes(const weight_spec *s, size_t row_bytes) {
+    const int wt = model_x16_type(s->dtype);
+    if (wt < 0) return row_bytes * (size_t)s->shape[0];
+    return (size_t)(s->shape[0] / KC_X16_ROWS) * (size_t)(s->shape[1] / kc_x16k_cols(wt)) * kc_x16k_tile_bytes(wt);
+}
 static int model_interleave(const weight_spec *s, unsigned char *w) {
-    const int wt = s->dtype == INGOT_Q8_0 ? KC_WQ8_0 : s->dtype == INGOT_Q4_0 ? KC_WQ4_0 : KC_WQ4_1;
+    const int wt = model_x16_type(s->dtype);
     size_t row = 0;
-    if (dtype_row_bytes(s->dtype, s->shape[1], &row) != 0 || s->shape[0] % KC_X16_ROWS != 0) return -1;
-    const size_t group = row * KC_X16_ROWS;
+    if (wt < 0 || dtype_row_bytes(s->dtype, s->shape[1], &row) != 0 || s->shape[0] % KC_X16_ROWS != 0 ||
+        s->shape[1] % kc_x16k_cols(wt) != 0)
+        return -1;
+    const size_t group = row * KC_X16_ROWS, tiles = model_x16_bytes(s, row) / (size_t)(s->shape[0] / KC_X16_ROWS);
     unsigned char *tmp = malloc(group);
     if (!tmp) return -1;
-    for (int64_t g = 0; g < s->shape[0] / KC_X16_ROWS; g++) {
+    for (int64_t g = s->shape[0] / KC_X16_ROWS - 1; g >= 0; g--) {
         memcpy(tmp, w + (size_t)g * group, group);
-        kc_x16_repack(wt, tmp, w + (size_t)g * group, KC_X16_ROWS, (int)s->shape[1]);
+        kc_x16k_repack(wt, tmp, w + (size_t)g * tiles, KC_X16_ROWS, (int)s->shape[1]);
     }
     free(tmp);
     return 0;
@@ -282,11 +310,12 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
             break;
         }
         src[i] = t;
-        m->weight_bytes += out_row * (size_t)rows;
+        const size_t stored = s->x16 ? model_x16_bytes(s, out_row) : out_row * (size_t)rows;
+        m->weight_bytes += stored;
         /* repacked at open (GPTQ/AWQ/FP8): already the process's own memory, used as it is */
         if (t->dtype == s->dtype && (in_place || t->repacked) && !s->x16) continue;
         offset[i] = wmem_bytes;
-        wmem_bytes += (out_row * (size_t)rows + 63) / 64 * 64; /* every weight 64-byte aligned */
+        wmem_bytes += (stored + 63) / 64 * 64; /* every weight 64-byte aligned */
     }
     int ok = 1;
     for (int i = 0; i < N_WEIGHTS; i++) ok &= WEIGHTS[i].same_as >= 0 || src[i] != NULL;

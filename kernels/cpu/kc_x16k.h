@@ -1,0 +1,434 @@
+/* kc_x16k.h — the 16-row interleaved layout (kc_x16.h) for Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K: tiles, row reads and the integer matmul against kc_q16 activations. */
+#ifndef INGOT_KC_X16K_H
+#define INGOT_KC_X16K_H
+
+#include "kc_kquant.h"
+#include "kc_x16.h"
+
+/* kc_x16.h's design carried to five more types. A tile is 16 rows by one
+ * block (32 columns for Q5_0/Q5_1, a 256-column super-block for the
+ * K-quants); every code vector holds the same 4 codes of the 16 rows, so a
+ * 4-byte broadcast of kc_q16 digits feeds all 16 rows in one vpdpbusd. The
+ * codes are unsigned (at most 63), every offset comes back through the
+ * activations' block sums, and the scales of the 16 rows are vectors. Tiles
+ * (lane i = row 16g+i; "code vector" = 64 bytes, lane i at bytes 4i..4i+3):
+ *
+ * Q5_0 / Q5_1, at (g * NB + b) * tile bytes, NB = IN / 32 (352 / 384 bytes,
+ * exactly the row-major blocks' bytes):
+ *   d[16] f16, m[16] f16 (Q5_1 only)
+ *   qh     one code vector: in lane i, byte k holds the fifth bits of
+ *          elements 4p+k (bit p) and 16+4p+k (bit 4+p), p = 0..3
+ *   codes  4 code vectors as Q4_0's (vector p: low nibbles elements
+ *          4p..4p+3, high nibbles 16+4p..19+4p)
+ * so one 16-bit shift and a mask bring the fifth bit of vector p's low
+ * (shift left by 4-p) or high (right by p) nibble to bit 4 of each byte.
+ *
+ * Q4_K / Q5_K, at (g * NS + s) * tile bytes, NS = IN / 256 (2368 / 2880
+ * bytes: the row-major 144 / 176 per row plus 4, the 6-bit packed scales
+ * unpacked to one byte each):
+ *   d[16] f16, dmin[16] f16
+ *   sc[8][16] u8, m[8][16] u8     group (32 elements) first, then lane
+ *   qh (Q5_K)  8 code vectors: vector c, lane i, byte k = qh[4c+k] of row
+ *              i (bit g: the fifth bit of element 32g + 4c + k)
+ *   codes      for each pair j = 0..3 of groups, 8 code vectors: vector c,
+ *              lane i, byte k = qs[32j+4c+k] of row i (low nibble group 2j,
+ *              high nibble group 2j+1, element 4c+k of the group)
+ * Q6_K, at the same place (3360 bytes, exactly the row-major 210 per row):
+ *   d[16] f16
+ *   sc[16][16] i8                 sub-block of 16 first, then lane
+ *   ql         4 x 8 code vectors: set P = 2h + e (h = 0, 1; e = 0, 1),
+ *              vector c, lane i, byte k = ql[64h + 32e + 4c + k]: low
+ *              nibble group 4h+e, high nibble group 4h+e+2
+ *   qh         2 x 8 code vectors: set h, vector c, lane i, byte k =
+ *              qh[32h + 4c + k]: bits 2(g%4), 2(g%4)+1 are the top bits
+ *              of group g = 4h + (g%4)
+ *
+ * Per 32-element group and token the integer dot product of the codes and
+ * the digits goes to float and takes the group's scale vector: Q4_K/Q5_K
+ * d*sc (and -dmin*m times the block sum s), Q6_K per half of 16 with the
+ * -32 offset folded in as integers (the half's digit sum, times 32), so
+ * nothing crosses int32 (at most 63 * 16256 * 16 + 32 * 16256 * 16). */
+
+#define KC_X16K_KB 256 /* columns of a K-quant tile */
+
+KC_INLINE int kc_x16k_kquant(int wt) { return wt == KC_WQ4_K || wt == KC_WQ5_K || wt == KC_WQ6_K; }
+/* columns per tile */
+KC_INLINE int kc_x16k_cols(int wt) { return kc_x16k_kquant(wt) ? KC_X16K_KB : 32; }
+KC_INLINE size_t kc_x16k_tile_bytes(int wt) {
+    switch (wt) {
+    case KC_WQ5_0: return 352;
+    case KC_WQ5_1: return 384;
+    case KC_WQ4_K: return 2368;
+    case KC_WQ5_K: return 2880;
+    case KC_WQ6_K: return 3360;
+    default: return kc_x16_tile_bytes(wt);
+    }
+}
+/* Offsets inside a tile (see above). */
+enum {
+    KC_X16K_Q5_QH = 32,     /* + 32 for Q5_1's mins */
+    KC_X16K_K4_SC = 64,     /* Q4_K/Q5_K: sc[8][16] */
+    KC_X16K_K4_M = 192,     /* m[8][16] */
+    KC_X16K_K4_QH = 320,    /* Q5_K's qh */
+    KC_X16K_Q6_SC = 32,     /* Q6_K: sc[16][16] */
+    KC_X16K_Q6_QL = 288,    /* 32 vectors */
+    KC_X16K_Q6_QH = 2336,   /* 16 vectors */
+};
+KC_INLINE int kc__x16k_q5hdr(int wt) { return wt == KC_WQ5_1 ? 64 : 32; }
+KC_INLINE int kc__x16k_k4codes(int wt) { return wt == KC_WQ5_K ? KC_X16K_K4_QH + 512 : KC_X16K_K4_QH; }
+
+/* ---- layout: write, read back ------------------------------------------ */
+
+/* Rewrites rows [0, R) of a row-major block matrix (IN columns) into x16
+ * tiles at dst (R a multiple of 16; IN a multiple of 256 for the K-quants).
+ * The five types here and kc_x16.h's three. */
+static inline void kc_x16k_repack(int wt, const void *src, void *dst, int64_t R, int IN) {
+    if (wt == KC_WQ8_0 || wt == KC_WQ4_0 || wt == KC_WQ4_1) {
+        kc_x16_repack(wt, src, dst, R, IN);
+        return;
+    }
+    const int NT = IN / kc_x16k_cols(wt);
+    const size_t tb = kc_x16k_tile_bytes(wt), bb = kc__kbytes(wt);
+    for (int64_t g = 0; g < R / KC_X16_ROWS; g++)
+        for (int b = 0; b < NT; b++) {
+            uint8_t *t = (uint8_t *)dst + ((size_t)g * (size_t)NT + (size_t)b) * tb;
+            for (int i = 0; i < KC_X16_ROWS; i++) {
+                const uint8_t *s = (const uint8_t *)src + ((size_t)(g * KC_X16_ROWS + i) * (size_t)NT + (size_t)b) * bb;
+                if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
+                    const int one = wt == KC_WQ5_1, hdr = kc__x16k_q5hdr(wt);
+                    const uint8_t *qhp = s + (one ? offsetof(block_q5_1, qh) : offsetof(block_q5_0, qh));
+                    const uint8_t *qs = s + (one ? offsetof(block_q5_1, qs) : offsetof(block_q5_0, qs));
+                    const uint32_t qh = (uint32_t)qhp[0] | (uint32_t)qhp[1] << 8 | (uint32_t)qhp[2] << 16 | (uint32_t)qhp[3] << 24;
+                    memcpy(t + 2 * i, s, 2);
+                    if (one) memcpy(t + 32 + 2 * i, s + offsetof(block_q5_1, m), 2);
+                    for (int k = 0; k < 4; k++) {
+                        unsigned byte = 0;
+                        for (int p = 0; p < 4; p++)
+                            byte |= ((qh >> (4 * p + k)) & 1u) << p | ((qh >> (16 + 4 * p + k)) & 1u) << (4 + p);
+                        t[KC_X16K_Q5_QH + (one ? 32 : 0) + 4 * i + k] = (uint8_t)byte;
+                    }
+                    for (int k = 0; k < 16; k++) t[hdr + 64 + 64 * (k / 4) + 4 * i + k % 4] = qs[k];
+                } else if (wt == KC_WQ4_K || wt == KC_WQ5_K) {
+                    const int five = wt == KC_WQ5_K;
+                    const uint8_t *sc = s + (five ? offsetof(block_q5_K, scales) : offsetof(block_q4_K, scales));
+                    const uint8_t *qs = s + (five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs));
+                    memcpy(t + 2 * i, s, 2);
+                    memcpy(t + 32 + 2 * i, s + 2, 2);
+                    for (int q = 0; q < 8; q++) {
+                        int scv, mv;
+                        dtype_k4_scale_min(sc, q, &scv, &mv);
+                        t[KC_X16K_K4_SC + 16 * q + i] = (uint8_t)scv;
+                        t[KC_X16K_K4_M + 16 * q + i] = (uint8_t)mv;
+                    }
+                    if (five)
+                        for (int l = 0; l < 32; l++)
+                            t[KC_X16K_K4_QH + 64 * (l / 4) + 4 * i + l % 4] = s[offsetof(block_q5_K, qh) + (size_t)l];
+                    const int cb = kc__x16k_k4codes(wt);
+                    for (int l = 0; l < 128; l++) t[cb + 512 * (l / 32) + 64 * ((l % 32) / 4) + 4 * i + l % 4] = qs[l];
+                } else { /* Q6_K */
+                    memcpy(t + 2 * i, s + offsetof(block_q6_K, d), 2);
+                    for (int q = 0; q < 16; q++) t[KC_X16K_Q6_SC + 16 * q + i] = s[offsetof(block_q6_K, scales) + (size_t)q];
+                    for (int l = 0; l < 128; l++) t[KC_X16K_Q6_QL + 512 * (l / 32) + 64 * ((l % 32) / 4) + 4 * i + l % 4] = s[l];
+                    for (int l = 0; l < 64; l++)
+                        t[KC_X16K_Q6_QH + 512 * (l / 32) + 64 * ((l % 32) / 4) + 4 * i + l % 4] = s[offsetof(block_q6_K, qh) + (size_t)l];
+                }
+            }
+        }
+}
+
+/* Lane i's part of 32-element group b (0..IN/32) of a tile row: the 32
+ * unsigned codes, and each weight's (d, c) so that the weight is GGUF's
+ * d * (q - off) (Q5_0: off 16, Q6_K: off 32; c unused) or d * q + c (Q5_1:
+ * c = m; Q4_K/Q5_K: d = d*sc, c = -dmin*m); dA for elements 0..15, dB for
+ * 16..31 (equal but for Q6_K). */
+static inline void kc__x16k_lane(const uint8_t *G, int wt, int b, int i, int q[32], float *dA, float *dB, float *c) {
+    uint16_t h;
+    if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
+        const uint8_t *t = G + (size_t)b * kc_x16k_tile_bytes(wt);
+        const int hdr = kc__x16k_q5hdr(wt);
+        memcpy(&h, t + 2 * i, 2);
+        *dA = *dB = kc_fp16_to_f32(h);
+        *c = 0.0f;
+        if (wt == KC_WQ5_1) memcpy(&h, t + 32 + 2 * i, 2), *c = kc_fp16_to_f32(h);
+        for (int k = 0; k < 16; k++) {
+            const uint8_t byte = t[hdr + 64 + 64 * (k / 4) + 4 * i + k % 4];
+            const uint8_t hb = t[hdr + 4 * i + k % 4]; /* the fifth bits */
+            q[k] = (byte & 15) | ((hb >> (k / 4)) & 1) << 4;
+            q[k + 16] = (byte >> 4) | ((hb >> (4 + k / 4)) & 1) << 4;
+        }
+        return;
+    }
+    const uint8_t *t = G + (size_t)(b / 8) * kc_x16k_tile_bytes(wt);
+    const int g = b % 8;
+    memcpy(&h, t + 2 * i, 2);
+    const float d = kc_fp16_to_f32(h);
+    if (wt == KC_WQ6_K) {
+        *dA = d * (float)(int8_t)t[KC_X16K_Q6_SC + 16 * (2 * g) + i];
+        *dB = d * (float)(int8_t)t[KC_X16K_Q6_SC + 16 * (2 * g + 1) + i];
+        *c = 0.0f;
+        const int P = 2 * (g / 4) + g % 2, nib = (g % 4) / 2;
+        for (int l = 0; l < 32; l++) {
+            const size_t at = 512 * (size_t)P + 64 * (size_t)(l / 4) + 4 * (size_t)i + (size_t)(l % 4);
+            const size_t ah = 512 * (size_t)(g / 4) + 64 * (size_t)(l / 4) + 4 * (size_t)i + (size_t)(l % 4);
+            q[l] = ((t[KC_X16K_Q6_QL + at] >> (4 * nib)) & 15) | ((t[KC_X16K_Q6_QH + ah] >> (2 * (g % 4))) & 3) << 4;
+        }
+        return;
+    }
+    memcpy(&h, t + 32 + 2 * i, 2);
+    *dA = *dB = d * (float)t[KC_X16K_K4_SC + 16 * g + i];
+    *c = -(kc_fp16_to_f32(h) * (float)t[KC_X16K_K4_M + 16 * g + i]);
+    const int cb = kc__x16k_k4codes(wt);
+    for (int l = 0; l < 32; l++) {
+        const size_t at = 512 * (size_t)(g / 2) + 64 * (size_t)(l / 4) + 4 * (size_t)i + (size_t)(l % 4);
+        q[l] = (t[cb + at] >> (4 * (g % 2))) & 15;
+        if (wt == KC_WQ5_K) q[l] |= ((t[KC_X16K_K4_QH + 64 * (l / 4) + 4 * i + l % 4] >> g) & 1) << 4;
+    }
+}
+
+/* Dequantizes row `row` (IN elements) of an x16 matrix into out, bit for
+ * bit what kc_embed_row gives for the row-major row; every x16 type. */
+static inline void kc_x16k_dequantize_row(int wt, const void *W, int IN, int64_t row, float *out) {
+    if (wt == KC_WQ8_0 || wt == KC_WQ4_0 || wt == KC_WQ4_1) {
+        kc_x16_dequantize_row(wt, W, IN, row, out);
+        return;
+    }
+    const uint8_t *G = (const uint8_t *)W + (size_t)(row / KC_X16_ROWS) * (size_t)(IN / kc_x16k_cols(wt)) * kc_x16k_tile_bytes(wt);
+    const int i = (int)(row % KC_X16_ROWS);
+    for (int b = 0; b < IN / 32; b++) {
+        int q[32];
+        float dA, dB, c;
+        kc__x16k_lane(G, wt, b, i, q, &dA, &dB, &c);
+        for (int k = 0; k < 32; k++) {
+            const float d = k < 16 ? dA : dB;
+            /* each in the order of dtype.c's reference (-m1 added is m1 subtracted) */
+            out[32 * b + k] = wt == KC_WQ5_0 ? d * (float)(q[k] - 16) : wt == KC_WQ6_K ? d * (float)(q[k] - 32) : d * (float)q[k] + c;
+        }
+    }
+}
+
+/* The digit sum 128 * sum(h) + sum(l) of elements [k0, k0 + 16) of a block. */
+KC_INLINE int kc__q16_sum16(const kc_q16 *x, int k0) {
+    int s = 0;
+    for (int k = k0; k < k0 + 16; k++) s += 128 * x->h[k] + x->l[k];
+    return s;
+}
+
+/* ---- decode: integer dot products -------------------------------------- */
+
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__)
+/* One body for AVX-512 (16 lanes, one pass) and AVX2 (8 lanes, two passes
+ * over the halves of each 64-byte code vector), written against these. */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+typedef __m512i kx_vi;
+typedef __m512 kx_vf;
+#define KX_LANES 16
+#define kx_load(p) _mm512_loadu_si512((const void *)(p))
+#define kx_and _mm512_and_si512
+#define kx_or _mm512_or_si512
+#define kx_slli16 _mm512_slli_epi16
+#define kx_srli16 _mm512_srli_epi16
+#define kx_set1_8(v) _mm512_set1_epi8((char)(v))
+#define kx_set1_32 _mm512_set1_epi32
+#define kx_zero _mm512_setzero_si512
+#define kx_add32 _mm512_add_epi32
+#define kx_sub32 _mm512_sub_epi32
+#define kx_slli32 _mm512_slli_epi32
+#define kx_cvt _mm512_cvtepi32_ps
+#define kx_dp kc__x16_dp
+#define kx_fzero _mm512_setzero_ps
+#define kx_fset1 _mm512_set1_ps
+#define kx_fmadd _mm512_fmadd_ps
+#define kx_fmul _mm512_mul_ps
+#define kx_fadd _mm512_add_ps
+#define kx_fload(p) _mm512_loadu_ps(p)
+#define kx_fstore(p, v) _mm512_storeu_ps(p, v)
+#define kx_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define kx_u8f(p) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))))
+#define kx_i8f(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))))
+#else
+typedef __m256i kx_vi;
+typedef __m256 kx_vf;
+#define KX_LANES 8
+#define kx_load(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define kx_and _mm256_and_si256
+#define kx_or _mm256_or_si256
+#define kx_slli16 _mm256_slli_epi16
+#define kx_srli16 _mm256_srli_epi16
+#define kx_set1_8(v) _mm256_set1_epi8((char)(v))
+#define kx_set1_32 _mm256_set1_epi32
+#define kx_zero _mm256_setzero_si256
+#define kx_add32 _mm256_add_epi32
+#define kx_sub32 _mm256_sub_epi32
+#define kx_slli32 _mm256_slli_epi32
+#define kx_cvt _mm256_cvtepi32_ps
+#define kx_dp kc__dot
+#define kx_fzero _mm256_setzero_ps
+#define kx_fset1 _mm256_set1_ps
+#define kx_fmadd _mm256_fmadd_ps
+#define kx_fmul _mm256_mul_ps
+#define kx_fadd _mm256_add_ps
+#define kx_fload(p) _mm256_loadu_ps(p)
+#define kx_fstore(p, v) _mm256_storeu_ps(p, v)
+#define kx_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define kx_u8f(p) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p))))
+#define kx_i8f(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p))))
+#endif
+/* a 16-bit shift left by s (right by -s): used to move one bit of each
+ * byte to bit 4 (or two to bits 4-5) without crossing into the next byte */
+#define kx_shl(v, s) ((s) >= 0 ? kx_slli16(v, (unsigned)(s)) : kx_srli16(v, (unsigned)(-(s))))
+
+/* The 8 code vectors (elements 4c..4c+3 of the group in vector c) of group
+ * b of a tile row, lanes [lo, lo + KX_LANES) (byte offset vo = 4 * lo in
+ * each code vector), and the group's scales: weight = dA*q + c (Q5_0: c =
+ * -16 d; Q4_K/Q5_K: -dmin*m), dA/dB per half for Q6_K (its -32 apart). */
+KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[8], kx_vf *dA, kx_vf *dB, kx_vf *c) {
+    const int vo = 4 * lo;
+    const kx_vi m4 = kx_set1_8(0x0f);
+    if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
+        const uint8_t *t = G + (size_t)b * kc_x16k_tile_bytes(wt);
+        const int hdr = kc__x16k_q5hdr(wt);
+        *dA = kx_f16(t + 2 * lo);
+        *c = wt == KC_WQ5_1 ? kx_f16(t + 32 + 2 * lo) : kx_fmul(*dA, kx_fset1(-16.0f));
+        const kx_vi qh = kx_load(t + hdr + vo), m16 = kx_set1_8(0x10);
+        KC_UNROLL for (int p = 0; p < 4; p++) {
+            const kx_vi v = kx_load(t + hdr + 64 + 64 * p + vo);
+            w[p] = kx_or(kx_and(v, m4), kx_and(kx_shl(qh, 4 - p), m16));
+            w[p + 4] = kx_or(kx_and(kx_srli16(v, 4), m4), kx_and(kx_srli16(qh, (unsigned)p), m16));
+        }
+        return;
+    }
+    const uint8_t *t = G + (size_t)(b / 8) * kc_x16k_tile_bytes(wt);
+    const int g = b % 8;
+    const kx_vf d = kx_f16(t + 2 * lo);
+    if (wt == KC_WQ6_K) {
+        *dA = kx_fmul(d, kx_i8f(t + KC_X16K_Q6_SC + 16 * (2 * g) + lo));
+        *dB = kx_fmul(d, kx_i8f(t + KC_X16K_Q6_SC + 16 * (2 * g + 1) + lo));
+        const uint8_t *ql = t + KC_X16K_Q6_QL + 512 * (2 * (g / 4) + g % 2) + vo, *qh = t + KC_X16K_Q6_QH + 512 * (g / 4) + vo;
+        const kx_vi m48 = kx_set1_8(0x30);
+        KC_UNROLL for (int k = 0; k < 8; k++) {
+            const kx_vi v = kx_load(ql + 64 * k);
+            const kx_vi nib = (g % 4) / 2 ? kx_and(kx_srli16(v, 4), m4) : kx_and(v, m4);
+            w[k] = kx_or(nib, kx_and(kx_shl(kx_load(qh + 64 * k), 4 - 2 * (g % 4)), m48));
+        }
+        return;
+    }
+    *dA = kx_fmul(d, kx_u8f(t + KC_X16K_K4_SC + 16 * g + lo));
+    *c = kx_fmul(kx_fmul(kx_f16(t + 32 + 2 * lo), kx_u8f(t + KC_X16K_K4_M + 16 * g + lo)), kx_fset1(-1.0f));
+    const uint8_t *qs = t + kc__x16k_k4codes(wt) + 512 * (g / 2) + vo;
+    KC_UNROLL for (int k = 0; k < 8; k++) {
+        const kx_vi v = kx_load(qs + 64 * k);
+        w[k] = g % 2 ? kx_and(kx_srli16(v, 4), m4) : kx_and(v, m4);
+        if (wt == KC_WQ5_K)
+            w[k] = kx_or(w[k], kx_and(kx_shl(kx_load(t + KC_X16K_K4_QH + 64 * k + vo), 4 - g), kx_set1_8(0x10)));
+    }
+}
+
+/* One group of 16 rows, NT tokens (at most KC_X16_NT): Y[t][0..16). */
+KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
+                              const float *bias, int accumulate) {
+    for (int lo = 0; lo < KC_X16_ROWS; lo += KX_LANES) {
+        kx_vf acc[KC_X16_NT];
+        KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = kx_fzero();
+        for (int b = 0; b < NB; b++) {
+            kx_vi w[8];
+            kx_vf dA, dB = kx_fzero(), c = kx_fzero();
+            kc__x16k_unpack(G, wt, b, lo, w, &dA, &dB, &c);
+            KC_UNROLL for (int j = 0; j < NT; j++) {
+                const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
+                kx_vi ih[2] = {kx_zero(), kx_zero()}, il[2] = {kx_zero(), kx_zero()};
+                KC_UNROLL for (int k = 0; k < 8; k++) {
+                    int32_t xh, xl;
+                    memcpy(&xh, x->h + 4 * k, 4);
+                    memcpy(&xl, x->l + 4 * k, 4);
+                    const int half = wt == KC_WQ6_K ? k / 4 : 0; /* Q6_K: a scale per 16 elements */
+                    ih[half] = kx_dp(ih[half], w[k], kx_set1_32(xh));
+                    il[half] = kx_dp(il[half], w[k], kx_set1_32(xl));
+                }
+                const kx_vf xd = kx_fset1(x->d);
+                if (wt == KC_WQ6_K) {
+                    const kx_vi a = kx_sub32(kx_add32(kx_slli32(ih[0], 7), il[0]), kx_set1_32(32 * kc__q16_sum16(x, 0)));
+                    const kx_vi e = kx_sub32(kx_add32(kx_slli32(ih[1], 7), il[1]), kx_set1_32(32 * kc__q16_sum16(x, 16)));
+                    acc[j] = kx_fmadd(dA, kx_fmul(kx_cvt(a), xd), acc[j]);
+                    acc[j] = kx_fmadd(dB, kx_fmul(kx_cvt(e), xd), acc[j]);
+                } else {
+                    const kx_vf f = kx_cvt(kx_add32(kx_slli32(ih[0], 7), il[0]));
+                    acc[j] = kx_fmadd(dA, kx_fmul(f, xd), acc[j]);
+                    acc[j] = kx_fmadd(c, kx_fset1(x->s), acc[j]);
+                }
+            }
+        }
+        const kx_vf bv = bias ? kx_fload(bias + lo) : kx_fzero();
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            float *y = Y + (size_t)j * (size_t)ldy + lo;
+            kx_vf v = kx_fadd(acc[j], bv);
+            if (accumulate) v = kx_fadd(kx_fload(y), v);
+            kx_fstore(y, v);
+        }
+    }
+}
+#else
+/* Portable: the same integer dot products, one (row, group) at a time. */
+KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
+                              const float *bias, int accumulate) {
+    for (int j = 0; j < NT; j++) {
+        float acc[KC_X16_ROWS] = {0};
+        for (int b = 0; b < NB; b++) {
+            const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
+            for (int i = 0; i < KC_X16_ROWS; i++) {
+                int q[32];
+                float dA, dB, c;
+                kc__x16k_lane(G, wt, b, i, q, &dA, &dB, &c);
+                int32_t dot[2] = {0, 0};
+                for (int k = 0; k < 32; k++) dot[wt == KC_WQ6_K ? k / 16 : 0] += q[k] * (128 * x->h[k] + x->l[k]);
+                if (wt == KC_WQ6_K) {
+                    acc[i] = fmaf(dA, (float)(dot[0] - 32 * kc__q16_sum16(x, 0)) * x->d, acc[i]);
+                    acc[i] = fmaf(dB, (float)(dot[1] - 32 * kc__q16_sum16(x, 16)) * x->d, acc[i]);
+                } else {
+                    if (wt == KC_WQ5_0) c = -16.0f * dA;
+                    acc[i] = fmaf(dA, (float)dot[0] * x->d, acc[i]);
+                    acc[i] = fmaf(c, x->s, acc[i]);
+                }
+            }
+        }
+        float *y = Y + (size_t)j * (size_t)ldy;
+        for (int i = 0; i < KC_X16_ROWS; i++) {
+            const float v = acc[i] + (bias ? bias[i] : 0.0f);
+            y[i] = accumulate ? y[i] + v : v;
+        }
+    }
+}
+#endif
+
+/* Y[t*ldy + r] = (accumulate ? Y : 0) + W[r] . X[t] (+ bias[r]) for rows
+ * r0 <= r < r1 (multiples of 16), T tokens of kc_q16 activations: as
+ * kc_x16.h's kc__mmp (the same arithmetic for every T), for the types here. */
+KC_INLINE void kc__x16k_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0,
+                            int r1, const float *bias, int accumulate) {
+    const int NB = IN / 32;
+    const size_t gb = (size_t)(IN / kc_x16k_cols(wt)) * kc_x16k_tile_bytes(wt);
+    for (int r = r0; r < r1; r += KC_X16_ROWS) {
+        const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * gb;
+        const float *bi = bias ? bias + r : NULL;
+        int t = 0;
+        for (; t + KC_X16_NT <= T; t += KC_X16_NT)
+            kc__x16k_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, KC_X16_NT, Y + (size_t)t * (size_t)ldy + r, ldy,
+                           bi, accumulate);
+        for (; t < T; t++)
+            kc__x16k_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, 1, Y + (size_t)t * (size_t)ldy + r, ldy, bi,
+                           accumulate);
+    }
+}
+
+#define KC_X16K_MMP(name, WT)                                                                                          \
+    static inline void kc_mmp_##name(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0, \
+                                     int r1, const float *bias, int accumulate) {                                      \
+        kc__x16k_mmp(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate);                                         \
+    }
+KC_X16K_MMP(q5_0, KC_WQ5_0)
+KC_X16K_MMP(q5_1, KC_WQ5_1)
+KC_X16K_MMP(q4_k, KC_WQ4_K)
+KC_X16K_MMP(q5_k, KC_WQ5_K)
+KC_X16K_MMP(q6_k, KC_WQ6_K)
+#undef KC_X16K_MMP
+
+#endif
