@@ -206,11 +206,25 @@ static inline void kc_x16k_dequantize_row(int wt, const void *W, int IN, int64_t
     }
 }
 
-/* The digit sum 128 * sum(h) + sum(l) of elements [k0, k0 + 16) of a block. */
-KC_INLINE int kc__q16_sum16(const kc_q16 *x, int k0) {
-    int s = 0;
-    for (int k = k0; k < k0 + 16; k++) s += 128 * x->h[k] + x->l[k];
-    return s;
+/* The digit sums 128 * sum(h) + sum(l) of elements 0..15 and 16..31 of a
+ * block (Q6_K's -32 per half). With AVX2: pairs summed by vpmaddubsw (1 * h
+ * cannot saturate), 128 * pair(h) + pair(l) still fits int16 (|.| <= 32640),
+ * then vpmaddwd and two horizontal adds: the 128-bit lanes are the halves. */
+KC_INLINE void kc__q16_half_sums(const kc_q16 *x, int *s0, int *s1) {
+#if defined(__AVX2__)
+    const __m256i ones = _mm256_set1_epi8(1);
+    const __m256i h = _mm256_maddubs_epi16(ones, _mm256_loadu_si256((const __m256i *)(const void *)x->h));
+    const __m256i l = _mm256_maddubs_epi16(ones, _mm256_loadu_si256((const __m256i *)(const void *)x->l));
+    const __m256i v = _mm256_madd_epi16(_mm256_add_epi16(_mm256_slli_epi16(h, 7), l), _mm256_set1_epi16(1));
+    __m128i t = _mm_hadd_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    t = _mm_hadd_epi32(t, t);
+    *s0 = _mm_cvtsi128_si32(t);
+    *s1 = _mm_extract_epi32(t, 1);
+#else
+    int a = 0, b = 0;
+    for (int k = 0; k < 16; k++) a += 128 * x->h[k] + x->l[k], b += 128 * x->h[k + 16] + x->l[k + 16];
+    *s0 = a, *s1 = b;
+#endif
 }
 
 /* ---- decode: integer dot products -------------------------------------- */
@@ -346,8 +360,10 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
                 }
                 const kx_vf xd = kx_fset1(x->d);
                 if (wt == KC_WQ6_K) {
-                    const kx_vi a = kx_sub32(kx_add32(kx_slli32(ih[0], 7), il[0]), kx_set1_32(32 * kc__q16_sum16(x, 0)));
-                    const kx_vi e = kx_sub32(kx_add32(kx_slli32(ih[1], 7), il[1]), kx_set1_32(32 * kc__q16_sum16(x, 16)));
+                    int s0, s1;
+                    kc__q16_half_sums(x, &s0, &s1);
+                    const kx_vi a = kx_sub32(kx_add32(kx_slli32(ih[0], 7), il[0]), kx_set1_32(32 * s0));
+                    const kx_vi e = kx_sub32(kx_add32(kx_slli32(ih[1], 7), il[1]), kx_set1_32(32 * s1));
                     acc[j] = kx_fmadd(dA, kx_fmul(kx_cvt(a), xd), acc[j]);
                     acc[j] = kx_fmadd(dB, kx_fmul(kx_cvt(e), xd), acc[j]);
                 } else {
@@ -381,8 +397,10 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
                 int32_t dot[2] = {0, 0};
                 for (int k = 0; k < 32; k++) dot[wt == KC_WQ6_K ? k / 16 : 0] += q[k] * (128 * x->h[k] + x->l[k]);
                 if (wt == KC_WQ6_K) {
-                    acc[i] = fmaf(dA, (float)(dot[0] - 32 * kc__q16_sum16(x, 0)) * x->d, acc[i]);
-                    acc[i] = fmaf(dB, (float)(dot[1] - 32 * kc__q16_sum16(x, 16)) * x->d, acc[i]);
+                    int s0, s1;
+                    kc__q16_half_sums(x, &s0, &s1);
+                    acc[i] = fmaf(dA, (float)(dot[0] - 32 * s0) * x->d, acc[i]);
+                    acc[i] = fmaf(dB, (float)(dot[1] - 32 * s1) * x->d, acc[i]);
                 } else {
                     if (wt == KC_WQ5_0) c = -16.0f * dA;
                     acc[i] = fmaf(dA, (float)dot[0] * x->d, acc[i]);
