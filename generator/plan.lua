@@ -15,7 +15,7 @@ local util = require("util")
 local plan = {}
 
 local Q8_BLOCK_BYTES = 40 -- sizeof(kc_q8): float d, float s, int8 qs[32]
-local Q16_BLOCK_BYTES = 72 -- kc_x16.h kc_q16: f32 d, f32 s, 32 high and 32 low int8 digits
+local Q16_BLOCK_BYTES = 80 -- kc_x16.h kc_q16: f32 d, f32 s, 32 high and 32 low int8 digits, 2 int32 half sums
 local ALIGN = 16
 
 local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end

@@ -57,7 +57,9 @@ typedef struct {
     float s;      /* d * sum(128 * h + l): the Q4_0 (-8) and Q8_0 (-128) offsets and Q4_1's min term need it */
     int8_t h[32]; /* high digit */
     int8_t l[32]; /* low digit */
+    int32_t s16[2]; /* sum(128 * h + l) over elements 0..15 and 16..31: Q6_K's -32 per 16 weights (kc_x16k.h) */
 } kc_q16;
+_Static_assert(sizeof(kc_q16) == 80, "generator/plan.lua's Q16_BLOCK_BYTES plans this size");
 
 KC_INLINE size_t kc_x16_tile_bytes(int wt) { return wt == KC_WQ8_0 ? 544 : wt == KC_WQ4_0 ? 288 : 320; }
 KC_INLINE int kc_x16_hdr(int wt) { return wt == KC_WQ4_1 ? 64 : 32; }
@@ -79,7 +81,9 @@ static inline void kc_quantize_q16(const float *x, kc_q16 *out, int n) {
         _mm_storeu_si128((__m128i *)(void *)(o->h + 16), _mm512_cvtepi32_epi8(h1));
         _mm_storeu_si128((__m128i *)(void *)o->l, _mm512_cvtepi32_epi8(l0));
         _mm_storeu_si128((__m128i *)(void *)(o->l + 16), _mm512_cvtepi32_epi8(l1));
-        const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        o->s16[0] = _mm512_reduce_add_epi32(q0);
+        o->s16[1] = _mm512_reduce_add_epi32(q1);
+        const int sum = o->s16[0] + o->s16[1];
 #else
         float amax = 0.0f;
         for (int i = 0; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
@@ -91,7 +95,9 @@ static inline void kc_quantize_q16(const float *x, kc_q16 *out, int n) {
             o->h[i] = (int8_t)h;
             o->l[i] = (int8_t)(q - 128 * h);
             sum += q;
+            if (i == 15) o->s16[0] = sum;
         }
+        o->s16[1] = sum - o->s16[0];
 #endif
         o->d = amax / (float)KC_X16_QMAX;
         o->s = o->d * (float)sum;

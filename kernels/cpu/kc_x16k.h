@@ -46,8 +46,8 @@
  * Per 32-element group and token the integer dot product of the codes and
  * the digits goes to float and takes the group's scale vector: Q4_K/Q5_K
  * d*sc (and -dmin*m times the block sum s), Q6_K per half of 16 with the
- * -32 offset folded in as integers (the half's digit sum, times 32), so
- * nothing crosses int32 (at most 63 * 16256 * 16 + 32 * 16256 * 16). */
+ * -32 offset folded in as integers (the half's digit sum kc_q16.s16, made
+ * once per token by the quantizer, times 32), so nothing crosses int32 (at most 63 * 16256 * 16 + 32 * 16256 * 16). */
 
 #define KC_X16K_KB 256 /* columns of a K-quant tile */
 
@@ -206,27 +206,6 @@ static inline void kc_x16k_dequantize_row(int wt, const void *W, int IN, int64_t
     }
 }
 
-/* The digit sums 128 * sum(h) + sum(l) of elements 0..15 and 16..31 of a
- * block (Q6_K's -32 per half). With AVX2: pairs summed by vpmaddubsw (1 * h
- * cannot saturate), 128 * pair(h) + pair(l) still fits int16 (|.| <= 32640),
- * then vpmaddwd and two horizontal adds: the 128-bit lanes are the halves. */
-KC_INLINE void kc__q16_half_sums(const kc_q16 *x, int *s0, int *s1) {
-#if defined(__AVX2__)
-    const __m256i ones = _mm256_set1_epi8(1);
-    const __m256i h = _mm256_maddubs_epi16(ones, _mm256_loadu_si256((const __m256i *)(const void *)x->h));
-    const __m256i l = _mm256_maddubs_epi16(ones, _mm256_loadu_si256((const __m256i *)(const void *)x->l));
-    const __m256i v = _mm256_madd_epi16(_mm256_add_epi16(_mm256_slli_epi16(h, 7), l), _mm256_set1_epi16(1));
-    __m128i t = _mm_hadd_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    t = _mm_hadd_epi32(t, t);
-    *s0 = _mm_cvtsi128_si32(t);
-    *s1 = _mm_extract_epi32(t, 1);
-#else
-    int a = 0, b = 0;
-    for (int k = 0; k < 16; k++) a += 128 * x->h[k] + x->l[k], b += 128 * x->h[k + 16] + x->l[k + 16];
-    *s0 = a, *s1 = b;
-#endif
-}
-
 /* ---- decode: integer dot products -------------------------------------- */
 
 #if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__)
@@ -360,10 +339,8 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
                 }
                 const kx_vf xd = kx_fset1(x->d);
                 if (wt == KC_WQ6_K) {
-                    int s0, s1;
-                    kc__q16_half_sums(x, &s0, &s1);
-                    const kx_vi a = kx_sub32(kx_add32(kx_slli32(ih[0], 7), il[0]), kx_set1_32(32 * s0));
-                    const kx_vi e = kx_sub32(kx_add32(kx_slli32(ih[1], 7), il[1]), kx_set1_32(32 * s1));
+                    const kx_vi a = kx_sub32(kx_add32(kx_slli32(ih[0], 7), il[0]), kx_set1_32(32 * x->s16[0]));
+                    const kx_vi e = kx_sub32(kx_add32(kx_slli32(ih[1], 7), il[1]), kx_set1_32(32 * x->s16[1]));
                     acc[j] = kx_fmadd(dA, kx_fmul(kx_cvt(a), xd), acc[j]);
                     acc[j] = kx_fmadd(dB, kx_fmul(kx_cvt(e), xd), acc[j]);
                 } else {
@@ -397,10 +374,8 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
                 int32_t dot[2] = {0, 0};
                 for (int k = 0; k < 32; k++) dot[wt == KC_WQ6_K ? k / 16 : 0] += q[k] * (128 * x->h[k] + x->l[k]);
                 if (wt == KC_WQ6_K) {
-                    int s0, s1;
-                    kc__q16_half_sums(x, &s0, &s1);
-                    acc[i] = fmaf(dA, (float)(dot[0] - 32 * s0) * x->d, acc[i]);
-                    acc[i] = fmaf(dB, (float)(dot[1] - 32 * s1) * x->d, acc[i]);
+                    acc[i] = fmaf(dA, (float)(dot[0] - 32 * x->s16[0]) * x->d, acc[i]);
+                    acc[i] = fmaf(dB, (float)(dot[1] - 32 * x->s16[1]) * x->d, acc[i]);
                 } else {
                     if (wt == KC_WQ5_0) c = -16.0f * dA;
                     acc[i] = fmaf(dA, (float)dot[0] * x->d, acc[i]);

@@ -156,7 +156,28 @@ static void test_matmul(void) {
     }
 }
 
+/* kc_quantize_q16's half sums (Q6_K's -32 per 16 weights): the digits'
+ * own sums, on every path. */
+static void test_half_sums(void) {
+    float x[96];
+    kc_q16 q[3];
+    int bad = 0;
+    for (int it = 0; it < 100; it++) {
+        for (int k = 0; k < 96; k++) x[k] = rndf() * (k < 32 ? 1e-3f : k < 64 ? 1.0f : 3e4f);
+        if (it == 0) memset(x, 0, sizeof(float) * 32);
+        kc_quantize_q16(x, q, 96);
+        for (int b = 0; b < 3; b++)
+            for (int half = 0; half < 2; half++) {
+                int s = 0;
+                for (int k = 16 * half; k < 16 * half + 16; k++) s += 128 * q[b].h[k] + q[b].l[k];
+                bad += s != q[b].s16[half];
+            }
+    }
+    check(bad == 0, "kc_quantize_q16: %d wrong half sums", bad);
+}
+
 int main(void) {
+    test_half_sums();
     test_repack_round_trip();
     test_matmul();
     return check_summary();
