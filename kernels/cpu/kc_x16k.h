@@ -1,4 +1,4 @@
-/* kc_x16k.h — the 16-row interleaved layout (kc_x16.h) for Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K: tiles, row reads and the integer matmul against kc_q16 activations. */
+/* kc_x16k.h — the 16-row interleaved layout (kc_x16.h) for Q5_0, Q5_1 and the K-quants Q2_K..Q6_K: tiles, row reads and the integer matmul against kc_q16 activations. */
 #ifndef INGOT_KC_X16K_H
 #define INGOT_KC_X16K_H
 
@@ -43,6 +43,19 @@
  *              qh[32h + 4c + k]: bits 2(g%4), 2(g%4)+1 are the top bits
  *              of group g = 4h + (g%4)
  *
+ * Q3_K (1824 bytes: the row-major 110 per row plus 4):
+ *   d[16] f16, sc[16][16] i8 (the 6-bit scale - 32)
+ *   qs     2 x 8 code vectors: set h, vector c, lane i, byte k =
+ *          qs[32h + 4c + k]: bits 2(g%4), 2(g%4)+1 for group g = 4h + g%4
+ *   hmask  8 code vectors: vector c, lane i, byte k = hmask[4c + k] (bit g:
+ *          group g's third bit)
+ * Q2_K (1344 bytes, exactly the row-major 84 per row):
+ *   d[16] f16, dmin[16] f16, sc[16][16] u8 as stored (scale | min << 4)
+ *   qs     as Q3_K's
+ * Q2_K, Q3_K and Q6_K change scales every 16 weights: their halves of a
+ * 32-block keep their own digit chains, and the offsets (-4, -32, and Q2_K's
+ * -dmin*m) meet each half's digit sum.
+ *
  * Per 32-element group and token the integer dot product of the codes and
  * the digits goes to float and takes the group's scale vector: Q4_K/Q5_K
  * d*sc (and -dmin*m times the block sum s), Q6_K per half of 16 with the
@@ -51,7 +64,13 @@
 
 #define KC_X16K_KB 256 /* columns of a K-quant tile */
 
-KC_INLINE int kc_x16k_kquant(int wt) { return wt == KC_WQ4_K || wt == KC_WQ5_K || wt == KC_WQ6_K; }
+KC_INLINE int kc_x16k_kquant(int wt) {
+    return wt == KC_WQ2_K || wt == KC_WQ3_K || wt == KC_WQ4_K || wt == KC_WQ5_K || wt == KC_WQ6_K;
+}
+/* a scale per 16 weights (Q2_K, Q3_K, Q6_K): each half of a 32-block apart */
+KC_INLINE int kc__x16k_split(int wt) { return wt == KC_WQ2_K || wt == KC_WQ3_K || wt == KC_WQ6_K; }
+/* the code offset folded through the half digit sums: w = d * (q - off) */
+KC_INLINE int kc__x16k_off(int wt) { return wt == KC_WQ6_K ? 32 : wt == KC_WQ3_K ? 4 : 0; }
 /* columns per tile */
 KC_INLINE int kc_x16k_cols(int wt) { return kc_x16k_kquant(wt) ? KC_X16K_KB : 32; }
 KC_INLINE size_t kc_x16k_tile_bytes(int wt) {
@@ -61,6 +80,8 @@ KC_INLINE size_t kc_x16k_tile_bytes(int wt) {
     case KC_WQ4_K: return 2368;
     case KC_WQ5_K: return 2880;
     case KC_WQ6_K: return 3360;
+    case KC_WQ3_K: return 1824;
+    case KC_WQ2_K: return 1344;
     default: return kc_x16_tile_bytes(wt);
     }
 }
@@ -73,6 +94,11 @@ enum {
     KC_X16K_Q6_SC = 32,     /* Q6_K: sc[16][16] */
     KC_X16K_Q6_QL = 288,    /* 32 vectors */
     KC_X16K_Q6_QH = 2336,   /* 16 vectors */
+    KC_X16K_Q3_SC = 32,     /* Q3_K: sc[16][16] i8 (the 6-bit scale - 32) */
+    KC_X16K_Q3_QS = 288,    /* 16 vectors */
+    KC_X16K_Q3_HM = 1312,   /* 8 vectors */
+    KC_X16K_Q2_SC = 64,     /* Q2_K: sc[16][16] u8 as stored (scale low nibble, min high) */
+    KC_X16K_Q2_QS = 320,    /* 16 vectors */
 };
 KC_INLINE int kc__x16k_q5hdr(int wt) { return wt == KC_WQ5_1 ? 64 : 32; }
 KC_INLINE int kc__x16k_k4codes(int wt) { return wt == KC_WQ5_K ? KC_X16K_K4_QH + 512 : KC_X16K_K4_QH; }
@@ -125,6 +151,22 @@ static inline void kc_x16k_repack(int wt, const void *src, void *dst, int64_t R,
                             t[KC_X16K_K4_QH + 64 * (l / 4) + 4 * i + l % 4] = s[offsetof(block_q5_K, qh) + (size_t)l];
                     const int cb = kc__x16k_k4codes(wt);
                     for (int l = 0; l < 128; l++) t[cb + 512 * (l / 32) + 64 * ((l % 32) / 4) + 4 * i + l % 4] = qs[l];
+                } else if (wt == KC_WQ3_K) {
+                    const uint8_t *sc = s + offsetof(block_q3_K, scales);
+                    memcpy(t + 2 * i, s + offsetof(block_q3_K, d), 2);
+                    for (int q = 0; q < 16; q++)
+                        t[KC_X16K_Q3_SC + 16 * q + i] =
+                            (uint8_t)(int8_t)((((sc[q % 8] >> (4 * (q / 8))) & 15) | ((sc[8 + q % 4] >> (2 * (q / 4))) & 3) << 4) - 32);
+                    for (int l = 0; l < 64; l++)
+                        t[KC_X16K_Q3_QS + 512 * (l / 32) + 64 * ((l % 32) / 4) + 4 * i + l % 4] = s[offsetof(block_q3_K, qs) + (size_t)l];
+                    for (int l = 0; l < 32; l++)
+                        t[KC_X16K_Q3_HM + 64 * (l / 4) + 4 * i + l % 4] = s[offsetof(block_q3_K, hmask) + (size_t)l];
+                } else if (wt == KC_WQ2_K) {
+                    memcpy(t + 2 * i, s + offsetof(block_q2_K, d), 2);
+                    memcpy(t + 32 + 2 * i, s + offsetof(block_q2_K, dmin), 2);
+                    for (int q = 0; q < 16; q++) t[KC_X16K_Q2_SC + 16 * q + i] = s[offsetof(block_q2_K, scales) + (size_t)q];
+                    for (int l = 0; l < 64; l++)
+                        t[KC_X16K_Q2_QS + 512 * (l / 32) + 64 * ((l % 32) / 4) + 4 * i + l % 4] = s[offsetof(block_q2_K, qs) + (size_t)l];
                 } else { /* Q6_K */
                     memcpy(t + 2 * i, s + offsetof(block_q6_K, d), 2);
                     for (int q = 0; q < 16; q++) t[KC_X16K_Q6_SC + 16 * q + i] = s[offsetof(block_q6_K, scales) + (size_t)q];
@@ -138,10 +180,36 @@ static inline void kc_x16k_repack(int wt, const void *src, void *dst, int64_t R,
 
 /* Lane i's part of 32-element group b (0..IN/32) of a tile row: the 32
  * unsigned codes, and each weight's (d, c) so that the weight is GGUF's
- * d * (q - off) (Q5_0: off 16, Q6_K: off 32; c unused) or d * q + c (Q5_1:
- * c = m; Q4_K/Q5_K: d = d*sc, c = -dmin*m); dA for elements 0..15, dB for
- * 16..31 (equal but for Q6_K). */
-static inline void kc__x16k_lane(const uint8_t *G, int wt, int b, int i, int q[32], float *dA, float *dB, float *c) {
+ * d * (q - off) (Q5_0: off 16, Q3_K: 4, Q6_K: 32; c unused) or d * q + c
+ * (Q5_1: c = m; Q2_K/Q4_K/Q5_K: d = d*sc, c = -dmin*m); (dA, cA) for
+ * elements 0..15, (dB, cB) for 16..31 (equal but for Q2_K/Q3_K/Q6_K). */
+static inline void kc__x16k_lane2(const uint8_t *G, int wt, int b, int i, int q[32], float *dA, float *dB, float *cA,
+                                  float *cB) {
+    uint16_t h;
+    const uint8_t *t = G + (size_t)(b / 8) * kc_x16k_tile_bytes(wt);
+    const int g = b % 8;
+    memcpy(&h, t + 2 * i, 2);
+    const float d = kc_fp16_to_f32(h);
+    if (wt == KC_WQ3_K) {
+        *dA = d * (float)(int8_t)t[KC_X16K_Q3_SC + 16 * (2 * g) + i];
+        *dB = d * (float)(int8_t)t[KC_X16K_Q3_SC + 16 * (2 * g + 1) + i];
+        *cA = *cB = 0.0f;
+        for (int l = 0; l < 32; l++) {
+            const size_t at = 64 * (size_t)(l / 4) + 4 * (size_t)i + (size_t)(l % 4);
+            q[l] = ((t[KC_X16K_Q3_QS + 512 * (size_t)(g / 4) + at] >> (2 * (g % 4))) & 3) | ((t[KC_X16K_Q3_HM + at] >> g) & 1) << 2;
+        }
+        return;
+    }
+    /* Q2_K */
+    memcpy(&h, t + 32 + 2 * i, 2);
+    const float dmin = kc_fp16_to_f32(h);
+    const uint8_t sa = t[KC_X16K_Q2_SC + 16 * (2 * g) + i], sb = t[KC_X16K_Q2_SC + 16 * (2 * g + 1) + i];
+    *dA = d * (float)(sa & 15), *dB = d * (float)(sb & 15);
+    *cA = -(dmin * (float)(sa >> 4)), *cB = -(dmin * (float)(sb >> 4));
+    for (int l = 0; l < 32; l++)
+        q[l] = (t[KC_X16K_Q2_QS + 512 * (size_t)(g / 4) + 64 * (size_t)(l / 4) + 4 * (size_t)i + (size_t)(l % 4)] >> (2 * (g % 4))) & 3;
+}
+static inline void kc__x16k_lane1(const uint8_t *G, int wt, int b, int i, int q[32], float *dA, float *dB, float *c) {
     uint16_t h;
     if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
         const uint8_t *t = G + (size_t)b * kc_x16k_tile_bytes(wt);
@@ -185,6 +253,16 @@ static inline void kc__x16k_lane(const uint8_t *G, int wt, int b, int i, int q[3
     }
 }
 
+static inline void kc__x16k_lane(const uint8_t *G, int wt, int b, int i, int q[32], float *dA, float *dB, float *cA,
+                                 float *cB) {
+    if (wt == KC_WQ2_K || wt == KC_WQ3_K) {
+        kc__x16k_lane2(G, wt, b, i, q, dA, dB, cA, cB);
+        return;
+    }
+    kc__x16k_lane1(G, wt, b, i, q, dA, dB, cA);
+    *cB = *cA;
+}
+
 /* Dequantizes row `row` (IN elements) of an x16 matrix into out, bit for
  * bit what kc_embed_row gives for the row-major row; every x16 type. */
 static inline void kc_x16k_dequantize_row(int wt, const void *W, int IN, int64_t row, float *out) {
@@ -196,12 +274,13 @@ static inline void kc_x16k_dequantize_row(int wt, const void *W, int IN, int64_t
     const int i = (int)(row % KC_X16_ROWS);
     for (int b = 0; b < IN / 32; b++) {
         int q[32];
-        float dA, dB, c;
-        kc__x16k_lane(G, wt, b, i, q, &dA, &dB, &c);
+        float dA, dB, cA, cB;
+        kc__x16k_lane(G, wt, b, i, q, &dA, &dB, &cA, &cB);
+        const int off = wt == KC_WQ5_0 ? 16 : kc__x16k_off(wt);
         for (int k = 0; k < 32; k++) {
-            const float d = k < 16 ? dA : dB;
+            const float d = k < 16 ? dA : dB, c = k < 16 ? cA : cB;
             /* each in the order of dtype.c's reference (-m1 added is m1 subtracted) */
-            out[32 * b + k] = wt == KC_WQ5_0 ? d * (float)(q[k] - 16) : wt == KC_WQ6_K ? d * (float)(q[k] - 32) : d * (float)q[k] + c;
+            out[32 * b + k] = off ? d * (float)(q[k] - off) : d * (float)q[k] + c;
         }
     }
 }
@@ -238,6 +317,8 @@ typedef __m512 kx_vf;
 #define kx_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define kx_u8f(p) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))))
 #define kx_i8f(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))))
+#define kx_u8i(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define kx_srli32 _mm512_srli_epi32
 #else
 typedef __m256i kx_vi;
 typedef __m256 kx_vf;
@@ -265,6 +346,8 @@ typedef __m256 kx_vf;
 #define kx_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define kx_u8f(p) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p))))
 #define kx_i8f(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p))))
+#define kx_u8i(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
+#define kx_srli32 _mm256_srli_epi32
 #endif
 /* a 16-bit shift left by s (right by -s): used to move one bit of each
  * byte to bit 4 (or two to bits 4-5) without crossing into the next byte */
@@ -274,7 +357,8 @@ typedef __m256 kx_vf;
  * b of a tile row, lanes [lo, lo + KX_LANES) (byte offset vo = 4 * lo in
  * each code vector), and the group's scales: weight = dA*q + c (Q5_0: c =
  * -16 d; Q4_K/Q5_K: -dmin*m), dA/dB per half for Q6_K (its -32 apart). */
-KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[8], kx_vf *dA, kx_vf *dB, kx_vf *c) {
+KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[8], kx_vf *dA, kx_vf *dB, kx_vf *c,
+                               kx_vf *cB) {
     const int vo = 4 * lo;
     const kx_vi m4 = kx_set1_8(0x0f);
     if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
@@ -293,6 +377,29 @@ KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[
     const uint8_t *t = G + (size_t)(b / 8) * kc_x16k_tile_bytes(wt);
     const int g = b % 8;
     const kx_vf d = kx_f16(t + 2 * lo);
+    if (wt == KC_WQ3_K) {
+        *dA = kx_fmul(d, kx_i8f(t + KC_X16K_Q3_SC + 16 * (2 * g) + lo));
+        *dB = kx_fmul(d, kx_i8f(t + KC_X16K_Q3_SC + 16 * (2 * g + 1) + lo));
+        const uint8_t *qs = t + KC_X16K_Q3_QS + 512 * (g / 4) + vo, *hm = t + KC_X16K_Q3_HM + vo;
+        const kx_vi m3 = kx_set1_8(3), m4b = kx_set1_8(4);
+        KC_UNROLL for (int k = 0; k < 8; k++)
+            w[k] = kx_or(kx_and(kx_srli16(kx_load(qs + 64 * k), (unsigned)(2 * (g % 4))), m3),
+                         kx_and(kx_shl(kx_load(hm + 64 * k), 2 - g), m4b));
+        return;
+    }
+    if (wt == KC_WQ2_K) {
+        const kx_vf dm = kx_fmul(kx_f16(t + 32 + 2 * lo), kx_fset1(-1.0f));
+        const kx_vi sa = kx_u8i(t + KC_X16K_Q2_SC + 16 * (2 * g) + lo), sb = kx_u8i(t + KC_X16K_Q2_SC + 16 * (2 * g + 1) + lo);
+        const kx_vi m15 = kx_set1_32(15);
+        *dA = kx_fmul(d, kx_cvt(kx_and(sa, m15)));
+        *dB = kx_fmul(d, kx_cvt(kx_and(sb, m15)));
+        *c = kx_fmul(dm, kx_cvt(kx_srli32(sa, 4)));
+        *cB = kx_fmul(dm, kx_cvt(kx_srli32(sb, 4)));
+        const uint8_t *qs = t + KC_X16K_Q2_QS + 512 * (g / 4) + vo;
+        const kx_vi m3 = kx_set1_8(3);
+        KC_UNROLL for (int k = 0; k < 8; k++) w[k] = kx_and(kx_srli16(kx_load(qs + 64 * k), (unsigned)(2 * (g % 4))), m3);
+        return;
+    }
     if (wt == KC_WQ6_K) {
         *dA = kx_fmul(d, kx_i8f(t + KC_X16K_Q6_SC + 16 * (2 * g) + lo));
         *dB = kx_fmul(d, kx_i8f(t + KC_X16K_Q6_SC + 16 * (2 * g + 1) + lo));
@@ -324,8 +431,8 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
         KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = kx_fzero();
         for (int b = 0; b < NB; b++) {
             kx_vi w[8];
-            kx_vf dA, dB = kx_fzero(), c = kx_fzero();
-            kc__x16k_unpack(G, wt, b, lo, w, &dA, &dB, &c);
+            kx_vf dA, dB = kx_fzero(), c = kx_fzero(), cB = kx_fzero();
+            kc__x16k_unpack(G, wt, b, lo, w, &dA, &dB, &c, &cB);
             KC_UNROLL for (int j = 0; j < NT; j++) {
                 const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
                 kx_vi ih[2] = {kx_zero(), kx_zero()}, il[2] = {kx_zero(), kx_zero()};
@@ -333,16 +440,21 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
                     int32_t xh, xl;
                     memcpy(&xh, x->h + 4 * k, 4);
                     memcpy(&xl, x->l + 4 * k, 4);
-                    const int half = wt == KC_WQ6_K ? k / 4 : 0; /* Q6_K: a scale per 16 elements */
+                    const int half = kc__x16k_split(wt) ? k / 4 : 0; /* a scale per 16 elements */
                     ih[half] = kx_dp(ih[half], w[k], kx_set1_32(xh));
                     il[half] = kx_dp(il[half], w[k], kx_set1_32(xl));
                 }
                 const kx_vf xd = kx_fset1(x->d);
-                if (wt == KC_WQ6_K) {
-                    const kx_vi a = kx_sub32(kx_add32(kx_slli32(ih[0], 7), il[0]), kx_set1_32(32 * x->s16[0]));
-                    const kx_vi e = kx_sub32(kx_add32(kx_slli32(ih[1], 7), il[1]), kx_set1_32(32 * x->s16[1]));
+                if (kc__x16k_split(wt)) {
+                    const int off = kc__x16k_off(wt);
+                    const kx_vi a = kx_sub32(kx_add32(kx_slli32(ih[0], 7), il[0]), kx_set1_32(off * x->s16[0]));
+                    const kx_vi e = kx_sub32(kx_add32(kx_slli32(ih[1], 7), il[1]), kx_set1_32(off * x->s16[1]));
                     acc[j] = kx_fmadd(dA, kx_fmul(kx_cvt(a), xd), acc[j]);
                     acc[j] = kx_fmadd(dB, kx_fmul(kx_cvt(e), xd), acc[j]);
+                    if (wt == KC_WQ2_K) { /* -dmin*m per half against the half's sum */
+                        acc[j] = kx_fmadd(c, kx_fset1((float)x->s16[0] * x->d), acc[j]);
+                        acc[j] = kx_fmadd(cB, kx_fset1((float)x->s16[1] * x->d), acc[j]);
+                    }
                 } else {
                     const kx_vf f = kx_cvt(kx_add32(kx_slli32(ih[0], 7), il[0]));
                     acc[j] = kx_fmadd(dA, kx_fmul(f, xd), acc[j]);
@@ -369,13 +481,18 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
             const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
             for (int i = 0; i < KC_X16_ROWS; i++) {
                 int q[32];
-                float dA, dB, c;
-                kc__x16k_lane(G, wt, b, i, q, &dA, &dB, &c);
+                float dA, dB, c, cB;
+                kc__x16k_lane(G, wt, b, i, q, &dA, &dB, &c, &cB);
                 int32_t dot[2] = {0, 0};
-                for (int k = 0; k < 32; k++) dot[wt == KC_WQ6_K ? k / 16 : 0] += q[k] * (128 * x->h[k] + x->l[k]);
-                if (wt == KC_WQ6_K) {
-                    acc[i] = fmaf(dA, (float)(dot[0] - 32 * x->s16[0]) * x->d, acc[i]);
-                    acc[i] = fmaf(dB, (float)(dot[1] - 32 * x->s16[1]) * x->d, acc[i]);
+                for (int k = 0; k < 32; k++) dot[kc__x16k_split(wt) ? k / 16 : 0] += q[k] * (128 * x->h[k] + x->l[k]);
+                if (kc__x16k_split(wt)) {
+                    const int off = kc__x16k_off(wt);
+                    acc[i] = fmaf(dA, (float)(dot[0] - off * x->s16[0]) * x->d, acc[i]);
+                    acc[i] = fmaf(dB, (float)(dot[1] - off * x->s16[1]) * x->d, acc[i]);
+                    if (wt == KC_WQ2_K) {
+                        acc[i] = fmaf(c, (float)x->s16[0] * x->d, acc[i]);
+                        acc[i] = fmaf(cB, (float)x->s16[1] * x->d, acc[i]);
+                    }
                 } else {
                     if (wt == KC_WQ5_0) c = -16.0f * dA;
                     acc[i] = fmaf(dA, (float)dot[0] * x->d, acc[i]);
@@ -419,6 +536,8 @@ KC_INLINE void kc__x16k_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, fl
     }
 KC_X16K_MMP(q5_0, KC_WQ5_0)
 KC_X16K_MMP(q5_1, KC_WQ5_1)
+KC_X16K_MMP(q2_k, KC_WQ2_K)
+KC_X16K_MMP(q3_k, KC_WQ3_K)
 KC_X16K_MMP(q4_k, KC_WQ4_K)
 KC_X16K_MMP(q5_k, KC_WQ5_K)
 KC_X16K_MMP(q6_k, KC_WQ6_K)

@@ -12,12 +12,12 @@
 #include "check.h"
 #include "xorshift.h"
 
-#define NTYPES 5
-static const int WT[NTYPES] = {KC_WQ5_0, KC_WQ5_1, KC_WQ4_K, KC_WQ5_K, KC_WQ6_K};
-static const ingot_dtype DT[NTYPES] = {INGOT_Q5_0, INGOT_Q5_1, INGOT_Q4_K, INGOT_Q5_K, INGOT_Q6_K};
-static const char *NAME[NTYPES] = {"q5_0", "q5_1", "q4_k", "q5_k", "q6_k"};
+#define NTYPES 7
+static const int WT[NTYPES] = {KC_WQ5_0, KC_WQ5_1, KC_WQ4_K, KC_WQ5_K, KC_WQ6_K, KC_WQ3_K, KC_WQ2_K};
+static const ingot_dtype DT[NTYPES] = {INGOT_Q5_0, INGOT_Q5_1, INGOT_Q4_K, INGOT_Q5_K, INGOT_Q6_K, INGOT_Q3_K, INGOT_Q2_K};
+static const char *NAME[NTYPES] = {"q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k"};
 typedef void (*mmp_fn)(const void *, const kc_q16 *, int, float *, int, int, int, int, int, const float *, int);
-static const mmp_fn FN[NTYPES] = {kc_mmp_q5_0, kc_mmp_q5_1, kc_mmp_q4_k, kc_mmp_q5_k, kc_mmp_q6_k};
+static const mmp_fn FN[NTYPES] = {kc_mmp_q5_0, kc_mmp_q5_1, kc_mmp_q4_k, kc_mmp_q5_k, kc_mmp_q6_k, kc_mmp_q3_k, kc_mmp_q2_k};
 
 static uint16_t rnd_fp16(int e0, int e1) {
     return (uint16_t)(((rnd() & 1) << 15) | (uint16_t)((rndi(e0, e1) + 15) << 10) | (uint16_t)(rnd() & 1023));
@@ -35,6 +35,8 @@ static void *rnd_blocks(int ty, int R, int IN) {
         uint8_t *p = w + b * bb;
         uint16_t d = rnd_fp16(-7, -4), m = rnd_fp16(-7, -4);
         if (ty == 4) memcpy(p + offsetof(block_q6_K, d), &d, 2);
+        else if (ty == 5) memcpy(p + offsetof(block_q3_K, d), &d, 2);
+        else if (ty == 6) memcpy(p + offsetof(block_q2_K, d), &d, 2), memcpy(p + offsetof(block_q2_K, dmin), &m, 2);
         else memcpy(p, &d, 2);
         if (ty == 1 || ty == 2 || ty == 3) memcpy(p + 2, &m, 2);
     }
@@ -109,15 +111,15 @@ static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias
             double dot = 0, exact = 0, mag = 0, rbound = 0;
             for (int b = 0; b < IN / 32; b++) {
                 int q[32];
-                float dA, dB, c;
-                kc__x16k_lane((const uint8_t *)x16 + (size_t)(r / 16) * gb, WT[ty], b, r % 16, q, &dA, &dB, &c);
+                float dA, dB, c, cB;
+                kc__x16k_lane((const uint8_t *)x16 + (size_t)(r / 16) * gb, WT[ty], b, r % 16, q, &dA, &dB, &c, &cB);
                 const kc_q16 *xb = &xq[(size_t)t * ldx + b];
                 for (int kk = 0; kk < 32; kk++) {
                     const int k = 32 * b + kk;
                     const double xs = (double)xb->d * (128 * xb->h[kk] + xb->l[kk]);
                     dot += wrow[k] * xs;
                     exact += wrow[k] * (double)X[(size_t)t * IN + k];
-                    mag += (fabs((kk < 16 ? dA : dB) * (double)q[kk]) + fabs(c) + 32.0 * fabs(dA)) * fabs(xs);
+                    mag += (fabs((kk < 16 ? dA : dB) * (double)q[kk]) + fabs(kk < 16 ? c : cB) + 32.0 * fabs(kk < 16 ? dA : dB)) * fabs(xs);
                     rbound += fabs(wrow[k]) * xb->d * 0.5;
                 }
             }
