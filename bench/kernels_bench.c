@@ -58,7 +58,9 @@ typedef void (*mm_fn)(const void *W, const void *X, float *Y, int ldy, int T, in
     Q16_WRAP(mmp_q4_0, kc_mmp_q4_0, IN)              \
     Q16_WRAP(mmp_q4_1, kc_mmp_q4_1, IN)              \
     FLOAT_WRAP(mmx_q5_0, kc_mmx_q5_0, block_q5_0, IN) \
-    Q16_WRAP(mmp_q5_0, kc_mmp_q5_0, IN)
+    Q16_WRAP(mmp_q5_0, kc_mmp_q5_0, IN)              \
+    FLOAT_WRAP(mmx_iq4_nl, kc_mmx_iq4_nl, block_iq4_nl, IN) \
+    Q16_WRAP(mmp_iq4_nl, kc_mmp_iq4_nl, IN)
 #define KWRAPS(IN) /* the K-quants: IN a multiple of 256 */ \
     FLOAT_WRAP(mmx_q4_k, kc_mmx_q4_k, block_q4_K, IN)     \
     Q16_WRAP(mmp_q4_k, kc_mmp_q4_k, IN)                  \
@@ -67,7 +69,9 @@ typedef void (*mm_fn)(const void *W, const void *X, float *Y, int ldy, int T, in
     FLOAT_WRAP(mmx_q3_k, kc_mmx_q3_k, block_q3_K, IN)     \
     Q16_WRAP(mmp_q3_k, kc_mmp_q3_k, IN)                  \
     FLOAT_WRAP(mmx_q2_k, kc_mmx_q2_k, block_q2_K, IN)     \
-    Q16_WRAP(mmp_q2_k, kc_mmp_q2_k, IN)
+    Q16_WRAP(mmp_q2_k, kc_mmp_q2_k, IN)                  \
+    FLOAT_WRAP(mmx_iq4_xs, kc_mmx_iq4_xs, block_iq4_xs, IN) \
+    Q16_WRAP(mmp_iq4_xs, kc_mmp_iq4_xs, IN)
 WRAPS(576)
 WRAPS(1536)
 KWRAPS(1536)
@@ -75,28 +79,32 @@ KWRAPS(1536)
 /* Types 6-8 are the quantized weights through kc_mmx_* (f32 activations,
  * exact dequantization); 9-11 the same weights in the 16-row interleaved
  * layout through kc_mmp_* (kc_x16.h: 15-bit kc_q16 activations); their
- * storage is that of types 3-5. 12-21 pair kc_kquant.h's row-major f32
- * kernels (x5_0, x4_k, x6_k, x3_k, x2_k) with kc_x16k.h's interleaved ones
- * (p5_0, p4_k, p6_k, p3_k, p2_k); the K-quants need IN a multiple of 256 (1536 here; 576 is not,
+ * storage is that of types 3-5. 12-25 pair kc_kquant.h's row-major f32
+ * kernels (x5_0, x4_k, x6_k, x3_k, x2_k, xi4nl, xi4xs) with kc_x16k.h's
+ * interleaved ones (p5_0, p4_k, p6_k, p3_k, p2_k, pi4nl, pi4xs); the K-quants need IN a multiple of 256 (1536 here; 576 is not,
  * which is why SmolLM2's Q4_K_M file keeps q5_0 for those rows). */
-#define NTYPES 22
+#define NTYPES 26
 static const char *names[NTYPES] = {"f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1", "x8_0", "x4_0", "x4_1",
-                                    "p8_0", "p4_0", "p4_1", "x5_0", "p5_0", "x4_k", "p4_k", "x6_k", "p6_k", "x3_k", "p3_k", "x2_k", "p2_k"};
+                                    "p8_0", "p4_0", "p4_1", "x5_0", "p5_0", "x4_k", "p4_k", "x6_k", "p6_k", "x3_k", "p3_k", "x2_k", "p2_k", "xi4nl", "pi4nl", "xi4xs", "pi4xs"};
 static const double bytes_per_elem[NTYPES] = {4,         2,         2,         34.0 / 32,   18.0 / 32,  20.0 / 32,
                                               34.0 / 32, 18.0 / 32, 20.0 / 32, 34.0 / 32,   18.0 / 32,  20.0 / 32,
                                               22.0 / 32, 22.0 / 32, 144.0 / 256, 148.0 / 256, 210.0 / 256, 210.0 / 256,
-                                              110.0 / 256, 114.0 / 256, 84.0 / 256, 84.0 / 256};
+                                              110.0 / 256, 114.0 / 256, 84.0 / 256, 84.0 / 256,
+                                              18.0 / 32,   18.0 / 32,   136.0 / 256, 138.0 / 256};
 /* the kc_kquant.h type of types 12-17 (their row-major blocks) */
 static const int ktype[NTYPES] = {[12] = KC_WQ5_0, [13] = KC_WQ5_0, [14] = KC_WQ4_K, [15] = KC_WQ4_K, [16] = KC_WQ6_K, [17] = KC_WQ6_K,
-                                  [18] = KC_WQ3_K, [19] = KC_WQ3_K, [20] = KC_WQ2_K, [21] = KC_WQ2_K};
+                                  [18] = KC_WQ3_K, [19] = KC_WQ3_K, [20] = KC_WQ2_K, [21] = KC_WQ2_K,
+                                  [22] = KC_WIQ4_NL, [23] = KC_WIQ4_NL, [24] = KC_WIQ4_XS, [25] = KC_WIQ4_XS};
 static mm_fn fns576[NTYPES] = {mm_f32_576,   mm_f16_576,   mm_bf16_576,  mm_q8_0_576,  mm_q4_0_576,  mm_q4_1_576,
                                mmx_q8_0_576, mmx_q4_0_576, mmx_q4_1_576, mmp_q8_0_576, mmp_q4_0_576, mmp_q4_1_576,
                                mmx_q5_0_576, mmp_q5_0_576, NULL,         NULL,         NULL,         NULL,
-                               NULL,         NULL,         NULL,         NULL};
+                               NULL,         NULL,         NULL,         NULL,
+                               mmx_iq4_nl_576, mmp_iq4_nl_576, NULL,     NULL};
 static mm_fn fns1536[NTYPES] = {mm_f32_1536,   mm_f16_1536,   mm_bf16_1536,  mm_q8_0_1536,  mm_q4_0_1536,  mm_q4_1_1536,
                                 mmx_q8_0_1536, mmx_q4_0_1536, mmx_q4_1_1536, mmp_q8_0_1536, mmp_q4_0_1536, mmp_q4_1_1536,
                                 mmx_q5_0_1536, mmp_q5_0_1536, mmx_q4_k_1536, mmp_q4_k_1536, mmx_q6_k_1536, mmp_q6_k_1536,
-                                mmx_q3_k_1536, mmp_q3_k_1536, mmx_q2_k_1536, mmp_q2_k_1536};
+                                mmx_q3_k_1536, mmp_q3_k_1536, mmx_q2_k_1536, mmp_q2_k_1536,
+                                mmx_iq4_nl_1536, mmp_iq4_nl_1536, mmx_iq4_xs_1536, mmp_iq4_xs_1536};
 
 typedef struct {
     mm_fn fn;
@@ -150,6 +158,7 @@ static void fill(void *buf, size_t bytes, int dt) {
         const size_t at = dt == KC_WQ6_K   ? offsetof(block_q6_K, d)
                           : dt == KC_WQ3_K ? offsetof(block_q3_K, d)
                           : dt == KC_WQ2_K ? offsetof(block_q2_K, d)
+                          : dt == KC_WIQ4_XS ? offsetof(block_iq4_xs, d)
                                            : 0;
         const uint16_t h = 0x2000;
         for (size_t i = 0; i < bytes / bb; i++) {
@@ -215,7 +224,7 @@ int main(int argc, char **argv) {
             size_t wbytes = (size_t)((double)OUT * IN * bytes_per_elem[dt]);
             void *W = malloc(wbytes);
             if (dt >= 12) { /* row-major blocks first (a tile may be larger: Q4_K's unpacked scales) */
-                const size_t rowmajor = (size_t)OUT * (size_t)(IN / (ktype[dt] == KC_WQ5_0 ? 32 : 256)) * kc__kbytes(ktype[dt]);
+                const size_t rowmajor = (size_t)OUT * (size_t)(IN / kc_x16k_cols(ktype[dt])) * kc__kbytes(ktype[dt]);
                 free(W);
                 W = malloc(rowmajor);
                 fill(W, rowmajor, ktype[dt]);

@@ -32,8 +32,8 @@ local VERSION = "ingot-generator 0.1"
 -- head and embedding) share the memory, so they share the decision.
 -- The value is the tile's width in columns (kc_x16k.h: a K-quant tile is a
 -- 256-column super-block; the generator picks K-quants only for such rows).
-local X16_TYPES = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, q2_k = 256, q3_k = 256, q4_k = 256,
-  q5_k = 256, q6_k = 256}
+local X16_TYPES = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, iq4_nl = 32, q2_k = 256, q3_k = 256,
+  q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256}
 local function choose_x16_layouts(g, weights, opts)
   if opts.backend ~= "cpu" or opts.act_quant ~= "q16" then return end
   local readers_ok = {}

@@ -182,8 +182,8 @@ def test_preset_gguf_matches_llamacpp(name, preset, tmp_path, built):
     included) and computes the file's model.
 
     llama.cpp's CPU backend rounds activations to int8 in its quantized matmuls; ingot's default
-    rounds them to 15 bits for its interleaved weights (Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, and Q2_K..Q6_K
-    where rows are whole super-blocks: q16_bound) and keeps them in f32 for the
+    rounds them to 15 bits for its interleaved weights (Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL, and
+    Q2_K..Q6_K/IQ4_XS where rows are whole super-blocks: q16_bound) and keeps them in f32 for the
     other types, dequantizing the weights exactly. The oracle of the file's model is llama.cpp
     itself on the same weights dequantized by gguf-py to F32 (no activation rounding): ingot in
     prefill and in decode is within exact_bound + q16_bound of it. llama.cpp on the quantized file differs from that

@@ -211,7 +211,7 @@ def test_preset_matches_llamacpp(built, preset, tmp_path):
     integer dot products; ingot dequantizes the weights exactly and by
     default (--act-quant q16) rounds the activations of its interleaved
     weights (kernels/cpu/kc_x16.h, kc_x16k.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-    Q2_K..Q6_K) to 15 bits per block of 32, keeping the rest in f32.
+    IQ4_NL, Q2_K..Q6_K, IQ4_XS) to 15 bits per block of 32, keeping the rest in f32.
     So the bound is built from three measured parts, each asserted:
       1. ingot = the file's model: |ingot - exact| <= 1e-3 + A / 16, where
          exact is a float64 NumPy forward on gguf-py's dequantization of

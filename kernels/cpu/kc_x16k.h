@@ -1,4 +1,4 @@
-/* kc_x16k.h — the 16-row interleaved layout (kc_x16.h) for Q5_0, Q5_1 and the K-quants Q2_K..Q6_K: tiles, row reads and the integer matmul against kc_q16 activations. */
+/* kc_x16k.h — the 16-row interleaved layout (kc_x16.h) for Q5_0, Q5_1, IQ4_NL and the K-quants Q2_K..Q6_K, IQ4_XS: tiles, row reads and the integer matmul against kc_q16 activations. */
 #ifndef INGOT_KC_X16K_H
 #define INGOT_KC_X16K_H
 
@@ -52,6 +52,12 @@
  * Q2_K (1344 bytes, exactly the row-major 84 per row):
  *   d[16] f16, dmin[16] f16, sc[16][16] u8 as stored (scale | min << 4)
  *   qs     as Q3_K's
+ * IQ4_NL: Q4_0's tile (288 bytes), the nibbles indices into
+ * dtype_iq4_values. IQ4_XS (2208 bytes: 136 per row plus 2): d[16] f16,
+ * sc[8][16] i8 (the 6-bit scale - 32), then per group of 32 IQ4_NL's 4
+ * code vectors. A byte shuffle turns indices into values, + 128 for
+ * vpdpbusd (-128 d comes back through the block sum), signed for the
+ * vpmaddubsw paths (|w| against x with w's sign, as kc_x16.h's Q8_0).
  * Q2_K, Q3_K and Q6_K change scales every 16 weights: their halves of a
  * 32-block keep their own digit chains, and the offsets (-4, -32, and Q2_K's
  * -dmin*m) meet each half's digit sum.
@@ -65,7 +71,7 @@
 #define KC_X16K_KB 256 /* columns of a K-quant tile */
 
 KC_INLINE int kc_x16k_kquant(int wt) {
-    return wt == KC_WQ2_K || wt == KC_WQ3_K || wt == KC_WQ4_K || wt == KC_WQ5_K || wt == KC_WQ6_K;
+    return wt == KC_WQ2_K || wt == KC_WQ3_K || wt == KC_WQ4_K || wt == KC_WQ5_K || wt == KC_WQ6_K || wt == KC_WIQ4_XS;
 }
 /* a scale per 16 weights (Q2_K, Q3_K, Q6_K): each half of a 32-block apart */
 KC_INLINE int kc__x16k_split(int wt) { return wt == KC_WQ2_K || wt == KC_WQ3_K || wt == KC_WQ6_K; }
@@ -75,6 +81,8 @@ KC_INLINE int kc__x16k_off(int wt) { return wt == KC_WQ6_K ? 32 : wt == KC_WQ3_K
 KC_INLINE int kc_x16k_cols(int wt) { return kc_x16k_kquant(wt) ? KC_X16K_KB : 32; }
 KC_INLINE size_t kc_x16k_tile_bytes(int wt) {
     switch (wt) {
+    case KC_WIQ4_NL: return 288;
+    case KC_WIQ4_XS: return 2208;
     case KC_WQ5_0: return 352;
     case KC_WQ5_1: return 384;
     case KC_WQ4_K: return 2368;
@@ -99,6 +107,8 @@ enum {
     KC_X16K_Q3_HM = 1312,   /* 8 vectors */
     KC_X16K_Q2_SC = 64,     /* Q2_K: sc[16][16] u8 as stored (scale low nibble, min high) */
     KC_X16K_Q2_QS = 320,    /* 16 vectors */
+    KC_X16K_XS_SC = 32,     /* IQ4_XS: sc[8][16] i8 (the 6-bit scale - 32) */
+    KC_X16K_XS_QS = 160,    /* per group of 32, 4 vectors as IQ4_NL's */
 };
 KC_INLINE int kc__x16k_q5hdr(int wt) { return wt == KC_WQ5_1 ? 64 : 32; }
 KC_INLINE int kc__x16k_k4codes(int wt) { return wt == KC_WQ5_K ? KC_X16K_K4_QH + 512 : KC_X16K_K4_QH; }
@@ -120,7 +130,10 @@ static inline void kc_x16k_repack(int wt, const void *src, void *dst, int64_t R,
             uint8_t *t = (uint8_t *)dst + ((size_t)g * (size_t)NT + (size_t)b) * tb;
             for (int i = 0; i < KC_X16_ROWS; i++) {
                 const uint8_t *s = (const uint8_t *)src + ((size_t)(g * KC_X16_ROWS + i) * (size_t)NT + (size_t)b) * bb;
-                if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
+                if (wt == KC_WIQ4_NL) { /* Q4_0's tile: the indices are its nibbles */
+                    memcpy(t + 2 * i, s, 2);
+                    for (int k = 0; k < 16; k++) t[32 + 64 * (k / 4) + 4 * i + k % 4] = s[offsetof(block_iq4_nl, qs) + (size_t)k];
+                } else if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
                     const int one = wt == KC_WQ5_1, hdr = kc__x16k_q5hdr(wt);
                     const uint8_t *qhp = s + (one ? offsetof(block_q5_1, qh) : offsetof(block_q5_0, qh));
                     const uint8_t *qs = s + (one ? offsetof(block_q5_1, qs) : offsetof(block_q5_0, qs));
@@ -161,6 +174,15 @@ static inline void kc_x16k_repack(int wt, const void *src, void *dst, int64_t R,
                         t[KC_X16K_Q3_QS + 512 * (l / 32) + 64 * ((l % 32) / 4) + 4 * i + l % 4] = s[offsetof(block_q3_K, qs) + (size_t)l];
                     for (int l = 0; l < 32; l++)
                         t[KC_X16K_Q3_HM + 64 * (l / 4) + 4 * i + l % 4] = s[offsetof(block_q3_K, hmask) + (size_t)l];
+                } else if (wt == KC_WIQ4_XS) {
+                    const uint8_t *sl = s + offsetof(block_iq4_xs, scales_l);
+                    const unsigned sh = (unsigned)s[offsetof(block_iq4_xs, scales_h)] | (unsigned)s[offsetof(block_iq4_xs, scales_h) + 1] << 8;
+                    memcpy(t + 2 * i, s + offsetof(block_iq4_xs, d), 2);
+                    for (int q = 0; q < 8; q++)
+                        t[KC_X16K_XS_SC + 16 * q + i] =
+                            (uint8_t)(int8_t)((((sl[q / 2] >> (4 * (q % 2))) & 15) | (int)((sh >> (2 * q)) & 3) << 4) - 32);
+                    for (int l = 0; l < 128; l++)
+                        t[KC_X16K_XS_QS + 256 * (l / 16) + 64 * ((l % 16) / 4) + 4 * i + l % 4] = s[offsetof(block_iq4_xs, qs) + (size_t)l];
                 } else if (wt == KC_WQ2_K) {
                     memcpy(t + 2 * i, s + offsetof(block_q2_K, d), 2);
                     memcpy(t + 32 + 2 * i, s + offsetof(block_q2_K, dmin), 2);
@@ -211,6 +233,19 @@ static inline void kc__x16k_lane2(const uint8_t *G, int wt, int b, int i, int q[
 }
 static inline void kc__x16k_lane1(const uint8_t *G, int wt, int b, int i, int q[32], float *dA, float *dB, float *c) {
     uint16_t h;
+    if (wt == KC_WIQ4_NL || wt == KC_WIQ4_XS) { /* q: the table index */
+        const int xs = wt == KC_WIQ4_XS;
+        const uint8_t *t = G + (size_t)(xs ? b / 8 : b) * kc_x16k_tile_bytes(wt);
+        memcpy(&h, t + 2 * i, 2);
+        *dA = *dB = xs ? kc_fp16_to_f32(h) * (float)(int8_t)t[KC_X16K_XS_SC + 16 * (b % 8) + i] : kc_fp16_to_f32(h);
+        *c = 0.0f;
+        const size_t codes = xs ? KC_X16K_XS_QS + 256 * (size_t)(b % 8) : 32;
+        for (int k = 0; k < 16; k++) {
+            const uint8_t byte = t[codes + 64 * (size_t)(k / 4) + 4 * (size_t)i + (size_t)(k % 4)];
+            q[k] = byte & 15, q[k + 16] = byte >> 4;
+        }
+        return;
+    }
     if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
         const uint8_t *t = G + (size_t)b * kc_x16k_tile_bytes(wt);
         const int hdr = kc__x16k_q5hdr(wt);
@@ -280,7 +315,9 @@ static inline void kc_x16k_dequantize_row(int wt, const void *W, int IN, int64_t
         for (int k = 0; k < 32; k++) {
             const float d = k < 16 ? dA : dB, c = k < 16 ? cA : cB;
             /* each in the order of dtype.c's reference (-m1 added is m1 subtracted) */
-            out[32 * b + k] = off ? d * (float)(q[k] - off) : d * (float)q[k] + c;
+            out[32 * b + k] = wt == KC_WIQ4_NL || wt == KC_WIQ4_XS ? d * (float)dtype_iq4_values[q[k]]
+                              : off    ? d * (float)(q[k] - off)
+                                       : d * (float)q[k] + c;
         }
     }
 }
@@ -318,6 +355,14 @@ typedef __m512 kx_vf;
 #define kx_u8f(p) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))))
 #define kx_i8f(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))))
 #define kx_u8i(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define KX_VNNI KC_X16_VNNI
+#define kx_shuffle8 _mm512_shuffle_epi8
+#define kx_table(t) _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(t)))
+/* signed w against signed x without VNNI: |w| against x with w's sign (|w| <= 127: exact) */
+KC_INLINE __m512i kx_dps(__m512i acc, __m512i w, __m512i x) {
+    const __mmask64 neg = _mm512_movepi8_mask(w);
+    return kc__x16_dp(acc, _mm512_abs_epi8(w), _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x));
+}
 #define kx_srli32 _mm512_srli_epi32
 #else
 typedef __m256i kx_vi;
@@ -347,6 +392,12 @@ typedef __m256 kx_vf;
 #define kx_u8f(p) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p))))
 #define kx_i8f(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p))))
 #define kx_u8i(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
+#define KX_VNNI KC_HAVE_VNNI
+#define kx_shuffle8 _mm256_shuffle_epi8
+#define kx_table(t) _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(t)))
+KC_INLINE __m256i kx_dps(__m256i acc, __m256i w, __m256i x) {
+    return kc__dot(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
 #define kx_srli32 _mm256_srli_epi32
 #endif
 /* a 16-bit shift left by s (right by -s): used to move one bit of each
@@ -361,6 +412,23 @@ KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[
                                kx_vf *cB) {
     const int vo = 4 * lo;
     const kx_vi m4 = kx_set1_8(0x0f);
+    if (wt == KC_WIQ4_NL || wt == KC_WIQ4_XS) {
+        /* table values: + 128 for vpdpbusd's unsigned side (the -128 comes
+         * back as -128 d times the block sum), signed for the |w| fallback */
+        static const uint8_t kc__iq4_u8[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+        const int xs = wt == KC_WIQ4_XS;
+        const uint8_t *t = G + (size_t)(xs ? b / 8 : b) * kc_x16k_tile_bytes(wt);
+        const uint8_t *codes = t + (xs ? KC_X16K_XS_QS + 256 * (b % 8) : 32) + vo;
+        const kx_vi tbl = kx_table(KX_VNNI ? (const void *)kc__iq4_u8 : (const void *)dtype_iq4_values);
+        *dA = xs ? kx_fmul(kx_f16(t + 2 * lo), kx_i8f(t + KC_X16K_XS_SC + 16 * (b % 8) + lo)) : kx_f16(t + 2 * lo);
+        *c = KX_VNNI ? kx_fmul(*dA, kx_fset1(-128.0f)) : kx_fzero();
+        KC_UNROLL for (int p = 0; p < 4; p++) {
+            const kx_vi v = kx_load(codes + 64 * p);
+            w[p] = kx_shuffle8(tbl, kx_and(v, m4));
+            w[p + 4] = kx_shuffle8(tbl, kx_and(kx_srli16(v, 4), m4));
+        }
+        return;
+    }
     if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
         const uint8_t *t = G + (size_t)b * kc_x16k_tile_bytes(wt);
         const int hdr = kc__x16k_q5hdr(wt);
@@ -441,8 +509,13 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
                     memcpy(&xh, x->h + 4 * k, 4);
                     memcpy(&xl, x->l + 4 * k, 4);
                     const int half = kc__x16k_split(wt) ? k / 4 : 0; /* a scale per 16 elements */
-                    ih[half] = kx_dp(ih[half], w[k], kx_set1_32(xh));
-                    il[half] = kx_dp(il[half], w[k], kx_set1_32(xl));
+                    if ((wt == KC_WIQ4_NL || wt == KC_WIQ4_XS) && !KX_VNNI) { /* signed table values */
+                        ih[half] = kx_dps(ih[half], w[k], kx_set1_32(xh));
+                        il[half] = kx_dps(il[half], w[k], kx_set1_32(xl));
+                    } else {
+                        ih[half] = kx_dp(ih[half], w[k], kx_set1_32(xh));
+                        il[half] = kx_dp(il[half], w[k], kx_set1_32(xl));
+                    }
                 }
                 const kx_vf xd = kx_fset1(x->d);
                 if (kc__x16k_split(wt)) {
@@ -484,6 +557,8 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
                 float dA, dB, c, cB;
                 kc__x16k_lane(G, wt, b, i, q, &dA, &dB, &c, &cB);
                 int32_t dot[2] = {0, 0};
+                if (wt == KC_WIQ4_NL || wt == KC_WIQ4_XS)
+                    for (int k = 0; k < 32; k++) q[k] = dtype_iq4_values[q[k]]; /* signed: no offset to fold */
                 for (int k = 0; k < 32; k++) dot[kc__x16k_split(wt) ? k / 16 : 0] += q[k] * (128 * x->h[k] + x->l[k]);
                 if (kc__x16k_split(wt)) {
                     const int off = kc__x16k_off(wt);
@@ -534,6 +609,8 @@ KC_INLINE void kc__x16k_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, fl
                                      int r1, const float *bias, int accumulate) {                                      \
         kc__x16k_mmp(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate);                                         \
     }
+KC_X16K_MMP(iq4_nl, KC_WIQ4_NL)
+KC_X16K_MMP(iq4_xs, KC_WIQ4_XS)
 KC_X16K_MMP(q5_0, KC_WQ5_0)
 KC_X16K_MMP(q5_1, KC_WQ5_1)
 KC_X16K_MMP(q2_k, KC_WQ2_K)

@@ -194,9 +194,10 @@ static void model_describe_origin(ingot_model *m, int in_place, int repacked, in
 }
 
 /* Rewrites a weight's rows in place into kc_x16.h's layout (kc_x16k.h for
- * Q5_0, Q5_1 and the K-quants Q2_K..Q6_K), one group of 16 rows at a time. A group's
+ * Q5_0, Q5_1, IQ4_NL and the K-quants Q2_K..Q6_K, IQ4_XS), one group of 16
+ * rows at a time. A group's
  * tiles take the bytes its rows took, or 4 more per 256 weights and row
- * (Q3_K/Q4_K/Q5_K: their packed 6-bit scales one byte each), so the groups are
+ * (Q3_K/Q4_K/Q5_K/IQ4_XS: their packed 6-bit scales one byte each), so the groups are
  * written last to first: group g's tiles then only cover rows of groups
  * already done, and only one group is ever held twice. (The CUDA backend's
  * host shares this loader without the CPU kernels; its generator never asks
@@ -222,6 +223,8 @@ static int model_x16_type(ingot_dtype t) {
     case INGOT_Q4_K: return KC_WQ4_K;
     case INGOT_Q5_K: return KC_WQ5_K;
     case INGOT_Q6_K: return KC_WQ6_K;
+    case INGOT_IQ4_NL: return KC_WIQ4_NL;
+    case INGOT_IQ4_XS: return KC_WIQ4_XS;
     default: return -1;
     }
 }

@@ -12,12 +12,16 @@
 #include "check.h"
 #include "xorshift.h"
 
-#define NTYPES 7
-static const int WT[NTYPES] = {KC_WQ5_0, KC_WQ5_1, KC_WQ4_K, KC_WQ5_K, KC_WQ6_K, KC_WQ3_K, KC_WQ2_K};
-static const ingot_dtype DT[NTYPES] = {INGOT_Q5_0, INGOT_Q5_1, INGOT_Q4_K, INGOT_Q5_K, INGOT_Q6_K, INGOT_Q3_K, INGOT_Q2_K};
-static const char *NAME[NTYPES] = {"q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k"};
+#define NTYPES 9
+static const int WT[NTYPES] = {KC_WQ5_0, KC_WQ5_1, KC_WQ4_K, KC_WQ5_K, KC_WQ6_K, KC_WQ3_K, KC_WQ2_K, KC_WIQ4_NL, KC_WIQ4_XS};
+static const ingot_dtype DT[NTYPES] = {INGOT_Q5_0, INGOT_Q5_1, INGOT_Q4_K, INGOT_Q5_K,  INGOT_Q6_K,
+                                       INGOT_Q3_K, INGOT_Q2_K, INGOT_IQ4_NL, INGOT_IQ4_XS};
+static const char *NAME[NTYPES] = {"q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_nl", "iq4_xs"};
 typedef void (*mmp_fn)(const void *, const kc_q16 *, int, float *, int, int, int, int, int, const float *, int);
-static const mmp_fn FN[NTYPES] = {kc_mmp_q5_0, kc_mmp_q5_1, kc_mmp_q4_k, kc_mmp_q5_k, kc_mmp_q6_k, kc_mmp_q3_k, kc_mmp_q2_k};
+static const mmp_fn FN[NTYPES] = {kc_mmp_q5_0, kc_mmp_q5_1, kc_mmp_q4_k, kc_mmp_q5_k,
+                                  kc_mmp_q6_k, kc_mmp_q3_k, kc_mmp_q2_k, kc_mmp_iq4_nl, kc_mmp_iq4_xs};
+/* a type's tile width: a 32-block or a 256-element super-block */
+static int tile_cols(int ty) { return kc_x16k_cols(WT[ty]); }
 
 static uint16_t rnd_fp16(int e0, int e1) {
     return (uint16_t)(((rnd() & 1) << 15) | (uint16_t)((rndi(e0, e1) + 15) << 10) | (uint16_t)(rnd() & 1023));
@@ -30,13 +34,14 @@ static void *rnd_blocks(int ty, int R, int IN) {
     dtype_row_bytes(DT[ty], IN, &rb);
     uint8_t *w = malloc(rb * (size_t)R);
     for (size_t i = 0; i < rb * (size_t)R; i++) w[i] = (uint8_t)rnd();
-    const size_t bb = rb / (size_t)(IN / (ty < 2 ? 32 : 256));
+    const size_t bb = rb / (size_t)(IN / tile_cols(ty));
     for (size_t b = 0; b < rb * (size_t)R / bb; b++) {
         uint8_t *p = w + b * bb;
         uint16_t d = rnd_fp16(-7, -4), m = rnd_fp16(-7, -4);
         if (ty == 4) memcpy(p + offsetof(block_q6_K, d), &d, 2);
         else if (ty == 5) memcpy(p + offsetof(block_q3_K, d), &d, 2);
         else if (ty == 6) memcpy(p + offsetof(block_q2_K, d), &d, 2), memcpy(p + offsetof(block_q2_K, dmin), &m, 2);
+        else if (ty == 8) memcpy(p + offsetof(block_iq4_xs, d), &d, 2);
         else memcpy(p, &d, 2);
         if (ty == 1 || ty == 2 || ty == 3) memcpy(p + 2, &m, 2);
     }
@@ -47,7 +52,7 @@ static void *rnd_blocks(int ty, int R, int IN) {
  * for bit kc_embed_row of the row-major row. */
 static void test_repack_round_trip(void) {
     for (int ty = 0; ty < NTYPES; ty++) {
-        const int R = 48, IN = ty < 2 ? 96 : 512;
+        const int R = 48, IN = tile_cols(ty) == 32 ? 96 : 512;
         void *w = rnd_blocks(ty, R, IN);
         size_t rb = 0;
         dtype_row_bytes(DT[ty], IN, &rb);
@@ -119,7 +124,8 @@ static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias
                     const double xs = (double)xb->d * (128 * xb->h[kk] + xb->l[kk]);
                     dot += wrow[k] * xs;
                     exact += wrow[k] * (double)X[(size_t)t * IN + k];
-                    mag += (fabs((kk < 16 ? dA : dB) * (double)q[kk]) + fabs(kk < 16 ? c : cB) + 32.0 * fabs(kk < 16 ? dA : dB)) * fabs(xs);
+                    const double qv = WT[ty] == KC_WIQ4_NL || WT[ty] == KC_WIQ4_XS ? dtype_iq4_values[q[kk]] : q[kk];
+                    mag += (fabs((kk < 16 ? dA : dB) * qv) + fabs(kk < 16 ? c : cB) + (WT[ty] == KC_WIQ4_NL || WT[ty] == KC_WIQ4_XS ? 128.0 : 32.0) * fabs(kk < 16 ? dA : dB)) * fabs(xs);
                     rbound += fabs(wrow[k]) * xb->d * 0.5;
                 }
             }
@@ -146,14 +152,14 @@ static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias
 
 static void test_matmul(void) {
     for (int ty = 0; ty < NTYPES; ty++) {
-        const int k = ty < 2 ? 32 : 256; /* the type's tile width */
+        const int k = tile_cols(ty);
         const int Ts[] = {1, 2, 3, 5, 17};
         for (int ti = 0; ti < 5; ti++) {
             mm_case(ty, 3 * k, 48, Ts[ti], 0, 48, 0, 0);
             mm_case(ty, 2 * k, 64, Ts[ti], 16, 64, 1, 1);
             mm_case(ty, k, 32, Ts[ti], 16, 32, 1, 0);
         }
-        mm_case(ty, ty < 2 ? 1536 : 2048, 48, 1, 0, 32, 0, 1);
+        mm_case(ty, k == 32 ? 1536 : 2048, 48, 1, 0, 32, 0, 1);
         mm_case(ty, k, 160, 130, 0, 160, 1, 1);
     }
 }
