@@ -28,7 +28,7 @@ local VERSION = "ingot-generator 0.1"
 -- weight qualifies when its type has x16 kernels, its rows come in whole
 -- groups of 16, and every node that reads it is a linear (a matmul phase,
 -- whose row chunks are multiples of 16) or an embedding lookup (which reads
--- rows through kc_x16_dequantize_row). Weights sharing a tensor (a tied LM
+-- rows through kc_x16k_dequantize_row). Weights sharing a tensor (a tied LM
 -- head and embedding) share the memory, so they share the decision.
 -- The value is the tile's width in columns (kc_x16k.h: a K-quant tile is a
 -- 256-column super-block; the generator picks K-quants only for such rows).

@@ -1,14 +1,14 @@
 """CPU kernels and thread pool: runs the C test program tests/c/test_kernels.c,
 and its f16- and q8_0-KV variants tests/c/test_kernels_kvf16.c and
 test_kernels_kvq8.c (attention over a cache built with --kv-dtype f16 / q8_0), and
-tests/c/test_x16.c and tests/c/test_x16k.c (the 16-row interleaved layout,
+tests/c/test_x16.c (the 16-row interleaved layout of every block type,
 kernels/cpu/kc_x16.h and kc_x16k.h) on every instruction-set path they have."""
 import pytest
 
 from conftest import run
 
 
-@pytest.mark.parametrize("program", ["test_kernels", "test_kernels_kvf16", "test_kernels_kvq8", "test_x16", "test_x16k"])
+@pytest.mark.parametrize("program", ["test_kernels", "test_kernels_kvf16", "test_kernels_kvq8", "test_x16"])
 def test_kernels(built, program):
     r = run([built / "tests" / program])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
@@ -16,9 +16,9 @@ def test_kernels(built, program):
     assert last.endswith(" 0 failed"), last
 
 
-# The instruction-set paths of kernels/cpu/kc_x16.h (the interleaved layout's integer
-# kernels, kc_x16.h and kc_x16k.h): the make-built binaries above are this machine's (-march=native); these build
-# tests/c/test_x16.c and test_x16k.c again for each other path the headers have, and run them here.
+# The instruction-set paths of the interleaved layout's integer kernels (kernels/cpu/kc_x16.h,
+# kc_x16k.h): the make-built test_x16 above is this machine's (-march=native); this builds
+# tests/c/test_x16.c again for each other path the headers have, and runs it here.
 X16_PATHS = {
     "avx512-novnni": ("skylake-avx512", "avx512bw"),  # vpmaddubsw/vpmaddwd in 512 bits
     "avx2-vnni": ("alderlake", "avx_vnni"),           # AVX-VNNI vpdpbusd in 256 bits
@@ -27,9 +27,9 @@ X16_PATHS = {
 }
 
 
-@pytest.mark.parametrize("program", ["test_x16", "test_x16k"])
 @pytest.mark.parametrize("path", list(X16_PATHS))
-def test_x16_paths(built, path, program, tmp_path):
+def test_x16_paths(built, path, tmp_path):
+    program = "test_x16"
     import os
     from conftest import ROOT
     if os.environ.get("INGOT_SAN"):

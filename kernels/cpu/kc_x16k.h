@@ -290,6 +290,13 @@ static inline void kc__x16k_lane1(const uint8_t *G, int wt, int b, int i, int q[
 
 static inline void kc__x16k_lane(const uint8_t *G, int wt, int b, int i, int q[32], float *dA, float *dB, float *cA,
                                  float *cB) {
+    if (wt == KC_WQ8_0 || wt == KC_WQ4_0 || wt == KC_WQ4_1) { /* kc_x16.h's types: one (d, c) per 32-block */
+        const uint8_t *t = G + (size_t)b * kc_x16_tile_bytes(wt);
+        for (int k = 0; k < 32; k++) q[k] = kc__x16_code(t, wt, i, k);
+        kc__x16_scales(t, wt, i, dA, cA);
+        *dB = *dA, *cB = *cA;
+        return;
+    }
     if (wt == KC_WQ2_K || wt == KC_WQ3_K) {
         kc__x16k_lane2(G, wt, b, i, q, dA, dB, cA, cB);
         return;

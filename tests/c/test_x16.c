@@ -1,59 +1,169 @@
-/* test_x16.c — the 16-row interleaved layout (kc_x16.h): repacking, row reads, the 15-bit activation quantizer and the matmul, against double-precision references on the row-major blocks. */
+/* test_x16.c — the 16-row interleaved layout of every GGUF block type (kc_x16.h, kc_x16k.h): the 15-bit activation quantizer, repacking, row reads and the matmul against double-precision references on the row-major blocks. */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtype.h"
-#include "kc_x16.h"
+#include "kc_x16k.h"
 
 #include "check.h"
 #include "xorshift.h"
 
-static const int WT[3] = {KC_WQ8_0, KC_WQ4_0, KC_WQ4_1};
-static const ingot_dtype DT[3] = {INGOT_Q8_0, INGOT_Q4_0, INGOT_Q4_1};
-static const char *NAME[3] = {"q8_0", "q4_0", "q4_1"};
+#define NTYPES 12
+static const int WT[NTYPES] = {KC_WQ8_0, KC_WQ4_0, KC_WQ4_1, KC_WQ5_0,   KC_WQ5_1,  KC_WQ4_K,
+                               KC_WQ5_K, KC_WQ6_K, KC_WQ3_K, KC_WQ2_K, KC_WIQ4_NL, KC_WIQ4_XS};
+static const ingot_dtype DT[NTYPES] = {INGOT_Q8_0, INGOT_Q4_0, INGOT_Q4_1, INGOT_Q5_0,   INGOT_Q5_1,  INGOT_Q4_K,
+                                       INGOT_Q5_K, INGOT_Q6_K, INGOT_Q3_K, INGOT_Q2_K, INGOT_IQ4_NL, INGOT_IQ4_XS};
+static const char *NAME[NTYPES] = {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+                                   "q5_k", "q6_k", "q3_k", "q2_k", "iq4_nl", "iq4_xs"};
+typedef void (*mmp_fn)(const void *, const kc_q16 *, int, float *, int, int, int, int, int, const float *, int);
+static const mmp_fn FN[NTYPES] = {kc_mmp_q8_0, kc_mmp_q4_0, kc_mmp_q4_1, kc_mmp_q5_0, kc_mmp_q5_1,   kc_mmp_q4_k,
+                                  kc_mmp_q5_k, kc_mmp_q6_k, kc_mmp_q3_k, kc_mmp_q2_k, kc_mmp_iq4_nl, kc_mmp_iq4_xs};
+/* a type's tile width: a 32-block or a 256-element super-block */
+static int tile_cols(int ty) { return kc_x16k_cols(WT[ty]); }
 
 static uint16_t rnd_fp16(int e0, int e1) {
     return (uint16_t)(((rnd() & 1) << 15) | (uint16_t)((rndi(e0, e1) + 15) << 10) | (uint16_t)(rnd() & 1023));
 }
 
-/* A row-major [R][IN] block matrix with random scales and codes (Q8_0 codes
- * over the whole int8 range, -128 included: files may hold it). */
+/* A row-major [R][IN] block matrix: random codes, bit fields and (6-bit or
+ * int8) group scales, f16 scales in a range that keeps the weights O(1). */
 static void *rnd_blocks(int ty, int R, int IN) {
     size_t rb = 0;
     dtype_row_bytes(DT[ty], IN, &rb);
     uint8_t *w = malloc(rb * (size_t)R);
     for (size_t i = 0; i < rb * (size_t)R; i++) w[i] = (uint8_t)rnd();
-    const int nb = R * IN / 32;
-    for (int b = 0; b < nb; b++) {
-        if (ty == 0) ((block_q8_0 *)w)[b].d = rnd_fp16(-9, -6);
-        else if (ty == 1) ((block_q4_0 *)w)[b].d = rnd_fp16(-6, -3);
-        else ((block_q4_1 *)w)[b].d = rnd_fp16(-6, -3), ((block_q4_1 *)w)[b].m = rnd_fp16(-4, -1);
+    const size_t bb = rb / (size_t)(IN / tile_cols(ty));
+    for (size_t b = 0; b < rb * (size_t)R / bb; b++) {
+        uint8_t *p = w + b * bb;
+        uint16_t d = rnd_fp16(-7, -4), m = rnd_fp16(-7, -4);
+        if (DT[ty] == INGOT_Q6_K) memcpy(p + offsetof(block_q6_K, d), &d, 2);
+        else if (DT[ty] == INGOT_Q3_K) memcpy(p + offsetof(block_q3_K, d), &d, 2);
+        else if (DT[ty] == INGOT_Q2_K) memcpy(p + offsetof(block_q2_K, d), &d, 2), memcpy(p + offsetof(block_q2_K, dmin), &m, 2);
+        else if (DT[ty] == INGOT_IQ4_XS) memcpy(p + offsetof(block_iq4_xs, d), &d, 2);
+        else memcpy(p, &d, 2);
+        /* the second f16 (min / dmin) of Q4_1, Q5_1, Q4_K, Q5_K */
+        if (DT[ty] == INGOT_Q4_1 || DT[ty] == INGOT_Q5_1 || DT[ty] == INGOT_Q4_K || DT[ty] == INGOT_Q5_K) memcpy(p + 2, &m, 2);
     }
     return w;
 }
 
-/* Repacking keeps every value: each row read back from the x16 tiles is
- * bit for bit kc_embed_row of the row-major row. */
+/* Repacking keeps every value: each row read back from the tiles is bit
+ * for bit kc_embed_row of the row-major row. */
 static void test_repack_round_trip(void) {
-    for (int ty = 0; ty < 3; ty++) {
-        const int R = 48, IN = 96;
+    for (int ty = 0; ty < NTYPES; ty++) {
+        const int R = 48, IN = tile_cols(ty) == 32 ? 96 : 512;
         void *w = rnd_blocks(ty, R, IN);
         size_t rb = 0;
         dtype_row_bytes(DT[ty], IN, &rb);
-        void *x = malloc(rb * R);
-        kc_x16_repack(WT[ty], w, x, R, IN);
+        void *x = malloc(rb * R + 64 * R);
+        kc_x16k_repack(WT[ty], w, x, R, IN);
         int bad = 0;
-        float a[96], b[96];
+        float a[512], b[512];
         for (int r = 0; r < R; r++) {
             kc_embed_row(DT[ty], w, r, IN, a);
-            kc_x16_dequantize_row(WT[ty], x, IN, r, b);
-            bad += memcmp(a, b, sizeof a) != 0;
+            kc_x16k_dequantize_row(WT[ty], x, IN, r, b);
+            bad += memcmp(a, b, sizeof(float) * (size_t)IN) != 0;
         }
         check(bad == 0, "%s: %d rows differ after repacking", NAME[ty], bad);
+        check(kc_x16k_tile_bytes(WT[ty]) * (size_t)(IN / kc_x16k_cols(WT[ty])) <= (rb + 4 * (size_t)(IN / 256 + 1)) * 16,
+              "%s: a tile keeps the row-major bytes (+4 per 256 weights)", NAME[ty]);
         free(w), free(x);
+    }
+}
+
+/* Matmul over rows [r0, r1), T tokens. The reference uses the activations
+ * the kernel sees, d * (128h + l); the bound is f32 rounding, 1e-5 of the
+ * sum of |products| the kernel forms (|d q x| and |c x| apart, for the
+ * types whose offsets come back through the activation sums); a second
+ * bound checks the activation rounding, at most d/2 per value. Each token's
+ * result must not depend on T. */
+static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias, int acc) {
+    const int ldx = IN / 32 + 1, ldy = OUT + 5;
+    void *w = rnd_blocks(ty, OUT, IN);
+    size_t rb = 0;
+    dtype_row_bytes(DT[ty], IN, &rb);
+    void *x16 = malloc(rb * OUT + 64 * (size_t)OUT);
+    kc_x16k_repack(WT[ty], w, x16, OUT, IN);
+    float *X = malloc(sizeof(float) * (size_t)T * IN), *Y = malloc(sizeof(float) * (size_t)T * ldy);
+    float *Y0 = malloc(sizeof(float) * (size_t)T * ldy), *bias = malloc(sizeof(float) * OUT), *Y1 = malloc(sizeof(float) * ldy);
+    for (int i = 0; i < T * IN; i++) X[i] = rndf() * ((i % 5) == 0 ? 6.0f : 1.0f);
+    for (int i = 0; i < T * ldy; i++) Y[i] = Y0[i] = rndf();
+    for (int r = 0; r < OUT; r++) bias[r] = rndf();
+    kc_q16 *xq = malloc(sizeof(kc_q16) * (size_t)T * ldx);
+    for (int t = 0; t < T; t++) {
+        kc_quantize_q16(X + (size_t)t * IN, xq + (size_t)t * ldx, IN);
+        xq[(size_t)t * ldx + IN / 32].d = NAN; /* padding: must never be read */
+        xq[(size_t)t * ldx + IN / 32].s = NAN;
+    }
+    FN[ty](x16, xq, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
+    float *wrow = malloc(sizeof(float) * IN);
+    int bad = 0, bad_round = 0, bad_alone = 0;
+    for (int t = 0; t < T; t++) {
+        memcpy(Y1, Y0 + (size_t)t * ldy, sizeof(float) * ldy);
+        FN[ty](x16, xq + (size_t)t * ldx, ldx, Y1, ldy, 1, IN, r0, r1, use_bias ? bias : NULL, acc);
+        bad_alone += memcmp(Y1, Y + (size_t)t * ldy, sizeof(float) * ldy) != 0;
+    }
+    const size_t gb = (size_t)(IN / kc_x16k_cols(WT[ty])) * kc_x16k_tile_bytes(WT[ty]);
+    for (int r = 0; r < OUT; r++) {
+        dtype_dequantize_row(DT[ty], (const uint8_t *)w + rb * r, wrow, IN);
+        for (int t = 0; t < T; t++) {
+            const size_t yi = (size_t)t * ldy + r;
+            if (r < r0 || r >= r1) {
+                bad += memcmp(&Y[yi], &Y0[yi], sizeof(float)) != 0;
+                continue;
+            }
+            double dot = 0, exact = 0, mag = 0, rbound = 0;
+            for (int b = 0; b < IN / 32; b++) {
+                int q[32];
+                float dA, dB, c, cB;
+                kc__x16k_lane((const uint8_t *)x16 + (size_t)(r / 16) * gb, WT[ty], b, r % 16, q, &dA, &dB, &c, &cB);
+                const kc_q16 *xb = &xq[(size_t)t * ldx + b];
+                for (int kk = 0; kk < 32; kk++) {
+                    const int k = 32 * b + kk;
+                    const double xs = (double)xb->d * (128 * xb->h[kk] + xb->l[kk]);
+                    dot += wrow[k] * xs;
+                    exact += wrow[k] * (double)X[(size_t)t * IN + k];
+                    const double qv = WT[ty] == KC_WIQ4_NL || WT[ty] == KC_WIQ4_XS ? dtype_iq4_values[q[kk]] : q[kk];
+                    mag += (fabs((kk < 16 ? dA : dB) * qv) + fabs(kk < 16 ? c : cB) + (WT[ty] == KC_WIQ4_NL || WT[ty] == KC_WIQ4_XS || WT[ty] == KC_WQ8_0 ? 128.0 : 32.0) * fabs(kk < 16 ? dA : dB)) * fabs(xs);
+                    rbound += fabs(wrow[k]) * xb->d * 0.5;
+                }
+            }
+            const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0);
+            const double tol = 1e-5 * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(dot + extra)) + 1e-30;
+            const double err = fabs(Y[yi] - (dot + extra));
+            if (!(err <= tol)) {
+                if (bad < 3)
+                    printf("  %s IN=%d T=%d r=%d t=%d: got %.9g want %.9g (err %.3g tol %.3g)\n", NAME[ty], IN, T, r, t,
+                           Y[yi], dot + extra, err, tol);
+                bad++;
+            }
+            bad_round += !(fabs(Y[yi] - (exact + extra)) <= rbound + tol);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        for (int r = OUT; r < ldy; r++) bad += memcmp(&Y[(size_t)t * ldy + r], &Y0[(size_t)t * ldy + r], sizeof(float)) != 0;
+    check(bad == 0 && bad_round == 0 && bad_alone == 0,
+          "kc_mmp_%s IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d beyond the rounding bound, %d tokens "
+          "differ from the token alone",
+          NAME[ty], IN, OUT, T, r0, r1, use_bias, acc, bad, bad_round, bad_alone);
+    free(w), free(x16), free(X), free(Y), free(Y0), free(Y1), free(bias), free(xq), free(wrow);
+}
+
+static void test_matmul(void) {
+    for (int ty = 0; ty < NTYPES; ty++) {
+        const int k = tile_cols(ty);
+        const int Ts[] = {1, 2, 3, 5, 17};
+        for (int ti = 0; ti < 5; ti++) {
+            mm_case(ty, 3 * k, 48, Ts[ti], 0, 48, 0, 0);
+            mm_case(ty, 2 * k, 64, Ts[ti], 16, 64, 1, 1);
+            mm_case(ty, k, 32, Ts[ti], 16, 32, 1, 0);
+        }
+        mm_case(ty, k == 32 ? 1536 : 2048, 48, 1, 0, 32, 0, 1);
+        mm_case(ty, k, 160, 130, 0, 160, 1, 1);
     }
 }
 
@@ -89,94 +199,30 @@ static void test_quantize_q16(void) {
     check(bad == 0, "kc_quantize_q16: %d bad values", bad);
 }
 
-/* Matmul over rows [r0, r1) of an x16 matrix, T tokens. The reference uses
- * the activations the kernel sees, d * (128h + l), and the bound is f32
- * rounding, 1e-5 of sum |w x|; a second bound checks the activation rounding
- * itself against the f32 activations: at most d/2 per value, so
- * sum_k |w_k| * d_block / 2. Each token's result must not depend on T (the
- * same token alone gives the same bits). */
-static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias, int acc) {
-    const int ldx = IN / 32 + 1, ldy = OUT + 5;
-    void *w = rnd_blocks(ty, OUT, IN);
-    size_t rb = 0;
-    dtype_row_bytes(DT[ty], IN, &rb);
-    void *x16 = malloc(rb * OUT);
-    kc_x16_repack(WT[ty], w, x16, OUT, IN);
-    float *X = malloc(sizeof(float) * (size_t)T * IN), *Y = malloc(sizeof(float) * (size_t)T * ldy);
-    float *Y0 = malloc(sizeof(float) * (size_t)T * ldy), *bias = malloc(sizeof(float) * OUT), *Y1 = malloc(sizeof(float) * ldy);
-    for (int i = 0; i < T * IN; i++) X[i] = rndf() * ((i % 5) == 0 ? 6.0f : 1.0f);
-    for (int i = 0; i < T * ldy; i++) Y[i] = Y0[i] = rndf();
-    for (int r = 0; r < OUT; r++) bias[r] = rndf();
-    kc_q16 *xq = malloc(sizeof(kc_q16) * (size_t)T * ldx);
-    for (int t = 0; t < T; t++) {
-        kc_quantize_q16(X + (size_t)t * IN, xq + (size_t)t * ldx, IN);
-        xq[(size_t)t * ldx + IN / 32].d = NAN; /* padding: must never be read */
-        xq[(size_t)t * ldx + IN / 32].s = NAN;
-    }
-    void (*fn)(const void *, const kc_q16 *, int, float *, int, int, int, int, int, const float *, int) =
-        ty == 0 ? kc_mmp_q8_0 : ty == 1 ? kc_mmp_q4_0 : kc_mmp_q4_1;
-    fn(x16, xq, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
-    float *wrow = malloc(sizeof(float) * IN);
-    int bad = 0, bad_round = 0, bad_alone = 0;
-    for (int t = 0; t < T; t++) { /* token t alone */
-        memcpy(Y1, Y0 + (size_t)t * ldy, sizeof(float) * ldy);
-        fn(x16, xq + (size_t)t * ldx, ldx, Y1, ldy, 1, IN, r0, r1, use_bias ? bias : NULL, acc);
-        bad_alone += memcmp(Y1, Y + (size_t)t * ldy, sizeof(float) * ldy) != 0;
-    }
-    for (int r = 0; r < OUT; r++) {
-        dtype_dequantize_row(DT[ty], (const uint8_t *)w + rb * r, wrow, IN);
-        for (int t = 0; t < T; t++) {
-            const size_t yi = (size_t)t * ldy + r;
-            if (r < r0 || r >= r1) {
-                bad += memcmp(&Y[yi], &Y0[yi], sizeof(float)) != 0;
-                continue;
+/* kc_quantize_q16's half sums (Q6_K's -32 per 16 weights): the digits'
+ * own sums, on every path. */
+static void test_half_sums(void) {
+    float x[96];
+    kc_q16 q[3];
+    int bad = 0;
+    for (int it = 0; it < 100; it++) {
+        for (int k = 0; k < 96; k++) x[k] = rndf() * (k < 32 ? 1e-3f : k < 64 ? 1.0f : 3e4f);
+        if (it == 0) memset(x, 0, sizeof(float) * 32);
+        kc_quantize_q16(x, q, 96);
+        for (int b = 0; b < 3; b++)
+            for (int half = 0; half < 2; half++) {
+                int s = 0;
+                for (int k = 16 * half; k < 16 * half + 16; k++) s += 128 * q[b].h[k] + q[b].l[k];
+                bad += s != q[b].s16[half];
             }
-            double dot = 0, exact = 0, mag = 0, rbound = 0;
-            for (int k = 0; k < IN; k++) {
-                const kc_q16 *xb = &xq[(size_t)t * ldx + k / 32];
-                const double xs = (double)xb->d * (128 * xb->h[k % 32] + xb->l[k % 32]);
-                dot += wrow[k] * xs;
-                exact += wrow[k] * (double)X[(size_t)t * IN + k];
-                mag += fabs(wrow[k] * xs);
-                rbound += fabs(wrow[k]) * xb->d * 0.5;
-            }
-            const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0);
-            const double tol = 1e-5 * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(dot + extra)) + 1e-30;
-            const double err = fabs(Y[yi] - (dot + extra));
-            if (!(err <= tol)) {
-                if (bad < 3)
-                    printf("  %s IN=%d T=%d r=%d t=%d: got %.9g want %.9g (err %.3g tol %.3g)\n", NAME[ty], IN, T, r, t,
-                           Y[yi], dot + extra, err, tol);
-                bad++;
-            }
-            bad_round += !(fabs(Y[yi] - (exact + extra)) <= rbound + tol);
-        }
     }
-    for (int t = 0; t < T; t++)
-        for (int r = OUT; r < ldy; r++) bad += memcmp(&Y[(size_t)t * ldy + r], &Y0[(size_t)t * ldy + r], sizeof(float)) != 0;
-    check(bad == 0 && bad_round == 0 && bad_alone == 0,
-          "kc_mmp_%s IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d beyond the rounding bound, %d tokens "
-          "differ from the token alone",
-          NAME[ty], IN, OUT, T, r0, r1, use_bias, acc, bad, bad_round, bad_alone);
-    free(w), free(x16), free(X), free(Y), free(Y0), free(Y1), free(bias), free(xq), free(wrow);
-}
-
-static void test_matmul(void) {
-    for (int ty = 0; ty < 3; ty++) {
-        const int Ts[] = {1, 2, 3, 4, 5, 9, 17};
-        for (int ti = 0; ti < 7; ti++) {
-            mm_case(ty, 96, 48, Ts[ti], 0, 48, 0, 0);
-            mm_case(ty, 576, 64, Ts[ti], 16, 64, 1, 1);
-            mm_case(ty, 160, 32, Ts[ti], 16, 32, 1, 0);
-        }
-        mm_case(ty, 1536, 48, 1, 0, 32, 0, 1);
-        mm_case(ty, 64, 160, 130, 0, 160, 1, 1);
-    }
+    check(bad == 0, "kc_quantize_q16: %d wrong half sums", bad);
 }
 
 int main(void) {
-    test_repack_round_trip();
     test_quantize_q16();
+    test_half_sums();
+    test_repack_round_trip();
     test_matmul();
     return check_summary();
 }
