@@ -197,6 +197,11 @@ local function attention_heads_per_item(a)
   end
 end
 
+-- The attention kernel's phases: "attn" runs each (token, work item) whole,
+-- its chunks one after another (kc_attend_kv); "part" and "merge" run the
+-- chunks of few tokens on different threads and merge them in chunk order
+-- afterwards (attn_split in the template picks, per step). Both do the same
+-- operations on the same values, so the bits do not depend on the choice.
 local function phase_attention(ctx, s, name, n)
   local a = n.attrs
   local q = s.buf(n.inputs[1].node)
@@ -204,29 +209,84 @@ local function phase_attention(ctx, s, name, n)
   local W = n.width
   local G = attention_heads_per_item(a)
   local items = a.heads // G -- work items per token: (KV head, chunk of its query heads)
+  local first = a.window > 0 and string.format("pos >= %d ? pos - %d : 0", a.window - 1, a.window - 1) or "0"
+  local part = string.format("KC_ATTN_PART(%d, %d)", G, a.value_dim)
+  local function item(lines, t_expr)
+    lines[#lines + 1] = string.format("        const int k = (int)(i / %d), h0 = (int)(i %% %d) * %d, kvh = h0 / %d;", items, items, G,
+      a.heads // a.kv_heads)
+    lines[#lines + 1] = string.format("        const int t = %s, pos = b->pos[t];", t_expr)
+    lines[#lines + 1] = string.format("        const int first = %s;", first)
+    lines[#lines + 1] = "        " .. emit.src(ctx, n)
+  end
+  local function kv_args()
+    return string.format("a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, %d, %d, b->block_tables[b->seq[t]], kvh, %d, first, pos,",
+      a.kv_heads, a.head_dim, a.value_dim, a.shared_value and 1 or 0, G)
+  end
   local lines = {
     string.format("static void %s(void *vp, int64_t i0, int64_t i1, int tid) {", name),
     "    const kargs *a = vp; const ingot_batch *b = a->b;",
     "@DECLS@",
-    "    float *scores = a->m->scratch + (size_t)tid * SCRATCH_PER_THREAD;",
+    "    float *scratch = a->m->scratch + (size_t)tid * SCRATCH_PER_THREAD;",
     string.format("    for (int64_t i = i0; i < i1; i++) { /* one token and %d query head(s) of KV head kvh */", G),
     "        /* tokens alternate from both ends of the step: the pool hands each",
     "         * thread a contiguous share of the range, and a prompt's late tokens",
     "         * see more positions, so in order the last thread would get most of",
     "         * a prefill's attention */",
-    string.format("        const int k = (int)(i / %d), h0 = (int)(i %% %d) * %d, kvh = h0 / %d;", items, items, G,
-      a.heads // a.kv_heads),
-    "        const int t = k % 2 == 0 ? k / 2 : a->rows - 1 - k / 2, pos = b->pos[t];",
-    string.format("        const int first = %s;", a.window > 0 and string.format("pos >= %d ? pos - %d : 0", a.window - 1, a.window - 1) or "0"),
-    "        " .. emit.src(ctx, n),
-    string.format("        kc_attend_kv(a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, %d, %d, b->block_tables[b->seq[t]], kvh, %d, first, pos,",
-      a.kv_heads, a.head_dim, a.value_dim, a.shared_value and 1 or 0, G),
-    string.format("                  %s + h0 * %d, %s, %s, scores, %s + h0 * %d);", row(q, "t", n.inputs[1].width),
-      a.head_dim, util.cfloat(a.scale), util.cfloat(a.softcap), row(out, "t", W), a.value_dim),
-    "    }",
-    "}",
   }
-  return lines
+  item(lines, "k % 2 == 0 ? k / 2 : a->rows - 1 - k / 2")
+  lines[#lines + 1] = "        kc_attend_kv(" .. kv_args()
+  lines[#lines + 1] = string.format("                  %s + h0 * %d, %s, %s, scratch, %s + h0 * %d);", row(q, "t", n.inputs[1].width),
+    a.head_dim, util.cfloat(a.scale), util.cfloat(a.softcap), row(out, "t", W), a.value_dim)
+  lines[#lines + 1] = "    }"
+  lines[#lines + 1] = "}"
+  local whole = lines
+  lines = {}
+  lines[#lines + 1] = string.format("static void %s_part(void *vp, int64_t j0, int64_t j1, int tid) {", name)
+  lines[#lines + 1] = "    const kargs *a = vp; const ingot_batch *b = a->b;"
+  lines[#lines + 1] = "@DECLS@"
+  lines[#lines + 1] = "    float *scores = a->m->scratch + (size_t)tid * SCRATCH_PER_THREAD;"
+  lines[#lines + 1] = string.format("    for (int64_t j = j0; j < j1; j++) { /* chunk c of token t's %d query head(s) of KV head kvh */", G)
+  lines[#lines + 1] = "        const int64_t i = j / a->attn_chunks; const int c = (int)(j % a->attn_chunks);"
+  item(lines, "k")
+  lines[#lines + 1] = "        if (c >= kc_attn_chunks(first, pos)) continue;"
+  lines[#lines + 1] = "        kc_attend_chunk(" .. kv_args()
+  lines[#lines + 1] = string.format("                        c, %s + h0 * %d, %s, %s, scores, ATTN_SPLIT(a) + (size_t)j * %s);",
+    row(q, "t", n.inputs[1].width), a.head_dim, util.cfloat(a.scale), util.cfloat(a.softcap), part)
+  lines[#lines + 1] = "    }"
+  lines[#lines + 1] = "}"
+  local split = lines
+  lines = {}
+  lines[#lines + 1] = string.format("static void %s_merge(void *vp, int64_t i0, int64_t i1, int tid) {", name)
+  lines[#lines + 1] = "    const kargs *a = vp; const ingot_batch *b = a->b;"
+  lines[#lines + 1] = "@DECLS@"
+  lines[#lines + 1] = "    float *ml = a->m->scratch + (size_t)tid * SCRATCH_PER_THREAD;"
+  lines[#lines + 1] = "    for (int64_t i = i0; i < i1; i++) { /* token t's chunks, in order */"
+  item(lines, "k")
+  lines[#lines + 1] = string.format("        float *o = %s + h0 * %d; (void)kvh;", row(out, "t", W), a.value_dim)
+  lines[#lines + 1] = "        const int nc = kc_attn_chunks(first, pos);"
+  lines[#lines + 1] = string.format("        for (int c = 0; c < nc; c++) kc_attend_merge(%d, %d, c, ATTN_SPLIT(a) + ((size_t)i * a->attn_chunks + c) * %s, o, ml);",
+    G, a.value_dim, part)
+  lines[#lines + 1] = string.format("        kc_attend_finish(%d, %d, o, ml);", G, a.value_dim)
+  lines[#lines + 1] = "    }"
+  lines[#lines + 1] = "}"
+  return {whole, split, lines}
+end
+
+-- How the attention kernel runs its phases (see phase_attention).
+local function run_attention(n)
+  local a = n.attrs
+  local G = attention_heads_per_item(a)
+  local items = a.heads // G
+  return table.concat({
+    "kargs s = *a;",
+    string.format("    s.attn_chunks = attn_split(a, %d, %d, KC_ATTN_PART(%d, %d));", a.window, items, G, a.value_dim),
+    "    if (s.attn_chunks) {",
+    string.format("        tp_parallel_for(a->pool, (int64_t)a->rows * %d * s.attn_chunks, 1, @NAME@_attn_part, (void *)&s);", items),
+    string.format("        tp_parallel_for(a->pool, (int64_t)a->rows * %d, 1, @NAME@_attn_merge, (void *)&s);", items),
+    "    } else {",
+    string.format("        tp_parallel_for(a->pool, (int64_t)a->rows * %d, 1, @NAME@_attn, (void *)a);", items),
+    "    }",
+  }, "\n")
 end
 
 -- The mixture-of-experts kernel: route every token (router matmul, softmax,
@@ -511,9 +571,8 @@ function emit.kernels(ctx, groups, final_node)
       end
     elseif grp.kind == "attention" then
       local n = grp.ops[1]
-      phases[#phases + 1] = phase_attention(ctx, s, "@NAME@_attn", n)
-      runs[#runs + 1] = string.format("tp_parallel_for(a->pool, (int64_t)a->rows * %d, 1, @NAME@_attn, (void *)a);",
-        n.attrs.heads // attention_heads_per_item(n.attrs))
+      for _, p in ipairs(phase_attention(ctx, s, "@NAME@_attn", n)) do phases[#phases + 1] = p end
+      runs[#runs + 1] = run_attention(n)
     else
       phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_rows", grp.ops)
       runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_rows, (void *)a);"

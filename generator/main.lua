@@ -531,6 +531,10 @@ local function main(argv)
     end
   end
   local kv = kv_layout(g, d, opts.kv_dtype)
+  local attn_heads = 1
+  for _, n in ipairs(g.nodes) do
+    if n.op == "attention" and n.attrs.heads > attn_heads then attn_heads = n.attrs.heads end
+  end
   local env = {
     _escape = "@", kv = kv, model_name = opts.name, c = c, arch = entry.name, rope = rope,
     -- the arena is planned for a multiple of 4 tokens (every buffer 16-byte
@@ -540,6 +544,7 @@ local function main(argv)
     format = cfg.format, fused = opts.fused and 1 or 0, dtype_summary = table.concat(summary, ", "),
     generator_id = VERSION .. " " .. input_hash, backend = opts.backend, n_kernel_kinds = #kernels,
     ipairs = ipairs, table = table, tostring = tostring, info_c = act_info(opts, weights), allow_unused = opts.allow_unused and 1 or 0,
+    attn_heads = attn_heads, attn_split_chunks = 512,
     kv_f16 = opts.kv_dtype == "f16" and 1 or 0, kv_q8 = opts.kv_dtype == "q8_0" and 1 or 0, kv_dtype = opts.kv_dtype,
   }
   env.common_weights = render("model_weights.c.in", env)

@@ -168,6 +168,28 @@ def test_fused_and_unfused_agree(gguf, smollm2, tmp_path):
     assert np.abs(a - b).max() <= 1e-3
 
 
+def test_attention_split_across_threads_is_bit_identical(smollm2, tmp_path):
+    """A decode step of few tokens splits each token's attention into chunks
+    of 128 positions run on different threads and merged in chunk order; one
+    thread, or a prefill's many tokens, run the same chunks one after another
+    (kernels/cpu/kc_attend.h). The logits of 300 tokens (three chunks) are
+    bit-identical every way."""
+    ids = json.loads((REF / "gpl3_reference.json").read_text())["tokens"][:300]
+    assert len(ids) == 300
+
+    def run(threads, *mode):
+        out = tmp_path / f"split-{threads}-{'-'.join(mode)}.f32"
+        r = subprocess.run([str(smollm2), "--threads", str(threads), "logits", "--tokens", ",".join(map(str, ids)),
+                            "--out", str(out), *mode], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        return np.fromfile(out, dtype="<f4").reshape(len(ids), -1)
+
+    whole = run(1, "--decode")
+    assert np.array_equal(run(2, "--decode"), whole)
+    assert np.array_equal(run(3, "--decode"), whole)
+    assert np.array_equal(run(2, "--chunk", "300"), whole)
+
+
 def test_weights_in_place_and_copied_agree(smollm2, tmp_path):
     """The default copies the weights into huge pages; --mmap reads the
     mapping. Same bytes, same kernels: the logits are bit-identical."""

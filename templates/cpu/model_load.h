@@ -409,7 +409,7 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
     }
     m->arena = ha_alloc(MODEL_ARENA_BYTES);
     m->rope = model_aligned_alloc(sizeof(float) * (size_t)N_ROPE * MAX_CTX * ROPE_DIM);
-    m->scratch = model_aligned_alloc(sizeof(float) * MAX_THREADS * SCRATCH_PER_THREAD);
+    m->scratch = model_aligned_alloc(sizeof(float) * ((size_t)MAX_THREADS * SCRATCH_PER_THREAD + ATTN_SPLIT_FLOATS));
     if (!m->arena || !m->rope || !m->scratch) {
         snprintf(err, errlen, "out of memory allocating scratch");
         ingot_model_free(m);
@@ -470,7 +470,7 @@ size_t ingot_weights_planned_bytes(void) {
 size_t ingot_model_scratch_bytes(const ingot_model *m) {
     (void)m;
     size_t bytes = (size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS + sizeof(float) * (size_t)N_ROPE * MAX_CTX * ROPE_DIM +
-                   sizeof(float) * MAX_THREADS * SCRATCH_PER_THREAD;
+                   sizeof(float) * ((size_t)MAX_THREADS * SCRATCH_PER_THREAD + ATTN_SPLIT_FLOATS);
 #ifdef MODEL_DEVICE_KV
     bytes += sizeof(float) * (size_t)MAX_TOKENS * (VOCAB + DIM); /* the device's logits and hidden rows */
 #endif

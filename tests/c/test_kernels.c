@@ -394,7 +394,7 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
     }
     const int kvh = rndi(0, kv_heads - 1), n = pos - first + 1;
     float *q = malloc(sizeof(float) * group * head_dim), *out = malloc(sizeof(float) * group * value_dim);
-    float *scores = malloc(sizeof(float) * group * n);
+    float *scores = malloc(sizeof(float) * KC_ATTN_SCRATCH(group, value_dim));
     for (int i = 0; i < group * head_dim; i++) q[i] = rndf() * 2.0f;
     const float scale = 1.0f / sqrtf((float)head_dim);
     if (shared || value_dim != head_dim)
@@ -403,6 +403,23 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
     else
         kc_attend(kv, n_layers, layer, n_blocks, kv_heads, BS, head_dim, bt, kvh, group, first, pos, q, scale,
                   softcap, scores, out);
+    /* the same chunks run apart and merged afterwards (as a model's decode
+     * splits them across threads) give the very same bits */
+    {
+        const int nc = kc_attn_chunks(first, pos);
+        float *parts = malloc(sizeof(float) * KC_ATTN_PART(group, value_dim) * nc);
+        float *sc = malloc(sizeof(float) * KC_ATTN_SCRATCH(group, value_dim)), *o2 = malloc(sizeof(float) * group * value_dim);
+        float ml[2 * 64];
+        for (int c = nc - 1; c >= 0; c--) /* in reverse: the order of the chunks' runs must not matter */
+            kc_attend_chunk(kv, n_layers, layer, n_blocks, kv_heads, BS, head_dim, value_dim, shared, bt, kvh, group, first,
+                            pos, c, q, scale, softcap, sc, parts + KC_ATTN_PART(group, value_dim) * c);
+        for (int c = 0; c < nc; c++) kc_attend_merge(group, value_dim, c, parts + KC_ATTN_PART(group, value_dim) * c, o2, ml);
+        kc_attend_finish(group, value_dim, o2, ml);
+        check(group <= 64 && memcmp(o2, out, sizeof(float) * group * value_dim) == 0,
+              "kc_attend hd=%d vd=%d group=%d pos=%d first=%d: chunks run apart and merged give the same bits", head_dim,
+              value_dim, group, pos, first);
+        free(parts), free(sc), free(o2);
+    }
     double *pr = malloc(sizeof(double) * n);
     int bad = 0;
     double worst = 0;
@@ -513,10 +530,12 @@ static void test_head_linear(void) {
 
 static void test_attend(void) {
     const int hds[] = {64, 16, 24, 128, 80}, groups[] = {1, 3, 4, 5};
-    const int poss[] = {0, 5, 15, 16, 47, 200};
+    /* chunks of KC_ATTN_CHUNK (128) positions: one partial chunk, an exact
+     * chunk, one position into the next, several (a window starting mid-chunk) */
+    const int poss[] = {0, 5, 15, 16, 47, 127, 128, 200, 700};
     for (int hi = 0; hi < 5; hi++)
         for (int gi = 0; gi < 4; gi++)
-            for (int pi = 0; pi < 6; pi++) {
+            for (int pi = 0; pi < 9; pi++) {
                 int pos = poss[pi];
                 attend_case(hds[hi], groups[gi], 3, 2, 1, pos, 0, 0.0f);
                 if (pos > 3) attend_case(hds[hi], groups[gi], 2, 1, 0, pos, pos / 3 + 1, 0.0f); /* sliding window */
