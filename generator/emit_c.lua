@@ -153,11 +153,28 @@ local function perm_slot(s, l)
   return "b" .. s.buf_index[key]
 end
 
+--
+-- One linear: the phase's range is its rows, cut into contiguous chunks. Two
+-- or more (q/k/v, gate/up): the range is [0, threads) and piece i takes the
+-- i-th share of every linear's rows (whole 16-row tiles where the rows come
+-- in 16s). Their types may differ (a Q4_K_M file's q and k in Q5_0, v in
+-- Q8_0 or Q6_K), and so their cost per row: consecutive rows would leave
+-- the thread with more of the costlier type behind. A row's arithmetic does
+-- not depend on who computes it.
 local function phase_matmul(ctx, s, name, grp)
   local lines = {}
-  lines[#lines + 1] = string.format("static void %s(void *vp, int64_t r0, int64_t r1, int tid) {", name)
-  lines[#lines + 1] = "    const kargs *a = vp; (void)tid;"
-  lines[#lines + 1] = "@DECLS@"
+  local sliced = #grp.linears > 1
+  if sliced then
+    lines[#lines + 1] = string.format("static void %s(void *vp, int64_t i0, int64_t i1, int tid) {", name)
+    lines[#lines + 1] = "    const kargs *a = vp; (void)tid;"
+    lines[#lines + 1] = "    const int64_t n = tp_size(a->pool);"
+    lines[#lines + 1] = "@DECLS@"
+    lines[#lines + 1] = "    for (int64_t i = i0; i < i1; i++) { /* share i of every linear's rows */"
+  else
+    lines[#lines + 1] = string.format("static void %s(void *vp, int64_t r0, int64_t r1, int tid) {", name)
+    lines[#lines + 1] = "    const kargs *a = vp; (void)tid;"
+    lines[#lines + 1] = "@DECLS@"
+  end
   local off = 0
   for _, l in ipairs(grp.linears) do
     local w = l.inputs[2]
@@ -174,14 +191,24 @@ local function phase_matmul(ctx, s, name, grp)
       x, ldx = l.perm_buffer and perm_slot(s, l) or s.buf(l.inputs[1].node), string.format("%d", IN)
       fn = (plan_mod.quantized(w.dtype) and "kc_mmx_" or "kc_mm_") .. w.dtype
     end
-    lines[#lines + 1] = "    " .. emit.src(ctx, l)
-    lines[#lines + 1] = string.format("    if (r0 < %d && r1 > %d) %s((%s *)%s, %s, %s, %s, %d, a->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 < %d ? r1 - %d : %d), %s, 0);",
-      hi, lo, fn, ctype, s.weight(w), x, ldx, s.buf(l), OUT, IN, lo, lo, hi, lo, OUT,
-      bias and ("(const float *)" .. s.weight(bias)) or "NULL")
+    local bias_arg = bias and ("(const float *)" .. s.weight(bias)) or "NULL"
+    if sliced then
+      local unit = OUT % 16 == 0 and 16 or 1
+      lines[#lines + 1] = "        " .. emit.src(ctx, l)
+      lines[#lines + 1] = string.format("        { const int r0 = (int)(%d * i / n) * %d, r1 = (int)(%d * (i + 1) / n) * %d;",
+        OUT // unit, unit, OUT // unit, unit)
+      lines[#lines + 1] = string.format("          if (r1 > r0) %s((%s *)%s, %s, %s, %s, %d, a->rows, %d, r0, r1, %s, 0); }",
+        fn, ctype, s.weight(w), x, ldx, s.buf(l), OUT, IN, bias_arg)
+    else
+      lines[#lines + 1] = "    " .. emit.src(ctx, l)
+      lines[#lines + 1] = string.format("    if (r0 < %d && r1 > %d) %s((%s *)%s, %s, %s, %s, %d, a->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 < %d ? r1 - %d : %d), %s, 0);",
+        hi, lo, fn, ctype, s.weight(w), x, ldx, s.buf(l), OUT, IN, lo, lo, hi, lo, OUT, bias_arg)
+    end
     off = hi
   end
+  if sliced then lines[#lines + 1] = "    }" end
   lines[#lines + 1] = "}"
-  return lines, off
+  return lines, off, sliced
 end
 
 -- Query heads per work item of the attention phase: the whole group of a KV
@@ -552,9 +579,13 @@ function emit.kernels(ctx, groups, final_node)
         phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_pre", grp.prologue, q8_line)
         runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_pre, (void *)a);"
       end
-      local mm, total = phase_matmul(ctx, s, "@NAME@_mm", grp)
+      local mm, total, sliced = phase_matmul(ctx, s, "@NAME@_mm", grp)
       phases[#phases + 1] = mm
-      runs[#runs + 1] = string.format("tp_parallel_for(a->pool, %d, 32, @NAME@_mm, (void *)a);", total)
+      if sliced then
+        runs[#runs + 1] = "tp_parallel_for(a->pool, tp_size(a->pool), 1, @NAME@_mm, (void *)a);"
+      else
+        runs[#runs + 1] = string.format("tp_parallel_for(a->pool, %d, 32, @NAME@_mm, (void *)a);", total)
+      end
       if #grp.epilogue > 0 then
         phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_post", grp.epilogue)
         runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_post, (void *)a);"
