@@ -249,17 +249,22 @@ local function phase_attention(ctx, s, name, n)
     return string.format("a->kv, N_KV_LAYERS, a->kv_layer, a->n_blocks, %d, INGOT_KV_BLOCK, %d, %d, %d, b->block_tables[b->seq[t]], kvh, %d, first, pos,",
       a.kv_heads, a.head_dim, a.value_dim, a.shared_value and 1 or 0, G)
   end
-  local lines = {
-    string.format("static void %s(void *vp, int64_t i0, int64_t i1, int tid) {", name),
-    "    const kargs *a = vp; const ingot_batch *b = a->b;",
-    "@DECLS@",
-    "    float *scratch = a->m->scratch + (size_t)tid * SCRATCH_PER_THREAD;",
-    string.format("    for (int64_t i = i0; i < i1; i++) { /* one token and %d query head(s) of KV head kvh */", G),
-    "        /* tokens alternate from both ends of the step: the pool hands each",
-    "         * thread a contiguous share of the range, and a prompt's late tokens",
-    "         * see more positions, so in order the last thread would get most of",
-    "         * a prefill's attention */",
-  }
+  -- a phase function's opening: its name, the thread's scratch and the loop over its range
+  local function opening(suffix, scratch, loop)
+    return {
+      string.format("static void %s%s(void *vp, int64_t %s0, int64_t %s1, int tid) {", name, suffix, loop, loop),
+      "    const kargs *a = vp; const ingot_batch *b = a->b;",
+      "@DECLS@",
+      string.format("    float *%s = a->m->scratch + (size_t)tid * SCRATCH_PER_THREAD;", scratch),
+      string.format("    for (int64_t %s = %s0; %s < %s1; %s++) {", loop, loop, loop, loop, loop),
+    }
+  end
+  local lines = opening("", "scratch", "i")
+  lines[#lines] = lines[#lines] .. string.format(" /* one token and %d query head(s) of KV head kvh */", G)
+  lines[#lines + 1] = "        /* tokens alternate from both ends of the step: the pool hands each"
+  lines[#lines + 1] = "         * thread a contiguous share of the range, and a prompt's late tokens"
+  lines[#lines + 1] = "         * see more positions, so in order the last thread would get most of"
+  lines[#lines + 1] = "         * a prefill's attention */"
   item(lines, "k % 2 == 0 ? k / 2 : a->rows - 1 - k / 2")
   lines[#lines + 1] = "        kc_attend_kv(" .. kv_args()
   lines[#lines + 1] = string.format("                  %s + h0 * %d, %s, %s, scratch, %s + h0 * %d);", row(q, "t", n.inputs[1].width),
@@ -267,12 +272,8 @@ local function phase_attention(ctx, s, name, n)
   lines[#lines + 1] = "    }"
   lines[#lines + 1] = "}"
   local whole = lines
-  lines = {}
-  lines[#lines + 1] = string.format("static void %s_part(void *vp, int64_t j0, int64_t j1, int tid) {", name)
-  lines[#lines + 1] = "    const kargs *a = vp; const ingot_batch *b = a->b;"
-  lines[#lines + 1] = "@DECLS@"
-  lines[#lines + 1] = "    float *scores = a->m->scratch + (size_t)tid * SCRATCH_PER_THREAD;"
-  lines[#lines + 1] = string.format("    for (int64_t j = j0; j < j1; j++) { /* chunk c of token t's %d query head(s) of KV head kvh */", G)
+  lines = opening("_part", "scores", "j")
+  lines[#lines] = lines[#lines] .. string.format(" /* chunk c of token t's %d query head(s) of KV head kvh */", G)
   lines[#lines + 1] = "        const int64_t i = j / a->attn_chunks; const int c = (int)(j % a->attn_chunks);"
   item(lines, "k")
   lines[#lines + 1] = "        if (c >= kc_attn_chunks(first, pos)) continue;"
@@ -282,12 +283,8 @@ local function phase_attention(ctx, s, name, n)
   lines[#lines + 1] = "    }"
   lines[#lines + 1] = "}"
   local split = lines
-  lines = {}
-  lines[#lines + 1] = string.format("static void %s_merge(void *vp, int64_t i0, int64_t i1, int tid) {", name)
-  lines[#lines + 1] = "    const kargs *a = vp; const ingot_batch *b = a->b;"
-  lines[#lines + 1] = "@DECLS@"
-  lines[#lines + 1] = "    float *ml = a->m->scratch + (size_t)tid * SCRATCH_PER_THREAD;"
-  lines[#lines + 1] = "    for (int64_t i = i0; i < i1; i++) { /* token t's chunks, in order */"
+  lines = opening("_merge", "ml", "i")
+  lines[#lines] = lines[#lines] .. " /* token t's chunks, in order */"
   item(lines, "k")
   lines[#lines + 1] = string.format("        float *o = %s + h0 * %d; (void)kvh;", row(out, "t", W), a.value_dim)
   lines[#lines + 1] = "        const int nc = kc_attn_chunks(first, pos);"
