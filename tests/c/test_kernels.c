@@ -542,6 +542,8 @@ static void test_attend(void) {
             }
     attend_case(64, 4, 2, 2, 0, 100, 0, 30.0f);  /* soft-capping */
     attend_case(64, 3, 3, 2, 1, 100, 37, 50.0f); /* soft-capping + window */
+    attend_case(64, 4, 2, 2, 0, 300, 0, 30.0f);  /* soft-capping over three chunks */
+    attend_case(80, 3, 3, 2, 1, 400, 150, 50.0f); /* + a window starting mid-chunk, plain loops */
 }
 
 /* ---- thread pool ---- */
