@@ -5,7 +5,8 @@
 #                             pytest file optimized, then the C-heavy paths again under
 #                             AddressSanitizer + UndefinedBehaviorSanitizer (loaders, tokenizer, Jinja,
 #                             server, HTTP edges, grammars, scheduler (and the tight-pool serving test), bad
-#                             models, stop ids, K-quant loading, cudasim, one cudasim forward);
+#                             models, stop ids, K-quant loading, cudasim, one cudasim forward, SmolLM2 with
+#                             its attention split across threads);
 #                             tests marked `full` (the same checks on more inputs) are skipped by name
 #   scripts/test.sh --full    every test at full breadth, both passes over every file (`make test-full`)
 #   scripts/test.sh --fast    the optimized pass of the default tier only
@@ -26,6 +27,7 @@ SAN_FILES="tests/test_loaders.py tests/test_tokenizer.py tests/test_jinja.py tes
            tests/test_http_edges.py tests/test_scheduler.py tests/test_bad_models.py tests/test_cudasim.py
            tests/test_stop_ids.py tests/test_kquants.py tests/test_kernels.py tests/test_grammar.py"
 SAN_EXTRA="tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/test_serving_load.py::test_tight_pool_never_stalls
+           tests/test_smollm2.py::test_attention_split_across_threads_is_bit_identical
            tests/test_tools.py::test_parser_c tests/test_tools.py::test_bad_tools_are_400_naming_the_field
            tests/test_limits.py::test_rate_limit_buckets_unit tests/test_limits.py::test_request_timeout_cuts_off_and_frees
            tests/test_embeddings.py::test_pooled_embeddings_match_transformers
