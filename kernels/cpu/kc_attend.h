@@ -159,18 +159,14 @@ KC_OPS_INLINE void kc_attend_chunk(const kc_kv_t *kv, int n_layers, int layer, i
         enum { WIDEN_MAX = 256 };
         const int widen = (KC_KV_F16 || KC_KV_Q8) && head_dim <= WIDEN_MAX;
         float kt[16 * WIDEN_MAX] __attribute__((aligned(64)));
-        for (int p = p0; p < pa; p++) {
-            float tmp[KC_KV_MAX_HEAD_DIM];
-            const float *k = kc__kv_row(KC_KROW(p), head_dim, tmp);
-            for (int g = 0; g < group; g++)
-                scores[(size_t)g * n + (p - p0)] = kc_dot(q + (size_t)g * head_dim, k, head_dim) * scale;
-        }
-        for (int p = pb; p <= p1; p++) {
-            float tmp[KC_KV_MAX_HEAD_DIM];
-            const float *k = kc__kv_row(KC_KROW(p), head_dim, tmp);
-            for (int g = 0; g < group; g++)
-                scores[(size_t)g * n + (p - p0)] = kc_dot(q + (size_t)g * head_dim, k, head_dim) * scale;
-        }
+        const int end_lo[2] = {p0, pb}, end_hi[2] = {pa, p1 + 1};
+        for (int e = 0; e < 2; e++)
+            for (int p = end_lo[e]; p < end_hi[e]; p++) {
+                float tmp[KC_KV_MAX_HEAD_DIM];
+                const float *k = kc__kv_row(KC_KROW(p), head_dim, tmp);
+                for (int g = 0; g < group; g++)
+                    scores[(size_t)g * n + (p - p0)] = kc_dot(q + (size_t)g * head_dim, k, head_dim) * scale;
+            }
         /* the chunk's first runs now (a chunk may start on another thread
          * than the one before it), then K runs KC_ATTN_PREFETCH positions
          * ahead, and each run's V rows into L2 for the values' pass */
