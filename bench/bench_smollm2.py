@@ -38,7 +38,8 @@ nproc, ISA flags) and the load average at start and end are printed: numbers
 are only comparable within one run.
 
 The roofline: bench/membw.c (compiled here) measures the machine's DRAM read
-bandwidth at each thread count (best of 5 passes over 1 GiB); a decoded token
+bandwidth at each thread count (best of 15 passes over 1 GiB, plain and prefetching
+loops); a decoded token
 must read every weight once (`--info`'s weight bytes) plus the KV cache of
 every earlier position (`--info`'s KV bytes per token, f16 by default: the
 same element llama.cpp uses), so bandwidth / bytes per token is the decode
@@ -52,7 +53,9 @@ the P-token prompt (attention must not take over at long contexts).
 
 Run:  python3 bench/bench_smollm2.py [--threads 1,2] [--reps 3] [--quick]
                                      [--long 1024,4000] [--no-build] [--model GGUF]
-                                     [--json OUT]
+                                     [--engines fused,nofuse,f32,a8] [--json OUT]
+Other models: --model takes any GGUF llama.cpp runs, e.g. the 1.1B random
+Llama of bench/make_synthetic_llama.py (--engines fused keeps it short).
 --quick: 1 rep, 32-token prompt, 32 decode tokens (a smoke run; the numbers
 are not the benchmark's).
 """
@@ -294,6 +297,9 @@ def main():
     ap.add_argument("--model", type=pathlib.Path, help="the Q4_1 GGUF (default: scripts/fetch_smollm2.sh)")
     ap.add_argument("--no-build", action="store_true", help="use the existing build/bench-smollm2* binaries")
     ap.add_argument("--json", type=pathlib.Path, help="also write all raw figures here")
+    ap.add_argument("--engines", default="fused,nofuse,f32,a8",
+                    help="ingot builds to run beside llama.cpp (default fused,nofuse,f32,a8; fused first "
+                         "if named: --long and the roofline use the first)")
     ap.add_argument("--long", default="1024,4000",
                     help="prompt lengths for decode at long contexts (default 1024,4000; '' to skip)")
     a = ap.parse_args()
@@ -316,13 +322,18 @@ def main():
     print(f"work:     prefill {P} tokens, decode {G} tokens (greedy), threads {threads}, "
           f"warm-up 1 + {a.reps} reps, median", flush=True)
     bw = {t: dram_bandwidth(t) for t in threads}
-    print("DRAM read bandwidth (bench/membw.c, best of 5 x 1 GiB): " +
+    print("DRAM read bandwidth (bench/membw.c, best of 15 x 1 GiB): " +
           ", ".join(f"{bw[t]:.1f} GB/s at {t} thread{'s' if t > 1 else ''}" for t in threads), flush=True)
 
     # ---- builds
     engines = []          # labels of ingot engines that built
     failed = {}
-    for label, name, flags in INGOT_ENGINES:
+    chosen = [e.strip() for e in a.engines.split(",") if e.strip()]
+    known = {label.replace("ingot ", ""): (label, name, flags) for label, name, flags in INGOT_ENGINES}
+    for e in chosen:
+        if e not in known:
+            raise SystemExit(f"--engines: unknown engine '{e}' (one of {', '.join(known)})")
+    for label, name, flags in (known[e] for e in chosen):
         if a.no_build:
             err = None if ingot_bin(name).is_file() else f"{ingot_bin(name)} missing (--no-build)"
         else:
@@ -390,7 +401,7 @@ def main():
           f"decode = {G} tokens")
     print(f"{'engine':<14}{'thr':>4}  {'prefill':>9} {'':<15}  {'decode':>9} {'':<15} {'% roofline':>10}")
     for t in threads:
-        for lab in [e[0] for e in INGOT_ENGINES] + [LLAMA]:
+        for lab in [known[e][0] for e in chosen] + [LLAMA]:
             if lab in failed:
                 print(f"{lab:<14}{t:>4}  {'(build failed)':>9}")
                 continue
@@ -415,6 +426,8 @@ def main():
              ("ingot fused", "ingot nofuse"), ("ingot fused", "ingot f32"), ("ingot a8", "ingot fused")]
     for t in threads:
         for x, y in pairs:
+            if x not in all_labels or y not in all_labels:
+                continue
             name = f"{x.replace('ingot ', '')} / {y.replace('ingot ', '')}"
             print(f"{name:<28}{t:>4}  {ratio(get(x, t, 'prefill'), get(y, t, 'prefill')):>8}  "
                   f"{ratio(get(x, t, 'decode'), get(y, t, 'decode')):>8}")

@@ -4,9 +4,14 @@
  *   cc -O2 -march=native -pthread bench/membw.c -o membw && ./membw THREADS [MiB]
  * Each of THREADS threads sums its share of a buffer (default 1024 MiB, far
  * beyond any last-level cache) with wide vector loads; the buffer is written
- * once first so every page is resident, and the best of 5 passes is printed
- * as "GB/s <value>" (10^9 bytes per second). A sum of loads is what decode
- * does with its weights, so this is the ceiling decode is measured against. */
+ * once first so every page is resident, and the best of 5 passes of each
+ * loop is printed as "GB/s <value>" (10^9 bytes per second). A sum of loads
+ * is what decode does with its weights, so this is the ceiling decode is
+ * measured against. The loop runs plain and with software prefetches 1 and
+ * 2 KB ahead, and the best of all counts: on a 2-core Xeon the prefetching
+ * loops read 13% faster than the plain one (17.7 against 15.6 GB/s on one
+ * thread), and the kernels prefetch too (kernels/cpu/kc_x16.h), so the
+ * plain loop alone would understate the ceiling. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +25,7 @@
 typedef struct {
     const float *p;
     size_t n; /* floats */
+    size_t ahead; /* prefetch distance in bytes; 0: none */
     float sum;
 } share;
 
@@ -29,6 +35,8 @@ static void *read_share(void *arg) {
 #if defined(__AVX512F__)
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (; i + 64 <= s->n; i += 64) {
+        if (s->ahead) /* 4 lines per step: the 256 bytes this step reads, s->ahead further on */
+            for (int l = 0; l < 4; l++) __builtin_prefetch((const char *)(s->p + i) + s->ahead + 64 * l, 0, 3);
         a0 = _mm512_add_ps(a0, _mm512_load_ps(s->p + i));
         a1 = _mm512_add_ps(a1, _mm512_load_ps(s->p + i + 16));
         a2 = _mm512_add_ps(a2, _mm512_load_ps(s->p + i + 32));
@@ -38,6 +46,8 @@ static void *read_share(void *arg) {
 #elif defined(__AVX2__)
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (; i + 32 <= s->n; i += 32) {
+        if (s->ahead)
+            for (int l = 0; l < 2; l++) __builtin_prefetch((const char *)(s->p + i) + s->ahead + 64 * l, 0, 3);
         a0 = _mm256_add_ps(a0, _mm256_load_ps(s->p + i));
         a1 = _mm256_add_ps(a1, _mm256_load_ps(s->p + i + 8));
         a2 = _mm256_add_ps(a2, _mm256_load_ps(s->p + i + 16));
@@ -74,11 +84,12 @@ int main(int argc, char **argv) {
     pthread_t tid[256];
     share sh[256];
     double best = 0, sink = 0;
-    for (int pass = 0; pass < 5; pass++) {
+    for (int pass = 0; pass < 15; pass++) {
+        const size_t ahead = (size_t)(pass % 3) * 1024; /* plain, 1 KB, 2 KB: interleaved */
         const double t0 = now_s();
         for (int t = 0; t < threads; t++) {
             const size_t a = n / 64 * (size_t)t / (size_t)threads * 64, b = n / 64 * (size_t)(t + 1) / (size_t)threads * 64;
-            sh[t] = (share){buf + a, (t == threads - 1 ? n : b) - a, 0.0f};
+            sh[t] = (share){buf + a, (t == threads - 1 ? n : b) - a, ahead, 0.0f};
             pthread_create(&tid[t], NULL, read_share, &sh[t]);
         }
         for (int t = 0; t < threads; t++) {

@@ -64,6 +64,22 @@ _Static_assert(sizeof(kc_q16) == 80, "generator/plan.lua's Q16_BLOCK_BYTES plans
 KC_INLINE size_t kc_x16_tile_bytes(int wt) { return wt == KC_WQ8_0 ? 544 : wt == KC_WQ4_0 ? 288 : 320; }
 KC_INLINE int kc_x16_hdr(int wt) { return wt == KC_WQ4_1 ? 64 : 32; }
 
+/* Software prefetch of the weight stream. A row group's tiles are
+ * contiguous and the groups follow one another, so the bytes a fixed
+ * distance past the block in use are the next ones read. The hardware
+ * prefetcher alone kept one core's decode GEMV 10-30% under DRAM speed,
+ * more for the K-quants, whose per-block work is larger; asking for the
+ * block KC_X16_PF_BLOCKS ahead (a few KB) as each block starts brought
+ * Q4_0 / Q4_K / Q6_K / Q5_0 from 14.5 / 11.2 / 10.2 / 12.7 to 16.8 / 16.0 /
+ * 14.3 / 15.5 GB/s on 2048->5632 from DRAM (one thread; 6 and 10 blocks
+ * ahead measured worse) and prefill 3-8% faster. A prefetch past the end
+ * of the weights is harmless: it never faults. */
+#define KC_X16_PF_BLOCKS 8
+KC_INLINE void kc__x16_prefetch(const uint8_t *block, size_t block_bytes) {
+    const uint8_t *p = block + KC_X16_PF_BLOCKS * block_bytes;
+    KC_UNROLL for (size_t o = 0; o < block_bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
 /* Quantizes n floats (a multiple of 32) into n/32 kc_q16 blocks; rounds to
  * nearest-even on every path, so every instruction set gives the same bits. */
 static inline void kc_quantize_q16(const float *x, kc_q16 *out, int n) {
@@ -196,6 +212,7 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
     KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = _mm512_setzero_ps();
     for (int b = 0; b < NB; b++) {
         const uint8_t *t = G + (size_t)b * tb;
+        kc__x16_prefetch(t, tb);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)t));
         /* the tile's 8 code vectors in turn, each against every token of the
          * tile: 2 NT integer chains stay in registers across the block */
@@ -268,6 +285,7 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
         KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = _mm256_setzero_ps();
         for (int b = 0; b < NB; b++) {
             const uint8_t *t = G + (size_t)b * tb;
+            if (!half) kc__x16_prefetch(t, tb);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(t + 16 * half)));
             __m256i w[8];
             if (wt == KC_WQ8_0) {
@@ -332,6 +350,7 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
         for (int b = 0; b < NB; b++) {
             const uint8_t *t = G + (size_t)b * tb;
             const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
+            if (!j) kc__x16_prefetch(t, tb);
             for (int i = 0; i < KC_X16_ROWS; i++) {
                 int32_t dot = 0; /* Q8_0: signed codes; Q4: the nibbles */
                 for (int k = 0; k < 32; k++) dot += kc__x16_code(t, wt, i, k) * (128 * x->h[k] + x->l[k]);

@@ -504,9 +504,11 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
     for (int lo = 0; lo < KC_X16_ROWS; lo += KX_LANES) {
         kx_vf acc[KC_X16_NT];
         KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = kx_fzero();
+        const size_t bpb = kc_x16k_tile_bytes(wt) / (size_t)(kc_x16k_cols(wt) / 32); /* bytes per 32 columns */
         for (int b = 0; b < NB; b++) {
             kx_vi w[8];
             kx_vf dA, dB = kx_fzero(), c = kx_fzero(), cB = kx_fzero();
+            if (!lo) kc__x16_prefetch(G + (size_t)b * bpb, bpb); /* a K-quant tile: its eighths in turn */
             kc__x16k_unpack(G, wt, b, lo, w, &dA, &dB, &c, &cB);
             KC_UNROLL for (int j = 0; j < NT; j++) {
                 const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
@@ -557,8 +559,10 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
                               const float *bias, int accumulate) {
     for (int j = 0; j < NT; j++) {
         float acc[KC_X16_ROWS] = {0};
+        const size_t bpb = kc_x16k_tile_bytes(wt) / (size_t)(kc_x16k_cols(wt) / 32);
         for (int b = 0; b < NB; b++) {
             const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
+            if (!j) kc__x16_prefetch(G + (size_t)b * bpb, bpb);
             for (int i = 0; i < KC_X16_ROWS; i++) {
                 int q[32];
                 float dA, dB, c, cB;
