@@ -144,12 +144,15 @@ KC_INLINE void kc__store(float *Y, int ldy, int r, int t, int NR, int NT, float 
 }
 
 KC_INLINE size_t kc__wsize(int wt) { return wt == KC_WF32 ? 4 : 2; }
-/* Software prefetch, KC_MMF_PF bytes ahead in each of the tile's rows (the
- * KC_FRB rows are separate streams, each IN elements long): the hardware
- * prefetcher alone left SmolLM2-135M's F16 decode at 42 / 79 tokens/s on 1 /
- * 2 threads; with this it ran at 53 / 100 (512, 1024 and 2048 bytes ahead
- * measured alike, alternated runs). */
+/* Software prefetch in each of the tile's rows (the KC_FRB rows are
+ * separate streams, each IN elements long): into L1 KC_MMF_PF bytes ahead,
+ * into L2 KC_MMF_PF_L2 ahead. The hardware prefetcher alone left
+ * SmolLM2-135M's F16 decode at 42 / 79 tokens/s on 1 / 2 threads; the L1
+ * prefetch took it to 53 / 100 (512, 1024 and 2048 bytes ahead alike), the
+ * L2 one to 66 / 124 (2, 4, 8 and 16 KB: 56, 62, 66, 67 tokens/s at 1
+ * thread; alternated runs). */
 #define KC_MMF_PF 512
+#define KC_MMF_PF_L2 8192
 /* NR x NT outputs (NR <= KC_FRB, NT <= KC_FTB) at rows r.., tokens t.. */
 KC_INLINE void kc__mmf_tile(const void *W, int wt, const float *X, int ldx, float *Y, int ldy, int IN, int r,
                             int t, int NR, int NT, const float *bias, int accumulate) {
@@ -162,9 +165,11 @@ KC_INLINE void kc__mmf_tile(const void *W, int wt, const float *X, int ldx, floa
         kc_vf xv[KC_FTB];
         KC_UNROLL for (int j = 0; j < NT; j++) xv[j] = kc__ldx(x0 + (size_t)j * (size_t)ldx + k);
         KC_UNROLL for (int i = 0; i < NR; i++) {
-            if (((size_t)k * kc__wsize(wt)) % 64 == 0) /* once per cache line of the row */
-                __builtin_prefetch((const char *)W + (w0 + (size_t)i * (size_t)IN + (size_t)k) * kc__wsize(wt) + KC_MMF_PF,
-                                   0, 3);
+            if (((size_t)k * kc__wsize(wt)) % 64 == 0) { /* once per cache line of the row */
+                const char *at = (const char *)W + (w0 + (size_t)i * (size_t)IN + (size_t)k) * kc__wsize(wt);
+                __builtin_prefetch(at + KC_MMF_PF, 0, 3);
+                __builtin_prefetch(at + KC_MMF_PF_L2, 0, 2);
+            }
             kc_vf w = kc__ldw(W, wt, w0 + (size_t)i * (size_t)IN + (size_t)k);
             KC_UNROLL for (int j = 0; j < NT; j++) acc[i][j] = kc__vfma(w, xv[j], acc[i][j]);
         }
