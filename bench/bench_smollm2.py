@@ -38,13 +38,14 @@ nproc, ISA flags) and the load average at start and end are printed: numbers
 are only comparable within one run.
 
 The roofline: bench/membw.c (compiled here) measures the machine's DRAM read
-bandwidth at each thread count (best of 15 passes over 1 GiB, plain and prefetching
-loops); a decoded token
-must read every weight once (`--info`'s weight bytes) plus the KV cache of
-every earlier position (`--info`'s KV bytes per token, f16 by default: the
-same element llama.cpp uses), so bandwidth / bytes per token is the decode
-rate no engine can beat on this machine, and each decode figure is printed
-as a % of it.
+bandwidth at each thread count (best of 15 passes over 1 GiB, plain and
+prefetching loops); a decoded token must read every weight once (`--info`'s
+weight bytes) plus the KV cache of every earlier position (`--info`'s KV bytes
+per token, f16 by default: the same element llama.cpp uses), so bandwidth /
+bytes per token is the decode rate no engine can beat from DRAM, and each
+decode figure is printed as a % of it. Weights that fit in the last-level
+cache (SmolLM2's 92 MB, on a CPU with a few hundred MB of L3) stream from
+there between tokens and can pass 100%.
 
 Long contexts (--long 1024,4000, the default; "" to skip): decode of 32
 tokens after a prompt of each length, ingot's default build and llama.cpp at
