@@ -56,18 +56,17 @@ def main():
             raise SystemExit(f"unknown preset {t}; one of {', '.join(sorted(PRESETS))}")
     a.out.mkdir(parents=True, exist_ok=True)
     stem = f"{a.shape}-random"
-    todo = [t for t in types if not (a.out / f"{stem}.{t}.gguf").is_file()]
-    for t in types:
-        if t not in todo:
-            print(f"kept      {a.out / f'{stem}.{t}.gguf'}")
-    if not todo:
+    missing = [t for t in types if not (a.out / f"{stem}.{t}.gguf").is_file()]
+    for t in sorted(set(types) - set(missing)):
+        print(f"kept      {a.out / f'{stem}.{t}.gguf'}")
+    if not missing:
         return
     with tempfile.TemporaryDirectory(dir=a.out) as tmp:
         f32 = pathlib.Path(tmp) / f"{stem}.F32.gguf"
         t0 = time.perf_counter()
         write_f32_gguf(f32, c, name=stem)
         print(f"wrote     {f32.name} ({f32.stat().st_size / 2**30:.1f} GiB, {time.perf_counter() - t0:.0f} s)", flush=True)
-        for t in todo:
+        for t in missing:
             dst = a.out / f"{stem}.{t}.gguf"
             t0 = time.perf_counter()
             part = dst.with_suffix(".part")
