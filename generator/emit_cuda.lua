@@ -216,6 +216,10 @@ local function matmul_kernel(ctx, s, grp, fold)
     off = off + OUT
   end
   if #grp.epilogue > 0 then
+    -- one block takes the epilogue's tokens in turn, two barriers per op each: with several tokens
+    -- that tail outlasts the GEMV, so a step of more than one token runs the epilogue as its own
+    -- rows kernel (a block per token) after the launches
+    L[#L + 1] = "    if (TM > 1) return; /* several tokens: the epilogue is the rows kernel launched after */"
     L[#L + 1] = "    if (!ig_last_block(st.done)) return; /* the epilogue: the last block, every row of the launch */"
     L[#L + 1] = "    for (int t = t0; t < t0 + nt; t++) {"
     for _, l in ipairs(row_block(ctx, s, grp.epilogue, "t", NT, "        ")) do L[#L + 1] = l end
@@ -495,14 +499,16 @@ function emit.call(ctx, c, kid)
       L[#L + 1] = gemm
       if epi_launch then L[#L + 1] = "        " .. epi_launch end
     end
+    L[#L + 1] = string.format("    } else if (%s == 1) { /* one token: the epilogue in the last block */", rows)
+    L[#L + 1] = string.format("        LAUNCH(%d, %s<1>, dim3(%d), dim3(%d), st, 0, 1, %d%s);", one, c.kernel.name,
+      blocks, emit.MM_WARPS * 32, c.kv_layer, tail)
     L[#L + 1] = "    } else {"
     L[#L + 1] = string.format("        for (int c0 = 0; c0 < %s; c0 += %d) {", rows, emit.TMAX)
     L[#L + 1] = string.format("            const int n = %s - c0 < %d ? %s - c0 : %d;", rows, emit.TMAX, rows, emit.TMAX)
-    L[#L + 1] = string.format("            if (n == 1) LAUNCH(%d, %s<1>, dim3(%d), dim3(%d), st, c0, n, %d%s);", one, c.kernel.name,
-      blocks, emit.MM_WARPS * 32, c.kv_layer, tail)
-    L[#L + 1] = string.format("            else LAUNCH(%d, %s<%d>, dim3(%d), dim3(%d), st, c0, n, %d%s);", many, c.kernel.name,
+    L[#L + 1] = string.format("            LAUNCH(%d, %s<%d>, dim3(%d), dim3(%d), st, c0, n, %d%s);", many, c.kernel.name,
       emit.TMAX, blocks, emit.MM_WARPS * 32, c.kv_layer, tail)
     L[#L + 1] = "        }"
+    if epi_launch then L[#L + 1] = "        " .. epi_launch end
     L[#L + 1] = "    }"
     return L
   end

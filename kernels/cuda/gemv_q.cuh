@@ -308,16 +308,22 @@ __device__ __forceinline__ void ig_gemv_warp(const void* __restrict__ W, int r, 
 
 // scale[t] = 1/rms of row xrow(t) of X (IN floats) for the n_tok tokens, into the caller's
 // __shared__ float[>= n_tok]: the RMSNorm prologue of a fused matmul, recomputed by every block
-// (IN floats per token, from L2) so that no block waits for another. All NT threads must call it.
+// (IN floats per token, from L2) so that no block waits for another. A warp per token, the warps
+// taking the tokens in turn, and one barrier at the end: a block-wide sum per token would put two
+// barriers per token on every block's critical path (8 tokens: most of a decode GEMV's time).
+// All NT threads must call it; scratch is unused (kept for the callers' signature).
 template <int IN, int NT>
 __device__ __forceinline__ void ig_rms_scales(const float* __restrict__ X, int ldx, const int* __restrict__ rows,
                                               int n_tok, float eps, float* scale, float* scratch) {
-  for (int t = 0; t < n_tok; t++) {
+  static_assert(NT % 32 == 0, "whole warps");
+  (void)scratch;
+  const int lane = threadIdx.x & 31;
+  for (int t = threadIdx.x >> 5; t < n_tok; t += NT / 32) {
     const float* xr = X + (long long)(rows ? rows[t] : t) * ldx;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < IN; i += NT) ss += xr[i] * xr[i];
-    ss = ig_block_sum<NT>(ss, scratch);
-    if (threadIdx.x == 0) scale[t] = rsqrtf(ss / (float)IN + eps);
+    for (int i = lane; i < IN; i += 32) ss += xr[i] * xr[i];
+    ss = ig_warp_sum(ss);
+    if (lane == 0) scale[t] = rsqrtf(ss / (float)IN + eps);
   }
   __syncthreads();
 }
