@@ -155,8 +155,19 @@ class LlamaServer:
 # ---- load -----------------------------------------------------------------------
 
 
+SERVED = {}  # url: the model id its /v1/models lists (a binary's id is its build name)
+
+
+def served_model(url):
+    if url not in SERVED:
+        r = requests.get(url + "/v1/models", timeout=30)
+        r.raise_for_status()
+        SERVED[url] = r.json()["data"][0]["id"]
+    return SERVED[url]
+
+
 def one_request(url, prompt, max_tokens, timeout):
-    body = {"model": "smollm2", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+    body = {"model": served_model(url), "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "ignore_eos": True}
     t0 = time.perf_counter()
     times = []
@@ -315,7 +326,7 @@ def main():
     out = {}
 
     print(f"\ningot: {binary} serve")
-    srv = ServerProc(binary, "--max-running", str(max(levels)), "--grace", "5",
+    srv = ServerProc(binary, "--weights", str(gguf), "--max-running", str(max(levels)), "--grace", "5",
                      env={"INGOT_THREADS": str(a.threads)}).start()
     try:
         out["ingot"] = bench(srv.url, levels, a.prompts_per_client, a.max_tokens, True)
