@@ -183,10 +183,11 @@ local function phase_matmul(ctx, s, name, grp)
     local lo, hi = off, off + OUT
     local x, ldx, fn
     local ctype = DT_CTYPE[w.dtype]
-    if plan_mod.int8_activations(w.dtype, ctx.act_quant) then
+    if w.x16 then -- kernels/cpu/kc_x16.h: the interleaved layout against 15-bit activations (q8: their high digits)
+      x, ldx, ctype = "(const kc_q16 *)a->q8", string.format("%d", IN // 32), "const void"
+      fn = (ctx.act_quant == "q8" and "kc_mmp8_" or "kc_mmp_") .. w.dtype
+    elseif plan_mod.int8_activations(w.dtype, ctx.act_quant) and not grp.q16 then
       x, ldx, fn = "(const kc_q8 *)a->q8", string.format("%d", IN // 32), "kc_mm_" .. w.dtype
-    elseif w.x16 then -- kernels/cpu/kc_x16.h: the interleaved layout against 15-bit activations
-      x, ldx, fn, ctype = "(const kc_q16 *)a->q8", string.format("%d", IN // 32), "kc_mmp_" .. w.dtype, "const void"
     else
       x, ldx = l.perm_buffer and perm_slot(s, l) or s.buf(l.inputs[1].node), string.format("%d", IN)
       fn = (plan_mod.quantized(w.dtype) and "kc_mmx_" or "kc_mm_") .. w.dtype
@@ -544,7 +545,7 @@ local function kernel_name(grp)
   for _, l in ipairs(grp.linears) do dt = dt or l.inputs[2].dtype end
   local name = table.concat(parts, "_")
   if dt then name = name .. "_" .. dt end
-  if grp.q8 and not grp.q16 then name = name .. "_a8" end
+  if grp.q8 and (not grp.q16 or grp.a8) then name = name .. "_a8" end
   return name
 end
 
@@ -561,7 +562,7 @@ function emit.kernels(ctx, groups, final_node)
         local x = grp.linears[1].inputs[1]
         local kind = grp.q16 and "q16" or "q8"
         q8_line = string.format("kc_quantize_%s(%s, (kc_%s *)a->q8 + (size_t)t * %d, %d); /* activations quantized once for every linear below */",
-          kind, row(s.buf(x.node), "t", x.width), kind, x.width // 32, x.width)
+          grp.a8 and "q16a8" or kind, row(s.buf(x.node), "t", x.width), kind, x.width // 32, x.width)
       end
       for _, l in ipairs(grp.linears) do
         if l.perm_buffer then -- the activations in the order of the weight's reordered inputs

@@ -23,7 +23,7 @@ local emit_cuda = require("emit_cuda")
 
 local VERSION = "ingot-generator 0.1"
 
--- --act-quant q16 (the CPU default): which weights are stored in the 16-row
+-- --act-quant q16 (the CPU default) and q8: which weights are stored in the 16-row
 -- interleaved layout (kernels/cpu/kc_x16.h), rewritten once at load. A
 -- weight qualifies when its type has x16 kernels, its rows come in whole
 -- groups of 16, and every node that reads it is a linear (a matmul phase,
@@ -35,7 +35,7 @@ local VERSION = "ingot-generator 0.1"
 local X16_TYPES = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, iq4_nl = 32, q2_k = 256, q3_k = 256,
   q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256}
 local function choose_x16_layouts(g, weights, opts)
-  if opts.backend ~= "cpu" or opts.act_quant ~= "q16" then return end
+  if opts.backend ~= "cpu" or (opts.act_quant ~= "q16" and opts.act_quant ~= "q8") then return end
   local readers_ok = {}
   for _, n in ipairs(g.nodes) do
     for i, inp in ipairs(n.inputs) do
@@ -68,7 +68,9 @@ local function act_info(opts, weights)
     text = n == 0 and "f32 (no weight here has the x16 layout's type and shape)" or string.format(
       "q16: 15-bit integers per block of 32 against the %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h); f32 for the rest", n)
   elseif opts.act_quant == "q8" then
-    text = "q8: int8 per block of 32 against every block-quantized weight (llama.cpp's numerics)"
+    local n = 0
+    for _, w in ipairs(weights) do if w.x16 and w.same_as < 0 then n = n + 1 end end
+    text = string.format("q8: int8 per block of 32 against every block-quantized weight (llama.cpp's numerics); %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h)", n)
   else
     text = "f32 (--act-quant none: the weights dequantized in registers, exact)"
   end

@@ -127,6 +127,40 @@ static inline void kc_quantize_q16(const float *x, kc_q16 *out, int n) {
     }
 }
 
+/* --act-quant q8 in the same blocks: x ~= d * 128 * h with h = x * 127 / amax
+ * rounded to nearest-even in [-127, 127] and every low digit 0. These are
+ * kc_quantize_q8's codes and scale (128 d = amax / 127 exactly: 16256 = 127
+ * * 128), llama.cpp's int8 activations, read by the kc_mmp8_ kernels, which
+ * skip the low digits' chain: half the integer work of q16. */
+static inline void kc_quantize_q16a8(const float *x, kc_q16 *out, int n) {
+    for (int b = 0; b < n / 32; b++, x += 32) {
+        kc_q16 *o = &out[b];
+        memset(o->l, 0, sizeof o->l);
+#if defined(__AVX512F__)
+        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const __m512 vid = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        const __m512i h0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), h1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+        _mm_storeu_si128((__m128i *)(void *)o->h, _mm512_cvtepi32_epi8(h0));
+        _mm_storeu_si128((__m128i *)(void *)(o->h + 16), _mm512_cvtepi32_epi8(h1));
+        o->s16[0] = 128 * _mm512_reduce_add_epi32(h0);
+        o->s16[1] = 128 * _mm512_reduce_add_epi32(h1);
+#else
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        o->s16[0] = o->s16[1] = 0;
+        for (int i = 0; i < 32; i++) {
+            const int h = (int)nearbyintf(x[i] * id);
+            o->h[i] = (int8_t)h;
+            o->s16[i / 16] += 128 * h;
+        }
+#endif
+        o->d = amax / (float)KC_X16_QMAX;
+        o->s = o->d * (float)(o->s16[0] + o->s16[1]);
+    }
+}
+
 /* ---- layout: write, read back ------------------------------------------ */
 
 /* Rewrites rows [0, R) of a row-major block matrix (IN columns) into x16
@@ -212,7 +246,7 @@ KC_INLINE __m512i kc__x16_dp(__m512i acc, __m512i u, __m512i s) {
 
 /* One group of 16 rows, NT (<= KC_X16_NT) tokens: Y[t][0..16) of the group. */
 KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
-                             const float *bias, int accumulate) {
+                             const float *bias, int accumulate, int a8) {
     const size_t tb = kc_x16_tile_bytes(wt);
     const int hdr = kc_x16_hdr(wt);
     __m512 acc[KC_X16_NT];
@@ -254,7 +288,7 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
                     vl = _mm512_mask_sub_epi8(vl, neg, _mm512_setzero_si512(), vl);
 #endif
                 ih[j] = kc__x16_dp(ih[j], w, vh);
-                il[j] = kc__x16_dp(il[j], w, vl);
+                if (!a8) il[j] = kc__x16_dp(il[j], w, vl); /* a8: the low digits are 0 */
             }
         }
         KC_UNROLL for (int j = 0; j < NT; j++) {
@@ -284,7 +318,7 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
  * 0..31 and 32..63), with kc_matmul.h's kc__dot (AVX-VNNI vpdpbusd, or
  * vpmaddubsw + vpmaddwd, exact for |u * s| * 2 < 32768). */
 KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
-                             const float *bias, int accumulate) {
+                             const float *bias, int accumulate, int a8) {
     const size_t tb = kc_x16_tile_bytes(wt);
     const int hdr = kc_x16_hdr(wt);
     for (int half = 0; half < 2; half++) {
@@ -321,10 +355,10 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
                     if (wt == KC_WQ8_0 && !KC_HAVE_VNNI) { /* |w| against x with w's sign: |w| <= 127 */
                         const __m256i aw = _mm256_sign_epi8(w[c], w[c]);
                         ih = kc__dot(ih, aw, _mm256_sign_epi8(vh, w[c]));
-                        il = kc__dot(il, aw, _mm256_sign_epi8(vl, w[c]));
+                        if (!a8) il = kc__dot(il, aw, _mm256_sign_epi8(vl, w[c]));
                     } else {
                         ih = kc__dot(ih, w[c], vh);
-                        il = kc__dot(il, w[c], vl);
+                        if (!a8) il = kc__dot(il, w[c], vl); /* a8: the low digits are 0 */
                     }
                 }
                 const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(ih, 7), il));
@@ -348,9 +382,11 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
     }
 }
 #else
-/* Portable: the same integer dot products, one (row, block) at a time. */
+/* Portable: the same integer dot products, one (row, block) at a time (a8's
+ * low digits are 0 and add nothing: one loop serves both). */
 KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
-                             const float *bias, int accumulate) {
+                             const float *bias, int accumulate, int a8) {
+    (void)a8;
     const size_t tb = kc_x16_tile_bytes(wt);
     for (int j = 0; j < NT; j++) {
         float acc[KC_X16_ROWS] = {0};
@@ -388,7 +424,7 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
  * is batched with. Per group of 16 rows (a few KB, kept in L1) the tokens
  * pass in tiles of KC_X16_NT, each unpacked weight vector serving the tile. */
 KC_INLINE void kc__mmp(const void *W, int wt, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0,
-                       int r1, const float *bias, int accumulate) {
+                       int r1, const float *bias, int accumulate, int a8) {
     const int NB = IN / 32;
     const size_t tb = kc_x16_tile_bytes(wt);
     for (int r = r0; r < r1; r += KC_X16_ROWS) {
@@ -397,24 +433,28 @@ KC_INLINE void kc__mmp(const void *W, int wt, const kc_q16 *X, int ldxb, float *
         int t = 0;
         for (; t + KC_X16_NT <= T; t += KC_X16_NT)
             kc__x16_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, KC_X16_NT, Y + (size_t)t * (size_t)ldy + r, ldy,
-                          bi, accumulate);
+                          bi, accumulate, a8);
         for (; t < T; t++)
             kc__x16_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, 1, Y + (size_t)t * (size_t)ldy + r, ldy, bi,
-                          accumulate);
+                          accumulate, a8);
     }
 }
 
-static inline void kc_mmp_q8_0(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0,
-                               int r1, const float *bias, int accumulate) {
-    kc__mmp(W, KC_WQ8_0, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate);
-}
-static inline void kc_mmp_q4_0(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0,
-                               int r1, const float *bias, int accumulate) {
-    kc__mmp(W, KC_WQ4_0, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate);
-}
-static inline void kc_mmp_q4_1(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0,
-                               int r1, const float *bias, int accumulate) {
-    kc__mmp(W, KC_WQ4_1, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate);
-}
+/* kc_mmp_TYPE: against kc_quantize_q16's activations (two digits);
+ * kc_mmp8_TYPE: against kc_quantize_q16a8's (--act-quant q8: the high digit
+ * only, one integer chain per weight instead of two). */
+#define KC_X16_MMP(name, WT)                                                                                           \
+    static inline void kc_mmp_##name(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0, \
+                                     int r1, const float *bias, int accumulate) {                                      \
+        kc__mmp(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate, 0);                                           \
+    }                                                                                                                  \
+    static inline void kc_mmp8_##name(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN,       \
+                                      int r0, int r1, const float *bias, int accumulate) {                             \
+        kc__mmp(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate, 1);                                           \
+    }
+KC_X16_MMP(q8_0, KC_WQ8_0)
+KC_X16_MMP(q4_0, KC_WQ4_0)
+KC_X16_MMP(q4_1, KC_WQ4_1)
+#undef KC_X16_MMP
 
 #endif

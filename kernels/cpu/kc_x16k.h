@@ -500,7 +500,7 @@ KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[
 
 /* One group of 16 rows, NT tokens (at most KC_X16_NT): Y[t][0..16). */
 KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
-                              const float *bias, int accumulate) {
+                              const float *bias, int accumulate, int a8) {
     for (int lo = 0; lo < KC_X16_ROWS; lo += KX_LANES) {
         kx_vf acc[KC_X16_NT];
         KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = kx_fzero();
@@ -532,10 +532,10 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
                         memcpy(&xl, x->l + 4 * k, 4);
                         if ((wt == KC_WIQ4_NL || wt == KC_WIQ4_XS) && !KX_VNNI) { /* signed table values */
                             ih[j] = kx_dps(ih[j], w[k], kx_set1_32(xh));
-                            il[j] = kx_dps(il[j], w[k], kx_set1_32(xl));
+                            if (!a8) il[j] = kx_dps(il[j], w[k], kx_set1_32(xl));
                         } else {
                             ih[j] = kx_dp(ih[j], w[k], kx_set1_32(xh));
-                            il[j] = kx_dp(il[j], w[k], kx_set1_32(xl));
+                            if (!a8) il[j] = kx_dp(il[j], w[k], kx_set1_32(xl)); /* a8: the low digits are 0 */
                         }
                     }
                 }
@@ -568,9 +568,11 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
     }
 }
 #else
-/* Portable: the same integer dot products, one (row, group) at a time. */
+/* Portable: the same integer dot products, one (row, group) at a time (a8's
+ * low digits are 0 and add nothing: one loop serves both). */
 KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
-                              const float *bias, int accumulate) {
+                              const float *bias, int accumulate, int a8) {
+    (void)a8;
     for (int j = 0; j < NT; j++) {
         float acc[KC_X16_ROWS] = {0};
         const size_t bpb = kc_x16k_tile_bytes(wt) / (size_t)(kc_x16k_cols(wt) / 32);
@@ -613,7 +615,7 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
  * r0 <= r < r1 (multiples of 16), T tokens of kc_q16 activations: as
  * kc_x16.h's kc__mmp (the same arithmetic for every T), for the types here. */
 KC_INLINE void kc__x16k_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0,
-                            int r1, const float *bias, int accumulate) {
+                            int r1, const float *bias, int accumulate, int a8) {
     const int NB = IN / 32;
     const size_t gb = (size_t)(IN / kc_x16k_cols(wt)) * kc_x16k_tile_bytes(wt);
     for (int r = r0; r < r1; r += KC_X16_ROWS) {
@@ -622,17 +624,22 @@ KC_INLINE void kc__x16k_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, fl
         int t = 0;
         for (; t + KC_X16_NT <= T; t += KC_X16_NT)
             kc__x16k_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, KC_X16_NT, Y + (size_t)t * (size_t)ldy + r, ldy,
-                           bi, accumulate);
+                           bi, accumulate, a8);
         for (; t < T; t++)
             kc__x16k_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, 1, Y + (size_t)t * (size_t)ldy + r, ldy, bi,
-                           accumulate);
+                           accumulate, a8);
     }
 }
 
+/* kc_mmp_TYPE (q16 activations) and kc_mmp8_TYPE (q8: kc_quantize_q16a8's), as kc_x16.h's */
 #define KC_X16K_MMP(name, WT)                                                                                          \
     static inline void kc_mmp_##name(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0, \
                                      int r1, const float *bias, int accumulate) {                                      \
-        kc__x16k_mmp(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate);                                         \
+        kc__x16k_mmp(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate, 0);                                      \
+    }                                                                                                                  \
+    static inline void kc_mmp8_##name(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN,       \
+                                      int r0, int r1, const float *bias, int accumulate) {                             \
+        kc__x16k_mmp(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate, 1);                                      \
     }
 KC_X16K_MMP(iq4_nl, KC_WIQ4_NL)
 KC_X16K_MMP(iq4_xs, KC_WIQ4_XS)

@@ -1,4 +1,4 @@
-/* test_x16.c — the 16-row interleaved layout of every GGUF block type (kc_x16.h, kc_x16k.h): the 15-bit activation quantizer, repacking, row reads and the matmul against double-precision references on the row-major blocks. */
+/* test_x16.c — the 16-row interleaved layout of every GGUF block type (kc_x16.h, kc_x16k.h): the 15-bit and int8 (a8) activation quantizers, repacking, row reads and both matmuls against double-precision references on the row-major blocks. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,6 +22,8 @@ static const char *NAME[NTYPES] = {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k
 typedef void (*mmp_fn)(const void *, const kc_q16 *, int, float *, int, int, int, int, int, const float *, int);
 static const mmp_fn FN[NTYPES] = {kc_mmp_q8_0, kc_mmp_q4_0, kc_mmp_q4_1, kc_mmp_q5_0, kc_mmp_q5_1,   kc_mmp_q4_k,
                                   kc_mmp_q5_k, kc_mmp_q6_k, kc_mmp_q3_k, kc_mmp_q2_k, kc_mmp_iq4_nl, kc_mmp_iq4_xs};
+static const mmp_fn FN8[NTYPES] = {kc_mmp8_q8_0, kc_mmp8_q4_0, kc_mmp8_q4_1, kc_mmp8_q5_0, kc_mmp8_q5_1,   kc_mmp8_q4_k,
+                                   kc_mmp8_q5_k, kc_mmp8_q6_k, kc_mmp8_q3_k, kc_mmp8_q2_k, kc_mmp8_iq4_nl, kc_mmp8_iq4_xs};
 /* a type's tile width: a 32-block or a 256-element super-block */
 static int tile_cols(int ty) { return kc_x16k_cols(WT[ty]); }
 
@@ -79,9 +81,11 @@ static void test_repack_round_trip(void) {
  * the kernel sees, d * (128h + l); the bound is f32 rounding, 1e-5 of the
  * sum of |products| the kernel forms (|d q x| and |c x| apart, for the
  * types whose offsets come back through the activation sums); a second
- * bound checks the activation rounding, at most d/2 per value. Each token's
- * result must not depend on T. */
-static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias, int acc) {
+ * bound checks the activation rounding, at most d/2 per value (a8: 64 d,
+ * half an int8 step). Each token's result must not depend on T. a8: the
+ * kc_mmp8_ kernels against kc_quantize_q16a8's activations. */
+static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias, int acc, int a8) {
+    const mmp_fn fn = a8 ? FN8[ty] : FN[ty];
     const int ldx = IN / 32 + 1, ldy = OUT + 5;
     void *w = rnd_blocks(ty, OUT, IN);
     size_t rb = 0;
@@ -95,16 +99,16 @@ static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias
     for (int r = 0; r < OUT; r++) bias[r] = rndf();
     kc_q16 *xq = malloc(sizeof(kc_q16) * (size_t)T * ldx);
     for (int t = 0; t < T; t++) {
-        kc_quantize_q16(X + (size_t)t * IN, xq + (size_t)t * ldx, IN);
+        (a8 ? kc_quantize_q16a8 : kc_quantize_q16)(X + (size_t)t * IN, xq + (size_t)t * ldx, IN);
         xq[(size_t)t * ldx + IN / 32].d = NAN; /* padding: must never be read */
         xq[(size_t)t * ldx + IN / 32].s = NAN;
     }
-    FN[ty](x16, xq, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
+    fn(x16, xq, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
     float *wrow = malloc(sizeof(float) * IN);
     int bad = 0, bad_round = 0, bad_alone = 0;
     for (int t = 0; t < T; t++) {
         memcpy(Y1, Y0 + (size_t)t * ldy, sizeof(float) * ldy);
-        FN[ty](x16, xq + (size_t)t * ldx, ldx, Y1, ldy, 1, IN, r0, r1, use_bias ? bias : NULL, acc);
+        fn(x16, xq + (size_t)t * ldx, ldx, Y1, ldy, 1, IN, r0, r1, use_bias ? bias : NULL, acc);
         bad_alone += memcmp(Y1, Y + (size_t)t * ldy, sizeof(float) * ldy) != 0;
     }
     const size_t gb = (size_t)(IN / kc_x16k_cols(WT[ty])) * kc_x16k_tile_bytes(WT[ty]);
@@ -129,7 +133,7 @@ static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias
                     exact += wrow[k] * (double)X[(size_t)t * IN + k];
                     const double qv = WT[ty] == KC_WIQ4_NL || WT[ty] == KC_WIQ4_XS ? dtype_iq4_values[q[kk]] : q[kk];
                     mag += (fabs((kk < 16 ? dA : dB) * qv) + fabs(kk < 16 ? c : cB) + (WT[ty] == KC_WIQ4_NL || WT[ty] == KC_WIQ4_XS || WT[ty] == KC_WQ8_0 ? 128.0 : 32.0) * fabs(kk < 16 ? dA : dB)) * fabs(xs);
-                    rbound += fabs(wrow[k]) * xb->d * 0.5;
+                    rbound += fabs(wrow[k]) * xb->d * (a8 ? 64.0 : 0.5);
                 }
             }
             const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0);
@@ -147,24 +151,25 @@ static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias
     for (int t = 0; t < T; t++)
         for (int r = OUT; r < ldy; r++) bad += memcmp(&Y[(size_t)t * ldy + r], &Y0[(size_t)t * ldy + r], sizeof(float)) != 0;
     check(bad == 0 && bad_round == 0 && bad_alone == 0,
-          "kc_mmp_%s IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d beyond the rounding bound, %d tokens "
+          "kc_mmp%s_%s IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d beyond the rounding bound, %d tokens "
           "differ from the token alone",
-          NAME[ty], IN, OUT, T, r0, r1, use_bias, acc, bad, bad_round, bad_alone);
+          a8 ? "8" : "", NAME[ty], IN, OUT, T, r0, r1, use_bias, acc, bad, bad_round, bad_alone);
     free(w), free(x16), free(X), free(Y), free(Y0), free(Y1), free(bias), free(xq), free(wrow);
 }
 
 static void test_matmul(void) {
-    for (int ty = 0; ty < NTYPES; ty++) {
-        const int k = tile_cols(ty);
-        const int Ts[] = {1, 2, 3, 5, 17};
-        for (int ti = 0; ti < 5; ti++) {
-            mm_case(ty, 3 * k, 48, Ts[ti], 0, 48, 0, 0);
-            mm_case(ty, 2 * k, 64, Ts[ti], 16, 64, 1, 1);
-            mm_case(ty, k, 32, Ts[ti], 16, 32, 1, 0);
+    for (int a8 = 0; a8 < 2; a8++)
+        for (int ty = 0; ty < NTYPES; ty++) {
+            const int k = tile_cols(ty);
+            const int Ts[] = {1, 2, 3, 5, 17};
+            for (int ti = 0; ti < 5; ti++) {
+                mm_case(ty, 3 * k, 48, Ts[ti], 0, 48, 0, 0, a8);
+                mm_case(ty, 2 * k, 64, Ts[ti], 16, 64, 1, 1, a8);
+                mm_case(ty, k, 32, Ts[ti], 16, 32, 1, 0, a8);
+            }
+            mm_case(ty, k == 32 ? 1536 : 2048, 48, 1, 0, 32, 0, 1, a8);
+            mm_case(ty, k, 160, 130, 0, 160, 1, 1, a8);
         }
-        mm_case(ty, k == 32 ? 1536 : 2048, 48, 1, 0, 32, 0, 1);
-        mm_case(ty, k, 160, 130, 0, 160, 1, 1);
-    }
 }
 
 /* kc_quantize_q16: digits in range, q = 128h + l within half a step of x/d,
@@ -206,8 +211,36 @@ static void test_quantize_q16(void) {
     check(bad_halves == 0, "kc_quantize_q16: %d wrong half sums", bad_halves);
 }
 
+/* kc_quantize_q16a8 is kc_quantize_q8 in kc_q16 blocks: the same codes as
+ * its high digits, every low digit 0, 128 d its scale bit for bit, s its s
+ * (to f32 rounding), and half sums of 128 h. */
+static void test_quantize_q16a8(void) {
+    float x[96];
+    kc_q16 q[3];
+    kc_q8 r[3];
+    int bad = 0;
+    for (int it = 0; it < 200; it++) {
+        for (int k = 0; k < 96; k++) x[k] = rndf() * (k < 32 ? 1e-3f : k < 64 ? 1.0f : 3e4f);
+        if (it == 0) memset(x, 0, sizeof(float) * 32);
+        kc_quantize_q16a8(x, q, 96);
+        kc_quantize_q8(x, r, 96);
+        for (int b = 0; b < 3; b++) {
+            int half[2] = {0, 0};
+            for (int k = 0; k < 32; k++) {
+                bad += q[b].h[k] != r[b].qs[k] || q[b].l[k] != 0;
+                half[k / 16] += 128 * q[b].h[k];
+            }
+            bad += half[0] != q[b].s16[0] || half[1] != q[b].s16[1];
+            bad += 128.0f * q[b].d != r[b].d;
+            bad += fabs(q[b].s - r[b].s) > 1e-6 * fabs(r[b].s) + 1e-30;
+        }
+    }
+    check(bad == 0, "kc_quantize_q16a8: %d values differ from kc_quantize_q8's", bad);
+}
+
 int main(void) {
     test_quantize_q16();
+    test_quantize_q16a8();
     test_repack_round_trip();
     test_matmul();
     return check_summary();
