@@ -631,16 +631,8 @@ KC_INLINE void kc__x16k_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, fl
     }
 }
 
-/* kc_mmp_TYPE (q16 activations) and kc_mmp8_TYPE (q8: kc_quantize_q16a8's), as kc_x16.h's */
-#define KC_X16K_MMP(name, WT)                                                                                          \
-    static inline void kc_mmp_##name(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0, \
-                                     int r1, const float *bias, int accumulate) {                                      \
-        kc__x16k_mmp(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate, 0);                                      \
-    }                                                                                                                  \
-    static inline void kc_mmp8_##name(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN,       \
-                                      int r0, int r1, const float *bias, int accumulate) {                             \
-        kc__x16k_mmp(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate, 1);                                      \
-    }
+/* kc_mmp_TYPE (q16 activations) and kc_mmp8_TYPE (q8), as kc_x16.h's */
+#define KC_X16K_MMP(name, WT) KC_X16_MMP(name, WT, kc__x16k_mmp)
 KC_X16K_MMP(iq4_nl, KC_WIQ4_NL)
 KC_X16K_MMP(iq4_xs, KC_WIQ4_XS)
 KC_X16K_MMP(q5_0, KC_WQ5_0)
@@ -651,5 +643,6 @@ KC_X16K_MMP(q4_k, KC_WQ4_K)
 KC_X16K_MMP(q5_k, KC_WQ5_K)
 KC_X16K_MMP(q6_k, KC_WQ6_K)
 #undef KC_X16K_MMP
+#undef KC_X16_MMP
 
 #endif
