@@ -184,7 +184,7 @@ local function folded_prologue(ctx, s, L, fold, x, IN, NT, first, n, cap, gather
     local nn = fold.norm
     L[#L + 1] = "    " .. emit_c.src(ctx, nn) .. " /* folded: its weight scales the columns of W, 1/rms each row */"
     L[#L + 1] = string.format("    __shared__ float rms[%s];", cap)
-    L[#L + 1] = string.format("    ig_rms_scales<%d, %d>(%s, %d, %s, %s, %s, rms, scratch);", IN, NT, rms_x, IN, rms_rows, n,
+    L[#L + 1] = string.format("    ig_rms_scales<%d, %d>(%s, %d, %s, %s, %s, rms);", IN, NT, rms_x, IN, rms_rows, n,
       cf(nn.attrs.eps))
     norm, scale = string.format("(const float *)%s, %s", s.weight(nn.inputs[2]), cf(nn.attrs.offset)), "rms"
   end

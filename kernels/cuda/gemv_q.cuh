@@ -311,12 +311,11 @@ __device__ __forceinline__ void ig_gemv_warp(const void* __restrict__ W, int r, 
 // (IN floats per token, from L2) so that no block waits for another. A warp per token, the warps
 // taking the tokens in turn, and one barrier at the end: a block-wide sum per token would put two
 // barriers per token on every block's critical path (8 tokens: most of a decode GEMV's time).
-// All NT threads must call it; scratch is unused (kept for the callers' signature).
+// All NT threads must call it.
 template <int IN, int NT>
 __device__ __forceinline__ void ig_rms_scales(const float* __restrict__ X, int ldx, const int* __restrict__ rows,
-                                              int n_tok, float eps, float* scale, float* scratch) {
+                                              int n_tok, float eps, float* scale) {
   static_assert(NT % 32 == 0, "whole warps");
-  (void)scratch;
   const int lane = threadIdx.x & 31;
   for (int t = threadIdx.x >> 5; t < n_tok; t += NT / 32) {
     const float* xr = X + (long long)(rows ? rows[t] : t) * ldx;
