@@ -6,7 +6,7 @@ present, it also measures decode tokens/s of both builds (`generate`, greedy) in
 prefill tokens/s of an f16 build with cuBLASLt against the same build's tiled GEMM, and decode
 tokens/s of builds converted to q8_0, q4_k_m and q6_k.
 
-    python3 bench/bench_cuda.py [MODEL] [--tokens 128] [--bin-dir DIR]
+    python3 bench/bench_cuda.py [MODEL] [--tokens 128] [--bin-dir DIR [--build-only]]
 
 MODEL defaults to the SmolLM2-135M-Instruct Q4_1 GGUF (scripts/fetch_smollm2.sh). Not a test:
 nothing here passes or fails on a number.
