@@ -185,7 +185,7 @@ local function phase_matmul(ctx, s, name, grp)
     local ctype = DT_CTYPE[w.dtype]
     if w.x16 then -- kernels/cpu/kc_x16.h: the interleaved layout against 15-bit activations (q8: their high digits)
       x, ldx, ctype = "(const kc_q16 *)a->q8", string.format("%d", IN // 32), "const void"
-      fn = (ctx.act_quant == "q8" and "kc_mmp8_" or "kc_mmp_") .. w.dtype
+      fn = (grp.a8 and "kc_mmp8_" or "kc_mmp_") .. w.dtype
     elseif plan_mod.int8_activations(w.dtype, ctx.act_quant) and not grp.q16 then
       x, ldx, fn = "(const kc_q8 *)a->q8", string.format("%d", IN // 32), "kc_mm_" .. w.dtype
     else

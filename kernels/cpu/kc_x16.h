@@ -127,37 +127,22 @@ static inline void kc_quantize_q16(const float *x, kc_q16 *out, int n) {
     }
 }
 
-/* --act-quant q8 in the same blocks: x ~= d * 128 * h with h = x * 127 / amax
- * rounded to nearest-even in [-127, 127] and every low digit 0. These are
- * kc_quantize_q8's codes and scale (128 d = amax / 127 exactly: 16256 = 127
- * * 128), llama.cpp's int8 activations, read by the kc_mmp8_ kernels, which
- * skip the low digits' chain: half the integer work of q16. */
+/* --act-quant q8 in the same blocks: kc_quantize_q8's codes (x * 127 / amax,
+ * nearest-even, in [-127, 127]: llama.cpp's int8 activations) as the high
+ * digits, every low digit 0, d = its scale / 128 (exact: 16256 = 127 * 128)
+ * and its s. Read by the kc_mmp8_ kernels, which skip the low digits' chain:
+ * half the integer work of q16. */
 static inline void kc_quantize_q16a8(const float *x, kc_q16 *out, int n) {
-    for (int b = 0; b < n / 32; b++, x += 32) {
+    for (int b = 0; b < n / 32; b++) {
+        kc_q8 q;
+        kc_quantize_q8(x + 32 * b, &q, 32);
         kc_q16 *o = &out[b];
+        memcpy(o->h, q.qs, sizeof o->h);
         memset(o->l, 0, sizeof o->l);
-#if defined(__AVX512F__)
-        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        const __m512 vid = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-        const __m512i h0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), h1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
-        _mm_storeu_si128((__m128i *)(void *)o->h, _mm512_cvtepi32_epi8(h0));
-        _mm_storeu_si128((__m128i *)(void *)(o->h + 16), _mm512_cvtepi32_epi8(h1));
-        o->s16[0] = 128 * _mm512_reduce_add_epi32(h0);
-        o->s16[1] = 128 * _mm512_reduce_add_epi32(h1);
-#else
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
         o->s16[0] = o->s16[1] = 0;
-        for (int i = 0; i < 32; i++) {
-            const int h = (int)nearbyintf(x[i] * id);
-            o->h[i] = (int8_t)h;
-            o->s16[i / 16] += 128 * h;
-        }
-#endif
-        o->d = amax / (float)KC_X16_QMAX;
-        o->s = o->d * (float)(o->s16[0] + o->s16[1]);
+        for (int i = 0; i < 32; i++) o->s16[i / 16] += 128 * q.qs[i];
+        o->d = q.d / 128.0f;
+        o->s = q.s;
     }
 }
 
