@@ -66,7 +66,7 @@ local function act_info(opts, weights)
     local n = 0
     for _, w in ipairs(weights) do if w.x16 and w.same_as < 0 then n = n + 1 end end
     text = n == 0 and "f32 (no weight here has the x16 layout's type and shape)" or string.format(
-      "q16: 15-bit integers per block of 32 against the %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h); f32 for the rest", n)
+      "q16: 15-bit integers per block of 32 against the %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h), per 256 where a matmul's weights are all Q4_K/Q5_K/Q6_K (kc_x16s.h: AMX tiles for steps of 16+ tokens where the CPU has them, INGOT_AMX=0 to turn them off; the same bits); f32 for the rest", n)
   elseif opts.act_quant == "q8" then
     local n = 0
     for _, w in ipairs(weights) do if w.x16 and w.same_as < 0 then n = n + 1 end end

@@ -16,6 +16,8 @@ local plan = {}
 
 local Q8_BLOCK_BYTES = 40 -- sizeof(kc_q8): float d, float s, int8 qs[32]
 local Q16_BLOCK_BYTES = 80 -- kc_x16.h kc_q16: f32 d, f32 s, 32 high and 32 low int8 digits, 2 int32 half sums
+-- (kc_x16s.h kc_q16s: 640 bytes per 256, the same per 32)
+local Q16S_DTYPES = {q4_k = true, q5_k = true, q6_k = true} -- kc_x16s.h kc_mms_
 local ALIGN = 16
 
 local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end
@@ -152,6 +154,13 @@ function plan.run(g, groups, final_node, act_quant, backend)
         elseif plan.int8_activations(l.inputs[2].dtype, act_quant) then needs_q8 = true end
       end
       grp.a8 = needs_q16 and act_quant == "q8"
+      -- a q16 group whose every weight is an interleaved Q4_K, Q5_K or Q6_K: one scale per
+      -- 256 activations (kc_x16s.h kc_q16s, the same 80 bytes per 32), so that a super-block's
+      -- sum stays an integer and steps of 16 tokens or more can take AMX tiles
+      grp.q16s = needs_q16 and not needs_q8 and act_quant == "q16"
+      for _, l in ipairs(grp.linears) do
+        if not (l.inputs[2].x16 and Q16S_DTYPES[l.inputs[2].dtype] and not l.perm_buffer) then grp.q16s = false end
+      end
       if needs_q8 or needs_q16 then
         local w = grp.linears[1].inputs[1].width
         grp.q8 = new_buffer({bytes = align(w // 32 * (needs_q16 and Q16_BLOCK_BYTES or Q8_BLOCK_BYTES)),

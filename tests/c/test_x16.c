@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "dtype.h"
-#include "kc_x16k.h"
+#include "kc_x16s.h"
 
 #include "check.h"
 #include "xorshift.h"
@@ -238,7 +238,132 @@ static void test_quantize_q16a8(void) {
     check(bad == 0, "kc_quantize_q16a8: %d values differ from kc_quantize_q8's", bad);
 }
 
+/* kc_mms_ (kc_x16s.h): Q4_K, Q5_K and Q6_K against kc_q16s activations, one scale per 256.
+ * Against double-precision sums of the row-major weights and the activations' digits (only
+ * float rounding apart), each token bit for bit the token alone (T >= 16 runs the AMX path
+ * where the CPU has it, a token alone the vector path: the same bits by construction), and
+ * within the rounding bound of x (half a step, d / 2, per value) of the unquantized product. */
+typedef void (*mms_fn)(const void *, const kc_q16s *, int, float *, int, int, int, int, int, const float *, int);
+static void mms_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias, int acc) {
+    const mms_fn fn = WT[ty] == KC_WQ4_K ? kc_mms_q4_k : WT[ty] == KC_WQ5_K ? kc_mms_q5_k : kc_mms_q6_k;
+    const int ldx = IN / 256 + 1, ldy = OUT + 5;
+    void *w = rnd_blocks(ty, OUT, IN);
+    size_t rb = 0;
+    dtype_row_bytes(DT[ty], IN, &rb);
+    void *x16 = malloc(rb * OUT + 64 * (size_t)OUT);
+    kc_x16k_repack(WT[ty], w, x16, OUT, IN);
+    float *X = malloc(sizeof(float) * (size_t)T * IN), *Y = malloc(sizeof(float) * (size_t)T * ldy);
+    float *Y0 = malloc(sizeof(float) * (size_t)T * ldy), *bias = malloc(sizeof(float) * OUT), *Y1 = malloc(sizeof(float) * ldy);
+    for (int i = 0; i < T * IN; i++) X[i] = rndf() * ((i % 5) == 0 ? 6.0f : 1.0f) * (i % 700 == 3 ? 50.0f : 1.0f);
+    for (int i = 0; i < T * ldy; i++) Y[i] = Y0[i] = rndf();
+    for (int r = 0; r < OUT; r++) bias[r] = rndf();
+    kc_q16s *xq = malloc(sizeof(kc_q16s) * (size_t)T * ldx);
+    for (int t = 0; t < T; t++) {
+        kc_quantize_q16s(X + (size_t)t * IN, xq + (size_t)t * ldx, IN);
+        xq[(size_t)t * ldx + IN / 256].d = NAN; /* padding: must never be read */
+        for (int g = 0; g < 8; g++) xq[(size_t)t * ldx + IN / 256].sq[g] = NAN;
+    }
+    fn(x16, xq, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
+    float *wrow = malloc(sizeof(float) * IN);
+    int bad = 0, bad_round = 0, bad_alone = 0;
+    for (int t = 0; t < T; t++) {
+        memcpy(Y1, Y0 + (size_t)t * ldy, sizeof(float) * ldy);
+        fn(x16, xq + (size_t)t * ldx, ldx, Y1, ldy, 1, IN, r0, r1, use_bias ? bias : NULL, acc);
+        bad_alone += memcmp(Y1, Y + (size_t)t * ldy, sizeof(float) * ldy) != 0;
+    }
+    for (int r = 0; r < OUT; r++) {
+        dtype_dequantize_row(DT[ty], (const uint8_t *)w + rb * r, wrow, IN);
+        for (int t = 0; t < T; t++) {
+            const size_t yi = (size_t)t * ldy + r;
+            if (r < r0 || r >= r1) {
+                bad += memcmp(&Y[yi], &Y0[yi], sizeof(float)) != 0;
+                continue;
+            }
+            double dot = 0, exact = 0, mag = 0, rbound = 0;
+            for (int k = 0; k < IN; k++) {
+                const kc_q16s *xb = &xq[(size_t)t * ldx + k / 256];
+                const double xs = (double)xb->d * (128 * xb->h[k % 256] + xb->l[k % 256]);
+                dot += wrow[k] * xs;
+                exact += wrow[k] * (double)X[(size_t)t * IN + k];
+                mag += 64.0 * fabs(wrow[k] * xs) + 1e-3 * fabs(xs); /* |w| bounds |d sc q| and |dmin m| up to the code's range */
+                rbound += fabs(wrow[k]) * xb->d * 0.5;
+            }
+            const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0);
+            const double tol = 1e-5 * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(dot + extra)) + 1e-30;
+            const double err = fabs(Y[yi] - (dot + extra));
+            if (!(err <= tol)) {
+                if (bad < 3)
+                    printf("  %s IN=%d T=%d r=%d t=%d: got %.9g want %.9g (err %.3g tol %.3g)\n", NAME[ty], IN, T, r, t,
+                           Y[yi], dot + extra, err, tol);
+                bad++;
+            }
+            bad_round += !(fabs(Y[yi] - (exact + extra)) <= rbound + tol);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        for (int r = OUT; r < ldy; r++) bad += memcmp(&Y[(size_t)t * ldy + r], &Y0[(size_t)t * ldy + r], sizeof(float)) != 0;
+    check(bad == 0 && bad_round == 0 && bad_alone == 0,
+          "kc_mms_%s (AMX %s) IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d beyond the rounding bound, "
+          "%d tokens differ from the token alone",
+          NAME[ty], kc_amx_ready() ? "on" : "off", IN, OUT, T, r0, r1, use_bias, acc, bad, bad_round, bad_alone);
+    free(w), free(x16), free(X), free(Y), free(Y0), free(Y1), free(bias), free(xq), free(wrow);
+}
+
+static void test_matmul_q16s(void) {
+    for (int ty = 0; ty < NTYPES; ty++) {
+        if (!kc_x16s_type(WT[ty])) continue;
+        const int Ts[] = {1, 3, 16, 17, 40};
+        for (int ti = 0; ti < 5; ti++) {
+            mms_case(ty, 512, 48, Ts[ti], 0, 48, 0, 0);
+            mms_case(ty, 768, 64, Ts[ti], 16, 64, 1, 1);
+            mms_case(ty, 256, 32, Ts[ti], 16, 32, 1, 0);
+        }
+        mms_case(ty, 2048, 48, 1, 0, 32, 0, 1);
+        mms_case(ty, 1024, 96, 130, 0, 96, 1, 1);
+    }
+}
+
+/* kc_quantize_q16s: kc_quantize_q16's digits with one scale per 256 (the largest |x| of a
+ * super-block exactly +-16256), and its sums (sq per 32, sh and sl per 16) the digits' own. */
+static void test_quantize_q16s(void) {
+    float x[768];
+    kc_q16s q[3];
+    int bad = 0;
+    for (int it = 0; it < 50; it++) {
+        for (int k = 0; k < 768; k++) x[k] = rndf() * (k < 256 ? 1e-3f : k < 512 ? 1.0f : 3e4f) * (k % 97 == 5 ? 40.0f : 1.0f);
+        if (it == 0) memset(x, 0, sizeof(float) * 256);
+        kc_quantize_q16s(x, q, 768);
+        for (int s = 0; s < 3; s++) {
+            double amax = 0;
+            int top = 0;
+            for (int k = 0; k < 256; k++) amax = fabs(x[256 * s + k]) > amax ? fabs(x[256 * s + k]) : amax;
+            bad += fabsf(q[s].d - (float)(amax / KC_X16_QMAX)) > 1e-6f * q[s].d;
+            for (int b = 0; b < 16; b++) {
+                long sum = 0, sh = 0, sl = 0;
+                for (int k = 16 * b; k < 16 * b + 16; k++) {
+                    const int h = q[s].h[k], l = q[s].l[k], v = 128 * h + l;
+                    bad += h < -127 || h > 127 || l < -64 || l > 63;
+                    sum += v, sh += h, sl += l;
+                    top |= abs(v) == KC_X16_QMAX;
+                    if (amax > 0) bad += fabs(x[256 * s + k] * (KC_X16_QMAX / amax) - v) > 0.5 + 1e-3;
+                    else bad += v != 0;
+                }
+                bad += q[s].sh[b] != sh || q[s].sl[b] != sl;
+                if (b % 2) {
+                    long prev = 0;
+                    for (int k = 16 * (b - 1); k < 16 * b; k++) prev += 128 * q[s].h[k] + q[s].l[k];
+                    bad += q[s].sq[b / 2] != (float)(sum + prev);
+                }
+            }
+            bad += amax > 0 && !top;
+        }
+    }
+    check(bad == 0, "kc_quantize_q16s: digits, scale and sums (%d wrong)", bad);
+}
+
 int main(void) {
+    test_quantize_q16s();
+    test_matmul_q16s();
     test_quantize_q16();
     test_quantize_q16a8();
     test_repack_round_trip();

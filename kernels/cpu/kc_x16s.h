@@ -1,0 +1,445 @@
+/* kc_x16s.h — Q4_K, Q5_K and Q6_K x16 matrices (kc_x16k.h) against activations quantized per
+ * 256-element super-block (kc_q16s), with an AMX tile path for steps of 16 tokens or more. */
+#ifndef INGOT_KC_X16S_H
+#define INGOT_KC_X16S_H
+
+#include "kc_x16k.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/* Why a second activation format. kc_q16 scales every 32 activations on
+ * their own, so a weight super-block's sum has to leave the integers at
+ * every 32 (or 16) elements: the int32 dot product of a group goes to float
+ * and takes the group's d * sc. That costs little in the vpdpbusd kernels,
+ * but it rules out AMX: a tile multiply (tdpbsud) takes the same time for
+ * 32 columns as for 64, and each group's int32 tile has to go through
+ * memory to be scaled, so a 32-column step runs at about a fifth of what
+ * the unit does (bench/README.md: the AMX prototypes, 1.1-1.3x VNNI).
+ *
+ * Here one d covers a whole super-block of 256 activations (15 bits as in
+ * kc_q16: q = 128 h + l, |q| <= 16256), and a weight's integer sub-block
+ * scale goes into the integer sum: with v = sc * q (Q4_K/Q5_K) or
+ * sc * (q - 32) (Q6_K), the super-block's dot product is
+ *     V = 128 * VH + VL,  VH = sum(v * h),  VL = sum(v * l)
+ * two exact int32 sums (|VH| <= 4096 * 127 * 256 < 2^27). The AMX path
+ * splits v into two bytes (v = 256 * vh + vl) and gets VH and VL from four
+ * tile products over the whole super-block; the vector paths keep
+ * kc_x16k.h's per-group digit chains and multiply each by its integer sc.
+ * Both end in the same float arithmetic on the same integers, so a token's
+ * output does not depend on the path or the step's size:
+ *     y += x.d * (d * fma(float(VH), 128, float(VL)) - dmin * M)
+ * with M = sum over the 8 groups of m * (float) sum(q), an fma chain in
+ * group order (Q4_K/Q5_K's mins; Q6_K has none: its -32 is in v).
+ *
+ * The rounding of x is at most amax / 32512 of its super-block's largest
+ * value: 8 times coarser where a super-block holds one outlier than
+ * kc_q16's blocks of 32, still 16 times finer than llama.cpp's Q8_K
+ * (int8 per 256) that its K-quant kernels use (bench/README.md measures the
+ * perplexity). */
+
+typedef struct {
+    int8_t h[256]; /* high digits: x ~= d * (128 * h + l) */
+    int8_t l[256]; /* low digits */
+    float d;
+    float sq[8];     /* sum(128 * h + l) per 32 elements, as float (exact: at most 32 * 16256 < 2^24) */
+    int16_t sh[16];  /* sum(h) per 16 elements: Q6_K's -32 against the high digits */
+    int16_t sl[16];  /* sum(l) per 16 elements */
+    uint8_t pad[28]; /* to 640 bytes: 80 per 32 elements, kc_q16's size */
+} kc_q16s;
+_Static_assert(sizeof(kc_q16s) == 640, "generator/plan.lua plans 80 bytes per 32 activations");
+
+KC_INLINE int kc_x16s_type(int wt) { return wt == KC_WQ4_K || wt == KC_WQ5_K || wt == KC_WQ6_K; }
+
+/* Quantizes n floats (a multiple of 256) into n/256 kc_q16s blocks: kc_quantize_q16's rounding
+ * (nearest-even, the same digits on every path) with one scale per 256. */
+static inline void kc_quantize_q16s(const float *x, kc_q16s *out, int n) {
+    for (int s = 0; s < n / 256; s++, x += 256) {
+        kc_q16s *o = &out[s];
+        float amax = 0.0f;
+        for (int i = 0; i < 256; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        const float id = amax > 0.0f ? (float)KC_X16_QMAX / amax : 0.0f;
+        for (int b = 0; b < 16; b++) {
+            int sum = 0, sh = 0, sl = 0;
+            for (int i = 16 * b; i < 16 * b + 16; i++) {
+                const int q = (int)nearbyintf(x[i] * id);
+                const int h = (q + 64) >> 7; /* floor((q + 64) / 128): arithmetic shift */
+                o->h[i] = (int8_t)h;
+                o->l[i] = (int8_t)(q - 128 * h);
+                sum += q, sh += h, sl += q - 128 * h;
+            }
+            o->sh[b] = (int16_t)sh, o->sl[b] = (int16_t)sl;
+            o->sq[b / 2] = b % 2 ? o->sq[b / 2] + (float)sum : (float)sum;
+        }
+        o->d = amax / (float)KC_X16_QMAX;
+        memset(o->pad, 0, sizeof o->pad);
+    }
+}
+
+/* ---- vector paths: kc_x16k.h's digit chains, folded by integer scales ---- */
+
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__)
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define kx_mullo32 _mm512_mullo_epi32
+#define kx_i8i(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define kx_fnmadd _mm512_fnmadd_ps
+#else
+#define kx_mullo32 _mm256_mullo_epi32
+#define kx_i8i(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
+#define kx_fnmadd _mm256_fnmadd_ps
+#endif
+
+/* The end of a super-block for one token: the float arithmetic every path shares (above). */
+KC_INLINE kx_vf kc__x16s_fold(kx_vf acc, kx_vi vh, kx_vi vl, const kc_q16s *x, kx_vf d, kx_vf dmin, const kx_vf m[8],
+                              int mins) {
+    kx_vf u = kx_fmul(d, kx_fmadd(kx_cvt(vh), kx_fset1(128.0f), kx_cvt(vl)));
+    if (mins) {
+        kx_vf mf = kx_fmul(m[0], kx_fset1(x->sq[0]));
+        KC_UNROLL for (int g = 1; g < 8; g++) mf = kx_fmadd(m[g], kx_fset1(x->sq[g]), mf);
+        u = kx_fnmadd(dmin, mf, u);
+    }
+    return kx_fmadd(u, kx_fset1(x->d), acc);
+}
+
+/* One group of 16 rows, NT (<= KC_X16_NT) tokens: Y[t][0..16). */
+KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X, int ldxs, int NT, float *Y, int ldy,
+                              const float *bias, int accumulate) {
+    const size_t tb = kc_x16k_tile_bytes(wt);
+    const int q6 = wt == KC_WQ6_K;
+    for (int lo = 0; lo < KC_X16_ROWS; lo += KX_LANES) {
+        kx_vf acc[KC_X16_NT];
+        KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = kx_fzero();
+        for (int s = 0; s < NS; s++) {
+            const uint8_t *t = G + (size_t)s * tb;
+            kx_vi vh[KC_X16_NT], vl[KC_X16_NT];
+            KC_UNROLL for (int j = 0; j < NT; j++) vh[j] = vl[j] = kx_zero();
+            kx_vf m[8];
+            KC_UNROLL for (int g = 0; g < 8; g++) m[g] = kx_fzero();
+            for (int g = 0; g < 8; g++) {
+                const int b = 8 * s + g;
+                kx_vi w[8];
+                kx_vf dA, dB = kx_fzero(), c = kx_fzero(), cB = kx_fzero();
+                if (!lo) kc__x16_prefetch(t + (size_t)g * (tb / 8), tb / 8);
+                kc__x16k_unpack(G, wt, b, lo, w, &dA, &dB, &c, &cB);
+                if (!q6) m[g] = kx_u8f(t + KC_X16K_K4_M + 16 * g + lo);
+                KC_UNROLL for (int hf = 0; hf < 2; hf++) {
+                    if (hf && !q6) break;
+                    const kx_vi sc = q6 ? kx_i8i(t + KC_X16K_Q6_SC + 16 * (2 * g + hf) + lo)
+                                        : kx_u8i(t + KC_X16K_K4_SC + 16 * g + lo);
+                    kx_vi ih[KC_X16_NT], il[KC_X16_NT];
+                    KC_UNROLL for (int j = 0; j < NT; j++) ih[j] = il[j] = kx_zero();
+                    KC_UNROLL for (int k = 0; k < 8; k++) {
+                        if (q6 && k / 4 != hf) continue;
+                        KC_UNROLL for (int j = 0; j < NT; j++) {
+                            const kc_q16s *x = &X[(size_t)j * (size_t)ldxs + (size_t)s];
+                            int32_t xh, xl;
+                            memcpy(&xh, x->h + 32 * g + 4 * k, 4);
+                            memcpy(&xl, x->l + 32 * g + 4 * k, 4);
+                            ih[j] = kx_dp(ih[j], w[k], kx_set1_32(xh));
+                            il[j] = kx_dp(il[j], w[k], kx_set1_32(xl));
+                        }
+                    }
+                    KC_UNROLL for (int j = 0; j < NT; j++) {
+                        if (q6) { /* sum((q - 32) * digit) over the half */
+                            const kc_q16s *x = &X[(size_t)j * (size_t)ldxs + (size_t)s];
+                            ih[j] = kx_sub32(ih[j], kx_set1_32(32 * x->sh[2 * g + hf]));
+                            il[j] = kx_sub32(il[j], kx_set1_32(32 * x->sl[2 * g + hf]));
+                        }
+                        vh[j] = kx_add32(vh[j], kx_mullo32(ih[j], sc));
+                        vl[j] = kx_add32(vl[j], kx_mullo32(il[j], sc));
+                    }
+                }
+            }
+            const kx_vf d = kx_f16(t + 2 * lo), dmin = q6 ? kx_fzero() : kx_f16(t + 32 + 2 * lo);
+            KC_UNROLL for (int j = 0; j < NT; j++)
+                acc[j] = kc__x16s_fold(acc[j], vh[j], vl[j], &X[(size_t)j * (size_t)ldxs + (size_t)s], d, dmin, m, !q6);
+        }
+        const kx_vf bv = bias ? kx_fload(bias + lo) : kx_fzero();
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            float *y = Y + (size_t)j * (size_t)ldy + lo;
+            kx_vf v = kx_fadd(acc[j], bv);
+            if (accumulate) v = kx_fadd(kx_fload(y), v);
+            kx_fstore(y, v);
+        }
+    }
+}
+#else
+/* Portable: the same integers and the same float steps, one (token, row) at a time. */
+KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X, int ldxs, int NT, float *Y, int ldy,
+                              const float *bias, int accumulate) {
+    const size_t tb = kc_x16k_tile_bytes(wt);
+    const int q6 = wt == KC_WQ6_K;
+    for (int j = 0; j < NT; j++) {
+        float acc[KC_X16_ROWS] = {0};
+        for (int s = 0; s < NS; s++) {
+            const kc_q16s *x = &X[(size_t)j * (size_t)ldxs + (size_t)s];
+            const uint8_t *t = G + (size_t)s * tb;
+            if (!j) kc__x16_prefetch(t, tb);
+            for (int i = 0; i < KC_X16_ROWS; i++) {
+                int32_t vh = 0, vl = 0;
+                for (int g = 0; g < 8; g++) {
+                    int q[32];
+                    float dA, dB, c, cB;
+                    kc__x16k_lane(G, wt, 8 * s + g, i, q, &dA, &dB, &c, &cB);
+                    for (int k = 0; k < 32; k++) {
+                        const int sc = q6 ? (int8_t)t[KC_X16K_Q6_SC + 16 * (2 * g + k / 16) + i] : t[KC_X16K_K4_SC + 16 * g + i];
+                        const int v = sc * (q6 ? q[k] - 32 : q[k]);
+                        vh += v * x->h[32 * g + k];
+                        vl += v * x->l[32 * g + k];
+                    }
+                }
+                uint16_t h;
+                memcpy(&h, t + 2 * i, 2);
+                float u = kc_fp16_to_f32(h) * fmaf((float)vh, 128.0f, (float)vl);
+                if (!q6) {
+                    float mf = (float)t[KC_X16K_K4_M + i] * x->sq[0];
+                    for (int g = 1; g < 8; g++) mf = fmaf((float)t[KC_X16K_K4_M + 16 * g + i], x->sq[g], mf);
+                    memcpy(&h, t + 32 + 2 * i, 2);
+                    u = fmaf(-kc_fp16_to_f32(h), mf, u);
+                }
+                acc[i] = fmaf(u, x->d, acc[i]);
+            }
+        }
+        float *y = Y + (size_t)j * (size_t)ldy;
+        for (int i = 0; i < KC_X16_ROWS; i++) {
+            const float v = acc[i] + (bias ? bias[i] : 0.0f);
+            y[i] = accumulate ? y[i] + v : v;
+        }
+    }
+}
+#endif
+
+/* ---- AMX: 16 tokens x 16 rows per tile, a super-block per step ---------- */
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__GNUC__) &&                         \
+    (defined(__clang__) || __GNUC__ >= 11)
+#define KC_X16S_AMX 1
+/* Whether this process may run AMX: the CPU has AMX-TILE and AMX-INT8, Linux grants the tile
+ * state (arch_prctl ARCH_REQ_XCOMP_PERM), and INGOT_AMX is not 0 (the tests run both paths;
+ * they give the same bits). Asked once; any thread may ask first (the grant is per process). */
+static int kc__amx_state = -1;
+static inline int kc_amx_ready(void) {
+    int s = __atomic_load_n(&kc__amx_state, __ATOMIC_ACQUIRE);
+    if (s >= 0) return s;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const char *env = getenv("INGOT_AMX");
+    s = !(env && strcmp(env, "0") == 0) && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1) &&
+        syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+    __atomic_store_n(&kc__amx_state, s, __ATOMIC_RELEASE);
+    return s;
+}
+
+#define KC_AMX_TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,f16c,fma"), noinline))
+
+/* Super-block s of a row group as AMX B tiles: the low and the high byte of each v (v = 256 *
+ * high + low) in two 4 KiB planes at P and P + 4096; offset 512 g + 64 k holds code vector k of
+ * group g, so K-step c (elements 64c..64c+63) is the 1 KiB at 1024 c, 64 bytes per 4 elements
+ * of the 16 rows (the B layout). */
+KC_AMX_TARGET static void kc__x16s_planes(const uint8_t *G, int wt, int s, uint8_t *P) {
+    const int q6 = wt == KC_WQ6_K;
+    const __m512i lo8 = _mm512_set1_epi16(0x00ff), hi8 = _mm512_set1_epi16((short)0xff00), c32 = _mm512_set1_epi16(32);
+    const uint8_t *t = G + (size_t)s * kc_x16k_tile_bytes(wt);
+    for (int g = 0; g < 8; g++) {
+        __m512i w[8];
+        __m512 dA, dB = _mm512_setzero_ps(), c = _mm512_setzero_ps(), cB = _mm512_setzero_ps();
+        kc__x16k_unpack(G, wt, 8 * s + g, 0, w, &dA, &dB, &c, &cB);
+        for (int k = 0; k < 8; k++) {
+            /* the lane's sc in both of its 16-bit halves */
+            const __m512i sc = q6 ? _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(t + KC_X16K_Q6_SC + 16 * (2 * g + k / 4))))
+                                  : _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(t + KC_X16K_K4_SC + 16 * g)));
+            const __m512i sc2 = _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(sc, 16));
+            __m512i qe = _mm512_and_si512(w[k], lo8), qo = _mm512_srli_epi16(w[k], 8); /* elements 0, 2 and 1, 3 */
+            if (q6) qe = _mm512_sub_epi16(qe, c32), qo = _mm512_sub_epi16(qo, c32);
+            const __m512i pe = _mm512_mullo_epi16(qe, sc2), po = _mm512_mullo_epi16(qo, sc2);
+            _mm512_store_si512(P + 512 * g + 64 * k, _mm512_or_si512(_mm512_and_si512(pe, lo8), _mm512_slli_epi16(po, 8)));
+            _mm512_store_si512(P + 4096 + 512 * g + 64 * k, _mm512_or_si512(_mm512_srli_epi16(pe, 8), _mm512_and_si512(po, hi8)));
+        }
+    }
+}
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} kc__amx_config;
+
+/* One tile step's int32 results (C tiles: high digits x low bytes, x high bytes, low digits x
+ * low bytes, x high bytes) folded into the float sums of its 16 tokens (16 floats each). */
+KC_AMX_TARGET static void kc__x16s_amx_fold(int32_t (*cb)[16][16], float *acc, const kc_q16s *x, int ldxs, __m512 d,
+                                            __m512 dmin, const __m512 *m, int mins) {
+    for (int j = 0; j < 16; j++) {
+        float *a = acc + 16 * j;
+        const __m512i vh = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[1][j]), 8), _mm512_load_si512(cb[0][j]));
+        const __m512i vl = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[3][j]), 8), _mm512_load_si512(cb[2][j]));
+        _mm512_storeu_ps(a, kc__x16s_fold(_mm512_loadu_ps(a), vh, vl, &x[(size_t)j * (size_t)ldxs], d, dmin, m, mins));
+    }
+}
+
+#define KC_X16S_AMX_TOKENS 64 /* tokens per pass: their digits of one super-block (32 KiB) stay in L1 */
+
+/* Rows r0..r1 (multiples of 16), tokens [0, T16) in tiles of 16 (T16 a multiple of 16).
+ * Super-blocks outermost within a pass of up to 64 tokens: the pass's activation tiles of
+ * super-block s (32 KiB, copied into A (scratch) in tile order: the tokens' own blocks are 640
+ * bytes x IN/256 apart, a stride whose lines crowd a few L1 sets) stay in L1 while every row
+ * group meets them, each group's B planes are made once per pass, and the float sums wait in
+ * acc, 1 KiB per (row group, token tile), read and written in order. Ordered by row group
+ * instead, every tile step read its activations from L2. */
+KC_AMX_TARGET static void kc__x16s_amx(const void *W, int wt, const kc_q16s *X, int ldxs, float *Y, int ldy, int T16,
+                                       int IN, int r0, int r1, const float *bias, int accumulate, uint8_t *P, float *acc,
+                                       uint8_t *A) {
+    const int NS = IN / 256, q6 = wt == KC_WQ6_K, R = r1 - r0;
+    const size_t tb = kc_x16k_tile_bytes(wt), gb = (size_t)NS * tb;
+    kc__amx_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+    __asm__ volatile("" : : "r"(&cfg) : "memory"); /* the config is read by ldtilecfg, which the compiler cannot see */
+    _tile_loadconfig(&cfg);
+    /* Software pipelined: each tile step's int32 results are read back one step later (cb[2]),
+     * and each row group's B planes are made one (s, group) ahead (P, P + 8192), so that no
+     * load waits for the stores just before it (an AVX load of a tile just stored, a tile load
+     * of planes just written: both stalled the previous order for most of its time). */
+    int32_t cb[2][4][16][16] __attribute__((aligned(64)));
+    const int NG = R / KC_X16_ROWS;
+    for (int tc = 0; tc < T16; tc += KC_X16S_AMX_TOKENS) {
+        const int nt = T16 - tc < KC_X16S_AMX_TOKENS ? T16 - tc : KC_X16S_AMX_TOKENS;
+        const int ntl = nt / 16;
+        memset(acc, 0, sizeof(float) * (size_t)nt * (size_t)R);
+        /* A: [s][token tile][K-step c][high, low][16 tokens][64 bytes] */
+        for (int j = 0; j < nt; j++)
+            for (int s = 0; s < NS; s++) {
+                const kc_q16s *x = &X[(size_t)(tc + j) * (size_t)ldxs + (size_t)s];
+                uint8_t *a = A + ((size_t)s * (size_t)ntl + (size_t)(j / 16)) * 8192 + 64 * (size_t)(j % 16);
+                for (int c = 0; c < 4; c++) {
+                    memcpy(a + 2048 * c, x->h + 64 * c, 64);
+                    memcpy(a + 2048 * c + 1024, x->l + 64 * c, 64);
+                }
+            }
+        struct {
+            float *a;
+            const kc_q16s *x;
+            __m512 d, dmin, m[8];
+        } pend = {0};
+        int have = 0, cur = 0;
+        kc__x16s_planes((const uint8_t *)W + (size_t)(r0 / KC_X16_ROWS) * gb, wt, 0, P);
+        for (int i = 0; i < NS * NG; i++) {
+            const int s = i / NG, r = r0 + KC_X16_ROWS * (i % NG);
+            const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * gb, *t = G + (size_t)s * tb;
+            const uint8_t *PL = P + 8192 * (size_t)(i % 2);
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)t));
+            const __m512 dmin = q6 ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(t + 32)));
+            __m512 m[8];
+            for (int g = 0; g < 8; g++)
+                m[g] = q6 ? _mm512_setzero_ps()
+                          : _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(t + KC_X16K_K4_M + 16 * g))));
+            for (int t0 = tc; t0 < tc + nt; t0 += 16) {
+                const kc_q16s *X0 = X + (size_t)t0 * (size_t)ldxs + (size_t)s;
+                const uint8_t *A0 = A + ((size_t)s * (size_t)ntl + (size_t)((t0 - tc) / 16)) * 8192;
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int c = 0; c < 4; c++) {
+                    _tile_loadd(4, A0 + 2048 * c, 64);
+                    _tile_loadd(5, A0 + 2048 * c + 1024, 64);
+                    _tile_loadd(6, PL + 1024 * c, 64);
+                    _tile_loadd(7, PL + 4096 + 1024 * c, 64);
+                    _tile_dpbsud(0, 4, 6); /* high digits x low bytes */
+                    _tile_dpbsud(2, 5, 6); /* low digits x low bytes */
+                    if (q6) {              /* Q6_K's high bytes are signed */
+                        _tile_dpbssd(1, 4, 7);
+                        _tile_dpbssd(3, 5, 7);
+                    } else {
+                        _tile_dpbsud(1, 4, 7);
+                        _tile_dpbsud(3, 5, 7);
+                    }
+                }
+                _tile_stored(0, cb[cur][0], 64);
+                _tile_stored(1, cb[cur][1], 64);
+                _tile_stored(2, cb[cur][2], 64);
+                _tile_stored(3, cb[cur][3], 64);
+                if (have) kc__x16s_amx_fold(cb[cur ^ 1], pend.a, pend.x, ldxs, pend.d, pend.dmin, pend.m, !q6);
+                pend.a = acc + ((size_t)((r - r0) / KC_X16_ROWS) * (size_t)nt + (size_t)(t0 - tc)) * 16, pend.x = X0, pend.d = d, pend.dmin = dmin;
+                for (int g = 0; g < 8; g++) pend.m[g] = m[g];
+                have = 1, cur ^= 1;
+            }
+            if (i + 1 < NS * NG) {
+                const int s1 = (i + 1) / NG, r1g = r0 / KC_X16_ROWS + (i + 1) % NG;
+                kc__x16s_planes((const uint8_t *)W + (size_t)r1g * gb, wt, s1, P + 8192 * (size_t)((i + 1) % 2));
+            }
+        }
+        if (have) kc__x16s_amx_fold(cb[cur ^ 1], pend.a, pend.x, ldxs, pend.d, pend.dmin, pend.m, !q6);
+        for (int j = 0; j < nt; j++)
+            for (int r = r0; r < r1; r += KC_X16_ROWS) {
+                float *y = Y + (size_t)(tc + j) * (size_t)ldy + r;
+                __m512 v = _mm512_add_ps(_mm512_loadu_ps(acc + ((size_t)((r - r0) / KC_X16_ROWS) * (size_t)nt + (size_t)j) * 16), bias ? _mm512_loadu_ps(bias + r) : _mm512_setzero_ps());
+                if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(y), v);
+                _mm512_storeu_ps(y, v);
+            }
+    }
+    _tile_release();
+}
+
+/* This thread's scratch: the B planes (8 KiB) and the float sums of a pass, kept and grown as
+ * needed. */
+static _Thread_local uint8_t *kc__x16s_planes_buf;
+static _Thread_local size_t kc__x16s_planes_cap;
+static inline uint8_t *kc__x16s_scratch(size_t bytes) {
+    if (bytes > kc__x16s_planes_cap) {
+        free(kc__x16s_planes_buf);
+        kc__x16s_planes_buf = aligned_alloc(64, bytes);
+        kc__x16s_planes_cap = kc__x16s_planes_buf ? bytes : 0;
+    }
+    return kc__x16s_planes_buf;
+}
+#else
+#define KC_X16S_AMX 0
+static inline int kc_amx_ready(void) { return 0; }
+#endif
+
+/* Y[t*ldy + r] = (accumulate ? Y : 0) + W[r] . X[t] (+ bias[r]) for rows r0 <= r < r1
+ * (multiples of 16), T tokens of kc_q16s activations (ldxs blocks apart). Whole tiles of 16
+ * tokens take AMX where the process has it, the rest the vector path: the same bits. */
+KC_INLINE void kc__x16s_mms(const void *W, int wt, const kc_q16s *X, int ldxs, float *Y, int ldy, int T, int IN, int r0,
+                            int r1, const float *bias, int accumulate) {
+    const size_t gb = (size_t)(IN / 256) * kc_x16k_tile_bytes(wt);
+    const int NS = IN / 256;
+    int t = 0;
+#if KC_X16S_AMX
+    if (T >= 16 && kc_amx_ready()) {
+        const size_t acc_bytes = sizeof(float) * KC_X16S_AMX_TOKENS * (size_t)(r1 - r0);
+        uint8_t *P = kc__x16s_scratch(16384 + acc_bytes + (size_t)KC_X16S_AMX_TOKENS * (size_t)IN * 2);
+        if (P) {
+            t = T / 16 * 16;
+            kc__x16s_amx(W, wt, X, ldxs, Y, ldy, t, IN, r0, r1, bias, accumulate, P, (float *)(void *)(P + 16384),
+                         P + 16384 + acc_bytes);
+        }
+    }
+#endif
+    for (int r = r0; r < r1; r += KC_X16_ROWS) {
+        const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * gb;
+        const float *bi = bias ? bias + r : NULL;
+        int u = t;
+        for (; u + KC_X16_NT <= T; u += KC_X16_NT)
+            kc__x16s_group(G, wt, NS, X + (size_t)u * (size_t)ldxs, ldxs, KC_X16_NT, Y + (size_t)u * (size_t)ldy + r, ldy, bi,
+                           accumulate);
+        for (; u < T; u++)
+            kc__x16s_group(G, wt, NS, X + (size_t)u * (size_t)ldxs, ldxs, 1, Y + (size_t)u * (size_t)ldy + r, ldy, bi,
+                           accumulate);
+    }
+}
+
+#define KC_X16S_MMS(name, WT)                                                                                          \
+    static inline void kc_mms_##name(const void *W, const kc_q16s *X, int ldxs, float *Y, int ldy, int T, int IN, int r0, \
+                                     int r1, const float *bias, int accumulate) {                                      \
+        kc__x16s_mms(W, WT, X, ldxs, Y, ldy, T, IN, r0, r1, bias, accumulate);                                        \
+    }
+KC_X16S_MMS(q4_k, KC_WQ4_K)
+KC_X16S_MMS(q5_k, KC_WQ5_K)
+KC_X16S_MMS(q6_k, KC_WQ6_K)
+#undef KC_X16S_MMS
+
+#endif
