@@ -16,6 +16,27 @@ def test_kernels(built, program):
     assert last.endswith(" 0 failed"), last
 
 
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        return next(line for line in f if line.startswith("flags")).split()
+
+
+@pytest.mark.parametrize("amx", ["default", "off"])
+def test_x16s_amx(built, amx):
+    """kernels/cpu/kc_x16s.h: with AMX where the CPU has it (Linux grants the tile state to
+    every process that asks), and with INGOT_AMX=0 (the vector paths alone). test_x16 checks
+    every step of 16+ tokens bit for bit against each token alone, which takes the vector
+    path: on an AMX machine, AMX against the vectors."""
+    import os
+    env = dict(os.environ, INGOT_AMX="0") if amx == "off" else {k: v for k, v in os.environ.items() if k != "INGOT_AMX"}
+    r = run([built / "tests" / "test_x16"], env=env)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert r.stdout.strip().splitlines()[-1].endswith(" 0 failed")
+    has_amx = "amx_int8" in cpu_flags() and "amx_tile" in cpu_flags()
+    want = "on" if amx == "default" and has_amx else "off"
+    assert f"kc_x16s: AMX tiles {want}" in r.stdout, r.stdout[:200]
+
+
 # The instruction-set paths of the interleaved layout's integer kernels (kernels/cpu/kc_x16.h,
 # kc_x16k.h): the make-built test_x16 above is this machine's (-march=native); this builds
 # tests/c/test_x16.c again for each other path the headers have, and runs it here.
@@ -35,9 +56,7 @@ def test_x16_paths(built, path, tmp_path):
     if os.environ.get("INGOT_SAN"):
         pytest.skip("the sanitizer pass runs the make-built test_x16 (test_kernels)")
     march, flag = X16_PATHS[path]
-    with open("/proc/cpuinfo") as f:
-        flags = next(line for line in f if line.startswith("flags")).split()
-    if flag not in flags:
+    if flag not in cpu_flags():
         pytest.skip(f"this CPU has no {flag}: the {path} path cannot run here")
     binary = tmp_path / f"{program}-{path}"
     inc = [f"-I{ROOT / d}" for d in ("runtime/core", "runtime/load", "kernels/cpu", "tests/c")]

@@ -7,6 +7,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -383,17 +384,31 @@ KC_AMX_TARGET static void kc__x16s_amx(const void *W, int wt, const kc_q16s *X, 
     _tile_release();
 }
 
-/* This thread's scratch: the B planes (8 KiB) and the float sums of a pass, kept and grown as
- * needed. */
-static _Thread_local uint8_t *kc__x16s_planes_buf;
-static _Thread_local size_t kc__x16s_planes_cap;
+/* This thread's scratch: the B planes (16 KiB), the float sums and the activation tiles of a
+ * pass, kept and grown as needed, freed when the thread ends (a thread-specific key: a pool
+ * thread's buffer is not a leak). The first 64 bytes hold the capacity. */
+static pthread_key_t kc__x16s_key;
+static pthread_once_t kc__x16s_once = PTHREAD_ONCE_INIT;
+static void kc__x16s_key_init(void) {
+    if (pthread_key_create(&kc__x16s_key, free) != 0) abort();
+}
 static inline uint8_t *kc__x16s_scratch(size_t bytes) {
-    if (bytes > kc__x16s_planes_cap) {
-        free(kc__x16s_planes_buf);
-        kc__x16s_planes_buf = aligned_alloc(64, bytes);
-        kc__x16s_planes_cap = kc__x16s_planes_buf ? bytes : 0;
+    pthread_once(&kc__x16s_once, kc__x16s_key_init);
+    uint8_t *buf = pthread_getspecific(kc__x16s_key);
+    size_t cap = 0;
+    if (buf) memcpy(&cap, buf, sizeof cap);
+    if (bytes > cap) { /* the old buffer stays the key's until the new one is */
+        uint8_t *grown = aligned_alloc(64, 64 + (bytes + 63) / 64 * 64);
+        if (!grown) return NULL;
+        memcpy(grown, &bytes, sizeof bytes);
+        if (pthread_setspecific(kc__x16s_key, grown) != 0) {
+            free(grown);
+            return NULL;
+        }
+        free(buf);
+        buf = grown;
     }
-    return kc__x16s_planes_buf;
+    return buf + 64;
 }
 #else
 #define KC_X16S_AMX 0

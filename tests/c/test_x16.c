@@ -362,6 +362,8 @@ static void test_quantize_q16s(void) {
 }
 
 int main(void) {
+    /* tests/test_kernels.py reads this line: AMX must be on where the CPU has it */
+    printf("kc_x16s: AMX tiles %s\n", kc_amx_ready() ? "on" : "off");
     test_quantize_q16s();
     test_matmul_q16s();
     test_quantize_q16();
