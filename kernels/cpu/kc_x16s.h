@@ -268,47 +268,53 @@ typedef struct {
 } kc__amx_config;
 
 /* One tile step's int32 results (C tiles: high digits x low bytes, x high bytes, low digits x
- * low bytes, x high bytes) folded into the float sums of its 16 tokens (16 floats each). */
-KC_AMX_TARGET static void kc__x16s_amx_fold(int32_t (*cb)[16][16], float *acc, const kc_q16s *x, int ldxs, __m512 d,
-                                            __m512 dmin, const __m512 *m, int mins) {
+ * low bytes, x high bytes) folded into the float sums of its 16 tokens (16 floats each); sc:
+ * the row group's d, dmin and 8 mins for the super-block, as floats. */
+__attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,f16c,fma"), always_inline)) static inline void
+kc__x16s_amx_fold(int32_t (*cb)[16][16], float *acc, const kc_q16s *x, int ldxs, const float (*sc)[16], int mins) {
+    const __m512 d = _mm512_load_ps(sc[0]), dmin = _mm512_load_ps(sc[1]);
+    __m512 m[8];
+    for (int g = 0; g < 8; g++) m[g] = _mm512_load_ps(sc[2 + g]);
     for (int j = 0; j < 16; j++) {
         float *a = acc + 16 * j;
         const __m512i vh = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[1][j]), 8), _mm512_load_si512(cb[0][j]));
         const __m512i vl = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[3][j]), 8), _mm512_load_si512(cb[2][j]));
-        _mm512_storeu_ps(a, kc__x16s_fold(_mm512_loadu_ps(a), vh, vl, &x[(size_t)j * (size_t)ldxs], d, dmin, m, mins));
+        _mm512_store_ps(a, kc__x16s_fold(_mm512_load_ps(a), vh, vl, &x[(size_t)j * (size_t)ldxs], d, dmin, m, mins));
     }
 }
 
+#ifndef KC_X16S_AMX_TOKENS
 #define KC_X16S_AMX_TOKENS 64 /* tokens per pass: their digits of one super-block (32 KiB) stay in L1 */
+#endif
+#define KC_X16S_AMX_GROUPS 8 /* row groups per chunk: the chunk's float sums (64 tokens: 32 KiB) stay near */
 
 /* Rows r0..r1 (multiples of 16), tokens [0, T16) in tiles of 16 (T16 a multiple of 16).
- * Super-blocks outermost within a pass of up to 64 tokens: the pass's activation tiles of
- * super-block s (32 KiB, copied into A (scratch) in tile order: the tokens' own blocks are 640
- * bytes x IN/256 apart, a stride whose lines crowd a few L1 sets) stay in L1 while every row
- * group meets them, each group's B planes are made once per pass, and the float sums wait in
- * acc, 1 KiB per (row group, token tile), read and written in order. Ordered by row group
- * instead, every tile step read its activations from L2. */
+ * A pass of up to 64 tokens copies their digits into A (scratch) in tile order (the tokens'
+ * own blocks are 640 bytes x IN/256 apart, a stride whose lines crowd a few L1 sets). Then per
+ * chunk of 8 row groups, super-blocks outermost: the pass's tiles of super-block s (32 KiB)
+ * stay in L1 while the chunk's groups meet them, each group's B planes are made once per pass,
+ * and the float sums wait in acc (1 KiB per row group and token tile). Ordered by row group
+ * instead, every tile step read its activations from L2; with all rows in one chunk, its sums.
+ * Software pipelined: each tile step's int32 results are read back one step later (cb[2]),
+ * and the B planes are made one (s, group) ahead (P, P + 8192), so that no load waits on the
+ * stores just before it (an AVX load of a tile just stored, a tile load of planes just written:
+ * each stalled for most of a step). */
 KC_AMX_TARGET static void kc__x16s_amx(const void *W, int wt, const kc_q16s *X, int ldxs, float *Y, int ldy, int T16,
                                        int IN, int r0, int r1, const float *bias, int accumulate, uint8_t *P, float *acc,
                                        uint8_t *A) {
-    const int NS = IN / 256, q6 = wt == KC_WQ6_K, R = r1 - r0;
+    const int NS = IN / 256, q6 = wt == KC_WQ6_K, NG = (r1 - r0) / KC_X16_ROWS;
     const size_t tb = kc_x16k_tile_bytes(wt), gb = (size_t)NS * tb;
+    const uint8_t *W0 = (const uint8_t *)W + (size_t)(r0 / KC_X16_ROWS) * gb;
     kc__amx_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
     __asm__ volatile("" : : "r"(&cfg) : "memory"); /* the config is read by ldtilecfg, which the compiler cannot see */
     _tile_loadconfig(&cfg);
-    /* Software pipelined: each tile step's int32 results are read back one step later (cb[2]),
-     * and each row group's B planes are made one (s, group) ahead (P, P + 8192), so that no
-     * load waits for the stores just before it (an AVX load of a tile just stored, a tile load
-     * of planes just written: both stalled the previous order for most of its time). */
     int32_t cb[2][4][16][16] __attribute__((aligned(64)));
-    const int NG = R / KC_X16_ROWS;
+    float sc[2][10][16] __attribute__((aligned(64))); /* d, dmin, m[8] of the (s, group) in flight */
     for (int tc = 0; tc < T16; tc += KC_X16S_AMX_TOKENS) {
-        const int nt = T16 - tc < KC_X16S_AMX_TOKENS ? T16 - tc : KC_X16S_AMX_TOKENS;
-        const int ntl = nt / 16;
-        memset(acc, 0, sizeof(float) * (size_t)nt * (size_t)R);
+        const int nt = T16 - tc < KC_X16S_AMX_TOKENS ? T16 - tc : KC_X16S_AMX_TOKENS, ntl = nt / 16;
         /* A: [s][token tile][K-step c][high, low][16 tokens][64 bytes] */
         for (int j = 0; j < nt; j++)
             for (int s = 0; s < NS; s++) {
@@ -319,67 +325,71 @@ KC_AMX_TARGET static void kc__x16s_amx(const void *W, int wt, const kc_q16s *X, 
                     memcpy(a + 2048 * c + 1024, x->l + 64 * c, 64);
                 }
             }
-        struct {
-            float *a;
-            const kc_q16s *x;
-            __m512 d, dmin, m[8];
-        } pend = {0};
-        int have = 0, cur = 0;
-        kc__x16s_planes((const uint8_t *)W + (size_t)(r0 / KC_X16_ROWS) * gb, wt, 0, P);
-        for (int i = 0; i < NS * NG; i++) {
-            const int s = i / NG, r = r0 + KC_X16_ROWS * (i % NG);
-            const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * gb, *t = G + (size_t)s * tb;
-            const uint8_t *PL = P + 8192 * (size_t)(i % 2);
-            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)t));
-            const __m512 dmin = q6 ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(t + 32)));
-            __m512 m[8];
-            for (int g = 0; g < 8; g++)
-                m[g] = q6 ? _mm512_setzero_ps()
-                          : _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(t + KC_X16K_K4_M + 16 * g))));
-            for (int t0 = tc; t0 < tc + nt; t0 += 16) {
-                const kc_q16s *X0 = X + (size_t)t0 * (size_t)ldxs + (size_t)s;
-                const uint8_t *A0 = A + ((size_t)s * (size_t)ntl + (size_t)((t0 - tc) / 16)) * 8192;
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
-                for (int c = 0; c < 4; c++) {
-                    _tile_loadd(4, A0 + 2048 * c, 64);
-                    _tile_loadd(5, A0 + 2048 * c + 1024, 64);
-                    _tile_loadd(6, PL + 1024 * c, 64);
-                    _tile_loadd(7, PL + 4096 + 1024 * c, 64);
-                    _tile_dpbsud(0, 4, 6); /* high digits x low bytes */
-                    _tile_dpbsud(2, 5, 6); /* low digits x low bytes */
-                    if (q6) {              /* Q6_K's high bytes are signed */
-                        _tile_dpbssd(1, 4, 7);
-                        _tile_dpbssd(3, 5, 7);
-                    } else {
-                        _tile_dpbsud(1, 4, 7);
-                        _tile_dpbsud(3, 5, 7);
+        int step = 0, cur = 0, have = 0;
+        float *pend_acc = NULL;
+        const kc_q16s *pend_x = NULL;
+        int pend_sc = 0;
+        kc__x16s_planes(W0, wt, 0, P);
+        for (int g0 = 0; g0 < NG; g0 += KC_X16S_AMX_GROUPS) {
+            const int cg = NG - g0 < KC_X16S_AMX_GROUPS ? NG - g0 : KC_X16S_AMX_GROUPS;
+            memset(acc, 0, sizeof(float) * (size_t)nt * (size_t)cg * 16);
+            for (int s = 0; s < NS; s++)
+                for (int gi = 0; gi < cg; gi++, step++) {
+                    const uint8_t *t = W0 + (size_t)(g0 + gi) * gb + (size_t)s * tb;
+                    const uint8_t *PL = P + 8192 * (size_t)(step % 2);
+                    float (*scs)[16] = sc[step % 2];
+                    _mm512_store_ps(scs[0], _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)t)));
+                    _mm512_store_ps(scs[1], q6 ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(t + 32))));
+                    for (int g = 0; g < 8; g++)
+                        _mm512_store_ps(scs[2 + g], q6 ? _mm512_setzero_ps()
+                                                       : _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(t + KC_X16K_K4_M + 16 * g)))));
+                    for (int tt = 0; tt < ntl; tt++) {
+                        const uint8_t *A0 = A + ((size_t)s * (size_t)ntl + (size_t)tt) * 8192;
+                        _tile_zero(0);
+                        _tile_zero(1);
+                        _tile_zero(2);
+                        _tile_zero(3);
+                        for (int c = 0; c < 4; c++) {
+                            _tile_loadd(4, A0 + 2048 * c, 64);
+                            _tile_loadd(5, A0 + 2048 * c + 1024, 64);
+                            _tile_loadd(6, PL + 1024 * c, 64);
+                            _tile_loadd(7, PL + 4096 + 1024 * c, 64);
+                            _tile_dpbsud(0, 4, 6); /* high digits x low bytes */
+                            _tile_dpbsud(2, 5, 6); /* low digits x low bytes */
+                            if (q6) {              /* Q6_K's high bytes are signed */
+                                _tile_dpbssd(1, 4, 7);
+                                _tile_dpbssd(3, 5, 7);
+                            } else {
+                                _tile_dpbsud(1, 4, 7);
+                                _tile_dpbsud(3, 5, 7);
+                            }
+                        }
+                        _tile_stored(0, cb[cur][0], 64);
+                        _tile_stored(1, cb[cur][1], 64);
+                        _tile_stored(2, cb[cur][2], 64);
+                        _tile_stored(3, cb[cur][3], 64);
+                        if (have) kc__x16s_amx_fold(cb[cur ^ 1], pend_acc, pend_x, ldxs, (const float (*)[16])sc[pend_sc], !q6);
+                        pend_acc = acc + ((size_t)gi * (size_t)nt + 16 * (size_t)tt) * 16;
+                        pend_x = X + (size_t)(tc + 16 * tt) * (size_t)ldxs + (size_t)s, pend_sc = step % 2;
+                        have = 1, cur ^= 1;
                     }
+                    /* the next (s, group)'s planes: this chunk's next group, its next super-block, the next chunk */
+                    const int ngi = gi + 1 < cg ? g0 + gi + 1 : s + 1 < NS ? g0 : g0 + KC_X16S_AMX_GROUPS;
+                    const int ns = gi + 1 < cg ? s : s + 1 < NS ? s + 1 : 0;
+                    if (ngi < NG) kc__x16s_planes(W0 + (size_t)ngi * gb, wt, ns, P + 8192 * (size_t)((step + 1) % 2));
                 }
-                _tile_stored(0, cb[cur][0], 64);
-                _tile_stored(1, cb[cur][1], 64);
-                _tile_stored(2, cb[cur][2], 64);
-                _tile_stored(3, cb[cur][3], 64);
-                if (have) kc__x16s_amx_fold(cb[cur ^ 1], pend.a, pend.x, ldxs, pend.d, pend.dmin, pend.m, !q6);
-                pend.a = acc + ((size_t)((r - r0) / KC_X16_ROWS) * (size_t)nt + (size_t)(t0 - tc)) * 16, pend.x = X0, pend.d = d, pend.dmin = dmin;
-                for (int g = 0; g < 8; g++) pend.m[g] = m[g];
-                have = 1, cur ^= 1;
-            }
-            if (i + 1 < NS * NG) {
-                const int s1 = (i + 1) / NG, r1g = r0 / KC_X16_ROWS + (i + 1) % NG;
-                kc__x16s_planes((const uint8_t *)W + (size_t)r1g * gb, wt, s1, P + 8192 * (size_t)((i + 1) % 2));
-            }
+            if (have) kc__x16s_amx_fold(cb[cur ^ 1], pend_acc, pend_x, ldxs, (const float (*)[16])sc[pend_sc], !q6);
+            have = 0;
+            for (int j = 0; j < nt; j++)
+                for (int gi = 0; gi < cg; gi++) {
+                    const int r = r0 + KC_X16_ROWS * (g0 + gi);
+                    float *y = Y + (size_t)(tc + j) * (size_t)ldy + r;
+                    __m512 v = _mm512_add_ps(_mm512_load_ps(acc + ((size_t)gi * (size_t)nt + (size_t)j) * 16),
+                                             bias ? _mm512_loadu_ps(bias + r) : _mm512_setzero_ps());
+                    if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(y), v);
+                    _mm512_storeu_ps(y, v);
+                }
         }
-        if (have) kc__x16s_amx_fold(cb[cur ^ 1], pend.a, pend.x, ldxs, pend.d, pend.dmin, pend.m, !q6);
-        for (int j = 0; j < nt; j++)
-            for (int r = r0; r < r1; r += KC_X16_ROWS) {
-                float *y = Y + (size_t)(tc + j) * (size_t)ldy + r;
-                __m512 v = _mm512_add_ps(_mm512_loadu_ps(acc + ((size_t)((r - r0) / KC_X16_ROWS) * (size_t)nt + (size_t)j) * 16), bias ? _mm512_loadu_ps(bias + r) : _mm512_setzero_ps());
-                if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(y), v);
-                _mm512_storeu_ps(y, v);
-            }
     }
     _tile_release();
 }
@@ -425,7 +435,7 @@ KC_INLINE void kc__x16s_mms(const void *W, int wt, const kc_q16s *X, int ldxs, f
     int t = 0;
 #if KC_X16S_AMX
     if (T >= 16 && kc_amx_ready()) {
-        const size_t acc_bytes = sizeof(float) * KC_X16S_AMX_TOKENS * (size_t)(r1 - r0);
+        const size_t acc_bytes = sizeof(float) * KC_X16S_AMX_TOKENS * KC_X16S_AMX_GROUPS * KC_X16_ROWS;
         uint8_t *P = kc__x16s_scratch(16384 + acc_bytes + (size_t)KC_X16S_AMX_TOKENS * (size_t)IN * 2);
         if (P) {
             t = T / 16 * 16;
