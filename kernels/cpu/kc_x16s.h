@@ -241,22 +241,26 @@ static inline int kc_amx_ready(void) {
  * of the 16 rows (the B layout). */
 KC_AMX_TARGET static void kc__x16s_planes(const uint8_t *G, int wt, int s, uint8_t *P) {
     const int q6 = wt == KC_WQ6_K;
-    const __m512i lo8 = _mm512_set1_epi16(0x00ff), hi8 = _mm512_set1_epi16((short)0xff00), c32 = _mm512_set1_epi16(32);
+    const __m512i lo8 = _mm512_set1_epi16(0x00ff), c32 = _mm512_set1_epi16(32);
     const uint8_t *t = G + (size_t)s * kc_x16k_tile_bytes(wt);
     for (int g = 0; g < 8; g++) {
         __m512i w[8];
         __m512 dA, dB = _mm512_setzero_ps(), c = _mm512_setzero_ps(), cB = _mm512_setzero_ps();
         kc__x16k_unpack(G, wt, 8 * s + g, 0, w, &dA, &dB, &c, &cB);
+        __m512i sc2[2]; /* each lane's sc (Q6_K: per half) in both of its 16-bit halves */
+        for (int hf = 0; hf < 1 + q6; hf++) {
+            const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(t + (q6 ? KC_X16K_Q6_SC + 16 * (2 * g + hf) : KC_X16K_K4_SC + 16 * g)));
+            const __m512i sc = q6 ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+            sc2[hf] = _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(sc, 16));
+        }
         for (int k = 0; k < 8; k++) {
-            /* the lane's sc in both of its 16-bit halves */
-            const __m512i sc = q6 ? _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(t + KC_X16K_Q6_SC + 16 * (2 * g + k / 4))))
-                                  : _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(t + KC_X16K_K4_SC + 16 * g)));
-            const __m512i sc2 = _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(sc, 16));
             __m512i qe = _mm512_and_si512(w[k], lo8), qo = _mm512_srli_epi16(w[k], 8); /* elements 0, 2 and 1, 3 */
             if (q6) qe = _mm512_sub_epi16(qe, c32), qo = _mm512_sub_epi16(qo, c32);
-            const __m512i pe = _mm512_mullo_epi16(qe, sc2), po = _mm512_mullo_epi16(qo, sc2);
-            _mm512_store_si512(P + 512 * g + 64 * k, _mm512_or_si512(_mm512_and_si512(pe, lo8), _mm512_slli_epi16(po, 8)));
-            _mm512_store_si512(P + 4096 + 512 * g + 64 * k, _mm512_or_si512(_mm512_srli_epi16(pe, 8), _mm512_and_si512(po, hi8)));
+            const __m512i pe = _mm512_mullo_epi16(qe, sc2[q6 ? k / 4 : 0]), po = _mm512_mullo_epi16(qo, sc2[q6 ? k / 4 : 0]);
+            /* low bytes: pe's low byte, po's low byte above it; high bytes: pe's high byte, po's
+             * high byte in place (one ternary-logic op each: 0xD8 = c ? b : a, bitwise) */
+            _mm512_store_si512(P + 512 * g + 64 * k, _mm512_ternarylogic_epi32(_mm512_slli_epi16(po, 8), pe, lo8, 0xD8));
+            _mm512_store_si512(P + 4096 + 512 * g + 64 * k, _mm512_ternarylogic_epi32(po, _mm512_srli_epi16(pe, 8), lo8, 0xD8));
         }
     }
 }
