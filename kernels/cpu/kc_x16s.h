@@ -60,6 +60,22 @@ KC_INLINE int kc_x16s_type(int wt) { return wt == KC_WQ4_K || wt == KC_WQ5_K || 
 static inline void kc_quantize_q16s(const float *x, kc_q16s *out, int n) {
     for (int s = 0; s < n / 256; s++, x += 256) {
         kc_q16s *o = &out[s];
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+        __m512 mx = _mm512_setzero_ps();
+        for (int i = 0; i < 256; i += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+        const float amax = _mm512_reduce_max_ps(mx);
+        const __m512 vid = _mm512_set1_ps(amax > 0.0f ? (float)KC_X16_QMAX / amax : 0.0f);
+        for (int b = 0; b < 16; b++) {
+            const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * b), vid)); /* nearest-even */
+            const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(64)), 7);
+            const __m512i l = _mm512_sub_epi32(q, _mm512_slli_epi32(h, 7));
+            _mm_storeu_si128((__m128i *)(void *)(o->h + 16 * b), _mm512_cvtepi32_epi8(h));
+            _mm_storeu_si128((__m128i *)(void *)(o->l + 16 * b), _mm512_cvtepi32_epi8(l));
+            o->sh[b] = (int16_t)_mm512_reduce_add_epi32(h), o->sl[b] = (int16_t)_mm512_reduce_add_epi32(l);
+            const float sum = (float)_mm512_reduce_add_epi32(q);
+            o->sq[b / 2] = b % 2 ? o->sq[b / 2] + sum : sum;
+        }
+#else
         float amax = 0.0f;
         for (int i = 0; i < 256; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
         const float id = amax > 0.0f ? (float)KC_X16_QMAX / amax : 0.0f;
@@ -75,6 +91,7 @@ static inline void kc_quantize_q16s(const float *x, kc_q16s *out, int n) {
             o->sh[b] = (int16_t)sh, o->sl[b] = (int16_t)sl;
             o->sq[b / 2] = b % 2 ? o->sq[b / 2] + (float)sum : (float)sum;
         }
+#endif
         o->d = amax / (float)KC_X16_QMAX;
         memset(o->pad, 0, sizeof o->pad);
     }
