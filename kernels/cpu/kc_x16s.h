@@ -71,10 +71,21 @@ static inline void kc_quantize_q16s(const float *x, kc_q16s *out, int n) {
             const __m512i l = _mm512_sub_epi32(q, _mm512_slli_epi32(h, 7));
             _mm_storeu_si128((__m128i *)(void *)(o->h + 16 * b), _mm512_cvtepi32_epi8(h));
             _mm_storeu_si128((__m128i *)(void *)(o->l + 16 * b), _mm512_cvtepi32_epi8(l));
-            o->sh[b] = (int16_t)_mm512_reduce_add_epi32(h), o->sl[b] = (int16_t)_mm512_reduce_add_epi32(l);
-            const float sum = (float)_mm512_reduce_add_epi32(q);
-            o->sq[b / 2] = b % 2 ? o->sq[b / 2] + sum : sum;
         }
+        /* the digit sums per 16 from the stored bytes: biased to unsigned (+128), vpsadbw sums
+         * each 8 (one horizontal reduction per 64 digits instead of three per 16 values) */
+        uint64_t sums[2][32];
+        for (int v = 0; v < 4; v++) {
+            const __m512i bias = _mm512_set1_epi8((char)0x80);
+            _mm512_storeu_si512(sums[0] + 8 * v, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512(o->h + 64 * v), bias), _mm512_setzero_si512()));
+            _mm512_storeu_si512(sums[1] + 8 * v, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512(o->l + 64 * v), bias), _mm512_setzero_si512()));
+        }
+        for (int b = 0; b < 16; b++) {
+            o->sh[b] = (int16_t)((int)(sums[0][2 * b] + sums[0][2 * b + 1]) - 16 * 128);
+            o->sl[b] = (int16_t)((int)(sums[1][2 * b] + sums[1][2 * b + 1]) - 16 * 128);
+        }
+        for (int g = 0; g < 8; g++)
+            o->sq[g] = (float)(128 * (o->sh[2 * g] + o->sh[2 * g + 1]) + o->sl[2 * g] + o->sl[2 * g + 1]);
 #else
         float amax = 0.0f;
         for (int i = 0; i < 256; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
