@@ -18,8 +18,8 @@
  * and takes the group's d * sc. That costs little in the vpdpbusd kernels,
  * but it rules out AMX: a tile multiply (tdpbsud) takes the same time for
  * 32 columns as for 64, and each group's int32 tile has to go through
- * memory to be scaled, so a 32-column step runs at about a fifth of what
- * the unit does (bench/README.md: the AMX prototypes, 1.1-1.3x VNNI).
+ * memory to be scaled, so the unit waits most of the time (bench/README.md:
+ * the AMX prototypes on kc_q16, 1.1-1.3x VNNI).
  *
  * Here one d covers a whole super-block of 256 activations (15 bits as in
  * kc_q16: q = 128 h + l, |q| <= 16256), and a weight's integer sub-block
@@ -27,7 +27,7 @@
  * sc * (q - 32) (Q6_K), the super-block's dot product is
  *     V = 128 * VH + VL,  VH = sum(v * h),  VL = sum(v * l)
  * two exact int32 sums (|VH| <= 4096 * 127 * 256 < 2^27). The AMX path
- * splits v into two bytes (v = 256 * vh + vl) and gets VH and VL from four
+ * splits v into two bytes (v = 256 * hi + lo) and gets VH and VL from four
  * tile products over the whole super-block; the vector paths keep
  * kc_x16k.h's per-group digit chains and multiply each by its integer sc.
  * Both end in the same float arithmetic on the same integers, so a token's
@@ -37,10 +37,10 @@
  * group order (Q4_K/Q5_K's mins; Q6_K has none: its -32 is in v).
  *
  * The rounding of x is at most amax / 32512 of its super-block's largest
- * value: 8 times coarser where a super-block holds one outlier than
- * kc_q16's blocks of 32, still 16 times finer than llama.cpp's Q8_K
- * (int8 per 256) that its K-quant kernels use (bench/README.md measures the
- * perplexity). */
+ * value: coarser than kc_q16's where one block of 32 holds a super-block's
+ * outlier (by the ratio of the two maxima), 128 times finer than llama.cpp's
+ * Q8_K (int8 per 256) that its K-quant kernels use (bench/README.md measures
+ * the perplexity). */
 
 typedef struct {
     int8_t h[256]; /* high digits: x ~= d * (128 * h + l) */
