@@ -3,14 +3,8 @@
 #ifndef INGOT_KC_X16S_H
 #define INGOT_KC_X16S_H
 
+#include "kc_amx.h"
 #include "kc_x16k.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
-#include <pthread.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 /* Why a second activation format. kc_q16 scales every 32 activations on
  * their own, so a weight super-block's sum has to leave the integers at
@@ -243,26 +237,7 @@ KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X
 
 /* ---- AMX: 16 tokens x 16 rows per tile, a super-block per step ---------- */
 
-#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__GNUC__) &&                         \
-    (defined(__clang__) || __GNUC__ >= 11)
-#define KC_X16S_AMX 1
-/* Whether this process may run AMX: the CPU has AMX-TILE and AMX-INT8, Linux grants the tile
- * state (arch_prctl ARCH_REQ_XCOMP_PERM), and INGOT_AMX is not 0 (the tests run both paths;
- * they give the same bits). Asked once; any thread may ask first (the grant is per process). */
-static int kc__amx_state = -1;
-static inline int kc_amx_ready(void) {
-    int s = __atomic_load_n(&kc__amx_state, __ATOMIC_ACQUIRE);
-    if (s >= 0) return s;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    const char *env = getenv("INGOT_AMX");
-    s = !(env && strcmp(env, "0") == 0) && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1) &&
-        syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
-    __atomic_store_n(&kc__amx_state, s, __ATOMIC_RELEASE);
-    return s;
-}
-
-#define KC_AMX_TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,f16c,fma"), noinline))
-
+#if KC_AMX
 /* Super-block s of a row group as AMX B tiles: the low and the high byte of each v (v = 256 *
  * high + low) in two 4 KiB planes at P and P + 4096; offset 512 g + 64 k holds code vector k of
  * group g, so K-step c (elements 64c..64c+63) is the 1 KiB at 1024 c, 64 bytes per 4 elements
@@ -293,16 +268,11 @@ KC_AMX_TARGET static void kc__x16s_planes(const uint8_t *G, int wt, int s, uint8
     }
 }
 
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} kc__amx_config;
 
 /* One tile step's int32 results (C tiles: high digits x low bytes, x high bytes, low digits x
  * low bytes, x high bytes) folded into the float sums of its 16 tokens (16 floats each); sc:
  * the row group's d, dmin and 8 mins for the super-block, as floats. */
-__attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,f16c,fma"), always_inline)) static inline void
+KC_AMX_INLINE void
 kc__x16s_amx_fold(int32_t (*cb)[16][16], float *acc, const kc_q16s *x, int ldxs, const float (*sc)[16], int mins) {
     const __m512 d = _mm512_load_ps(sc[0]), dmin = _mm512_load_ps(sc[1]);
     __m512 m[8];
@@ -337,12 +307,9 @@ KC_AMX_TARGET static void kc__x16s_amx(const void *W, int wt, const kc_q16s *X, 
     const int NS = IN / 256, q6 = wt == KC_WQ6_K, NG = (r1 - r0) / KC_X16_ROWS;
     const size_t tb = kc_x16k_tile_bytes(wt), gb = (size_t)NS * tb;
     const uint8_t *W0 = (const uint8_t *)W + (size_t)(r0 / KC_X16_ROWS) * gb;
-    kc__amx_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
-    __asm__ volatile("" : : "r"(&cfg) : "memory"); /* the config is read by ldtilecfg, which the compiler cannot see */
-    _tile_loadconfig(&cfg);
+    static const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+    static const uint16_t colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+    kc_amx_configure(rows, colsb);
     int32_t cb[2][4][16][16] __attribute__((aligned(64)));
     float sc[2][10][16] __attribute__((aligned(64))); /* d, dmin, m[8] of the (s, group) in flight */
     for (int tc = 0; tc < T16; tc += KC_X16S_AMX_TOKENS) {
@@ -426,35 +393,6 @@ KC_AMX_TARGET static void kc__x16s_amx(const void *W, int wt, const kc_q16s *X, 
     _tile_release();
 }
 
-/* This thread's scratch: the B planes (16 KiB), the float sums and the activation tiles of a
- * pass, kept and grown as needed, freed when the thread ends (a thread-specific key: a pool
- * thread's buffer is not a leak). The first 64 bytes hold the capacity. */
-static pthread_key_t kc__x16s_key;
-static pthread_once_t kc__x16s_once = PTHREAD_ONCE_INIT;
-static void kc__x16s_key_init(void) {
-    if (pthread_key_create(&kc__x16s_key, free) != 0) abort();
-}
-static inline uint8_t *kc__x16s_scratch(size_t bytes) {
-    pthread_once(&kc__x16s_once, kc__x16s_key_init);
-    uint8_t *buf = pthread_getspecific(kc__x16s_key);
-    size_t cap = 0;
-    if (buf) memcpy(&cap, buf, sizeof cap);
-    if (bytes > cap) { /* the old buffer stays the key's until the new one is */
-        uint8_t *grown = aligned_alloc(64, 64 + (bytes + 63) / 64 * 64);
-        if (!grown) return NULL;
-        memcpy(grown, &bytes, sizeof bytes);
-        if (pthread_setspecific(kc__x16s_key, grown) != 0) {
-            free(grown);
-            return NULL;
-        }
-        free(buf);
-        buf = grown;
-    }
-    return buf + 64;
-}
-#else
-#define KC_X16S_AMX 0
-static inline int kc_amx_ready(void) { return 0; }
 #endif
 
 /* Y[t*ldy + r] = (accumulate ? Y : 0) + W[r] . X[t] (+ bias[r]) for rows r0 <= r < r1
@@ -465,10 +403,10 @@ KC_INLINE void kc__x16s_mms(const void *W, int wt, const kc_q16s *X, int ldxs, f
     const size_t gb = (size_t)(IN / 256) * kc_x16k_tile_bytes(wt);
     const int NS = IN / 256;
     int t = 0;
-#if KC_X16S_AMX
+#if KC_AMX
     if (T >= 16 && kc_amx_ready()) {
         const size_t acc_bytes = sizeof(float) * KC_X16S_AMX_TOKENS * KC_X16S_AMX_GROUPS * KC_X16_ROWS;
-        uint8_t *P = kc__x16s_scratch(16384 + acc_bytes + (size_t)KC_X16S_AMX_TOKENS * (size_t)IN * 2);
+        uint8_t *P = kc_amx_scratch(16384 + acc_bytes + (size_t)KC_X16S_AMX_TOKENS * (size_t)IN * 2);
         if (P) {
             t = T / 16 * 16;
             kc__x16s_amx(W, wt, X, ldxs, Y, ldy, t, IN, r0, r1, bias, accumulate, P, (float *)(void *)(P + 16384),
