@@ -2,7 +2,6 @@
 #ifndef INGOT_KC_X16_H
 #define INGOT_KC_X16_H
 
-#include "kc_amx.h"
 #include "kc_matmul.h"
 
 /* Why a layout of its own. In the row-major GGUF layout a decode GEMV
@@ -403,138 +402,6 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
 }
 #endif
 
-#if KC_AMX && KC_X16_VNNI
-/* ---- AMX: steps of 16 tokens or more ------------------------------------
- * The same integers as the vpdpbusd kernel above (the codes as stored, or
- * Q4's nibbles as bytes, against the digits) and the same float steps per
- * block, so the same bits: a tile product per digit gives a block's int32
- * dot products for 16 tokens x 16 rows. The block's scales keep each
- * 32-column product apart, at half the tile unit's width (a tile product
- * costs the same for 32 columns as for 64), so this gains less than
- * kc_x16s.h's super-blocks; the arrangement is that kernel's: a pass of up
- * to 64 tokens copied into tile order (their kc_q16 blocks are 80 bytes x
- * IN/32 apart), row groups in chunks of 8 with blocks outermost, the float
- * sums in acc, each step's int32 tiles folded one step later and the Q4
- * code bytes made one step ahead. */
-#define KC_X16_AMX_TOKENS 64
-#define KC_X16_AMX_GROUPS 8
-
-/* Q4 block b's codes as bytes in B layout (8 rows of the 16 rows' 4 elements): the nibbles */
-KC_AMX_INLINE void kc__x16_amx_codes(const uint8_t *t, int hdr, uint8_t *P) {
-    for (int c = 0; c < 4; c++) {
-        const __m512i v = _mm512_loadu_si512((const void *)(t + hdr + 64 * c));
-        _mm512_store_si512(P + 64 * c, _mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
-        _mm512_store_si512(P + 256 + 64 * c, _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f)));
-    }
-}
-
-/* A step's int32 tiles (high and low digits) folded into its 16 tokens' float sums: the vector
- * kernel's float steps for the block. */
-KC_AMX_INLINE void kc__x16_amx_fold(int32_t (*cb)[16][16], float *acc, const kc_q16 *x, int ldxb, const uint8_t *t, int wt,
-                                    int a8) {
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)t));
-    const __m512 mw = wt == KC_WQ4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(t + 32))) : dw;
-    const float off = wt == KC_WQ4_0 ? -8.0f : -128.0f;
-    for (int j = 0; j < 16; j++) {
-        const kc_q16 *xj = &x[(size_t)j * (size_t)ldxb];
-        const __m512i ih = _mm512_load_si512(cb[0][j]), il = a8 ? _mm512_setzero_si512() : _mm512_load_si512(cb[1][j]);
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(ih, 7), il));
-        __m512 a = _mm512_load_ps(acc + 16 * j);
-        if (wt == KC_WQ4_1) {
-            a = _mm512_fmadd_ps(dw, _mm512_mul_ps(f, _mm512_set1_ps(xj->d)), a);
-            a = _mm512_fmadd_ps(mw, _mm512_set1_ps(xj->s), a);
-        } else
-            a = _mm512_fmadd_ps(dw, _mm512_fmadd_ps(f, _mm512_set1_ps(xj->d), _mm512_set1_ps(off * xj->s)), a);
-        _mm512_store_ps(acc + 16 * j, a);
-    }
-}
-
-/* Rows r0..r1 (multiples of 16), tokens [0, T16) (a multiple of 16). */
-KC_AMX_TARGET static void kc__x16_amx(const void *W, int wt, const kc_q16 *X, int ldxb, float *Y, int ldy, int T16, int IN,
-                                      int r0, int r1, const float *bias, int accumulate, int a8, uint8_t *P, float *acc,
-                                      uint8_t *A) {
-    const int NB = IN / 32, NG = (r1 - r0) / KC_X16_ROWS, hdr = kc_x16_hdr(wt), q8 = wt == KC_WQ8_0;
-    const size_t tb = kc_x16_tile_bytes(wt), gb = (size_t)NB * tb;
-    const uint8_t *W0 = (const uint8_t *)W + (size_t)(r0 / KC_X16_ROWS) * gb;
-    /* C: 0, 1 (high, low digits) and 2, 3 in turn; A: 4, 5 (16 tokens x 32 digits); B: 6 (8 x 64) */
-    static const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 8, 8};
-    static const uint16_t colsb[8] = {64, 64, 64, 64, 32, 32, 64, 64};
-    kc_amx_configure(rows, colsb);
-    int32_t cb[2][2][16][16] __attribute__((aligned(64)));
-    for (int tc = 0; tc < T16; tc += KC_X16_AMX_TOKENS) {
-        const int nt = T16 - tc < KC_X16_AMX_TOKENS ? T16 - tc : KC_X16_AMX_TOKENS, ntl = nt / 16;
-        /* A: [block][token tile][high, low][16 tokens][32 bytes] */
-        for (int j = 0; j < nt; j++)
-            for (int b = 0; b < NB; b++) {
-                const kc_q16 *x = &X[(size_t)(tc + j) * (size_t)ldxb + (size_t)b];
-                uint8_t *a = A + ((size_t)b * (size_t)ntl + (size_t)(j / 16)) * 1024 + 32 * (size_t)(j % 16);
-                memcpy(a, x->h, 32);
-                memcpy(a + 512, x->l, 32);
-            }
-        int step = 0, have = 0, cur = 0;
-        float *pend_acc = NULL;
-        const kc_q16 *pend_x = NULL;
-        const uint8_t *pend_t = NULL;
-        if (!q8) kc__x16_amx_codes(W0, hdr, P);
-        for (int g0 = 0; g0 < NG; g0 += KC_X16_AMX_GROUPS) {
-            const int cg = NG - g0 < KC_X16_AMX_GROUPS ? NG - g0 : KC_X16_AMX_GROUPS;
-            memset(acc, 0, sizeof(float) * (size_t)nt * (size_t)cg * 16);
-            for (int b = 0; b < NB; b++)
-                for (int gi = 0; gi < cg; gi++, step++) {
-                    const uint8_t *t = W0 + (size_t)(g0 + gi) * gb + (size_t)b * tb;
-                    const uint8_t *B = q8 ? t + hdr : P + 512 * (size_t)(step % 2);
-                    for (int tt = 0; tt < ntl; tt++) {
-                        const uint8_t *A0 = A + ((size_t)b * (size_t)ntl + (size_t)tt) * 1024;
-                        _tile_loadd(4, A0, 32);
-                        _tile_loadd(6, B, 64);
-                        if (cur) {
-                            _tile_zero(2);
-                            _tile_dpbsud(2, 4, 6);
-                            if (!a8) {
-                                _tile_zero(3);
-                                _tile_loadd(5, A0 + 512, 32);
-                                _tile_dpbsud(3, 5, 6);
-                                _tile_stored(3, cb[1][1], 64);
-                            }
-                            _tile_stored(2, cb[1][0], 64);
-                        } else {
-                            _tile_zero(0);
-                            _tile_dpbsud(0, 4, 6);
-                            if (!a8) {
-                                _tile_zero(1);
-                                _tile_loadd(5, A0 + 512, 32);
-                                _tile_dpbsud(1, 5, 6);
-                                _tile_stored(1, cb[0][1], 64);
-                            }
-                            _tile_stored(0, cb[0][0], 64);
-                        }
-                        if (have) kc__x16_amx_fold(cb[cur ^ 1], pend_acc, pend_x, ldxb, pend_t, wt, a8);
-                        pend_acc = acc + ((size_t)gi * (size_t)nt + 16 * (size_t)tt) * 16;
-                        pend_x = X + (size_t)(tc + 16 * tt) * (size_t)ldxb + (size_t)b, pend_t = t;
-                        have = 1, cur ^= 1;
-                    }
-                    /* the next (block, group)'s code bytes: this chunk's next group, its next block, the next chunk */
-                    const int ngi = gi + 1 < cg ? g0 + gi + 1 : b + 1 < NB ? g0 : g0 + KC_X16_AMX_GROUPS;
-                    const int nb = gi + 1 < cg ? b : b + 1 < NB ? b + 1 : 0;
-                    if (!q8 && ngi < NG) kc__x16_amx_codes(W0 + (size_t)ngi * gb + (size_t)nb * tb, hdr, P + 512 * (size_t)((step + 1) % 2));
-                }
-            if (have) kc__x16_amx_fold(cb[cur ^ 1], pend_acc, pend_x, ldxb, pend_t, wt, a8);
-            have = 0;
-            for (int j = 0; j < nt; j++)
-                for (int gi = 0; gi < cg; gi++) {
-                    const int r = r0 + KC_X16_ROWS * (g0 + gi);
-                    float *y = Y + (size_t)(tc + j) * (size_t)ldy + r;
-                    __m512 v = _mm512_add_ps(_mm512_load_ps(acc + ((size_t)gi * (size_t)nt + (size_t)j) * 16),
-                                             bias ? _mm512_loadu_ps(bias + r) : _mm512_setzero_ps());
-                    if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(y), v);
-                    _mm512_storeu_ps(y, v);
-                }
-        }
-    }
-    _tile_release();
-}
-#endif
-
 /* Y[t*ldy + r] = (accumulate ? Y : 0) + W[r] . X[t] (+ bias[r]) for rows
  * r0 <= r < r1 (multiples of 16) of an x16 matrix and T tokens of kc_q16
  * activations (token t's blocks at X + t*ldxb). Every token takes the same
@@ -545,22 +412,10 @@ KC_INLINE void kc__mmp(const void *W, int wt, const kc_q16 *X, int ldxb, float *
                        int r1, const float *bias, int accumulate, int a8) {
     const int NB = IN / 32;
     const size_t tb = kc_x16_tile_bytes(wt);
-    int t0 = 0;
-#if KC_AMX && KC_X16_VNNI
-    if (T >= 16 && kc_amx_ready()) { /* whole tiles of 16 tokens on AMX, the rest below: the same bits */
-        const size_t acc_bytes = sizeof(float) * KC_X16_AMX_TOKENS * KC_X16_AMX_GROUPS * KC_X16_ROWS;
-        uint8_t *P = kc_amx_scratch(1024 + acc_bytes + (size_t)KC_X16_AMX_TOKENS * (size_t)IN * 2);
-        if (P) {
-            t0 = T / 16 * 16;
-            kc__x16_amx(W, wt, X, ldxb, Y, ldy, t0, IN, r0, r1, bias, accumulate, a8, P, (float *)(void *)(P + 1024),
-                        P + 1024 + acc_bytes);
-        }
-    }
-#endif
     for (int r = r0; r < r1; r += KC_X16_ROWS) {
         const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * (size_t)NB * tb;
         const float *bi = bias ? bias + r : NULL;
-        int t = t0;
+        int t = 0;
         for (; t + KC_X16_NT <= T; t += KC_X16_NT)
             kc__x16_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, KC_X16_NT, Y + (size_t)t * (size_t)ldy + r, ldy,
                           bi, accumulate, a8);
@@ -583,8 +438,6 @@ KC_INLINE void kc__mmp(const void *W, int wt, const kc_q16 *X, int ldxb, float *
                                       int r0, int r1, const float *bias, int accumulate) {                             \
         IMPL(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate, 1);                                              \
     }
-KC_X16_MMP(q8_0, KC_WQ8_0, kc__mmp)
-KC_X16_MMP(q4_0, KC_WQ4_0, kc__mmp)
-KC_X16_MMP(q4_1, KC_WQ4_1, kc__mmp)
+/* kc_mmp_q8_0/q4_0/q4_1 are made in kc_x16k.h, through its AMX path for steps of 16+ tokens */
 
 #endif

@@ -2,6 +2,7 @@
 #ifndef INGOT_KC_X16K_H
 #define INGOT_KC_X16K_H
 
+#include "kc_amx.h"
 #include "kc_kquant.h"
 #include "kc_x16.h"
 
@@ -631,8 +632,195 @@ KC_INLINE void kc__x16k_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, fl
     }
 }
 
+#if KC_AMX && KC_X16_VNNI
+/* ---- AMX: steps of 16 tokens or more, for the types with one scale per 32 ----
+ * Q8_0, Q4_0, Q4_1 (kc_x16.h) and Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q4_K, Q5_K here
+ * (those whose scale does not change inside a block of 32; kc_x16s.h takes
+ * Q4_K/Q5_K/Q6_K in the default numerics). The same integers as the
+ * vpdpbusd kernels (the codes as their vectors hold them, against the
+ * digits) and the same float steps per block, so the same bits: a tile
+ * product per digit gives a block's int32 dot products for 16 tokens x 16
+ * rows. Each 32-column product must stay apart for its block's scales, at
+ * half the tile unit's width (a tile product costs the same for 32 columns
+ * as for 64) and with two 1 KiB tile stores per 16x16 step, so this gains
+ * less than kc_x16s.h's super-blocks (bench/README.md). The arrangement is
+ * that kernel's: a pass of up to 64 tokens copied into tile order (their
+ * kc_q16 blocks are 80 bytes x IN/32 apart), row groups in chunks of 8 with
+ * blocks outermost, the float sums in acc, each step's int32 tiles folded
+ * one step later, and a block's code bytes and scales made one step ahead. */
+#define KC_X16_AMX_TOKENS 64
+#define KC_X16_AMX_GROUPS 8
+#define KC_X16_AMX_STEP 640 /* a step's B tile (8 x 64 code bytes) and two scale vectors */
+
+KC_INLINE int kc__x16_amx_type(int wt) {
+    return wt == KC_WQ8_0 || wt == KC_WQ4_0 || wt == KC_WQ4_1 || (wt != KC_WQ3_K && wt != KC_WQ2_K && wt != KC_WQ6_K);
+}
+
+/* Block b of a row group: its 8 code vectors (elements 4c..4c+3 in vector c: the B layout) and
+ * the vectors of its fold, as the vector kernels take them: Q4_0/Q8_0's d (and the code
+ * offset below), else d (times sc) and the c that meets the block sum. */
+KC_AMX_INLINE void kc__x16_amx_block(const uint8_t *G, int wt, int b, uint8_t *S) {
+    if (wt == KC_WQ8_0 || wt == KC_WQ4_0 || wt == KC_WQ4_1) {
+        const uint8_t *t = G + (size_t)b * kc_x16_tile_bytes(wt);
+        const int hdr = kc_x16_hdr(wt);
+        for (int c = 0; c < 4; c++) {
+            if (wt == KC_WQ8_0) {
+                _mm512_store_si512(S + 64 * c, _mm512_loadu_si512((const void *)(t + hdr + 64 * c)));
+                _mm512_store_si512(S + 256 + 64 * c, _mm512_loadu_si512((const void *)(t + hdr + 256 + 64 * c)));
+            } else {
+                const __m512i v = _mm512_loadu_si512((const void *)(t + hdr + 64 * c));
+                _mm512_store_si512(S + 64 * c, _mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
+                _mm512_store_si512(S + 256 + 64 * c, _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f)));
+            }
+        }
+        _mm512_store_ps((float *)(void *)(S + 512), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)t)));
+        _mm512_store_ps((float *)(void *)(S + 576), wt == KC_WQ4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(t + 32)))
+                                                                   : _mm512_setzero_ps());
+        return;
+    }
+    __m512i w[8];
+    __m512 dA, dB = _mm512_setzero_ps(), c = _mm512_setzero_ps(), cB = _mm512_setzero_ps();
+    kc__x16k_unpack(G, wt, b, 0, w, &dA, &dB, &c, &cB);
+    for (int k = 0; k < 8; k++) _mm512_store_si512(S + 64 * k, w[k]);
+    _mm512_store_ps((float *)(void *)(S + 512), dA);
+    _mm512_store_ps((float *)(void *)(S + 576), wt == KC_WQ5_0 ? _mm512_mul_ps(dA, _mm512_set1_ps(-16.0f)) : c);
+}
+
+/* A step's int32 tiles (high and low digits) folded into its 16 tokens' float sums: the
+ * vector kernel's float steps for the block (kc_x16.h's for Q4_0/Q8_0, kc_x16k.h's else). */
+KC_AMX_INLINE void kc__x16_amx_fold(int32_t (*cb)[16][16], float *acc, const kc_q16 *x, int ldxb, const uint8_t *S, int wt,
+                                    int a8) {
+    const __m512 dA = _mm512_load_ps((const float *)(const void *)(S + 512)), c = _mm512_load_ps((const float *)(const void *)(S + 576));
+    const int offset = wt == KC_WQ4_0 || wt == KC_WQ8_0;
+    const float off = wt == KC_WQ4_0 ? -8.0f : -128.0f;
+    for (int j = 0; j < 16; j++) {
+        const kc_q16 *xj = &x[(size_t)j * (size_t)ldxb];
+        const __m512i ih = _mm512_load_si512(cb[0][j]), il = a8 ? _mm512_setzero_si512() : _mm512_load_si512(cb[1][j]);
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(ih, 7), il));
+        __m512 a = _mm512_load_ps(acc + 16 * j);
+        if (offset)
+            a = _mm512_fmadd_ps(dA, _mm512_fmadd_ps(f, _mm512_set1_ps(xj->d), _mm512_set1_ps(off * xj->s)), a);
+        else {
+            a = _mm512_fmadd_ps(dA, _mm512_mul_ps(f, _mm512_set1_ps(xj->d)), a);
+            a = _mm512_fmadd_ps(c, _mm512_set1_ps(xj->s), a);
+        }
+        _mm512_store_ps(acc + 16 * j, a);
+    }
+}
+
+/* Rows r0..r1 (multiples of 16), tokens [0, T16) (a multiple of 16). */
+KC_AMX_TARGET static void kc__x16_amx(const void *W, int wt, const kc_q16 *X, int ldxb, float *Y, int ldy, int T16, int IN,
+                                      int r0, int r1, const float *bias, int accumulate, int a8, uint8_t *P, float *acc,
+                                      uint8_t *A) {
+    const int NB = IN / 32, NG = (r1 - r0) / KC_X16_ROWS;
+    const size_t gb = (size_t)(IN / kc_x16k_cols(wt)) * kc_x16k_tile_bytes(wt);
+    const uint8_t *W0 = (const uint8_t *)W + (size_t)(r0 / KC_X16_ROWS) * gb;
+    /* C: 0, 1 (high, low digits) and 2, 3 in turn; A: 4, 5 (16 tokens x 32 digits); B: 6 (8 x 64) */
+    static const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 8, 8};
+    static const uint16_t colsb[8] = {64, 64, 64, 64, 32, 32, 64, 64};
+    kc_amx_configure(rows, colsb);
+    int32_t cb[2][2][16][16] __attribute__((aligned(64)));
+    for (int tc = 0; tc < T16; tc += KC_X16_AMX_TOKENS) {
+        const int nt = T16 - tc < KC_X16_AMX_TOKENS ? T16 - tc : KC_X16_AMX_TOKENS, ntl = nt / 16;
+        /* A: [block][token tile][high, low][16 tokens][32 bytes] */
+        for (int j = 0; j < nt; j++)
+            for (int b = 0; b < NB; b++) {
+                const kc_q16 *x = &X[(size_t)(tc + j) * (size_t)ldxb + (size_t)b];
+                uint8_t *a = A + ((size_t)b * (size_t)ntl + (size_t)(j / 16)) * 1024 + 32 * (size_t)(j % 16);
+                memcpy(a, x->h, 32);
+                memcpy(a + 512, x->l, 32);
+            }
+        int step = 0, have = 0, cur = 0;
+        float *pend_acc = NULL;
+        const kc_q16 *pend_x = NULL;
+        const uint8_t *pend_s = NULL;
+        kc__x16_amx_block(W0, wt, 0, P);
+        for (int g0 = 0; g0 < NG; g0 += KC_X16_AMX_GROUPS) {
+            const int cg = NG - g0 < KC_X16_AMX_GROUPS ? NG - g0 : KC_X16_AMX_GROUPS;
+            memset(acc, 0, sizeof(float) * (size_t)nt * (size_t)cg * 16);
+            for (int b = 0; b < NB; b++)
+                for (int gi = 0; gi < cg; gi++, step++) {
+                    const uint8_t *S = P + KC_X16_AMX_STEP * (size_t)(step % 3);
+                    for (int tt = 0; tt < ntl; tt++) {
+                        const uint8_t *A0 = A + ((size_t)b * (size_t)ntl + (size_t)tt) * 1024;
+                        _tile_loadd(4, A0, 32);
+                        _tile_loadd(6, S, 64);
+                        if (cur) {
+                            _tile_zero(2);
+                            _tile_dpbsud(2, 4, 6);
+                            if (!a8) {
+                                _tile_zero(3);
+                                _tile_loadd(5, A0 + 512, 32);
+                                _tile_dpbsud(3, 5, 6);
+                                _tile_stored(3, cb[1][1], 64);
+                            }
+                            _tile_stored(2, cb[1][0], 64);
+                        } else {
+                            _tile_zero(0);
+                            _tile_dpbsud(0, 4, 6);
+                            if (!a8) {
+                                _tile_zero(1);
+                                _tile_loadd(5, A0 + 512, 32);
+                                _tile_dpbsud(1, 5, 6);
+                                _tile_stored(1, cb[0][1], 64);
+                            }
+                            _tile_stored(0, cb[0][0], 64);
+                        }
+                        if (have) kc__x16_amx_fold(cb[cur ^ 1], pend_acc, pend_x, ldxb, pend_s, wt, a8);
+                        pend_acc = acc + ((size_t)gi * (size_t)nt + 16 * (size_t)tt) * 16;
+                        pend_x = X + (size_t)(tc + 16 * tt) * (size_t)ldxb + (size_t)b, pend_s = S;
+                        have = 1, cur ^= 1;
+                    }
+                    /* the next (block, group)'s codes: this chunk's next group, its next block, the
+                     * next chunk (three step buffers: the one folded late, this one, the next) */
+                    const int ngi = gi + 1 < cg ? g0 + gi + 1 : b + 1 < NB ? g0 : g0 + KC_X16_AMX_GROUPS;
+                    const int nb = gi + 1 < cg ? b : b + 1 < NB ? b + 1 : 0;
+                    if (ngi < NG) kc__x16_amx_block(W0 + (size_t)ngi * gb, wt, nb, P + KC_X16_AMX_STEP * (size_t)((step + 1) % 3));
+                }
+            if (have) kc__x16_amx_fold(cb[cur ^ 1], pend_acc, pend_x, ldxb, pend_s, wt, a8);
+            have = 0;
+            for (int j = 0; j < nt; j++)
+                for (int gi = 0; gi < cg; gi++) {
+                    const int r = r0 + KC_X16_ROWS * (g0 + gi);
+                    float *y = Y + (size_t)(tc + j) * (size_t)ldy + r;
+                    __m512 v = _mm512_add_ps(_mm512_load_ps(acc + ((size_t)gi * (size_t)nt + (size_t)j) * 16),
+                                             bias ? _mm512_loadu_ps(bias + r) : _mm512_setzero_ps());
+                    if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(y), v);
+                    _mm512_storeu_ps(y, v);
+                }
+        }
+    }
+    _tile_release();
+}
+#endif
+
+/* kc_x16.h's and this file's matmuls with whole tiles of 16 tokens through AMX where the
+ * process has it and the type has one scale per 32 (the same bits), the rest as before. */
+KC_INLINE void kc__x16a_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0,
+                            int r1, const float *bias, int accumulate, int a8) {
+    int t0 = 0;
+#if KC_AMX && KC_X16_VNNI
+    if (T >= 16 && kc__x16_amx_type(wt) && kc_amx_ready()) {
+        const size_t acc_bytes = sizeof(float) * KC_X16_AMX_TOKENS * KC_X16_AMX_GROUPS * KC_X16_ROWS;
+        uint8_t *P = kc_amx_scratch(3 * KC_X16_AMX_STEP + acc_bytes + (size_t)KC_X16_AMX_TOKENS * (size_t)IN * 2);
+        if (P) {
+            t0 = T / 16 * 16;
+            kc__x16_amx(W, wt, X, ldxb, Y, ldy, t0, IN, r0, r1, bias, accumulate, a8, P,
+                        (float *)(void *)(P + 3 * KC_X16_AMX_STEP), P + 3 * KC_X16_AMX_STEP + acc_bytes);
+        }
+    }
+#endif
+    if (t0 == T) return;
+    X += (size_t)t0 * (size_t)ldxb, Y += (size_t)t0 * (size_t)ldy;
+    if (wt == KC_WQ8_0 || wt == KC_WQ4_0 || wt == KC_WQ4_1) kc__mmp(W, wt, X, ldxb, Y, ldy, T - t0, IN, r0, r1, bias, accumulate, a8);
+    else kc__x16k_mmp(W, wt, X, ldxb, Y, ldy, T - t0, IN, r0, r1, bias, accumulate, a8);
+}
+
 /* kc_mmp_TYPE (q16 activations) and kc_mmp8_TYPE (q8), as kc_x16.h's */
-#define KC_X16K_MMP(name, WT) KC_X16_MMP(name, WT, kc__x16k_mmp)
+#define KC_X16K_MMP(name, WT) KC_X16_MMP(name, WT, kc__x16a_mmp)
+KC_X16K_MMP(q8_0, KC_WQ8_0)
+KC_X16K_MMP(q4_0, KC_WQ4_0)
+KC_X16K_MMP(q4_1, KC_WQ4_1)
 KC_X16K_MMP(iq4_nl, KC_WIQ4_NL)
 KC_X16K_MMP(iq4_xs, KC_WIQ4_XS)
 KC_X16K_MMP(q5_0, KC_WQ5_0)
