@@ -51,6 +51,29 @@ KC_AMX_INLINE void kc_amx_configure(const uint8_t rows[8], const uint16_t colsb[
     _tile_loadconfig(&cfg);
 }
 
+/* The AMX kernels' order of steps: within a chunk of `groups` row groups, each block (or
+ * super-block) b meets the chunk's groups in turn, then the next block, then the next chunk.
+ * The step after (group g0 + gi, block b): its group and block, for making its weights ready
+ * one step ahead; *ng >= the row range's group count means there is none. */
+static inline void kc_amx_next_step(int g0, int gi, int cg, int b, int nb, int groups, int *ng, int *nbk) {
+    *ng = gi + 1 < cg ? g0 + gi + 1 : b + 1 < nb ? g0 : g0 + groups;
+    *nbk = gi + 1 < cg ? b : b + 1 < nb ? b + 1 : 0;
+}
+
+/* A chunk's float sums (acc: [group gi][token j][16 rows]) out to Y, as the vector kernels end a
+ * row group: sum + bias, then + Y when accumulating. */
+KC_AMX_INLINE void kc_amx_write_sums(float *Y, int ldy, const float *acc, int nt, int cg, int r, const float *bias,
+                                     int accumulate) {
+    for (int j = 0; j < nt; j++)
+        for (int gi = 0; gi < cg; gi++) {
+            float *y = Y + (size_t)j * (size_t)ldy + r + 16 * gi;
+            __m512 v = _mm512_add_ps(_mm512_load_ps(acc + ((size_t)gi * (size_t)nt + (size_t)j) * 16),
+                                     bias ? _mm512_loadu_ps(bias + r + 16 * gi) : _mm512_setzero_ps());
+            if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(y), v);
+            _mm512_storeu_ps(y, v);
+        }
+}
+
 /* This thread's scratch for a kernel's weight planes, float sums and activation tiles, kept and
  * grown as needed, freed when the thread ends (a thread-specific key: a pool thread's buffer is
  * not a leak). The first 64 bytes hold the capacity. */

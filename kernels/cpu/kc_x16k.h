@@ -499,6 +499,17 @@ KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[
     }
 }
 
+/* A row group's float sums for lanes lo.. out to Y: sum + bias, then + Y when accumulating. */
+KC_INLINE void kc__x16k_store(float *Y, int ldy, const kx_vf *acc, int NT, int lo, const float *bias, int accumulate) {
+    const kx_vf bv = bias ? kx_fload(bias + lo) : kx_fzero();
+    KC_UNROLL for (int j = 0; j < NT; j++) {
+        float *y = Y + (size_t)j * (size_t)ldy + lo;
+        kx_vf v = kx_fadd(acc[j], bv);
+        if (accumulate) v = kx_fadd(kx_fload(y), v);
+        kx_fstore(y, v);
+    }
+}
+
 /* One group of 16 rows, NT tokens (at most KC_X16_NT): Y[t][0..16). */
 KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
                               const float *bias, int accumulate, int a8) {
@@ -559,13 +570,7 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
                 }
             }
         }
-        const kx_vf bv = bias ? kx_fload(bias + lo) : kx_fzero();
-        KC_UNROLL for (int j = 0; j < NT; j++) {
-            float *y = Y + (size_t)j * (size_t)ldy + lo;
-            kx_vf v = kx_fadd(acc[j], bv);
-            if (accumulate) v = kx_fadd(kx_fload(y), v);
-            kx_fstore(y, v);
-        }
+        kc__x16k_store(Y, ldy, acc, NT, lo, bias, accumulate);
     }
 }
 #else
@@ -745,27 +750,22 @@ KC_AMX_TARGET static void kc__x16_amx(const void *W, int wt, const kc_q16 *X, in
                         const uint8_t *A0 = A + ((size_t)b * (size_t)ntl + (size_t)tt) * 1024;
                         _tile_loadd(4, A0, 32);
                         _tile_loadd(6, S, 64);
-                        if (cur) {
-                            _tile_zero(2);
-                            _tile_dpbsud(2, 4, 6);
-                            if (!a8) {
-                                _tile_zero(3);
-                                _tile_loadd(5, A0 + 512, 32);
-                                _tile_dpbsud(3, 5, 6);
-                                _tile_stored(3, cb[1][1], 64);
-                            }
-                            _tile_stored(2, cb[1][0], 64);
-                        } else {
-                            _tile_zero(0);
-                            _tile_dpbsud(0, 4, 6);
-                            if (!a8) {
-                                _tile_zero(1);
-                                _tile_loadd(5, A0 + 512, 32);
-                                _tile_dpbsud(1, 5, 6);
-                                _tile_stored(1, cb[0][1], 64);
-                            }
-                            _tile_stored(0, cb[0][0], 64);
-                        }
+                        /* tile numbers are immediates: one body per pair of C tiles */
+#define KC_X16_AMX_PRODUCTS(CH, CL, out)                                                                               \
+    do {                                                                                                               \
+        _tile_zero(CH);                                                                                                \
+        _tile_dpbsud(CH, 4, 6);                                                                                        \
+        if (!a8) {                                                                                                     \
+            _tile_zero(CL);                                                                                            \
+            _tile_loadd(5, A0 + 512, 32);                                                                              \
+            _tile_dpbsud(CL, 5, 6);                                                                                    \
+            _tile_stored(CL, (out)[1], 64);                                                                            \
+        }                                                                                                              \
+        _tile_stored(CH, (out)[0], 64);                                                                                \
+    } while (0)
+                        if (cur) KC_X16_AMX_PRODUCTS(2, 3, cb[1]);
+                        else KC_X16_AMX_PRODUCTS(0, 1, cb[0]);
+#undef KC_X16_AMX_PRODUCTS
                         if (have) kc__x16_amx_fold(cb[cur ^ 1], pend_acc, pend_x, ldxb, pend_s, wt, a8);
                         pend_acc = acc + ((size_t)gi * (size_t)nt + 16 * (size_t)tt) * 16;
                         pend_x = X + (size_t)(tc + 16 * tt) * (size_t)ldxb + (size_t)b, pend_s = S;
@@ -773,21 +773,13 @@ KC_AMX_TARGET static void kc__x16_amx(const void *W, int wt, const kc_q16 *X, in
                     }
                     /* the next (block, group)'s codes: this chunk's next group, its next block, the
                      * next chunk (three step buffers: the one folded late, this one, the next) */
-                    const int ngi = gi + 1 < cg ? g0 + gi + 1 : b + 1 < NB ? g0 : g0 + KC_X16_AMX_GROUPS;
-                    const int nb = gi + 1 < cg ? b : b + 1 < NB ? b + 1 : 0;
+                    int ngi, nb;
+                    kc_amx_next_step(g0, gi, cg, b, NB, KC_X16_AMX_GROUPS, &ngi, &nb);
                     if (ngi < NG) kc__x16_amx_block(W0 + (size_t)ngi * gb, wt, nb, P + KC_X16_AMX_STEP * (size_t)((step + 1) % 3));
                 }
             if (have) kc__x16_amx_fold(cb[cur ^ 1], pend_acc, pend_x, ldxb, pend_s, wt, a8);
             have = 0;
-            for (int j = 0; j < nt; j++)
-                for (int gi = 0; gi < cg; gi++) {
-                    const int r = r0 + KC_X16_ROWS * (g0 + gi);
-                    float *y = Y + (size_t)(tc + j) * (size_t)ldy + r;
-                    __m512 v = _mm512_add_ps(_mm512_load_ps(acc + ((size_t)gi * (size_t)nt + (size_t)j) * 16),
-                                             bias ? _mm512_loadu_ps(bias + r) : _mm512_setzero_ps());
-                    if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(y), v);
-                    _mm512_storeu_ps(y, v);
-                }
+            kc_amx_write_sums(Y + (size_t)tc * (size_t)ldy, ldy, acc, nt, cg, r0 + KC_X16_ROWS * g0, bias, accumulate);
         }
     }
     _tile_release();

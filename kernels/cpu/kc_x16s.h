@@ -180,13 +180,7 @@ KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X
             KC_UNROLL for (int j = 0; j < NT; j++)
                 acc[j] = kc__x16s_fold(acc[j], vh[j], vl[j], &X[(size_t)j * (size_t)ldxs + (size_t)s], d, dmin, m, !q6);
         }
-        const kx_vf bv = bias ? kx_fload(bias + lo) : kx_fzero();
-        KC_UNROLL for (int j = 0; j < NT; j++) {
-            float *y = Y + (size_t)j * (size_t)ldy + lo;
-            kx_vf v = kx_fadd(acc[j], bv);
-            if (accumulate) v = kx_fadd(kx_fload(y), v);
-            kx_fstore(y, v);
-        }
+        kc__x16k_store(Y, ldy, acc, NT, lo, bias, accumulate);
     }
 }
 #else
@@ -373,21 +367,13 @@ KC_AMX_TARGET static void kc__x16s_amx(const void *W, int wt, const kc_q16s *X, 
                         have = 1, cur ^= 1;
                     }
                     /* the next (s, group)'s planes: this chunk's next group, its next super-block, the next chunk */
-                    const int ngi = gi + 1 < cg ? g0 + gi + 1 : s + 1 < NS ? g0 : g0 + KC_X16S_AMX_GROUPS;
-                    const int ns = gi + 1 < cg ? s : s + 1 < NS ? s + 1 : 0;
+                    int ngi, ns;
+                    kc_amx_next_step(g0, gi, cg, s, NS, KC_X16S_AMX_GROUPS, &ngi, &ns);
                     if (ngi < NG) kc__x16s_planes(W0 + (size_t)ngi * gb, wt, ns, P + 8192 * (size_t)((step + 1) % 2));
                 }
             if (have) kc__x16s_amx_fold(cb[cur ^ 1], pend_acc, pend_x, ldxs, (const float (*)[16])sc[pend_sc], !q6);
             have = 0;
-            for (int j = 0; j < nt; j++)
-                for (int gi = 0; gi < cg; gi++) {
-                    const int r = r0 + KC_X16_ROWS * (g0 + gi);
-                    float *y = Y + (size_t)(tc + j) * (size_t)ldy + r;
-                    __m512 v = _mm512_add_ps(_mm512_load_ps(acc + ((size_t)gi * (size_t)nt + (size_t)j) * 16),
-                                             bias ? _mm512_loadu_ps(bias + r) : _mm512_setzero_ps());
-                    if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(y), v);
-                    _mm512_storeu_ps(y, v);
-                }
+            kc_amx_write_sums(Y + (size_t)tc * (size_t)ldy, ldy, acc, nt, cg, r0 + KC_X16_ROWS * g0, bias, accumulate);
         }
     }
     _tile_release();
