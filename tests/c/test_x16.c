@@ -77,6 +77,26 @@ static void test_repack_round_trip(void) {
     }
 }
 
+/* One output against its double-precision want (within tol) and the unquantized product's
+ * (within the activations' rounding bound plus tol). */
+static void judge(const char *name, int IN, int T, int r, int t, float got, double want, double exact, double tol,
+                  double rbound, int *bad, int *bad_round) {
+    const double err = fabs(got - want);
+    if (!(err <= tol)) {
+        if (*bad < 3)
+            printf("  %s IN=%d T=%d r=%d t=%d: got %.9g want %.9g (err %.3g tol %.3g)\n", name, IN, T, r, t, got, want, err, tol);
+        ++*bad;
+    }
+    *bad_round += !(fabs(got - exact) <= rbound + tol);
+}
+/* The columns past OUT of each of T rows of Y (ldy apart) that differ from Y0's: a kernel must not write them. */
+static int padding_changed(const float *Y, const float *Y0, int T, int OUT, int ldy) {
+    int n = 0;
+    for (int t = 0; t < T; t++)
+        for (int r = OUT; r < ldy; r++) n += memcmp(&Y[(size_t)t * ldy + r], &Y0[(size_t)t * ldy + r], sizeof(float)) != 0;
+    return n;
+}
+
 /* Matmul over rows [r0, r1), T tokens. The reference uses the activations
  * the kernel sees, d * (128h + l); the bound is f32 rounding, 1e-5 of the
  * sum of |products| the kernel forms (|d q x| and |c x| apart, for the
@@ -137,19 +157,11 @@ static void mm_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias
                 }
             }
             const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0);
-            const double tol = 1e-5 * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(dot + extra)) + 1e-30;
-            const double err = fabs(Y[yi] - (dot + extra));
-            if (!(err <= tol)) {
-                if (bad < 3)
-                    printf("  %s IN=%d T=%d r=%d t=%d: got %.9g want %.9g (err %.3g tol %.3g)\n", NAME[ty], IN, T, r, t,
-                           Y[yi], dot + extra, err, tol);
-                bad++;
-            }
-            bad_round += !(fabs(Y[yi] - (exact + extra)) <= rbound + tol);
+            judge(NAME[ty], IN, T, r, t, Y[yi], dot + extra, exact + extra, 1e-5 * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(dot + extra)) + 1e-30,
+                  rbound, &bad, &bad_round);
         }
     }
-    for (int t = 0; t < T; t++)
-        for (int r = OUT; r < ldy; r++) bad += memcmp(&Y[(size_t)t * ldy + r], &Y0[(size_t)t * ldy + r], sizeof(float)) != 0;
+    bad += padding_changed(Y, Y0, T, OUT, ldy);
     check(bad == 0 && bad_round == 0 && bad_alone == 0,
           "kc_mmp%s_%s IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d beyond the rounding bound, %d tokens "
           "differ from the token alone",
@@ -289,19 +301,11 @@ static void mms_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bia
                 rbound += fabs(wrow[k]) * xb->d * 0.5;
             }
             const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0);
-            const double tol = 1e-5 * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(dot + extra)) + 1e-30;
-            const double err = fabs(Y[yi] - (dot + extra));
-            if (!(err <= tol)) {
-                if (bad < 3)
-                    printf("  %s IN=%d T=%d r=%d t=%d: got %.9g want %.9g (err %.3g tol %.3g)\n", NAME[ty], IN, T, r, t,
-                           Y[yi], dot + extra, err, tol);
-                bad++;
-            }
-            bad_round += !(fabs(Y[yi] - (exact + extra)) <= rbound + tol);
+            judge(NAME[ty], IN, T, r, t, Y[yi], dot + extra, exact + extra, 1e-5 * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(dot + extra)) + 1e-30,
+                  rbound, &bad, &bad_round);
         }
     }
-    for (int t = 0; t < T; t++)
-        for (int r = OUT; r < ldy; r++) bad += memcmp(&Y[(size_t)t * ldy + r], &Y0[(size_t)t * ldy + r], sizeof(float)) != 0;
+    bad += padding_changed(Y, Y0, T, OUT, ldy);
     check(bad == 0 && bad_round == 0 && bad_alone == 0,
           "kc_mms_%s (AMX %s) IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d beyond the rounding bound, "
           "%d tokens differ from the token alone",
