@@ -157,7 +157,7 @@ function plan.run(g, groups, final_node, act_quant, backend)
       -- a q16 group whose every weight is an interleaved Q4_K, Q5_K or Q6_K: one scale per
       -- 256 activations (kc_x16s.h kc_q16s, the same 80 bytes per 32), so that a super-block's
       -- sum stays an integer and steps of 16 tokens or more can take AMX tiles
-      grp.q16s = needs_q16 and not needs_q8 and act_quant == "q16"
+      grp.q16s = needs_q16 and act_quant == "q16"
       for _, l in ipairs(grp.linears) do
         if not (l.inputs[2].x16 and Q16S_DTYPES[l.inputs[2].dtype] and not l.perm_buffer) then grp.q16s = false end
       end

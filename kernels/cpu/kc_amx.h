@@ -1,4 +1,4 @@
-/* kc_amx.h — what the AMX tile kernels (kc_x16.h, kc_x16s.h) share: whether the process may use
+/* kc_amx.h — what the AMX tile kernels (kc_x16k.h, kc_x16s.h) share: whether the process may use
  * AMX, the tile configuration's layout, and each thread's scratch. */
 #ifndef INGOT_KC_AMX_H
 #define INGOT_KC_AMX_H

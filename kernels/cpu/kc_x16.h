@@ -425,19 +425,6 @@ KC_INLINE void kc__mmp(const void *W, int wt, const kc_q16 *X, int ldxb, float *
     }
 }
 
-/* kc_mmp_TYPE: against kc_quantize_q16's activations (two digits);
- * kc_mmp8_TYPE: against kc_quantize_q16a8's (--act-quant q8: the high digit
- * only, one integer chain per weight instead of two). IMPL is kc__mmp here,
- * kc__x16k_mmp for kc_x16k.h's types. */
-#define KC_X16_MMP(name, WT, IMPL)                                                                                     \
-    static inline void kc_mmp_##name(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0, \
-                                     int r1, const float *bias, int accumulate) {                                      \
-        IMPL(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate, 0);                                              \
-    }                                                                                                                  \
-    static inline void kc_mmp8_##name(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN,       \
-                                      int r0, int r1, const float *bias, int accumulate) {                             \
-        IMPL(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate, 1);                                              \
-    }
-/* kc_mmp_q8_0/q4_0/q4_1 are made in kc_x16k.h, through its AMX path for steps of 16+ tokens */
+/* kc_mmp_q8_0/q4_0/q4_1 (and kc_mmp8_) are made in kc_x16k.h, with its AMX path for steps of 16+ tokens */
 
 #endif

@@ -657,10 +657,6 @@ KC_INLINE void kc__x16k_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, fl
 #define KC_X16_AMX_GROUPS 8
 #define KC_X16_AMX_STEP 640 /* a step's B tile (8 x 64 code bytes) and two scale vectors */
 
-KC_INLINE int kc__x16_amx_type(int wt) {
-    return wt == KC_WQ8_0 || wt == KC_WQ4_0 || wt == KC_WQ4_1 || (wt != KC_WQ3_K && wt != KC_WQ2_K && wt != KC_WQ6_K);
-}
-
 /* Block b of a row group: its 8 code vectors (elements 4c..4c+3 in vector c: the B layout) and
  * the vectors of its fold, as the vector kernels take them: Q4_0/Q8_0's d (and the code
  * offset below), else d (times sc) and the c that meets the block sum. */
@@ -792,7 +788,7 @@ KC_INLINE void kc__x16a_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, fl
                             int r1, const float *bias, int accumulate, int a8) {
     int t0 = 0;
 #if KC_AMX && KC_X16_VNNI
-    if (T >= 16 && kc__x16_amx_type(wt) && kc_amx_ready()) {
+    if (T >= 16 && !kc__x16k_split(wt) && kc_amx_ready()) { /* a scale per 32 (or per super-block) */
         const size_t acc_bytes = sizeof(float) * KC_X16_AMX_TOKENS * KC_X16_AMX_GROUPS * KC_X16_ROWS;
         uint8_t *P = kc_amx_scratch(3 * KC_X16_AMX_STEP + acc_bytes + (size_t)KC_X16_AMX_TOKENS * (size_t)IN * 2);
         if (P) {
@@ -808,8 +804,18 @@ KC_INLINE void kc__x16a_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, fl
     else kc__x16k_mmp(W, wt, X, ldxb, Y, ldy, T - t0, IN, r0, r1, bias, accumulate, a8);
 }
 
-/* kc_mmp_TYPE (q16 activations) and kc_mmp8_TYPE (q8), as kc_x16.h's */
-#define KC_X16K_MMP(name, WT) KC_X16_MMP(name, WT, kc__x16a_mmp)
+/* kc_mmp_TYPE: against kc_quantize_q16's activations (two digits); kc_mmp8_TYPE: against
+ * kc_quantize_q16a8's (--act-quant q8: the high digit only, one integer chain per weight instead
+ * of two). Every x16 type, kc_x16.h's three included. */
+#define KC_X16K_MMP(name, WT)                                                                                          \
+    static inline void kc_mmp_##name(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN, int r0, \
+                                     int r1, const float *bias, int accumulate) {                                      \
+        kc__x16a_mmp(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate, 0);                                      \
+    }                                                                                                                  \
+    static inline void kc_mmp8_##name(const void *W, const kc_q16 *X, int ldxb, float *Y, int ldy, int T, int IN,       \
+                                      int r0, int r1, const float *bias, int accumulate) {                             \
+        kc__x16a_mmp(W, WT, X, ldxb, Y, ldy, T, IN, r0, r1, bias, accumulate, 1);                                      \
+    }
 KC_X16K_MMP(q8_0, KC_WQ8_0)
 KC_X16K_MMP(q4_0, KC_WQ4_0)
 KC_X16K_MMP(q4_1, KC_WQ4_1)
@@ -823,6 +829,5 @@ KC_X16K_MMP(q4_k, KC_WQ4_K)
 KC_X16K_MMP(q5_k, KC_WQ5_K)
 KC_X16K_MMP(q6_k, KC_WQ6_K)
 #undef KC_X16K_MMP
-#undef KC_X16_MMP
 
 #endif

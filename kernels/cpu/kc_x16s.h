@@ -279,9 +279,7 @@ kc__x16s_amx_fold(int32_t (*cb)[16][16], float *acc, const kc_q16s *x, int ldxs,
     }
 }
 
-#ifndef KC_X16S_AMX_TOKENS
 #define KC_X16S_AMX_TOKENS 64 /* tokens per pass: their digits of one super-block (32 KiB) stay in L1 */
-#endif
 #define KC_X16S_AMX_GROUPS 8 /* row groups per chunk: the chunk's float sums (64 tokens: 32 KiB) stay near */
 
 /* Rows r0..r1 (multiples of 16), tokens [0, T16) in tiles of 16 (T16 a multiple of 16).
@@ -386,8 +384,8 @@ KC_AMX_TARGET static void kc__x16s_amx(const void *W, int wt, const kc_q16s *X, 
  * tokens take AMX where the process has it, the rest the vector path: the same bits. */
 KC_INLINE void kc__x16s_mms(const void *W, int wt, const kc_q16s *X, int ldxs, float *Y, int ldy, int T, int IN, int r0,
                             int r1, const float *bias, int accumulate) {
-    const size_t gb = (size_t)(IN / 256) * kc_x16k_tile_bytes(wt);
     const int NS = IN / 256;
+    const size_t gb = (size_t)NS * kc_x16k_tile_bytes(wt);
     int t = 0;
 #if KC_AMX
     if (T >= 16 && kc_amx_ready()) {

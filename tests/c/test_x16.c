@@ -283,6 +283,7 @@ static void mms_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bia
         fn(x16, xq + (size_t)t * ldx, ldx, Y1, ldy, 1, IN, r0, r1, use_bias ? bias : NULL, acc);
         bad_alone += memcmp(Y1, Y + (size_t)t * ldy, sizeof(float) * ldy) != 0;
     }
+    const size_t gb = (size_t)(IN / 256) * kc_x16k_tile_bytes(WT[ty]);
     for (int r = 0; r < OUT; r++) {
         dtype_dequantize_row(DT[ty], (const uint8_t *)w + rb * r, wrow, IN);
         for (int t = 0; t < T; t++) {
@@ -292,13 +293,21 @@ static void mms_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bia
                 continue;
             }
             double dot = 0, exact = 0, mag = 0, rbound = 0;
-            for (int k = 0; k < IN; k++) {
-                const kc_q16s *xb = &xq[(size_t)t * ldx + k / 256];
-                const double xs = (double)xb->d * (128 * xb->h[k % 256] + xb->l[k % 256]);
-                dot += wrow[k] * xs;
-                exact += wrow[k] * (double)X[(size_t)t * IN + k];
-                mag += 64.0 * fabs(wrow[k] * xs) + 1e-3 * fabs(xs); /* |w| bounds |d sc q| and |dmin m| up to the code's range */
-                rbound += fabs(wrow[k]) * xb->d * 0.5;
+            for (int b = 0; b < IN / 32; b++) {
+                /* the magnitudes of the weight's terms (d sc q, dmin m, Q6_K's 32 d sc): what float
+                 * rounding scales with, whatever cancels between them */
+                int q[32];
+                float dA, dB, c, cB;
+                kc__x16k_lane((const uint8_t *)x16 + (size_t)(r / 16) * gb, WT[ty], b, r % 16, q, &dA, &dB, &c, &cB);
+                for (int kk = 0; kk < 32; kk++) {
+                    const int k = 32 * b + kk;
+                    const kc_q16s *xb = &xq[(size_t)t * ldx + k / 256];
+                    const double xs = (double)xb->d * (128 * xb->h[k % 256] + xb->l[k % 256]);
+                    dot += wrow[k] * xs;
+                    exact += wrow[k] * (double)X[(size_t)t * IN + k];
+                    mag += (fabs((kk < 16 ? dA : dB) * q[kk]) + fabs(kk < 16 ? c : cB) + 32.0 * fabs(kk < 16 ? dA : dB)) * fabs(xs);
+                    rbound += fabs(wrow[k]) * xb->d * 0.5;
+                }
             }
             const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0);
             judge(NAME[ty], IN, T, r, t, Y[yi], dot + extra, exact + extra, 1e-5 * mag + 4 * 1.2e-7 * (fabs(extra) + fabs(dot + extra)) + 1e-30,
