@@ -402,6 +402,18 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
 }
 #endif
 
+/* Runs STEP(t, nt) over the tokens [t, T): tiles of NT (a constant), then what is left in one
+ * tile of 4 and one of 2 where NT is larger, then one token at a time. Each nt is a constant, so
+ * each call is its own unrolled kernel: a step of 4-7 tokens (batched decode of that many
+ * sequences) ran one token at a time before, at 0.6x the speed per matmul. */
+#define KC_X16_TOKEN_TILES(t, T, NT, STEP)                    \
+    do {                                                      \
+        for (; (t) + (NT) <= (T); (t) += (NT)) STEP(t, NT);   \
+        if ((NT) > 4 && (t) + 4 <= (T)) STEP(t, 4), (t) += 4; \
+        if ((NT) > 2 && (t) + 2 <= (T)) STEP(t, 2), (t) += 2; \
+        for (; (t) < (T); (t)++) STEP(t, 1);                  \
+    } while (0)
+
 /* Y[t*ldy + r] = (accumulate ? Y : 0) + W[r] . X[t] (+ bias[r]) for rows
  * r0 <= r < r1 (multiples of 16) of an x16 matrix and T tokens of kc_q16
  * activations (token t's blocks at X + t*ldxb). Every token takes the same
@@ -416,12 +428,10 @@ KC_INLINE void kc__mmp(const void *W, int wt, const kc_q16 *X, int ldxb, float *
         const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * (size_t)NB * tb;
         const float *bi = bias ? bias + r : NULL;
         int t = 0;
-        for (; t + KC_X16_NT <= T; t += KC_X16_NT)
-            kc__x16_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, KC_X16_NT, Y + (size_t)t * (size_t)ldy + r, ldy,
-                          bi, accumulate, a8);
-        for (; t < T; t++)
-            kc__x16_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, 1, Y + (size_t)t * (size_t)ldy + r, ldy, bi,
-                          accumulate, a8);
+#define KC__X16_STEP(t, nt) \
+    kc__x16_group(G, wt, NB, X + (size_t)(t) * (size_t)ldxb, ldxb, nt, Y + (size_t)(t) * (size_t)ldy + r, ldy, bi, accumulate, a8)
+        KC_X16_TOKEN_TILES(t, T, KC_X16_NT, KC__X16_STEP);
+#undef KC__X16_STEP
     }
 }
 

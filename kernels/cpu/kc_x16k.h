@@ -628,12 +628,10 @@ KC_INLINE void kc__x16k_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, fl
         const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * gb;
         const float *bi = bias ? bias + r : NULL;
         int t = 0;
-        for (; t + KC_X16_NT <= T; t += KC_X16_NT)
-            kc__x16k_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, KC_X16_NT, Y + (size_t)t * (size_t)ldy + r, ldy,
-                           bi, accumulate, a8);
-        for (; t < T; t++)
-            kc__x16k_group(G, wt, NB, X + (size_t)t * (size_t)ldxb, ldxb, 1, Y + (size_t)t * (size_t)ldy + r, ldy, bi,
-                           accumulate, a8);
+#define KC__X16K_STEP(t, nt) \
+    kc__x16k_group(G, wt, NB, X + (size_t)(t) * (size_t)ldxb, ldxb, nt, Y + (size_t)(t) * (size_t)ldy + r, ldy, bi, accumulate, a8)
+        KC_X16_TOKEN_TILES(t, T, KC_X16_NT, KC__X16K_STEP);
+#undef KC__X16K_STEP
     }
 }
 

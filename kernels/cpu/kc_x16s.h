@@ -102,6 +102,17 @@ static inline void kc_quantize_q16s(const float *x, kc_q16s *out, int n) {
     }
 }
 
+/* tokens per vector step: their integer sums (two per token) and chains (two per token) with the
+ * group's code vectors fit 32 zmm registers at 4 (at 8, kc_x16k.h's tile, the sums went to the
+ * stack: 0.75-0.85x kc_mmp_ per matmul on bench/kernels_bench.c, where 4 measures level or faster) */
+#ifndef KC_X16S_NT
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define KC_X16S_NT 4
+#else
+#define KC_X16S_NT KC_X16_NT
+#endif
+#endif
+
 /* ---- vector paths: kc_x16k.h's digit chains, folded by integer scales ---- */
 
 #if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__)
@@ -115,44 +126,45 @@ static inline void kc_quantize_q16s(const float *x, kc_q16s *out, int n) {
 #define kx_fnmadd _mm256_fnmadd_ps
 #endif
 
-/* The end of a super-block for one token: the float arithmetic every path shares (above). */
-KC_INLINE kx_vf kc__x16s_fold(kx_vf acc, kx_vi vh, kx_vi vl, const kc_q16s *x, kx_vf d, kx_vf dmin, const kx_vf m[8],
-                              int mins) {
+/* Q4_K/Q5_K's mins against one token's sums per 32: sum over g of m[g] * sq[g], an fma chain in
+ * group order (m: the row group's 8 mins as floats). */
+KC_INLINE kx_vf kc__x16s_mins(const kx_vf m[8], const kc_q16s *x) {
+    kx_vf mf = kx_fmul(m[0], kx_fset1(x->sq[0]));
+    KC_UNROLL for (int g = 1; g < 8; g++) mf = kx_fmadd(m[g], kx_fset1(x->sq[g]), mf);
+    return mf;
+}
+
+/* The end of a super-block for one token: the float arithmetic every path shares (above);
+ * mf: kc__x16s_mins, or 0 for Q6_K. */
+KC_INLINE kx_vf kc__x16s_fold(kx_vf acc, kx_vi vh, kx_vi vl, const kc_q16s *x, kx_vf d, kx_vf dmin, kx_vf mf, int mins) {
     kx_vf u = kx_fmul(d, kx_fmadd(kx_cvt(vh), kx_fset1(128.0f), kx_cvt(vl)));
-    if (mins) {
-        kx_vf mf = kx_fmul(m[0], kx_fset1(x->sq[0]));
-        KC_UNROLL for (int g = 1; g < 8; g++) mf = kx_fmadd(m[g], kx_fset1(x->sq[g]), mf);
-        u = kx_fnmadd(dmin, mf, u);
-    }
+    if (mins) u = kx_fnmadd(dmin, mf, u);
     return kx_fmadd(u, kx_fset1(x->d), acc);
 }
 
-/* One group of 16 rows, NT (<= KC_X16_NT) tokens: Y[t][0..16). */
+/* One group of 16 rows, NT (<= KC_X16S_NT) tokens: Y[t][0..16). */
 KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X, int ldxs, int NT, float *Y, int ldy,
                               const float *bias, int accumulate) {
     const size_t tb = kc_x16k_tile_bytes(wt);
     const int q6 = wt == KC_WQ6_K;
     for (int lo = 0; lo < KC_X16_ROWS; lo += KX_LANES) {
-        kx_vf acc[KC_X16_NT];
+        kx_vf acc[KC_X16S_NT];
         KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = kx_fzero();
         for (int s = 0; s < NS; s++) {
             const uint8_t *t = G + (size_t)s * tb;
-            kx_vi vh[KC_X16_NT], vl[KC_X16_NT];
+            kx_vi vh[KC_X16S_NT], vl[KC_X16S_NT];
             KC_UNROLL for (int j = 0; j < NT; j++) vh[j] = vl[j] = kx_zero();
-            kx_vf m[8];
-            KC_UNROLL for (int g = 0; g < 8; g++) m[g] = kx_fzero();
             for (int g = 0; g < 8; g++) {
                 const int b = 8 * s + g;
                 kx_vi w[8];
                 kx_vf dA, dB = kx_fzero(), c = kx_fzero(), cB = kx_fzero();
                 if (!lo) kc__x16_prefetch(t + (size_t)g * (tb / 8), tb / 8);
                 kc__x16k_unpack(G, wt, b, lo, w, &dA, &dB, &c, &cB);
-                if (!q6) m[g] = kx_u8f(t + KC_X16K_K4_M + 16 * g + lo);
                 KC_UNROLL for (int hf = 0; hf < 2; hf++) {
                     if (hf && !q6) break;
                     const kx_vi sc = q6 ? kx_i8i(t + KC_X16K_Q6_SC + 16 * (2 * g + hf) + lo)
                                         : kx_u8i(t + KC_X16K_K4_SC + 16 * g + lo);
-                    kx_vi ih[KC_X16_NT], il[KC_X16_NT];
+                    kx_vi ih[KC_X16S_NT], il[KC_X16S_NT];
                     KC_UNROLL for (int j = 0; j < NT; j++) ih[j] = il[j] = kx_zero();
                     KC_UNROLL for (int k = 0; k < 8; k++) {
                         if (q6 && k / 4 != hf) continue;
@@ -176,9 +188,15 @@ KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X
                     }
                 }
             }
+            /* the mins are read from the tile (in L1 by now) here rather than kept in registers
+             * through the groups: the step's integer sums need those */
             const kx_vf d = kx_f16(t + 2 * lo), dmin = q6 ? kx_fzero() : kx_f16(t + 32 + 2 * lo);
-            KC_UNROLL for (int j = 0; j < NT; j++)
-                acc[j] = kc__x16s_fold(acc[j], vh[j], vl[j], &X[(size_t)j * (size_t)ldxs + (size_t)s], d, dmin, m, !q6);
+            kx_vf m[8];
+            KC_UNROLL for (int g = 0; g < 8; g++) m[g] = q6 ? kx_fzero() : kx_u8f(t + KC_X16K_K4_M + 16 * g + lo);
+            KC_UNROLL for (int j = 0; j < NT; j++) {
+                const kc_q16s *x = &X[(size_t)j * (size_t)ldxs + (size_t)s];
+                acc[j] = kc__x16s_fold(acc[j], vh[j], vl[j], x, d, dmin, q6 ? kx_fzero() : kc__x16s_mins(m, x), !q6);
+            }
         }
         kc__x16k_store(Y, ldy, acc, NT, lo, bias, accumulate);
     }
@@ -275,7 +293,8 @@ kc__x16s_amx_fold(int32_t (*cb)[16][16], float *acc, const kc_q16s *x, int ldxs,
         float *a = acc + 16 * j;
         const __m512i vh = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[1][j]), 8), _mm512_load_si512(cb[0][j]));
         const __m512i vl = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[3][j]), 8), _mm512_load_si512(cb[2][j]));
-        _mm512_store_ps(a, kc__x16s_fold(_mm512_load_ps(a), vh, vl, &x[(size_t)j * (size_t)ldxs], d, dmin, m, mins));
+        const kc_q16s *xj = &x[(size_t)j * (size_t)ldxs];
+        _mm512_store_ps(a, kc__x16s_fold(_mm512_load_ps(a), vh, vl, xj, d, dmin, mins ? kc__x16s_mins(m, xj) : d, mins));
     }
 }
 
@@ -402,12 +421,10 @@ KC_INLINE void kc__x16s_mms(const void *W, int wt, const kc_q16s *X, int ldxs, f
         const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * gb;
         const float *bi = bias ? bias + r : NULL;
         int u = t;
-        for (; u + KC_X16_NT <= T; u += KC_X16_NT)
-            kc__x16s_group(G, wt, NS, X + (size_t)u * (size_t)ldxs, ldxs, KC_X16_NT, Y + (size_t)u * (size_t)ldy + r, ldy, bi,
-                           accumulate);
-        for (; u < T; u++)
-            kc__x16s_group(G, wt, NS, X + (size_t)u * (size_t)ldxs, ldxs, 1, Y + (size_t)u * (size_t)ldy + r, ldy, bi,
-                           accumulate);
+#define KC__X16S_STEP(u, nt) \
+    kc__x16s_group(G, wt, NS, X + (size_t)(u) * (size_t)ldxs, ldxs, nt, Y + (size_t)(u) * (size_t)ldy + r, ldy, bi, accumulate)
+        KC_X16_TOKEN_TILES(u, T, KC_X16S_NT, KC__X16S_STEP);
+#undef KC__X16S_STEP
     }
 }
 
