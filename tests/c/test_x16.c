@@ -173,7 +173,7 @@ static void test_matmul(void) {
     for (int a8 = 0; a8 < 2; a8++)
         for (int ty = 0; ty < NTYPES; ty++) {
             const int k = tile_cols(ty);
-            const int Ts[] = {1, 2, 3, 5, 17};
+            const int Ts[] = {1, 2, 3, 7, 17};
             for (int ti = 0; ti < 5; ti++) {
                 mm_case(ty, 3 * k, 48, Ts[ti], 0, 48, 0, 0, a8);
                 mm_case(ty, 2 * k, 64, Ts[ti], 16, 64, 1, 1, a8);
@@ -325,7 +325,7 @@ static void mms_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bia
 static void test_matmul_q16s(void) {
     for (int ty = 0; ty < NTYPES; ty++) {
         if (!kc_x16s_type(WT[ty])) continue;
-        const int Ts[] = {1, 3, 16, 17, 40};
+        const int Ts[] = {1, 7, 16, 17, 40};
         for (int ti = 0; ti < 5; ti++) {
             mms_case(ty, 512, 48, Ts[ti], 0, 48, 0, 0);
             mms_case(ty, 768, 64, Ts[ti], 16, 64, 1, 1);
