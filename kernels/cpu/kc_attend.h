@@ -13,20 +13,6 @@
 #ifndef INGOT_KC_ATTEND_H
 #define INGOT_KC_ATTEND_H
 
-/* Full unrolling of the fixed-count register-tile loops below (so that the
- * accumulator arrays live in registers), and the kernels inlined into their
- * call sites so that head_dim and group are constants there. */
-#if defined(__clang__)
-#define KC_OPS_UNROLL _Pragma("unroll")
-#define KC_OPS_INLINE static inline __attribute__((always_inline))
-#elif defined(__GNUC__)
-#define KC_OPS_UNROLL _Pragma("GCC unroll 16")
-#define KC_OPS_INLINE static inline __attribute__((always_inline))
-#else
-#define KC_OPS_UNROLL
-#define KC_OPS_INLINE static inline
-#endif
-
 /* Positions per chunk: a multiple of the 16-position score tiles. 128 cuts a
  * 4096-position decode into 32 pieces of work per KV head (enough to keep
  * every thread busy with one token), while the merge's cost per chunk
@@ -69,26 +55,6 @@ KC_OPS_INLINE __m512 kc__hsum16x16(__m512 v[16]) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xdd));
 }
 
-/* exp of 16 floats, within ~1 ulp of expf (the softmax needs 1e-5): x =
- * n*ln2 + r with n = round(x/ln2) and a two-part ln2 (r exact to ~1 ulp),
- * |r| <= ln2/2; e^r by its degree-7 Taylor polynomial (truncation error
- * < 6e-9 relative); scalef applies 2^n (underflows cleanly to 0). */
-KC_OPS_INLINE __m512 kc__exp16(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
 #endif
 
 /* A softmax weight e^x (x <= 0: a score minus the maximum), or 0 below

@@ -2,6 +2,9 @@
 #include "sampler.h"
 
 #include <math.h>
+#if defined(__AVX__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,11 +70,29 @@ void samp_free(samp_sampler *s) {
     s->bias_values = NULL;
 }
 
+/* The first index of the largest logit, as a scan keeping the strictly larger would find it
+ * (a NaN never wins; one at index 0 returns 0). In two passes that vectorize, the largest value
+ * and then its first index: the scan carried a load and a compare through every element, about
+ * 100 us for a 49152-entry vocabulary, 6% of a 16-sequence decode step (SmolLM2, perf). */
 int samp_argmax(const float *logits, int vocab) {
-    int best = 0;
-    for (int i = 1; i < vocab; i++)
-        if (logits[i] > logits[best]) best = i;
-    return best;
+    if (vocab <= 1 || isnan(logits[0])) return 0;
+    float m = logits[0];
+    int i = 1;
+#if defined(__AVX512F__)
+    __m512 vm = _mm512_set1_ps(m);
+    for (; i + 16 <= vocab; i += 16) vm = _mm512_max_ps(_mm512_loadu_ps(logits + i), vm); /* a NaN keeps vm */
+    m = _mm512_reduce_max_ps(vm);
+#elif defined(__AVX__)
+    __m256 vm = _mm256_set1_ps(m);
+    for (; i + 8 <= vocab; i += 8) vm = _mm256_max_ps(_mm256_loadu_ps(logits + i), vm);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vm);
+    for (int k = 0; k < 8; k++) m = lanes[k] > m ? lanes[k] : m;
+#endif
+    for (; i < vocab; i++) m = logits[i] > m ? logits[i] : m;
+    for (i = 0; i < vocab; i++)
+        if (logits[i] == m) return i;
+    return 0;
 }
 
 double samp_logprob(const float *logits, int vocab, int id) {

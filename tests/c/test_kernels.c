@@ -153,6 +153,35 @@ static void test_half(void) {
     check(bad == 0, "fp16/bf16 -> f32 over all 65536 codes: %d mismatches", bad);
 }
 
+/* ---- activations ---- */
+/* kc_silu_row against silu in double precision: within 4 f32 ulps of the result (e^-x from
+ * kc__exp16 is within about 1 ulp, the add and divide round once each; 1e-36 absolute where the
+ * result is below f32's normal range), over every length up to 40 (the vector tail) and the
+ * whole range: saturating, tiny, signed zeros, infinities. */
+static void test_silu_row(void) {
+    float x[40], y[40];
+    int bad = 0, cases = 0;
+    for (int rep = 0; rep < 2000; rep++) {
+        const int n = 1 + rep % 40;
+        for (int i = 0; i < n; i++) {
+            const int k = (int)(rnd() % 8);
+            x[i] = k == 0 ? rndf() * 120.0f : k == 1 ? rndf() * 1e-6f : k == 2 ? (rnd() % 2 ? -0.0f : 0.0f) : rndf() * 12.0f;
+        }
+        if (rep % 50 == 7) x[0] = INFINITY, x[n - 1] = -INFINITY;
+        kc_silu_row(x, y, n);
+        for (int i = 0; i < n; i++, cases++) {
+            /* -inf: -inf * sigmoid(-inf) = -inf * 0 is NaN (as in torch); below about -88.7 e^-x
+             * overflows f32 and the result, under 3e-37, flushes to -0 (as with expf) */
+            const double want = isinf(x[i]) ? (x[i] > 0 ? INFINITY : NAN) : (double)x[i] / (1.0 + exp(-(double)x[i]));
+            const double tol = 4 * fabs(want) * 0x1p-23 + 1e-36;
+            if (isnan(want) ? !isnan(y[i]) : isinf(want) ? y[i] != want : !(fabs((double)y[i] - want) <= tol)) {
+                if (bad++ < 5) printf("  silu(%.9g): got %.9g want %.9g\n", x[i], y[i], want);
+            }
+        }
+    }
+    check(bad == 0, "kc_silu_row against double precision, %d values: %d outside 4 ulps", cases, bad);
+}
+
 /* ---- activation quantization ---- */
 static void test_quantize(void) {
     for (int trial = 0; trial < 6; trial++) {
@@ -684,6 +713,7 @@ static void test_parallel_matmul(void) {
 
 int main(void) {
     test_half();
+    test_silu_row();
     test_quantize();
     test_embed();
     test_matmul();
