@@ -92,11 +92,8 @@ local function row_op(ctx, s, n)
     local tbl = (a.table_offset or 0) > 0 and string.format(" + %d /* RoPE table %d */", a.table_offset, a.table) or ""
     return pre .. string.format("kc_rope(%s, %d, %d, %d, a->m->rope%s, b->pos[t], %d);", row(out, "t", W),
       a.heads, a.head_dim, a.rot_dim, tbl, a.pairs == "adjacent" and 1 or 0)
-  elseif op == "silu" then
-    return string.format("kc_silu_row(%s, %s, %d);", row(inp(1), "t", W), row(out, "t", W), W)
-  elseif op == "gelu_tanh" then
-    return string.format("{ const float *x = %s; float *y = %s; for (int i = 0; i < %d; i++) y[i] = kc_%s(x[i]); }",
-      row(inp(1), "t", W), row(out, "t", W), W, op)
+  elseif op == "silu" or op == "gelu_tanh" then
+    return string.format("kc_%s_row(%s, %s, %d);", op, row(inp(1), "t", W), row(out, "t", W), W)
   elseif op == "add" or op == "mul" then
     return string.format("{ const float *x = %s, *y = %s; float *z = %s; for (int i = 0; i < %d; i++) z[i] = x[i] %s y[i]; }",
       row(inp(1), "t", W), row(inp(2), "t", W), row(out, "t", W), W, op == "add" and "+" or "*")

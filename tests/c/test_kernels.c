@@ -182,6 +182,34 @@ static void test_silu_row(void) {
     check(bad == 0, "kc_silu_row against double precision, %d values: %d outside 4 ulps", cases, bad);
 }
 
+/* kc_gelu_tanh_row against gelu_tanh in double precision. Tolerance: 8 f32 ulps of the result,
+ * plus what the rounding of its argument carries: 2u = 2 sqrt(2/pi) (x + 0.044715 x^3) is formed
+ * in f32 by three roundings (|2u| 2^-22.4 at most), and d(log y)/d(2u) = 1 - sigmoid(2u) <= 1;
+ * 1e-36 absolute below f32's normal range. */
+static void test_gelu_tanh_row(void) {
+    float x[40], y[40];
+    int bad = 0, cases = 0;
+    for (int rep = 0; rep < 2000; rep++) {
+        const int n = 1 + rep % 40;
+        for (int i = 0; i < n; i++) {
+            const int k = (int)(rnd() % 8);
+            x[i] = k == 0 ? rndf() * 60.0f : k == 1 ? rndf() * 1e-6f : k == 2 ? (rnd() % 2 ? -0.0f : 0.0f) : rndf() * 6.0f;
+        }
+        if (rep % 50 == 7) x[0] = INFINITY, x[n - 1] = -INFINITY;
+        kc_gelu_tanh_row(x, y, n);
+        for (int i = 0; i < n; i++, cases++) {
+            const double v = x[i], u2 = 2.0 * 0.7978845608028654 * (v + 0.044715 * v * v * v);
+            /* -inf: -inf * 0 is NaN (as in torch) */
+            const double want = isinf(v) ? (v > 0 ? INFINITY : NAN) : v / (1.0 + exp(-u2));
+            const double tol = fabs(want) * (8 * 0x1p-23 + fabs(u2) * 0x1p-22) + 1e-36;
+            if (isnan(want) ? !isnan(y[i]) : isinf(want) ? y[i] != want : !(fabs((double)y[i] - want) <= tol)) {
+                if (bad++ < 5) printf("  gelu_tanh(%.9g): got %.9g want %.9g\n", x[i], y[i], want);
+            }
+        }
+    }
+    check(bad == 0, "kc_gelu_tanh_row against double precision, %d values: %d outside the bound", cases, bad);
+}
+
 /* ---- activation quantization ---- */
 static void test_quantize(void) {
     for (int trial = 0; trial < 6; trial++) {
@@ -714,6 +742,7 @@ static void test_parallel_matmul(void) {
 int main(void) {
     test_half();
     test_silu_row();
+    test_gelu_tanh_row();
     test_quantize();
     test_embed();
     test_matmul();
