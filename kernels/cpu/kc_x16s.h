@@ -294,7 +294,7 @@ kc__x16s_amx_fold(int32_t (*cb)[16][16], float *acc, const kc_q16s *x, int ldxs,
         const __m512i vh = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[1][j]), 8), _mm512_load_si512(cb[0][j]));
         const __m512i vl = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[3][j]), 8), _mm512_load_si512(cb[2][j]));
         const kc_q16s *xj = &x[(size_t)j * (size_t)ldxs];
-        _mm512_store_ps(a, kc__x16s_fold(_mm512_load_ps(a), vh, vl, xj, d, dmin, mins ? kc__x16s_mins(m, xj) : d, mins));
+        _mm512_store_ps(a, kc__x16s_fold(_mm512_load_ps(a), vh, vl, xj, d, dmin, mins ? kc__x16s_mins(m, xj) : _mm512_setzero_ps(), mins));
     }
 }
 

@@ -154,60 +154,41 @@ static void test_half(void) {
 }
 
 /* ---- activations ---- */
-/* kc_silu_row against silu in double precision: within 4 f32 ulps of the result (e^-x from
- * kc__exp16 is within about 1 ulp, the add and divide round once each; 1e-36 absolute where the
- * result is below f32's normal range), over every length up to 40 (the vector tail) and the
- * whole range: saturating, tiny, signed zeros, infinities. */
-static void test_silu_row(void) {
+/* SiLU and GELU's tanh form are both x / (1 + e^-a): a = x for SiLU, a = 2u = 2 sqrt(2/pi)
+ * (x + 0.044715 x^3) for GELU. kc_silu_row / kc_gelu_tanh_row against that in double precision,
+ * over every length up to 40 (the vector tail) and the whole range: saturating, tiny, signed
+ * zeros, infinities. Tolerances: SiLU 4 f32 ulps of the result (e^-x from kc__exp16 within about
+ * 1 ulp, the add and divide rounding once each); GELU 8 ulps plus what the rounding of its
+ * argument carries (2u is formed in f32 by three roundings, |2u| 2^-22.4 at most, and
+ * d(log y)/d(2u) = 1 - sigmoid(2u) <= 1); both 1e-36 absolute where the result is below f32's
+ * normal range (below about -88.7 e^-a overflows f32 and the result, under 3e-37, flushes to -0,
+ * as with expf). -inf gives NaN: -inf times a sigmoid of 0 (as in torch). */
+static void act_row_case(const char *name, void (*row)(const float *, float *, int), int gelu, float range) {
     float x[40], y[40];
     int bad = 0, cases = 0;
     for (int rep = 0; rep < 2000; rep++) {
         const int n = 1 + rep % 40;
         for (int i = 0; i < n; i++) {
             const int k = (int)(rnd() % 8);
-            x[i] = k == 0 ? rndf() * 120.0f : k == 1 ? rndf() * 1e-6f : k == 2 ? (rnd() % 2 ? -0.0f : 0.0f) : rndf() * 12.0f;
+            x[i] = k == 0 ? rndf() * range : k == 1 ? rndf() * 1e-6f : k == 2 ? (rnd() % 2 ? -0.0f : 0.0f) : rndf() * range / 10;
         }
         if (rep % 50 == 7) x[0] = INFINITY, x[n - 1] = -INFINITY;
-        kc_silu_row(x, y, n);
+        row(x, y, n);
         for (int i = 0; i < n; i++, cases++) {
-            /* -inf: -inf * sigmoid(-inf) = -inf * 0 is NaN (as in torch); below about -88.7 e^-x
-             * overflows f32 and the result, under 3e-37, flushes to -0 (as with expf) */
-            const double want = isinf(x[i]) ? (x[i] > 0 ? INFINITY : NAN) : (double)x[i] / (1.0 + exp(-(double)x[i]));
-            const double tol = 4 * fabs(want) * 0x1p-23 + 1e-36;
+            const double v = x[i], a = gelu ? 2.0 * 0.7978845608028654 * (v + 0.044715 * v * v * v) : v;
+            const double want = isinf(v) ? (v > 0 ? INFINITY : NAN) : v / (1.0 + exp(-a));
+            const double tol = fabs(want) * (gelu ? 8 * 0x1p-23 + fabs(a) * 0x1p-22 : 4 * 0x1p-23) + 1e-36;
             if (isnan(want) ? !isnan(y[i]) : isinf(want) ? y[i] != want : !(fabs((double)y[i] - want) <= tol)) {
-                if (bad++ < 5) printf("  silu(%.9g): got %.9g want %.9g\n", x[i], y[i], want);
+                if (bad++ < 5) printf("  %s(%.9g): got %.9g want %.9g\n", name, x[i], y[i], want);
             }
         }
     }
-    check(bad == 0, "kc_silu_row against double precision, %d values: %d outside 4 ulps", cases, bad);
+    check(bad == 0, "kc_%s_row against double precision, %d values: %d outside the bound", name, cases, bad);
 }
 
-/* kc_gelu_tanh_row against gelu_tanh in double precision. Tolerance: 8 f32 ulps of the result,
- * plus what the rounding of its argument carries: 2u = 2 sqrt(2/pi) (x + 0.044715 x^3) is formed
- * in f32 by three roundings (|2u| 2^-22.4 at most), and d(log y)/d(2u) = 1 - sigmoid(2u) <= 1;
- * 1e-36 absolute below f32's normal range. */
-static void test_gelu_tanh_row(void) {
-    float x[40], y[40];
-    int bad = 0, cases = 0;
-    for (int rep = 0; rep < 2000; rep++) {
-        const int n = 1 + rep % 40;
-        for (int i = 0; i < n; i++) {
-            const int k = (int)(rnd() % 8);
-            x[i] = k == 0 ? rndf() * 60.0f : k == 1 ? rndf() * 1e-6f : k == 2 ? (rnd() % 2 ? -0.0f : 0.0f) : rndf() * 6.0f;
-        }
-        if (rep % 50 == 7) x[0] = INFINITY, x[n - 1] = -INFINITY;
-        kc_gelu_tanh_row(x, y, n);
-        for (int i = 0; i < n; i++, cases++) {
-            const double v = x[i], u2 = 2.0 * 0.7978845608028654 * (v + 0.044715 * v * v * v);
-            /* -inf: -inf * 0 is NaN (as in torch) */
-            const double want = isinf(v) ? (v > 0 ? INFINITY : NAN) : v / (1.0 + exp(-u2));
-            const double tol = fabs(want) * (8 * 0x1p-23 + fabs(u2) * 0x1p-22) + 1e-36;
-            if (isnan(want) ? !isnan(y[i]) : isinf(want) ? y[i] != want : !(fabs((double)y[i] - want) <= tol)) {
-                if (bad++ < 5) printf("  gelu_tanh(%.9g): got %.9g want %.9g\n", x[i], y[i], want);
-            }
-        }
-    }
-    check(bad == 0, "kc_gelu_tanh_row against double precision, %d values: %d outside the bound", cases, bad);
+static void test_activation_rows(void) {
+    act_row_case("silu", kc_silu_row, 0, 120.0f);
+    act_row_case("gelu_tanh", kc_gelu_tanh_row, 1, 60.0f);
 }
 
 /* ---- activation quantization ---- */
@@ -741,8 +722,7 @@ static void test_parallel_matmul(void) {
 
 int main(void) {
     test_half();
-    test_silu_row();
-    test_gelu_tanh_row();
+    test_activation_rows();
     test_quantize();
     test_embed();
     test_matmul();
