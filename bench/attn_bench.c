@@ -1,12 +1,13 @@
 /* attn_bench.c — micro-benchmark of decode attention (kernels/cpu/kc_attend.h): one token over
- * SmolLM2-135M's cache (30 layers x 3 KV heads of 64, groups of 3 query heads, f16 rows, blocks of
- * 16), as a generated model runs it: every (KV head, chunk of 128 positions) a piece of work for
+ * a model's cache (by default SmolLM2-135M's: 30 layers x 3 KV heads of 64, groups of 3 query
+ * heads; f16 rows, blocks of 16), as a generated model runs it: every (KV head, chunk of 128 positions) a piece of work for
  * the pool, then the merge of each KV head's chunks in order.
  *
  * Not a test and not built by make. Build and run (from the repo root):
  *   make lib && cc -std=c11 -D_GNU_SOURCE -O2 -march=native -pthread -Iruntime/core -Ikernels/cpu \
  *      bench/attn_bench.c build/_obj/libingot.a -o /tmp/attn_bench -lm && /tmp/attn_bench
- * Optional argument: positions (default 4000).
+ * Optional arguments: positions (default 4000), KV heads, query heads per KV head, layers
+ * (default 3 3 30, SmolLM2-135M; 4 8 22 is TinyLlama-1.1B's shape, bench/make_synthetic_llama.py).
  *
  * The cache is 30 layers deep, as in the model, so that at 4000 positions (92 MB) each token's
  * reads come from DRAM; GB/s is bytes of K and V read per second. The 1-layer line re-reads one
@@ -18,9 +19,11 @@
 
 #define KC_KV_F16 1
 #include "kc_ops.h"
+#include "hugealloc.h"
 #include "threadpool.h"
 
-enum { KVH = 3, GROUP = 3, HD = 64, BLOCK = 16, LAYERS = 30 };
+enum { HD = 64, BLOCK = 16, MAX_GROUP = 16 };
+static int KVH = 3, GROUP = 3, LAYERS = 30;
 
 typedef struct {
     const kc_kv_t *kv;
@@ -75,20 +78,26 @@ static double run(tp_pool *pool, job *j) {
 
 int main(int argc, char **argv) {
     const int L = argc > 1 ? atoi(argv[1]) : 4000;
+    if (argc > 2) KVH = atoi(argv[2]);
+    if (argc > 3) GROUP = atoi(argv[3]);
+    if (argc > 4) LAYERS = atoi(argv[4]);
     if (L < 1 || L > 1 << 20) return fprintf(stderr, "positions: 1 to %d\n", 1 << 20), 2;
+    if (KVH < 1 || KVH > 64 || GROUP < 1 || GROUP > MAX_GROUP || LAYERS < 2 || LAYERS > 128)
+        return fprintf(stderr, "KV heads 1-64, group 1-%d, layers 2-128\n", MAX_GROUP), 2;
     const int n_blocks = (L + BLOCK - 1) / BLOCK;
     const size_t rows = (size_t)LAYERS * n_blocks * KVH * BLOCK * 2;
-    kc_kv_t *kv = malloc(sizeof(kc_kv_t) * rows * HD);
+    /* on huge pages, as the engine allocates its pool (templates/cpu/model_load.h) */
+    kc_kv_t *kv = ha_alloc(sizeof(kc_kv_t) * rows * HD);
     int32_t *bt = malloc(sizeof(int32_t) * n_blocks);
-    float q[KVH * GROUP * HD], out[KVH * GROUP * HD];
+    float *q = malloc(sizeof(float) * KVH * GROUP * HD), *out = malloc(sizeof(float) * KVH * GROUP * HD);
     float *parts = malloc(sizeof(float) * KC_ATTN_PART(GROUP, HD) * KVH * kc_attn_chunks(0, L - 1));
     float *scratch = malloc(sizeof(float) * KC_ATTN_SCRATCH(GROUP, HD) * 8);
-    if (!kv || !bt || !parts || !scratch) return fprintf(stderr, "out of memory\n"), 1;
+    if (!kv || !bt || !q || !out || !parts || !scratch) return fprintf(stderr, "out of memory\n"), 1;
     for (size_t i = 0; i < rows * HD; i++) kv[i] = kc_f32_to_fp16((float)(i * 2654435761u % 1000) / 1000.0f - 0.5f);
     for (int i = 0; i < n_blocks; i++) bt[i] = i;
     for (int i = 0; i < KVH * GROUP * HD; i++) q[i] = (float)(i % 17) / 17.0f - 0.5f;
-    printf("decode attention at %d positions, SmolLM2 shapes, f16 cache (%.0f MB over %d layers)\n", L,
-           (double)rows * HD * sizeof(kc_kv_t) / 1e6, LAYERS);
+    printf("decode attention at %d positions, %d KV heads of %d, groups of %d, f16 cache (%.0f MB over %d layers)\n",
+           L, KVH, HD, GROUP, (double)rows * HD * sizeof(kc_kv_t) / 1e6, LAYERS);
     for (int threads = 1; threads <= 2; threads++) {
         tp_pool *pool = tp_create(threads);
         for (int layers = LAYERS; layers >= 1; layers -= LAYERS - 1) {
@@ -101,6 +110,6 @@ int main(int argc, char **argv) {
         tp_free(pool);
     }
     printf("(out[0] = %g)\n", out[0]);
-    free(kv), free(bt), free(parts), free(scratch);
+    ha_free(kv, sizeof(kc_kv_t) * rows * HD), free(bt), free(q), free(out), free(parts), free(scratch);
     return 0;
 }

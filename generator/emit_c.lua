@@ -182,7 +182,10 @@ local function phase_matmul(ctx, s, name, grp)
     local lo, hi = off, off + OUT
     local x, ldx, fn
     local ctype = DT_CTYPE[w.dtype]
-    if w.x16 and grp.q16s then -- kernels/cpu/kc_x16s.h: 15-bit activations with a scale per 256 (AMX for 16+ tokens)
+    if w.x16 and not plan_mod.quantized(w.dtype) then -- kernels/cpu/kc_x16f.h: interleaved float weights, f32 activations
+      x, ldx, ctype = s.buf(l.inputs[1].node), string.format("%d", IN), "const void"
+      fn = "kc_mm16_" .. w.dtype
+    elseif w.x16 and grp.q16s then -- kernels/cpu/kc_x16s.h: 15-bit activations with a scale per 256 (AMX for 16+ tokens)
       x, ldx, ctype = "(const kc_q16s *)a->q8", string.format("%d", IN // 256), "const void"
       fn = "kc_mms_" .. w.dtype
     elseif w.x16 then -- kernels/cpu/kc_x16.h: the interleaved layout against 15-bit activations (q8: their high digits)

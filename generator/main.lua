@@ -32,8 +32,12 @@ local VERSION = "ingot-generator 0.1"
 -- head and embedding) share the memory, so they share the decision.
 -- The value is the tile's width in columns (kc_x16k.h: a K-quant tile is a
 -- 256-column super-block; the generator picks K-quants only for such rows).
+-- Float weights (kc_x16f.h) keep f32 activations: the layout turns their
+-- decode GEMV into one weight stream with no horizontal sums (1.5x the
+-- row-major kernel's read speed from DRAM, bench/README.md). --act-quant
+-- none keeps every weight in the file's own layout.
 local X16_TYPES = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, iq4_nl = 32, q2_k = 256, q3_k = 256,
-  q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256}
+  q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256, f32 = 32, f16 = 32, bf16 = 32}
 local function choose_x16_layouts(g, weights, opts)
   if opts.backend ~= "cpu" or (opts.act_quant ~= "q16" and opts.act_quant ~= "q8") then return end
   local readers_ok = {}
@@ -62,15 +66,22 @@ end
 local function act_info(opts, weights)
   if opts.backend ~= "cpu" then return "NULL" end
   local text
-  if opts.act_quant == "q16" then
-    local n = 0
-    for _, w in ipairs(weights) do if w.x16 and w.same_as < 0 then n = n + 1 end end
-    text = n == 0 and "f32 (no weight here has the x16 layout's type and shape)" or string.format(
-      "q16: 15-bit integers per block of 32 against the %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h), per 256 where a matmul's weights are all Q4_K/Q5_K/Q6_K (kc_x16s.h: AMX tiles for steps of 16+ tokens where the CPU has them, INGOT_AMX=0 to turn them off; the same bits); f32 for the rest", n)
+  -- interleaved weights: block-quantized ones (integer kernels) and float ones (f32 activations)
+  local nq, nf = 0, 0
+  for _, w in ipairs(weights) do
+    if w.x16 and w.same_as < 0 then
+      if plan.quantized(w.dtype) then nq = nq + 1 else nf = nf + 1 end
+    end
+  end
+  local floats = nf == 0 and "" or string.format("; f32 against the %d float weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16f.h)", nf)
+  if opts.act_quant == "q16" and nq == 0 then
+    text = nf == 0 and "f32 (no weight here has the x16 layout's type and shape)" or string.format(
+      "f32, against the %d float weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16f.h) and the rest in the file's layout", nf)
+  elseif opts.act_quant == "q16" then
+    text = string.format(
+      "q16: 15-bit integers per block of 32 against the %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h), per 256 where a matmul's weights are all Q4_K/Q5_K/Q6_K (kc_x16s.h: AMX tiles for steps of 16+ tokens where the CPU has them, INGOT_AMX=0 to turn them off; the same bits)%s; f32 for the rest", nq, floats)
   elseif opts.act_quant == "q8" then
-    local n = 0
-    for _, w in ipairs(weights) do if w.x16 and w.same_as < 0 then n = n + 1 end end
-    text = string.format("q8: int8 per block of 32 against every block-quantized weight (llama.cpp's numerics); %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h)", n)
+    text = string.format("q8: int8 per block of 32 against every block-quantized weight (llama.cpp's numerics); %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h)%s", nq, floats)
   else
     text = "f32 (--act-quant none: the weights dequantized in registers, exact)"
   end

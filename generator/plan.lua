@@ -145,12 +145,12 @@ function plan.run(g, groups, final_node, act_quant, backend)
         end
       end
       -- the group's input quantized once per token for every linear of the group that takes it:
-      -- kc_q16 blocks when a weight is interleaved (q16: two digits; q8: the high digit alone,
+      -- kc_q16 blocks when a block-quantized weight is interleaved (q16: two digits; q8: the high digit alone,
       -- grp.a8), else kc_q8 blocks (--act-quant q8, row-major weights). A q8 group with both
       -- kinds quantizes once, as kc_q16: its row-major weights then take f32 activations.
       local needs_q8, needs_q16 = false, false
       for _, l in ipairs(grp.linears) do
-        if l.inputs[2].x16 then needs_q16 = true
+        if l.inputs[2].x16 and plan.quantized(l.inputs[2].dtype) then needs_q16 = true
         elseif plan.int8_activations(l.inputs[2].dtype, act_quant) then needs_q8 = true end
       end
       grp.a8 = needs_q16 and act_quant == "q8"

@@ -5,6 +5,7 @@
 #include "kc_amx.h"
 #include "kc_kquant.h"
 #include "kc_x16.h"
+#include "kc_x16f.h"
 
 /* kc_x16.h's design carried to five more types. A tile is 16 rows by one
  * block (32 columns for Q5_0/Q5_1, a 256-column super-block for the
@@ -81,6 +82,7 @@ KC_INLINE int kc__x16k_off(int wt) { return wt == KC_WQ6_K ? 32 : wt == KC_WQ3_K
 /* columns per tile */
 KC_INLINE int kc_x16k_cols(int wt) { return kc_x16k_kquant(wt) ? KC_X16K_KB : 32; }
 KC_INLINE size_t kc_x16k_tile_bytes(int wt) {
+    if (kc_x16f_type(wt)) return kc_x16f_tile_bytes(wt);
     switch (wt) {
     case KC_WIQ4_NL: return 288;
     case KC_WIQ4_XS: return 2208;
@@ -118,8 +120,12 @@ KC_INLINE int kc__x16k_k4codes(int wt) { return wt == KC_WQ5_K ? KC_X16K_K4_QH +
 
 /* Rewrites rows [0, R) of a row-major block matrix (IN columns) into x16
  * tiles at dst (R a multiple of 16; IN a multiple of 256 for the K-quants).
- * The five types here and kc_x16.h's three. */
+ * Every x16 type: the ones here, kc_x16.h's three and kc_x16f.h's floats. */
 static inline void kc_x16k_repack(int wt, const void *src, void *dst, int64_t R, int IN) {
+    if (kc_x16f_type(wt)) {
+        kc_x16f_repack(wt, src, dst, R, IN);
+        return;
+    }
     if (wt == KC_WQ8_0 || wt == KC_WQ4_0 || wt == KC_WQ4_1) {
         kc_x16_repack(wt, src, dst, R, IN);
         return;
@@ -309,6 +315,10 @@ static inline void kc__x16k_lane(const uint8_t *G, int wt, int b, int i, int q[3
 /* Dequantizes row `row` (IN elements) of an x16 matrix into out, bit for
  * bit what kc_embed_row gives for the row-major row; every x16 type. */
 static inline void kc_x16k_dequantize_row(int wt, const void *W, int IN, int64_t row, float *out) {
+    if (kc_x16f_type(wt)) {
+        kc_x16f_row(wt, W, IN, row, out);
+        return;
+    }
     if (wt == KC_WQ8_0 || wt == KC_WQ4_0 || wt == KC_WQ4_1) {
         kc_x16_dequantize_row(wt, W, IN, row, out);
         return;

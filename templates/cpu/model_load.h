@@ -194,8 +194,8 @@ static void model_describe_origin(ingot_model *m, int in_place, int repacked, in
 }
 
 /* Rewrites a weight's rows in place into kc_x16.h's layout (kc_x16k.h for
- * Q5_0, Q5_1, IQ4_NL and the K-quants Q2_K..Q6_K, IQ4_XS), one group of 16
- * rows at a time. A group's
+ * Q5_0, Q5_1, IQ4_NL and the K-quants Q2_K..Q6_K, IQ4_XS; kc_x16f.h for
+ * F32, F16 and BF16), one group of 16 rows at a time. A group's
  * tiles take the bytes its rows took, or 4 more per 256 weights and row
  * (Q3_K/Q4_K/Q5_K/IQ4_XS: their packed 6-bit scales one byte each), so the groups are
  * written last to first: group g's tiles then only cover rows of groups
@@ -213,6 +213,9 @@ static int model_interleave(const weight_spec *s, unsigned char *w) {
 #else
 static int model_x16_type(ingot_dtype t) {
     switch (t) {
+    case INGOT_F32: return KC_WF32;
+    case INGOT_F16: return KC_WF16;
+    case INGOT_BF16: return KC_WBF16;
     case INGOT_Q8_0: return KC_WQ8_0;
     case INGOT_Q4_0: return KC_WQ4_0;
     case INGOT_Q4_1: return KC_WQ4_1;

@@ -1,4 +1,4 @@
-/* test_x16.c — the 16-row interleaved layout of every GGUF block type (kc_x16.h, kc_x16k.h): the 15-bit and int8 (a8) activation quantizers, repacking, row reads and both matmuls against double-precision references on the row-major blocks. */
+/* test_x16.c — the 16-row interleaved layout of every GGUF block type (kc_x16.h, kc_x16k.h) and of float weights (kc_x16f.h): the 15-bit and int8 (a8) activation quantizers, repacking, row reads and the matmuls against double-precision references on the row-major rows. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -374,6 +374,122 @@ static void test_quantize_q16s(void) {
     check(bad == 0, "kc_quantize_q16s: digits, scale and sums (%d wrong)", bad);
 }
 
+/* ---- float weights (kc_x16f.h) ---- */
+#define NFLOAT 3
+static const int FWT[NFLOAT] = {KC_WF32, KC_WF16, KC_WBF16};
+static const ingot_dtype FDT[NFLOAT] = {INGOT_F32, INGOT_F16, INGOT_BF16};
+static const char *FNAME[NFLOAT] = {"f32", "f16", "bf16"};
+typedef void (*mm16_fn)(const void *, const float *, int, float *, int, int, int, int, int, const float *, int);
+static const mm16_fn FFN[NFLOAT] = {kc_mm16_f32, kc_mm16_f16, kc_mm16_bf16};
+
+/* A row-major [R][IN] float matrix of type ft, values in (-1, 1) (bf16: the
+ * top half of an f32's bits, as a checkpoint stores it). */
+static void *rnd_floats(int ft, int R, int IN) {
+    const size_t n = (size_t)R * IN;
+    void *w = malloc(n * kc_x16f_elem(FWT[ft]));
+    for (size_t i = 0; i < n; i++) {
+        const float v = rndf();
+        if (FWT[ft] == KC_WF32) ((float *)w)[i] = v;
+        else if (FWT[ft] == KC_WF16) ((uint16_t *)w)[i] = kc_f32_to_fp16(v);
+        else {
+            uint32_t b;
+            memcpy(&b, &v, 4);
+            ((uint16_t *)w)[i] = (uint16_t)(b >> 16);
+        }
+    }
+    return w;
+}
+
+/* Repacking keeps every value and every byte count: each row read back is
+ * bit for bit kc_embed_row of the row-major row. */
+static void test_float_repack(void) {
+    for (int ft = 0; ft < NFLOAT; ft++) {
+        const int R = 48, IN = 96;
+        void *w = rnd_floats(ft, R, IN);
+        size_t rb = 0;
+        dtype_row_bytes(FDT[ft], IN, &rb);
+        void *x = malloc(rb * R);
+        kc_x16k_repack(FWT[ft], w, x, R, IN);
+        int bad = 0;
+        float a[96], b[96];
+        for (int r = 0; r < R; r++) {
+            kc_embed_row(FDT[ft], w, r, IN, a);
+            kc_x16k_dequantize_row(FWT[ft], x, IN, r, b);
+            bad += memcmp(a, b, sizeof a) != 0;
+        }
+        check(bad == 0, "%s: %d rows differ after interleaving", FNAME[ft], bad);
+        check(kc_x16k_tile_bytes(FWT[ft]) * (size_t)(IN / kc_x16k_cols(FWT[ft])) == rb * 16,
+              "%s: a group of 16 rows keeps exactly their bytes", FNAME[ft]);
+        free(w), free(x);
+    }
+}
+
+/* kc_mm16_ over rows [r0, r1), T tokens, against the double-precision
+ * product of the stored weights and the activations. Bound: each output is
+ * two chains of IN/2 f32 fused multiply-adds, their sum, the bias and the
+ * accumulated value, so its rounding error is within (IN/2 + 3) units of
+ * 2^-24 of the sum of the magnitudes it adds up (the standard bound for
+ * recursive summation). Each token's result must be bit for bit the token
+ * computed alone; rows outside [r0, r1) and Y's padding are never written. */
+static void mm16_case(int ft, int IN, int OUT, int T, int r0, int r1, int use_bias, int acc) {
+    const int ldx = IN + 3, ldy = OUT + 5;
+    void *w = rnd_floats(ft, OUT, IN);
+    size_t rb = 0;
+    dtype_row_bytes(FDT[ft], IN, &rb);
+    void *x16 = malloc(rb * OUT);
+    kc_x16k_repack(FWT[ft], w, x16, OUT, IN);
+    float *X = malloc(sizeof(float) * (size_t)T * ldx), *Y = malloc(sizeof(float) * (size_t)T * ldy);
+    float *Y0 = malloc(sizeof(float) * (size_t)T * ldy), *bias = malloc(sizeof(float) * OUT), *Y1 = malloc(sizeof(float) * ldy);
+    for (int i = 0; i < T * ldx; i++) X[i] = (i % ldx) >= IN ? NAN : rndf() * ((i % 5) == 0 ? 6.0f : 1.0f);
+    for (int i = 0; i < T * ldy; i++) Y[i] = Y0[i] = rndf();
+    for (int r = 0; r < OUT; r++) bias[r] = rndf();
+    FFN[ft](x16, X, ldx, Y, ldy, T, IN, r0, r1, use_bias ? bias : NULL, acc);
+    int bad = 0, bad_alone = 0;
+    for (int t = 0; t < T; t++) {
+        memcpy(Y1, Y0 + (size_t)t * ldy, sizeof(float) * ldy);
+        FFN[ft](x16, X + (size_t)t * ldx, ldx, Y1, ldy, 1, IN, r0, r1, use_bias ? bias : NULL, acc);
+        bad_alone += memcmp(Y1, Y + (size_t)t * ldy, sizeof(float) * ldy) != 0;
+    }
+    float *wrow = malloc(sizeof(float) * IN);
+    for (int r = 0; r < OUT; r++) {
+        kc_embed_row(FDT[ft], w, r, IN, wrow);
+        for (int t = 0; t < T; t++) {
+            const size_t yi = (size_t)t * ldy + r;
+            if (r < r0 || r >= r1) {
+                bad += memcmp(&Y[yi], &Y0[yi], sizeof(float)) != 0;
+                continue;
+            }
+            double dot = 0, mag = 0;
+            for (int k = 0; k < IN; k++) {
+                const double p = (double)wrow[k] * X[(size_t)t * ldx + k];
+                dot += p, mag += fabs(p);
+            }
+            const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0);
+            const double tol = (IN / 2 + 3) * 0x1p-24 * (mag + fabs(extra) + fabs(dot + extra)) + 1e-30;
+            int dummy = 0;
+            judge(FNAME[ft], IN, T, r, t, Y[yi], dot + extra, dot + extra, tol, 0.0, &bad, &dummy);
+        }
+    }
+    bad += padding_changed(Y, Y0, T, OUT, ldy);
+    check(bad == 0 && bad_alone == 0,
+          "kc_mm16_%s IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d tokens differ from the token alone",
+          FNAME[ft], IN, OUT, T, r0, r1, use_bias, acc, bad, bad_alone);
+    free(w), free(x16), free(X), free(Y), free(Y0), free(Y1), free(bias), free(wrow);
+}
+
+static void test_matmul_float(void) {
+    for (int ft = 0; ft < NFLOAT; ft++) {
+        const int Ts[] = {1, 2, 3, 7, 17};
+        for (int ti = 0; ti < 5; ti++) {
+            mm16_case(ft, 96, 48, Ts[ti], 0, 48, 0, 0);
+            mm16_case(ft, 64, 64, Ts[ti], 16, 64, 1, 1);
+            mm16_case(ft, 32, 32, Ts[ti], 16, 32, 1, 0);
+        }
+        mm16_case(ft, 1536, 48, 1, 0, 32, 0, 1);
+        mm16_case(ft, 32, 160, 130, 0, 160, 1, 1);
+    }
+}
+
 int main(void) {
     /* tests/test_kernels.py reads this line: AMX must be on where the CPU has it */
     printf("kc_x16s: AMX tiles %s\n", kc_amx_ready() ? "on" : "off");
@@ -383,5 +499,7 @@ int main(void) {
     test_quantize_q16a8();
     test_repack_round_trip();
     test_matmul();
+    test_float_repack();
+    test_matmul_float();
     return check_summary();
 }
