@@ -210,6 +210,10 @@ static int model_interleave(const weight_spec *s, unsigned char *w) {
     (void)s, (void)w;
     return -1;
 }
+static int model_interleave_from(const weight_spec *s, const unsigned char *from, unsigned char *to) {
+    (void)s, (void)from, (void)to;
+    return -1;
+}
 #else
 static int model_x16_type(ingot_dtype t) {
     switch (t) {
@@ -251,6 +255,15 @@ static int model_interleave(const weight_spec *s, unsigned char *w) {
         kc_x16k_repack(wt, tmp, w + (size_t)g * tiles, KC_X16_ROWS, (int)s->shape[1]);
     }
     free(tmp);
+    return 0;
+}
+/* The same layout written straight from the file's rows (a weight stored in
+ * its own dtype) into its copy: one pass over the bytes instead of a copy
+ * and then a rewrite in place. */
+static int model_interleave_from(const weight_spec *s, const unsigned char *from, unsigned char *to) {
+    const int wt = model_x16_type(s->dtype);
+    if (wt < 0 || s->shape[0] % KC_X16_ROWS != 0 || s->shape[1] % kc_x16k_cols(wt) != 0) return -1;
+    kc_x16k_repack(wt, from, to, s->shape[0], (int)s->shape[1]);
     return 0;
 }
 #endif
@@ -365,27 +378,32 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
             }
             continue;
         }
-        if (t->dtype == s->dtype) { /* an x16 weight: always a copy of its own */
-            memcpy(to, from, src_row[i] * (size_t)rows);
+        if (t->dtype == s->dtype) { /* an x16 weight: always a copy of its own, interleaved as it is copied */
+            if (model_interleave_from(s, from, to) != 0) {
+                snprintf(err, errlen, "cannot interleave weight '%s'", s->name);
+                ok = 0;
+                break;
+            }
             if (!t->repacked) ha_forget_mapped(from, src_row[i] * (size_t)rows);
-            copied++;
-        } else {
-            int64_t bad_row = 0;
-            const int crc = model_convert(t, s->first_row, rows, s->dtype, to, &bad_row);
-            if (crc == -2) {
-                snprintf(err, errlen, "%s: tensor '%s': row %lld holds a NaN or an infinity, which %s cannot store",
-                         wt_path(m->file), t->name, (long long)(s->first_row + bad_row), dtype_name(s->dtype));
-                ok = 0;
-                break;
-            }
-            if (crc != 0) {
-                snprintf(err, errlen, "%s: cannot convert tensor '%s' from %s to %s", wt_path(m->file), t->name,
-                         dtype_name(t->dtype), dtype_name(s->dtype));
-                ok = 0;
-                break;
-            }
-            converted++;
+            copied++, interleaved++;
+            m->w[i] = to;
+            continue;
         }
+        int64_t bad_row = 0;
+        const int crc = model_convert(t, s->first_row, rows, s->dtype, to, &bad_row);
+        if (crc == -2) {
+            snprintf(err, errlen, "%s: tensor '%s': row %lld holds a NaN or an infinity, which %s cannot store",
+                     wt_path(m->file), t->name, (long long)(s->first_row + bad_row), dtype_name(s->dtype));
+            ok = 0;
+            break;
+        }
+        if (crc != 0) {
+            snprintf(err, errlen, "%s: cannot convert tensor '%s' from %s to %s", wt_path(m->file), t->name,
+                     dtype_name(t->dtype), dtype_name(s->dtype));
+            ok = 0;
+            break;
+        }
+        converted++;
         if (s->x16) {
             if (model_interleave(s, to) != 0) {
                 snprintf(err, errlen, "out of memory interleaving weight '%s'", s->name);
