@@ -37,8 +37,9 @@ KC_INLINE size_t kc_x16f_tile_bytes(int wt) { return (size_t)KC_X16F_COLS * KC_X
 
 /* Rewrites rows [0, R) (R a multiple of 16) of a row-major [R][IN] float
  * matrix at src into groups at dst; src and dst do not overlap. Element
- * copies of a fixed width (a memcpy of a run-time size per element made
- * loading an F16 SmolLM2 take 0.3-1 s longer). */
+ * copies of a fixed width: with a memcpy of a run-time size per element an
+ * F16 SmolLM2 took 0.39 s to load and answer one token, against 0.14 s now
+ * and 0.11 s for its rows copied as they are (best of 5). */
 static inline void kc_x16f_repack(int wt, const void *src, void *dst, int64_t R, int IN) {
     for (int64_t g = 0; g < R / KC_X16_ROWS; g++)
         for (int i = 0; i < KC_X16_ROWS; i++) {
