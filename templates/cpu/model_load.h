@@ -380,7 +380,8 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
         }
         if (t->dtype == s->dtype) { /* an x16 weight: always a copy of its own, interleaved as it is copied */
             if (model_interleave_from(s, from, to) != 0) {
-                snprintf(err, errlen, "cannot interleave weight '%s'", s->name);
+                snprintf(err, errlen, "%s: weight '%s' (%lld x %lld %s) cannot take the 16-row interleaved layout",
+                         wt_path(m->file), s->name, (long long)s->shape[0], (long long)s->shape[1], dtype_name(s->dtype));
                 ok = 0;
                 break;
             }
