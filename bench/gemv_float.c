@@ -6,7 +6,8 @@
  *   make lib && cc -std=c11 -D_GNU_SOURCE -O2 -march=native -pthread -Iruntime/core -Iruntime/load -Ikernels/cpu \
  *      bench/gemv_float.c build/_obj/libingot.a -o /tmp/gemv_float -lm && /tmp/gemv_float
  * Optional arguments: type (f16, bf16 or f32; default f16), columns (a multiple of 32; default 1536),
- * MB of weights (default 256: past any last-level cache here, so each call reads DRAM). */
+ * MB of weights (default 256: past any last-level cache here, so each call reads DRAM), tokens
+ * (default 1, a decode step; 16 is a batched serving step, which the FMAs bound, not DRAM). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,15 +35,16 @@ static float plain_read(const void *W, size_t bytes) {
 
 int main(int argc, char **argv) {
     const char *type = argc > 1 ? argv[1] : "f16";
-    const int IN = argc > 2 ? atoi(argv[2]) : 1536, MB = argc > 3 ? atoi(argv[3]) : 256;
+    const int IN = argc > 2 ? atoi(argv[2]) : 1536, MB = argc > 3 ? atoi(argv[3]) : 256, T = argc > 4 ? atoi(argv[4]) : 1;
     const int wt = !strcmp(type, "f32") ? KC_WF32 : !strcmp(type, "bf16") ? KC_WBF16 : KC_WF16;
-    if (IN < 32 || IN % 32 || IN > 65536 || MB < 1 || MB > 4096 || (strcmp(type, "f16") && strcmp(type, "bf16") && strcmp(type, "f32")))
-        return fprintf(stderr, "usage: gemv_float [f16|bf16|f32] [columns, a multiple of 32] [MB]\n"), 2;
+    if (IN < 32 || IN % 32 || IN > 65536 || MB < 1 || MB > 4096 || T < 1 || T > 64 ||
+        (strcmp(type, "f16") && strcmp(type, "bf16") && strcmp(type, "f32")))
+        return fprintf(stderr, "usage: gemv_float [f16|bf16|f32] [columns, a multiple of 32] [MB] [tokens, 1-64]\n"), 2;
     const size_t es = kc_x16f_elem(wt);
     const int OUT = (int)((size_t)MB * 1000000 / es / (size_t)IN / 16 * 16);
     const size_t bytes = (size_t)OUT * IN * es;
     void *W = ha_alloc(bytes), *W16 = ha_alloc(bytes);
-    float *x = malloc(sizeof(float) * IN), *y = malloc(sizeof(float) * OUT);
+    float *x = malloc(sizeof(float) * IN * T), *y = malloc(sizeof(float) * OUT * T);
     if (!W || !W16 || !x || !y) return fprintf(stderr, "out of memory\n"), 1;
     for (size_t i = 0; i < (size_t)OUT * IN; i++) {
         const float v = (float)(i * 2654435761u % 1000) / 1000.0f - 0.5f;
@@ -51,18 +53,21 @@ int main(int argc, char **argv) {
         else ((uint16_t *)W)[i] = (uint16_t)(kc_f32_to_fp16(v) & 0xff00); /* any bits: a speed test */
     }
     kc_x16f_repack(wt, W, W16, OUT, IN);
-    for (int i = 0; i < IN; i++) x[i] = (float)(i % 13) / 13.0f;
-    printf("GEMV %s %d x %d (%.0f MB), one thread, best of 5 per round, GB/s of weights\n", type, OUT, IN, bytes / 1e6);
+    for (int i = 0; i < IN * T; i++) x[i] = (float)(i % 13) / 13.0f;
+    printf("GEMV %s %d x %d (%.0f MB), %d token(s), one thread, best of 5 per round, GB/s of weights (GFLOP/s)\n", type,
+           OUT, IN, bytes / 1e6, T);
     float sink = 0;
     for (int round = 0; round < 3; round++) {
         double best[3] = {1e30, 1e30, 1e30};
         for (int it = 0; it < 5; it++) {
             double t0 = now_s();
-            if (wt == KC_WF32) kc_mm_f32(W, x, IN, y, OUT, 1, IN, 0, OUT, NULL, 0);
-            else if (wt == KC_WF16) kc_mm_f16(W, x, IN, y, OUT, 1, IN, 0, OUT, NULL, 0);
-            else kc_mm_bf16(W, x, IN, y, OUT, 1, IN, 0, OUT, NULL, 0);
+            if (wt == KC_WF32) kc_mm_f32(W, x, IN, y, OUT, T, IN, 0, OUT, NULL, 0);
+            else if (wt == KC_WF16) kc_mm_f16(W, x, IN, y, OUT, T, IN, 0, OUT, NULL, 0);
+            else kc_mm_bf16(W, x, IN, y, OUT, T, IN, 0, OUT, NULL, 0);
             double t1 = now_s();
-            kc__mm16(W16, wt, x, IN, y, OUT, 1, IN, 0, OUT, NULL, 0);
+            if (wt == KC_WF32) kc_mm16_f32(W16, x, IN, y, OUT, T, IN, 0, OUT, NULL, 0);
+            else if (wt == KC_WF16) kc_mm16_f16(W16, x, IN, y, OUT, T, IN, 0, OUT, NULL, 0);
+            else kc_mm16_bf16(W16, x, IN, y, OUT, T, IN, 0, OUT, NULL, 0);
             double t2 = now_s();
             sink += plain_read(W, bytes);
             double t3 = now_s();
@@ -70,8 +75,10 @@ int main(int argc, char **argv) {
             if (t2 - t1 < best[1]) best[1] = t2 - t1;
             if (t3 - t2 < best[2]) best[2] = t3 - t2;
         }
-        printf("  row-major %5.1f   interleaved %5.1f   plain read %5.1f   (interleaved / row-major %.2fx)\n",
-               bytes / best[0] / 1e9, bytes / best[1] / 1e9, bytes / best[2] / 1e9, best[0] / best[1]);
+        const double flop = 2.0 * OUT * IN * T;
+        printf("  row-major %5.1f (%5.1f)   interleaved %5.1f (%5.1f)   plain read %5.1f   (interleaved / row-major %.2fx)\n",
+               bytes / best[0] / 1e9, flop / best[0] / 1e9, bytes / best[1] / 1e9, flop / best[1] / 1e9,
+               bytes / best[2] / 1e9, best[0] / best[1]);
     }
     printf("(%g %g)\n", (double)sink, (double)y[0]);
     ha_free(W, bytes), ha_free(W16, bytes), free(x), free(y);

@@ -11,8 +11,9 @@
  * Interleaving 16 rows column by column makes one 512-bit register hold
  * column k of 16 rows: a token's 16 outputs are then one vector, summed by
  * broadcast-FMAs along k with no horizontal step, and the weights of 16
- * rows are one contiguous stream (30 GB/s on that machine). A prefill step
- * widens each weight vector once for up to 8 tokens.
+ * rows are one contiguous stream (30 GB/s on that machine). A step of
+ * several tokens widens each weight vector once for up to 6 of them, and
+ * broadcasts each activation once for 4 groups.
  *
  * Group g (rows 16g..16g+15) of an [OUT][IN] matrix is IN columns of 16
  * values at element offset g * IN * 16: column k of the group, lane i = row
@@ -22,12 +23,9 @@
  * block types); it takes exactly the bytes of the row-major rows.
  *
  * Arithmetic, the same for every token whatever the step size (so a
- * sequence's logits do not depend on what it is batched with): two f32
- * accumulators per output, one over the even columns and one over the odd
- * ones, each a chain of fused multiply-adds in column order, then their
- * sum, then the bias, then the value already in Y when accumulating. Two
- * chains let one token's decode issue an FMA every other cycle, which is
- * more than DRAM feeds. */
+ * sequence's logits do not depend on what it is batched with): one f32
+ * chain of fused multiply-adds per output, in column order, then the bias,
+ * then the value already in Y when accumulating. */
 
 #define KC_X16F_COLS 32 /* columns per tile (the loader's rewrite unit) */
 
@@ -63,17 +61,35 @@ static inline void kc_x16f_row(int wt, const void *W, int IN, int64_t row, float
     for (int k = 0; k < IN; k++) out[k] = kc__ldw1(W, wt, first + (size_t)k * KC_X16_ROWS);
 }
 
-/* Tokens per tile: two accumulators per token and the two weight vectors in
- * use fit 32 zmm registers at 8 (the activations are broadcast from memory);
- * 16 ymm hold 2 tokens' four half-group accumulator pairs. */
+/* A tile is NG groups (up to KC_X16F_NG: 64 rows) by NT tokens (up to
+ * KC_X16F_NT). Per column it loads NG weight vectors and broadcasts each of
+ * its NT activations once for NG FMAs: NG x NT accumulators, NG weight
+ * vectors and a broadcast fit 32 zmm registers at 4 x 6 (16 ymm at 2 x 2
+ * with two halves per group). Broadcasts compete with the FMAs: a batched
+ * step of 16 tokens ran at 77 GFLOP/s a core with one group per tile and
+ * two chains per output, 100 with four groups and one chain (the FMA peak
+ * is 117). A step of fewer tokens than a tile is bound by the weight
+ * stream instead, and takes one group at a time: this CPU's prefetcher
+ * follows one stream best (two or four streams at once, groups apart, read
+ * an F16 matrix of 576 columns at 17-21 GB/s where one reads 23-30). One
+ * token's single chain then waits on the FMA latency: 16 weights per 4
+ * cycles, about DRAM's speed on one core. Steps of KC_X16F_WIDE tokens or
+ * more take the wide tiles (GEMV of 576 columns, GB/s of F16 weights, one
+ * thread: 1 token 25-30, the row-major kernel 15-19; 2 tokens 26-27 against
+ * 21-23; 3 tokens 15 against 18; 4 tokens 18 against 22; 16 tokens 100
+ * GFLOP/s against 95-101). */
+#define KC_X16F_WIDE 3
 #if defined(__AVX512F__)
-#define KC_X16F_NT 8
+#define KC_X16F_NG 4
+#define KC_X16F_NT 6
 #elif defined(__AVX2__) && defined(__FMA__)
+#define KC_X16F_NG 2
 #define KC_X16F_NT 2
 #else
+#define KC_X16F_NG 1
 #define KC_X16F_NT 4
 #endif
-/* No software prefetch: a group is one contiguous stream, which the
+/* No software prefetch: each group is one contiguous stream, which the
  * hardware prefetcher follows. On the 2-core AMD EPYC, prefetching each
  * cache line 2 KB ahead into L1 and 8 KB ahead into L2 (kc_matmul.h's
  * distances) took a 67 MB F16 GEMV from 30-33 down to 23-25 GB/s; 1 KB / 4
@@ -81,38 +97,39 @@ static inline void kc_x16f_row(int wt, const void *W, int IN, int64_t row, float
 
 #if defined(__AVX512F__)
 /* Column k of a group: 16 weights widened to f32. */
-KC_INLINE __m512 kc__x16f_col(const void *G, int wt, int k) {
-    if (wt == KC_WF32) return _mm512_loadu_ps((const float *)G + (size_t)k * 16);
-    const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)G + (size_t)k * 16));
+KC_INLINE __m512 kc__x16f_col(const void *G, int wt, size_t k) {
+    if (wt == KC_WF32) return _mm512_loadu_ps((const float *)G + k * 16);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)G + k * 16));
     if (wt == KC_WF16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* NT tokens from t of one group G (rows r..r+15). */
-KC_INLINE void kc__x16f_tile(const void *G, int wt, const float *X, int ldx, float *Y, int ldy, int IN, int r, int t,
-                             int NT, const float *bias, int accumulate) {
-    __m512 ae[KC_X16F_NT], ao[KC_X16F_NT];
-    KC_UNROLL for (int j = 0; j < NT; j++) ae[j] = _mm512_setzero_ps(), ao[j] = _mm512_setzero_ps();
+/* NG groups from G (rows r..r+16 NG), NT tokens from t; gb: bytes per group. */
+KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, int ldx, float *Y, int ldy, int IN,
+                             int r, int t, int NG, int NT, const float *bias, int accumulate) {
+    __m512 acc[KC_X16F_NG][KC_X16F_NT];
+    KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int j = 0; j < NT; j++) acc[g][j] = _mm512_setzero_ps();
     const float *x = X + (size_t)t * (size_t)ldx;
-    for (int k = 0; k < IN; k += 2) {
-        const __m512 we = kc__x16f_col(G, wt, k), wo = kc__x16f_col(G, wt, k + 1);
+    for (int k = 0; k < IN; k++) {
+        __m512 w[KC_X16F_NG];
+        KC_UNROLL for (int g = 0; g < NG; g++) w[g] = kc__x16f_col((const char *)G + (size_t)g * gb, wt, (size_t)k);
         KC_UNROLL for (int j = 0; j < NT; j++) {
-            ae[j] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)j * (size_t)ldx + (size_t)k]), we, ae[j]);
-            ao[j] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)j * (size_t)ldx + (size_t)k + 1]), wo, ao[j]);
+            const __m512 xv = _mm512_set1_ps(x[(size_t)j * (size_t)ldx + (size_t)k]);
+            KC_UNROLL for (int g = 0; g < NG; g++) acc[g][j] = _mm512_fmadd_ps(xv, w[g], acc[g][j]);
         }
     }
-    KC_UNROLL for (int j = 0; j < NT; j++) {
-        float *y = Y + (size_t)(t + j) * (size_t)ldy + r;
-        __m512 v = _mm512_add_ps(ae[j], ao[j]);
-        if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + r));
+    KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int j = 0; j < NT; j++) {
+        float *y = Y + (size_t)(t + j) * (size_t)ldy + r + 16 * g;
+        __m512 v = acc[g][j];
+        if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + r + 16 * g));
         if (accumulate) v = _mm512_add_ps(v, _mm512_loadu_ps(y));
         _mm512_storeu_ps(y, v);
     }
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 /* Half h (lanes 8h..8h+7) of column k, widened to f32. */
-KC_INLINE __m256 kc__x16f_col(const void *G, int wt, int k, int h) {
-    const size_t e = (size_t)k * 16 + 8 * (size_t)h;
+KC_INLINE __m256 kc__x16f_col(const void *G, int wt, size_t k, int h) {
+    const size_t e = k * 16 + 8 * (size_t)h;
     if (wt == KC_WF32) return _mm256_loadu_ps((const float *)G + e);
     const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)G + e));
     if (wt == KC_WF16) {
@@ -127,63 +144,84 @@ KC_INLINE __m256 kc__x16f_col(const void *G, int wt, int k, int h) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
-KC_INLINE void kc__x16f_tile(const void *G, int wt, const float *X, int ldx, float *Y, int ldy, int IN, int r, int t,
-                             int NT, const float *bias, int accumulate) {
-    __m256 ae[KC_X16F_NT][2], ao[KC_X16F_NT][2];
-    KC_UNROLL for (int j = 0; j < NT; j++) KC_UNROLL for (int h = 0; h < 2; h++) ae[j][h] = _mm256_setzero_ps(),
-                                                                                  ao[j][h] = _mm256_setzero_ps();
+KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, int ldx, float *Y, int ldy, int IN,
+                             int r, int t, int NG, int NT, const float *bias, int accumulate) {
+    __m256 acc[KC_X16F_NG][2][KC_X16F_NT];
+    KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int h = 0; h < 2; h++) KC_UNROLL for (int j = 0; j < NT; j++)
+        acc[g][h][j] = _mm256_setzero_ps();
     const float *x = X + (size_t)t * (size_t)ldx;
-    for (int k = 0; k < IN; k += 2) {
-        KC_UNROLL for (int h = 0; h < 2; h++) {
-            const __m256 we = kc__x16f_col(G, wt, k, h), wo = kc__x16f_col(G, wt, k + 1, h);
-            KC_UNROLL for (int j = 0; j < NT; j++) {
-                ae[j][h] = _mm256_fmadd_ps(_mm256_set1_ps(x[(size_t)j * (size_t)ldx + (size_t)k]), we, ae[j][h]);
-                ao[j][h] = _mm256_fmadd_ps(_mm256_set1_ps(x[(size_t)j * (size_t)ldx + (size_t)k + 1]), wo, ao[j][h]);
-            }
+    for (int k = 0; k < IN; k++) {
+        __m256 w[KC_X16F_NG][2];
+        KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int h = 0; h < 2; h++)
+            w[g][h] = kc__x16f_col((const char *)G + (size_t)g * gb, wt, (size_t)k, h);
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            const __m256 xv = _mm256_set1_ps(x[(size_t)j * (size_t)ldx + (size_t)k]);
+            KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int h = 0; h < 2; h++)
+                acc[g][h][j] = _mm256_fmadd_ps(xv, w[g][h], acc[g][h][j]);
         }
     }
-    KC_UNROLL for (int j = 0; j < NT; j++) KC_UNROLL for (int h = 0; h < 2; h++) {
-        float *y = Y + (size_t)(t + j) * (size_t)ldy + r + 8 * h;
-        __m256 v = _mm256_add_ps(ae[j][h], ao[j][h]);
-        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + r + 8 * h));
+    KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int h = 0; h < 2; h++) KC_UNROLL for (int j = 0; j < NT; j++) {
+        float *y = Y + (size_t)(t + j) * (size_t)ldy + r + 16 * g + 8 * h;
+        __m256 v = acc[g][h][j];
+        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + r + 16 * g + 8 * h));
         if (accumulate) v = _mm256_add_ps(v, _mm256_loadu_ps(y));
         _mm256_storeu_ps(y, v);
     }
 }
 #else
-KC_INLINE void kc__x16f_tile(const void *G, int wt, const float *X, int ldx, float *Y, int ldy, int IN, int r, int t,
-                             int NT, const float *bias, int accumulate) {
-    for (int j = 0; j < NT; j++) {
-        const float *x = X + (size_t)(t + j) * (size_t)ldx;
-        float *y = Y + (size_t)(t + j) * (size_t)ldy + r;
-        for (int i = 0; i < KC_X16_ROWS; i++) {
-            float ae = 0.0f, ao = 0.0f;
-            for (int k = 0; k < IN; k += 2) {
-                ae += x[k] * kc__ldw1(G, wt, (size_t)k * 16 + (size_t)i);
-                ao += x[k + 1] * kc__ldw1(G, wt, (size_t)(k + 1) * 16 + (size_t)i);
+KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, int ldx, float *Y, int ldy, int IN,
+                             int r, int t, int NG, int NT, const float *bias, int accumulate) {
+    for (int g = 0; g < NG; g++)
+        for (int j = 0; j < NT; j++) {
+            const void *Gg = (const char *)G + (size_t)g * gb;
+            const float *x = X + (size_t)(t + j) * (size_t)ldx;
+            float *y = Y + (size_t)(t + j) * (size_t)ldy + r + 16 * g;
+            for (int i = 0; i < KC_X16_ROWS; i++) {
+                float a = 0.0f;
+                for (int k = 0; k < IN; k++) a += x[k] * kc__ldw1(Gg, wt, (size_t)k * 16 + (size_t)i);
+                if (bias) a += bias[r + 16 * g + i];
+                if (accumulate) a += y[i];
+                y[i] = a;
             }
-            float v = ae + ao;
-            if (bias) v += bias[r + i];
-            if (accumulate) v += y[i];
-            y[i] = v;
         }
-    }
 }
 #endif
 
 /* Y[t*ldy + r] = (accumulate ? Y : 0) + W[r] . X[t] (+ bias[r]) for rows
  * r0 <= r < r1 (multiples of 16) of an interleaved float matrix and T
- * tokens of f32 activations (token t at X + t*ldx). A group's weights (16
- * x IN values, tens of KB) stay in L1/L2 while the token tiles pass over
- * them, so each weight byte comes from memory once per call. */
+ * tokens of f32 activations (token t at X + t*ldx). A tile's weights (up
+ * to 64 x IN values) stay in L1/L2 while the token tiles pass over them, so
+ * each weight byte comes from memory once per call. */
 KC_INLINE void kc__mm16(const void *W, int wt, const float *X, int ldx, float *Y, int ldy, int T, int IN, int r0,
                         int r1, const float *bias, int accumulate) {
     const size_t gb = (size_t)IN * KC_X16_ROWS * kc_x16f_elem(wt);
-    for (int r = r0; r < r1; r += KC_X16_ROWS) {
+    for (int r = r0; r < r1;) {
         const void *G = (const char *)W + (size_t)(r / KC_X16_ROWS) * gb;
+        const int left = (r1 - r) / KC_X16_ROWS;
         int t = 0;
-#define KC__X16F_STEP(t_, nt_) kc__x16f_tile(G, wt, X, ldx, Y, ldy, IN, r, (t_), (nt_), bias, accumulate)
-        KC_X16_TOKEN_TILES(t, T, KC_X16F_NT, KC__X16F_STEP);
+#define KC__X16F_STEP(t_, nt_) kc__x16f_tile(G, gb, wt, X, ldx, Y, ldy, IN, r, (t_), NG, (nt_), bias, accumulate)
+        /* steps of fewer tokens than a tile are bound by the weight stream:
+         * one group at a time. Wider ones take whole tiles of KC_X16F_NG
+         * groups, then the groups left in one tile (a thread's share of rows
+         * need not be a multiple of the tile). */
+        const int wide = T >= KC_X16F_WIDE;
+        if (wide && left >= KC_X16F_NG) {
+            enum { NG = KC_X16F_NG };
+            KC_X16_TOKEN_TILES(t, T, KC_X16F_NT, KC__X16F_STEP);
+            r += NG * KC_X16_ROWS;
+        } else if (wide && KC_X16F_NG > 3 && left == 3) {
+            enum { NG = KC_X16F_NG > 3 ? 3 : 1 };
+            KC_X16_TOKEN_TILES(t, T, KC_X16F_NT, KC__X16F_STEP);
+            r += NG * KC_X16_ROWS;
+        } else if (wide && KC_X16F_NG > 2 && left == 2) {
+            enum { NG = KC_X16F_NG > 2 ? 2 : 1 };
+            KC_X16_TOKEN_TILES(t, T, KC_X16F_NT, KC__X16F_STEP);
+            r += NG * KC_X16_ROWS;
+        } else {
+            enum { NG = 1 };
+            KC_X16_TOKEN_TILES(t, T, KC_X16F_NT, KC__X16F_STEP);
+            r += KC_X16_ROWS;
+        }
 #undef KC__X16F_STEP
     }
 }

@@ -426,10 +426,10 @@ static void test_float_repack(void) {
 
 /* kc_mm16_ over rows [r0, r1), T tokens, against the double-precision
  * product of the stored weights and the activations. Bound: each output is
- * two chains of IN/2 f32 fused multiply-adds, their sum, the bias and the
- * accumulated value, so its rounding error is within (IN/2 + 3) units of
- * 2^-24 of the sum of the magnitudes it adds up (the standard bound for
- * recursive summation). Each token's result must be bit for bit the token
+ * a chain of IN f32 fused multiply-adds, then the bias and the accumulated
+ * value, so its rounding error is within (IN + 2) units of 2^-24 of the sum
+ * of the magnitudes it adds up (the standard bound for recursive
+ * summation). Each token's result must be bit for bit the token
  * computed alone; rows outside [r0, r1) and Y's padding are never written. */
 static void mm16_case(int ft, int IN, int OUT, int T, int r0, int r1, int use_bias, int acc) {
     const int ldx = IN + 3, ldy = OUT + 5;
@@ -465,7 +465,7 @@ static void mm16_case(int ft, int IN, int OUT, int T, int r0, int r1, int use_bi
                 dot += p, mag += fabs(p);
             }
             const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0);
-            const double tol = (IN / 2 + 3) * 0x1p-24 * (mag + fabs(extra) + fabs(dot + extra)) + 1e-30;
+            const double tol = (IN + 2) * 0x1p-24 * (mag + fabs(extra) + fabs(dot + extra)) + 1e-30;
             int dummy = 0;
             judge(FNAME[ft], IN, T, r, t, Y[yi], dot + extra, dot + extra, tol, 0.0, &bad, &dummy);
         }
@@ -487,6 +487,10 @@ static void test_matmul_float(void) {
         }
         mm16_case(ft, 1536, 48, 1, 0, 32, 0, 1);
         mm16_case(ft, 32, 160, 130, 0, 160, 1, 1);
+        mm16_case(ft, 64, 176, 13, 16, 176, 0, 1); /* 10 groups: tiles of 4 groups, then one of 2 */
+        mm16_case(ft, 32, 112, 5, 0, 112, 1, 0);   /* 7 groups: 4, then 3 */
+        mm16_case(ft, 32, 80, 3, 0, 80, 0, 0);     /* 5 groups: 4, then 1 */
+        mm16_case(ft, 32, 80, 2, 0, 80, 0, 1);     /* 2 tokens: a group at a time */
     }
 }
 
