@@ -68,8 +68,8 @@ static inline void kc_x16f_row(int wt, const void *W, int IN, int64_t row, float
  * with two halves per group). Broadcasts compete with the FMAs: a batched
  * step of 16 tokens ran at 77 GFLOP/s a core with one group per tile and
  * two chains per output, 100 with four groups and one chain (the FMA peak
- * is 117). A step of fewer tokens than a tile is bound by the weight
- * stream instead, and takes one group at a time: this CPU's prefetcher
+ * is 117). A step of one or two tokens is bound by the weight stream
+ * instead, and takes one group at a time: this CPU's prefetcher
  * follows one stream best (two or four streams at once, groups apart, read
  * an F16 matrix of 576 columns at 17-21 GB/s where one reads 23-30). One
  * token's single chain then waits on the FMA latency: 16 weights per 4
