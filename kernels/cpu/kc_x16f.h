@@ -96,14 +96,6 @@ static inline void kc_x16f_row(int wt, const void *W, int IN, int64_t row, float
  * KB ahead gave 22, one line in two 24-30. */
 
 #if defined(__AVX512F__)
-/* Column k of a group: 16 weights widened to f32. */
-KC_INLINE __m512 kc__x16f_col(const void *G, int wt, size_t k) {
-    if (wt == KC_WF32) return _mm512_loadu_ps((const float *)G + k * 16);
-    const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)G + k * 16));
-    if (wt == KC_WF16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 /* NG groups from G (rows r..r+16 NG), NT tokens from t; gb: bytes per group. */
 KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, int ldx, float *Y, int ldy, int IN,
                              int r, int t, int NG, int NT, const float *bias, int accumulate) {
@@ -112,7 +104,7 @@ KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, i
     const float *x = X + (size_t)t * (size_t)ldx;
     for (int k = 0; k < IN; k++) {
         __m512 w[KC_X16F_NG];
-        KC_UNROLL for (int g = 0; g < NG; g++) w[g] = kc__x16f_col((const char *)G + (size_t)g * gb, wt, (size_t)k);
+        KC_UNROLL for (int g = 0; g < NG; g++) w[g] = kc__ldw((const char *)G + (size_t)g * gb, wt, (size_t)k * 16); /* column k */
         KC_UNROLL for (int j = 0; j < NT; j++) {
             const __m512 xv = _mm512_set1_ps(x[(size_t)j * (size_t)ldx + (size_t)k]);
             KC_UNROLL for (int g = 0; g < NG; g++) acc[g][j] = _mm512_fmadd_ps(xv, w[g], acc[g][j]);
@@ -127,23 +119,6 @@ KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, i
     }
 }
 #elif defined(__AVX2__) && defined(__FMA__)
-/* Half h (lanes 8h..8h+7) of column k, widened to f32. */
-KC_INLINE __m256 kc__x16f_col(const void *G, int wt, size_t k, int h) {
-    const size_t e = k * 16 + 8 * (size_t)h;
-    if (wt == KC_WF32) return _mm256_loadu_ps((const float *)G + e);
-    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)G + e));
-    if (wt == KC_WF16) {
-#if defined(__F16C__)
-        return _mm256_cvtph_ps(v);
-#else
-        float f[8];
-        for (int i = 0; i < 8; i++) f[i] = kc_fp16_to_f32(((const uint16_t *)G)[e + (size_t)i]);
-        return _mm256_loadu_ps(f);
-#endif
-    }
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-}
-
 KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, int ldx, float *Y, int ldy, int IN,
                              int r, int t, int NG, int NT, const float *bias, int accumulate) {
     __m256 acc[KC_X16F_NG][2][KC_X16F_NT];
@@ -153,7 +128,7 @@ KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, i
     for (int k = 0; k < IN; k++) {
         __m256 w[KC_X16F_NG][2];
         KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int h = 0; h < 2; h++)
-            w[g][h] = kc__x16f_col((const char *)G + (size_t)g * gb, wt, (size_t)k, h);
+            w[g][h] = kc__ldw((const char *)G + (size_t)g * gb, wt, (size_t)k * 16 + 8 * (size_t)h); /* half h of column k */
         KC_UNROLL for (int j = 0; j < NT; j++) {
             const __m256 xv = _mm256_set1_ps(x[(size_t)j * (size_t)ldx + (size_t)k]);
             KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int h = 0; h < 2; h++)
