@@ -1,6 +1,7 @@
 # Builds one model binary from its generated sources:
 #   make -f build/model.mk MODEL_DIR=build/<name> NAME=<name> [SAN=1] [DRAFT_DIR=build/<name>/draft]
-#   make -f build/model.mk MODEL_DIR=... NAME=... BACKEND=cuda      nvcc: sm_80/86/89/90 cubins + PTX
+#   make -f build/model.mk MODEL_DIR=... NAME=... BACKEND=cuda      nvcc: cubins for gen/cuda_arch.mk's
+#                                                   architectures (sm_80/86/89/90 by default) + PTX
 #   make -f build/model.mk MODEL_DIR=... NAME=... BACKEND=cudasim   the CUDA sources on cudasim (CPU)
 #   make -f build/model.mk MODEL_DIR=... NAME=... ISAS="avx512 avx2 portable"   one binary per x86-64
 #                                                   level and a launcher (./ingot build --isa all)
@@ -29,9 +30,15 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC      := $(CUDA_HOME)/bin/nvcc
 GEN       := $(MODEL_DIR)/gen
 CUDA_HDRS := $(wildcard $(ROOT)/kernels/cuda/*.cuh $(ROOT)/templates/cuda/*.h) $(GEN)/kernels.cu $(GEN)/kernel_sources.h
-# Cubins for every datacenter/workstation architecture since Ampere, plus PTX for newer ones.
-CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
-              -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=[sm_90,compute_90]
+# Cubins for the architectures the generator wrote into $(GEN)/cuda_arch.mk (./ingot build
+# --cuda-arch; by default every datacenter/workstation one since Ampere: 80 86 89 90), plus the
+# newest one's PTX, which the driver compiles for any later GPU.
+ifeq ($(BACKEND),cuda)
+include $(GEN)/cuda_arch.mk
+endif
+CUDA_NEWEST := $(lastword $(CUDA_ARCH))
+CUDA_ARCHS := $(foreach a,$(filter-out $(CUDA_NEWEST),$(CUDA_ARCH)),-gencode arch=compute_$(a),code=sm_$(a)) \
+              -gencode arch=compute_$(CUDA_NEWEST),code=[sm_$(CUDA_NEWEST),compute_$(CUDA_NEWEST)]
 CUDA_INC  := -I$(ROOT)/kernels/cuda -I$(ROOT)/templates/cuda $(RUNTIME_INC) -I$(GEN)
 # cudasim mode: plain, or race (shared/global-memory race detection); asan under SAN=1
 SIM_MODE  ?= $(if $(filter 1,$(SAN)),asan,plain)
@@ -67,7 +74,7 @@ endif
 
 ifeq ($(BACKEND),cuda)
 # ptxas -v for every kernel goes to $(MODEL_DIR)/ptxas.txt (registers, shared memory, spills).
-$(GEN)/model.cuda.o: $(GEN)/model.cu $(CUDA_HDRS) $(HEADERS)
+$(GEN)/model.cuda.o: $(GEN)/model.cu $(GEN)/cuda_arch.mk $(CUDA_HDRS) $(HEADERS)
 	$(NVCC) -std=c++17 -O3 $(CUDA_ARCHS) --threads 2 -Werror all-warnings -Xptxas -v -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function \
 	  $(CUDA_INC) -c $< -o $@ 2> $(MODEL_DIR)/ptxas.txt || { cat $(MODEL_DIR)/ptxas.txt >&2; rm -f $@; exit 1; }
 $(GEN)/model_host.o: $(GEN)/model.c $(HEADERS)

@@ -88,6 +88,26 @@ local function act_info(opts, weights)
   return '"activations:     ' .. text .. '\\n"'
 end
 
+-- The architectures a CUDA build carries cubins for: the kernels are checked (no spills, nvcc
+-- warnings as errors) on each of these; any other GPU runs NVRTC-compiled code (templates/cuda/cuda_host.h)
+local CUDA_ARCHS = {80, 86, 89, 90}
+
+-- "all" or a comma-separated subset of CUDA_ARCHS, as a sorted list without repeats
+local function parse_cuda_archs(text)
+  if text == "all" then return CUDA_ARCHS end
+  local known, picked, list = {}, {}, {}
+  for _, a in ipairs(CUDA_ARCHS) do known[a] = true end
+  for item in (text .. ","):gmatch("([^,]*),") do
+    local a = math.tointeger(tonumber(item:match("^%s*sm_(%d+)%s*$") or item:match("^%s*(%d+)%s*$") or ""))
+    if not a or not known[a] then
+      util.die(string.format("--cuda-arch: '%s' is not one of 80, 86, 89, 90 (or all)", item))
+    end
+    if not picked[a] then picked[a] = true; list[#list + 1] = a end
+  end
+  table.sort(list)
+  return list
+end
+
 local function parse_args(argv)
   local o = {dtype = "native", backend = "cpu", fused = true, max_tokens = 512, act_quant = "auto", kv_dtype = "auto",
              models = script_dir .. "/../models.lua"}
@@ -109,6 +129,7 @@ local function parse_args(argv)
     elseif a == "--models" then o.models = val()
     elseif a == "--dry-run" then o.dry_run = true
     elseif a == "--allow-unused" then o.allow_unused = true
+    elseif a == "--cuda-arch" then o.cuda_arch = val()
     else util.die("unknown argument " .. a) end
     i = i + 1
   end
@@ -134,6 +155,8 @@ local function parse_args(argv)
   if not o.max_tokens or o.max_tokens < 1 or o.max_tokens > 65536 then
     util.die("--max-tokens must be an integer in 1..65536")
   end
+  o.cuda_archs = parse_cuda_archs(o.cuda_arch or "all")
+  if o.cuda_arch and o.backend ~= "cuda" then util.die("--cuda-arch is a CUDA option") end
   return o
 end
 
@@ -511,7 +534,8 @@ local function main(argv)
   else kernels, calls = emit_c.kernels(ctx, groups, g.logits) end
 
   local input_hash = util.hash(table.concat({VERSION, d.text, inspect_text, hf_text, opts.dtype,
-    tostring(opts.fused), tostring(opts.max_tokens), opts.backend, opts.act_quant, tostring(opts.allow_unused), opts.kv_dtype}, "\0"))
+    tostring(opts.fused), tostring(opts.max_tokens), opts.backend, opts.act_quant, tostring(opts.allow_unused), opts.kv_dtype,
+    opts.backend == "cuda" and table.concat(opts.cuda_archs, ",") or ""}, "\0"))
   local function banner_for(emitter, template_path, comment)
     local open, mid, close = "/* ", " * ", " */"
     if comment == "//" then open, mid, close = "// ", "// ", "" end
@@ -583,7 +607,8 @@ local function main(argv)
     outputs["model.c"] = render("cpu/model.c.in", env)
   else
     outputs = emit_cuda.files(ctx, env, calls, kernels, {banner = banner_for, render = render, hash = input_hash,
-      kv_bytes_per_pos = kv.parts * kv_layers * kv.heads * kv.row_bytes, layers = c.layers, script_dir = script_dir})
+      kv_bytes_per_pos = kv.parts * kv_layers * kv.heads * kv.row_bytes, layers = c.layers, script_dir = script_dir,
+      cuda_archs = opts.cuda_archs})
   end
 
   if os.getenv("INGOT_DEBUG") then

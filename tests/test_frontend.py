@@ -237,6 +237,9 @@ def test_top_level_help():
     (["serve", "MODEL_PATH", "--backend", "tpu"], ["unknown --backend 'tpu'"]),
     (["run", "MODEL_PATH", "--max-tokens", "0"], ["--max-tokens"]),
     (["run", "MODEL_PATH", "--cudasim"], ["--cudasim needs --backend cuda"]),
+    (["build", "MODEL_PATH", "--backend", "cuda", "--cuda-arch", "75"], ["--cuda-arch", "not '75'"]),
+    (["build", "MODEL_PATH", "--backend", "cuda", "--cuda-arch", "90,"], ["--cuda-arch", "not '90,'"]),
+    (["build", "MODEL_PATH", "--cuda-arch", "90"], ["--cuda-arch is a CUDA option"]),
 ])
 def test_command_line_mistakes_are_one_line_and_exit_2(args, words, tmp_path):
     fake = tmp_path / "model.gguf"

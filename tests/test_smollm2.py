@@ -173,7 +173,8 @@ def test_attention_split_across_threads_is_bit_identical(smollm2, tmp_path):
     of 128 positions run on different threads and merged in chunk order; one
     thread, or a prefill's many tokens, run the same chunks one after another
     (kernels/cpu/kc_attend.h). The logits of 300 tokens (three chunks) are
-    bit-identical every way."""
+    bit-identical every way. (Under the sanitizers: one thread against two, the split path; the
+    optimized pass compares the other ways.)"""
     ids = json.loads((REF / "gpl3_reference.json").read_text())["tokens"][:300]
     assert len(ids) == 300
 
@@ -186,6 +187,8 @@ def test_attention_split_across_threads_is_bit_identical(smollm2, tmp_path):
 
     whole = run(1, "--decode")
     assert np.array_equal(run(2, "--decode"), whole)
+    if SAN:
+        return
     assert np.array_equal(run(3, "--decode"), whole)
     assert np.array_equal(run(2, "--chunk", "300"), whole)
 

@@ -257,12 +257,32 @@ static int ig_read_names(const char* path, const char** lowered) {
   return i == IG_N_KERNELS ? 0 : -1;
 }
 
+static const int ig_cubin_archs[] = {IG_CUBIN_ARCHS};
+static const int ig_n_cubin_archs = (int)(sizeof ig_cubin_archs / sizeof ig_cubin_archs[0]);
+
+// Whether the embedded code runs on compute capability cc: a cubin for sm_XY runs on the GPUs of
+// major version X from Y up, and the newest architecture's PTX is compiled by the driver for
+// any later GPU (never an earlier one).
+static bool ig_embedded_runs(int cc) {
+  for (int i = 0; i < ig_n_cubin_archs; i++)
+    if (ig_cubin_archs[i] / 10 == cc / 10 && ig_cubin_archs[i] <= cc) return true;
+  return cc >= ig_cubin_archs[ig_n_cubin_archs - 1];
+}
+
+// "sm_80/86/89/90": the architectures of the embedded cubins, for messages
+static void ig_cubin_arch_list(char* out, size_t n) {
+  size_t k = (size_t)snprintf(out, n, "sm_");
+  for (int i = 0; i < ig_n_cubin_archs && k < n; i++)
+    k += (size_t)snprintf(out + k, n - k, "%s%d", i ? "/" : "", ig_cubin_archs[i]);
+}
+
 // Loads (or compiles and caches) this device's code: $INGOT_CACHE_DIR or ~/.cache/ingot, file
 // <source hash>-sm_<cc>.cubin. INGOT_JIT=0: never; 1: always; default: only for devices the
-// embedded cubins (sm_80/86/89/90) do not cover exactly.
+// embedded cubins (IG_CUBIN_ARCHS, the build's --cuda-arch) do not cover exactly.
 static void ig_jit_load(cu_model* d) {
   const char* mode = getenv("INGOT_JIT");
-  const bool covered = d->cc == 80 || d->cc == 86 || d->cc == 89 || d->cc == 90;
+  bool covered = false;
+  for (int i = 0; i < ig_n_cubin_archs; i++) covered = covered || ig_cubin_archs[i] == d->cc;
   if ((mode && !strcmp(mode, "0")) || ((!mode || strcmp(mode, "1")) && covered)) return;
   char dir[512], path[768], err[1024];
   const char* env = getenv("INGOT_CACHE_DIR");
@@ -557,6 +577,16 @@ extern "C" int cu_model_init(cu_model** out, const void* const* host_w, const si
   }
 #ifndef INGOT_CUDASIM
   ig_jit_load(d);
+  if (!d->module && !ig_embedded_runs(d->cc)) {
+    char archs[64];
+    ig_cubin_arch_list(archs, sizeof archs);
+    const char* jit = getenv("INGOT_JIT");
+    snprintf(err, errlen, "this binary carries code for %s (./ingot build --cuda-arch) and the GPU is sm_%d, for which "
+             "NVRTC compiled nothing (%s): rebuild with a --cuda-arch that covers it, or all", archs, d->cc,
+             jit && !strcmp(jit, "0") ? "INGOT_JIT=0" : "see the warning above");
+    cu_model_free(d);
+    return -1;
+  }
 #endif
   const char* graphs = getenv("INGOT_CUDA_GRAPHS");
   d->use_graphs = !(graphs && !strcmp(graphs, "0"));
