@@ -176,7 +176,7 @@ struct server {
     met_registry *met;
     met_family *m_requests, *m_prompt_tokens, *m_gen_tokens, *m_ttft, *m_e2e, *m_tpot, *m_running,
         *m_waiting, *m_kv_usage, *m_kv_used, *m_kv_total, *m_prefix_hit, *m_prefix_lookup, *m_preempt,
-        *m_batch_tokens, *m_batch_seqs, *m_steps, *m_inflight, *m_step_seconds, *m_cancelled, *m_rejected,
+        *m_batch_tokens, *m_batch_seqs, *m_steps, *m_inflight, *m_step_seconds, *m_forward_seconds, *m_cancelled, *m_rejected,
         *m_mask_seconds, *m_masked_tokens, *m_step_mask_seconds, *m_spec_proposed, *m_spec_accepted;
 };
 
@@ -1367,6 +1367,7 @@ static void handle_metrics(server *s, struct evhttp_request *r) {
     met_set(s->m_batch_tokens, NULL, st.last_batch_tokens);
     met_set(s->m_batch_seqs, NULL, st.last_batch_seqs);
     met_set(s->m_step_seconds, NULL, st.last_step_seconds);
+    met_set(s->m_forward_seconds, NULL, st.last_forward_seconds);
     met_set(s->m_mask_seconds, NULL, st.mask_seconds);
     met_set(s->m_masked_tokens, NULL, (double)st.masked_tokens);
     met_set(s->m_step_mask_seconds, NULL, st.last_mask_seconds);
@@ -1721,6 +1722,9 @@ static void add_metrics(server *s) {
     s->m_batch_tokens = met_add(r, MET_GAUGE, "ingot_batch_tokens", "Tokens in the last forward step.", NULL);
     s->m_batch_seqs = met_add(r, MET_GAUGE, "ingot_batch_size", "Sequences in the last forward step.", NULL);
     s->m_step_seconds = met_add(r, MET_GAUGE, "ingot_last_step_seconds", "Duration of the last scheduler step.", NULL);
+    /* from the same snapshot as the step: step - forward is the scheduler's own time in that step */
+    s->m_forward_seconds = met_add(r, MET_GAUGE, "ingot_last_forward_seconds",
+                                   "Duration of the model forward pass inside the last scheduler step.", NULL);
     s->m_mask_seconds = met_add(r, MET_COUNTER, "ingot_grammar_mask_seconds_total", "Time spent computing grammar token masks (structured output).", NULL);
     s->m_masked_tokens = met_add(r, MET_COUNTER, "ingot_grammar_masked_tokens_total", "Tokens sampled under a grammar mask.", NULL);
     s->m_step_mask_seconds = met_add(r, MET_GAUGE, "ingot_last_step_mask_seconds", "Grammar mask time of the last step that had any.", NULL);
