@@ -98,7 +98,7 @@ local function parse_cuda_archs(text)
   local known, picked, list = {}, {}, {}
   for _, a in ipairs(CUDA_ARCHS) do known[a] = true end
   for item in (text .. ","):gmatch("([^,]*),") do
-    local a = math.tointeger(tonumber(item:match("^%s*sm_(%d+)%s*$") or item:match("^%s*(%d+)%s*$") or ""))
+    local a = math.tointeger(tonumber(item:match("^(%d+)$") or ""))
     if not a or not known[a] then
       util.die(string.format("--cuda-arch: '%s' is not one of 80, 86, 89, 90 (or all)", item))
     end
