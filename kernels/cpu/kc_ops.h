@@ -95,21 +95,29 @@ static inline __m512 kc__kv_load16(const kc_kv_t *row, int i) {
 }
 #endif
 
-/* out = x / rms(x) * (w + weight_offset). Sum of squares in double: the
- * references (transformers f32) are more accurate than a naive f32 sum over
- * long rows, and this costs nothing next to the matmuls. */
 /* y[i] = x[perm[i]], i < n: the activations in the input order of a weight
  * whose columns were reordered at load (act-order GPTQ). */
 static inline void kc_gather(const float *x, const int32_t *perm, int n, float *y) {
     for (int i = 0; i < n; i++) y[i] = x[perm[i]];
 }
 
+/* out = x / rms(x) * (w + weight_offset). Sum of squares in double: the
+ * references (transformers f32) are more accurate than a naive f32 sum over
+ * long rows. The sum runs in 8 interleaved partial sums (element i into sum
+ * i % 8, then the 8 added in a fixed order): one chain of dependent double
+ * additions took 4 cycles an element, 0.65 us for a row of 576, 3% of a
+ * 16-sequence serving step. Each product of two floats is exact in double and
+ * the order is the code's own, so every ISA path gets the same bits. */
 static inline void kc_rmsnorm(const float *x, const float *w, float *out, int n, float eps,
                               float weight_offset) {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double part[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) part[j] += (double)x[i + j] * x[i + j];
+    for (int j = 0; j < 8 && i + j < n; j++) part[j] += (double)x[i + j] * x[i + j];
+    const double ss = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
     const float r = (float)(1.0 / sqrt(ss / n + (double)eps));
-    for (int i = 0; i < n; i++) out[i] = (x[i] * r) * (w[i] + weight_offset);
+    for (i = 0; i < n; i++) out[i] = (x[i] * r) * (w[i] + weight_offset);
 }
 
 /* Rotates one token's `heads` heads of head_dim in place by position pos.
