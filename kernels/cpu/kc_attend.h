@@ -24,11 +24,12 @@
 /* Floats of scratch kc_attend_kv needs: a chunk's scores, its partial, and
  * the running maxima and sums. */
 #define KC_ATTN_SCRATCH(group, value_dim) ((size_t)(group) * (KC_ATTN_CHUNK + (size_t)(value_dim) + 4))
-/* How far ahead (in positions) the AVX-512 loops prefetch K and V rows. The
- * rows of one KV head sit in runs of one block (2 KiB for 16 f16 rows of 64)
- * scattered through the pool, too short for the hardware prefetcher to lock
- * on: without it a 4096-position decode reads the cache at ~60% of the
- * speed it computes at. */
+/* How far ahead (in positions) the AVX-512 loops prefetch K and V rows. A
+ * sequence's blocks need not have consecutive ids, and a KV head's rows in
+ * blocks that do not are runs of one block (2 KiB for 16 f16 rows of 64),
+ * too short for the hardware prefetcher to lock on (kc_ops.h's head-major
+ * layout makes consecutive blocks one run): without the prefetch such a
+ * 4096-position decode read the cache at ~60% of the speed it computes at. */
 #define KC_ATTN_PREFETCH 32
 
 /* The chunks a token at pos sees from first on. */
