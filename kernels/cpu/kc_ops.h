@@ -227,8 +227,9 @@ static inline void kc_gelu_tanh_row(const float *x, float *y, int n) {
  * kc_kv_offset its first element.
  *
  * Head-major, because attention reads one KV head at a time: a sequence
- * whose blocks have consecutive ids (a long prompt in a fresh pool, most of
- * any sequence) is then one contiguous run per head, where block-major
+ * whose blocks have consecutive ids (the free list starts in id order, so a
+ * prompt in a fresh pool; later ones as far as frees left runs of ids) is
+ * then one contiguous run per head, where block-major
  * storage broke it into one block's rows (2 KiB at 16 f16 rows of 64)
  * every kv_heads blocks' worth of bytes. attn_bench, SmolLM2's cache at
  * 4000 positions (92 MB, 2 threads): 5.5 ms a token block-major, 3.7
