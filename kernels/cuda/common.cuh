@@ -215,15 +215,18 @@ template <int HD> __host__ __device__ constexpr long long ig_kv_row_elems() {
 #endif
 }
 
-// Paged KV pool, per layer [block][kv_head][slot][row of HD values]; K for all layers, then V:
-//   K(layer, block, h, slot) = kv + (((layer*n_blocks + block)*KVH + h)*IG_KV_BLOCK + slot) * ROW
+// Paged KV pool, per layer [kv_head][block][slot][row of HD values]; K for all layers, then V:
+//   K(layer, block, h, slot) = kv + (((layer*KVH + h)*n_blocks + block)*IG_KV_BLOCK + slot) * ROW
 //   V(...)                   = K(...) + n_layers*n_blocks*KVH*IG_KV_BLOCK * ROW
 // with ROW = ig_kv_row_elems<HD>() elements. A sequence's position p lives in block
 // block_tables[seq*bt_stride + p/IG_KV_BLOCK], slot p%IG_KV_BLOCK. ig_kv_row gives a row's first
 // element; the values inside it are read with ig_kv_get / ig_load_kv and written with ig_kv_put_warp.
+// Head-major, as the CPU pool (kc_ops.h's kc_kv_row_index, where the reason is): a head's rows in
+// consecutive blocks are one run. The layout is the same on both backends, so the kernel tests
+// compare pools built by kc_kv_store with what these kernels write and read.
 template <int KVH, int HD>
 __device__ __forceinline__ long long ig_kv_row(int layer, int n_blocks, int block, int h, int slot) {
-  return ((((long long)layer * n_blocks + block) * KVH + h) * IG_KV_BLOCK + slot) * ig_kv_row_elems<HD>();
+  return ((((long long)layer * KVH + h) * n_blocks + block) * IG_KV_BLOCK + slot) * ig_kv_row_elems<HD>();
 }
 template <int KVH, int HD> __device__ __forceinline__ long long ig_kv_v_base(int n_layers, int n_blocks) {
   return (long long)n_layers * n_blocks * KVH * IG_KV_BLOCK * ig_kv_row_elems<HD>();
