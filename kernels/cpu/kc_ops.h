@@ -115,7 +115,8 @@ static inline void kc_rmsnorm(const float *x, const float *w, float *out, int n,
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++) part[j] += (double)x[i + j] * x[i + j];
     for (int j = 0; j < 8 && i + j < n; j++) part[j] += (double)x[i + j] * x[i + j];
-    const double ss = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+    const double ss =
+        ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
     const float r = (float)(1.0 / sqrt(ss / n + (double)eps));
     for (i = 0; i < n; i++) out[i] = (x[i] * r) * (w[i] + weight_offset);
 }
