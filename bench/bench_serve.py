@@ -33,15 +33,21 @@ request at a time (no batching), so concurrency only queues.
 With --llama-server PATH (llama.cpp's own C++ server, which batches
 concurrent requests: bench/build_llama_server.sh builds it from the
 llama-cpp-python source distribution), the same load also runs against
-`llama-server -m GGUF -t N -tb N -np P -c 1024*P --no-repack` with P =
-the largest level, as ingot serves with --max-running P: P slots of 1024
-tokens each, continuous batching. --no-repack is use_extra_bufts = False
-(the AMX crash above).
+`llama-server -m GGUF -t N -tb N -np P -c 1024*P --no-repack`: P slots of
+1024 tokens each, continuous batching. P is each level's number of clients
+(--llama-slots level, the default: a server sized for that concurrency, as
+the goal "llama-server -np 16" at 16 streams reads) or the largest level
+(--llama-slots max); ingot serves with --max-running = the largest level.
+--no-repack is use_extra_bufts = False (the AMX crash above). The two
+engines alternate: per level, --rounds rounds (default 3), each running one
+engine then the other, the order flipping every round, so that a drift of
+the shared host falls on both; the tables show each engine's median round
+and every round's tok/s, the ratios line each round's own ratio.
 
 Run:  python3 bench/bench_serve.py [--levels 1,4,16,64] [--prompts-per-client 2]
-                                   [--max-tokens 64] [--threads 2] [--no-llama]
-                                   [--llama-server PATH] [--binary PATH] [--model GGUF]
-                                   [--json OUT]
+                                   [--max-tokens 64] [--threads 2] [--rounds 3] [--no-llama]
+                                   [--llama-server PATH] [--llama-slots level|max]
+                                   [--binary PATH] [--model GGUF] [--json OUT]
 """
 import argparse
 import json
@@ -108,6 +114,7 @@ def load_avg():
 
 class LlamaServer:
     def __init__(self, gguf, threads, server_binary=None, slots=1):
+        self.slots = slots
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -262,12 +269,14 @@ def ms(x):
 
 def print_table(name, rows):
     print(f"\n{name}")
-    print("| clients | requests | tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | step p50 / p99 ms | sched p50 / p99 ms |")
-    print("|---|---|---|---|---|---|---|")
+    print("| clients | requests | tok/s | every round | TTFT p50 / p99 ms | TPOT p50 / p99 ms | step p50 / p99 ms | "
+          "sched p50 / p99 ms |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         step = f"{ms(r.get('step_p50'))} / {ms(r.get('step_p99'))}" if "step_p50" in r else "-"
         sch = f"{ms(r.get('sched_p50'))} / {ms(r.get('sched_p99'))}" if "step_p50" in r else "-"
-        print(f"| {r['clients']} | {r['requests']} | {r['tok_s']:.1f} | {ms(r['ttft_p50'])} / {ms(r['ttft_p99'])} | "
+        every = " / ".join(f"{x:.0f}" for x in r.get("rounds_tok_s", [r["tok_s"]]))
+        print(f"| {r['clients']} | {r['requests']} | {r['tok_s']:.1f} | {every} | {ms(r['ttft_p50'])} / {ms(r['ttft_p99'])} | "
               f"{ms(r['tpot_p50'])} / {ms(r['tpot_p99'])} | {step} | {sch} |")
         if r["errors"]:
             print(f"  errors: {r['errors']}")
@@ -276,26 +285,78 @@ def print_table(name, rows):
         print(f"scaling (tok/s at 16 / at 1): {by[16] / by[1]:.2f}")
 
 
-def bench(url, levels, ppc, max_tokens, ingot):
+def report_level(label, r):
+    extra = f", server counted {r['server_tokens']:.0f}, {r['step_samples']} step samples" if "server_tokens" in r else ""
+    print(f"  {label:>12} {r['clients']:3d} clients: {r['tokens']} tokens in {r['wall_s']:.1f} s"
+          f" ({r['tok_s']:.1f} tok/s){extra}", flush=True)
+
+
+def median_row(rows):
+    """The round whose aggregate tok/s is the median (the lower middle one for an even count), with every
+    round's figure beside it: the table shows one real round, not a blend of several."""
+    order = sorted(rows, key=lambda r: r["tok_s"])
+    row = dict(order[(len(order) - 1) // 2])
+    row["rounds_tok_s"] = [r["tok_s"] for r in rows]
+    return row
+
+
+def bench(url, levels, ppc, max_tokens, ingot, rounds=1, label="ingot"):
     one_request(url, PROMPTS[0], 8, 300)  # warm-up
-    rows = []
+    out = []
     for c in levels:
-        rows.append(run_level(url, c, ppc, max_tokens, ingot))
-        r = rows[-1]
-        extra = f", server counted {r['server_tokens']:.0f}, {r['step_samples']} step samples" if ingot else ""
-        print(f"  {c:3d} clients: {r['tokens']} tokens in {r['wall_s']:.1f} s{extra}", flush=True)
-    return rows
+        rows = []
+        for _ in range(rounds):
+            rows.append(run_level(url, c, ppc, max_tokens, ingot))
+            report_level(label, rows[-1])
+        out.append(median_row(rows))
+    return out
 
 
 def run_competitor(out, label, server, levels, a):
     """Starts a competitor's server, runs the load against it into out[label], stops it."""
     try:
         server.start()
-        out[label] = bench(server.url, levels, a.prompts_per_client, a.max_tokens, False)
+        out[label] = bench(server.url, levels, a.prompts_per_client, a.max_tokens, False, a.rounds, label)
     except Exception as e:
         print(f"{label}: skipped: {e}")
     finally:
         server.stop()
+
+
+def alternate_with_llama_server(out, ingot_url, levels, gguf, a):
+    """ingot and llama-server on the same load, level by level, alternated: each round runs one engine
+    then the other, the order flipping every round, so that a drift of the shared host (the two
+    cores, the memory bus) falls on both. llama-server is started per level with -np = that level's
+    clients (--llama-slots level: a deployment sized for that concurrency, the issue's `-np 16`) or
+    once with -np = the largest level (--llama-slots max); ingot serves with --max-running = the largest
+    level throughout, as its scheduler admits what the KV pool holds."""
+    out["ingot"], out["llama-server"], out["rounds"] = [], [], []
+    one_request(ingot_url, PROMPTS[0], 8, 300)
+    server = None
+    try:
+        for c in levels:
+            slots = c if a.llama_slots == "level" else max(levels)
+            if server is None or server.slots != slots:
+                if server:
+                    server.stop()
+                server = LlamaServer(gguf, a.threads, a.llama_server, slots).start()
+                one_request(server.url, PROMPTS[0], 8, 300)
+                print(f"  llama-server -np {slots} -c {1024 * slots} up", flush=True)
+            ri, rl = [], []
+            for k in range(a.rounds):
+                for name in (("ingot", "llama-server") if k % 2 == 0 else ("llama-server", "ingot")):
+                    if name == "ingot":
+                        ri.append(run_level(ingot_url, c, a.prompts_per_client, a.max_tokens, True))
+                        report_level(name, ri[-1])
+                    else:
+                        rl.append(run_level(server.url, c, a.prompts_per_client, a.max_tokens, False))
+                        report_level(name, rl[-1])
+                out["rounds"].append({"clients": c, "round": k, "ingot": ri[-1]["tok_s"], "llama-server": rl[-1]["tok_s"]})
+            out["ingot"].append(median_row(ri))
+            out["llama-server"].append(median_row(rl))
+    finally:
+        if server:
+            server.stop()
 
 
 def main():
@@ -304,12 +365,17 @@ def main():
     ap.add_argument("--prompts-per-client", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3, help="alternated rounds per level; tables show the median round")
     ap.add_argument("--binary", help="an already built ingot SmolLM2 binary")
     ap.add_argument("--model", help="the SmolLM2 GGUF (default: scripts/fetch_smollm2.sh)")
     ap.add_argument("--no-llama", action="store_true", help="skip llama_cpp.server (python)")
     ap.add_argument("--llama-server", help="llama.cpp's llama-server binary (bench/build_llama_server.sh)")
+    ap.add_argument("--llama-slots", choices=("level", "max"), default="level",
+                    help="llama-server's -np: each level's clients (default) or the largest level")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
     levels = [int(x) for x in a.levels.split(",")]
     gguf = a.model or subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True,
                                      check=True).stdout.strip()
@@ -320,16 +386,22 @@ def main():
         binary = r.stdout.strip().splitlines()[-1]
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"machine: {cpu}, nproc {os.cpu_count()}, {platform.platform()}")
-    print(f"load average at start: {load_avg()[0]:.2f}")
+    load = load_avg()[0]
+    print(f"load average at start: {load:.2f}" + ("  WARNING: above 0.5, the machine is not idle" if load > 0.5 else ""))
     print(f"workload: {levels} clients x {a.prompts_per_client} prompts, max_tokens {a.max_tokens}, "
-          f"greedy, ignore_eos, streaming /v1/completions, {a.threads} threads")
+          f"greedy, ignore_eos, streaming /v1/completions, {a.threads} threads, {a.rounds} round(s) per level")
     out = {}
 
-    print(f"\ningot: {binary} serve")
+    print(f"\ningot: {binary} serve --max-running {max(levels)}")
     srv = ServerProc(binary, "--weights", str(gguf), "--max-running", str(max(levels)), "--grace", "5",
                      env={"INGOT_THREADS": str(a.threads)}).start()
     try:
-        out["ingot"] = bench(srv.url, levels, a.prompts_per_client, a.max_tokens, True)
+        if a.llama_server:
+            print(f"llama-server: {a.llama_server} -np {'<clients>' if a.llama_slots == 'level' else max(levels)} "
+                  f"-t {a.threads} --no-repack, alternated with ingot")
+            alternate_with_llama_server(out, srv.url, levels, gguf, a)
+        else:
+            out["ingot"] = bench(srv.url, levels, a.prompts_per_client, a.max_tokens, True, a.rounds)
     finally:
         srv.stop()
 
@@ -344,18 +416,17 @@ def main():
                   "(use_extra_bufts=False through a wrapper)")
             run_competitor(out, "llama.cpp", LlamaServer(gguf, a.threads), levels, a)
 
-    if a.llama_server:
-        slots = max(levels)
-        print(f"\nllama-server: {a.llama_server} -np {slots} -t {a.threads} --no-repack")
-        run_competitor(out, "llama-server", LlamaServer(gguf, a.threads, a.llama_server, slots), levels, a)
-
     print(f"\nload average at end: {load_avg()[0]:.2f}")
     if "ingot" in out and "llama-server" in out:
-        print("\ningot / llama-server, aggregate tok/s by clients:")
+        print("\ningot / llama-server, aggregate tok/s by clients (median rounds; each round's own ratio):")
         for ri, rl in zip(out["ingot"], out["llama-server"]):
-            print(f"  {ri['clients']:>3}: {ri['tok_s'] / rl['tok_s']:.2f}x" if rl["tok_s"] else f"  {ri['clients']:>3}: n/a")
+            per = [x["ingot"] / x["llama-server"] for x in out["rounds"] if x["clients"] == ri["clients"] and x["llama-server"]]
+            each = ", ".join(f"{x:.2f}" for x in per)
+            print(f"  {ri['clients']:>3}: {ri['tok_s'] / rl['tok_s']:.2f}x  ({each})" if rl["tok_s"] else
+                  f"  {ri['clients']:>3}: n/a")
     for name, rows in out.items():
-        print_table(name, rows)
+        if name != "rounds":
+            print_table(name, rows)
     if "ingot" in out and not any(r.get("sched_p50") is not None for r in out["ingot"]):
         print("\nsched (step - forward): n/a: the server exposes only ingot_last_step_seconds; it needs "
               "ingot_last_forward_seconds (sched_stats.last_forward_seconds) or a histogram of step - forward")
