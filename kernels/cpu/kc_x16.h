@@ -84,7 +84,15 @@ KC_INLINE int kc_x16_hdr(int wt) { return wt == KC_WQ4_1 ? 64 : 32; }
  * ran faster with the hardware prefetcher alone (SmolLM2 Q8_0 132-147 ->
  * 170-191 tokens/s at 1 thread; a 1.1B Q8_0 18-19 -> 21-25, 29 -> 31-34 at
  * 2 threads; alternated), while the 4-bit types lost up to half their
- * decode speed without it (1.1B Q4_K_M 40 -> 17 tokens/s at 1 thread). */
+ * decode speed without it (1.1B Q4_K_M 40 -> 17 tokens/s at 1 thread).
+ * That holds for steps of one to three tokens only. From tiles of 4 tokens
+ * on, a block's vector work is 4-8 times longer, and without the prefetch
+ * the stream stalled it: SmolLM2's Q8_0 LM head (576 -> 49152, 30 MB from
+ * DRAM, one thread) ran at 114-132 GFLOP/s for 4-16 tokens with the
+ * hardware prefetcher alone and at 156-179 with it, the Q4_1 kernel's rate;
+ * 2 tokens 80 against 77, within the noise. So Q8_0 is prefetched in tiles
+ * of 4 tokens or more (the AVX-512 path; the AVX2 path measured no gain on
+ * this CPU at 2 or 16 tokens, 47-54 against 52-53 GFLOP/s). */
 KC_INLINE void kc__x16_prefetch(const uint8_t *block, size_t block_bytes) {
     const uint8_t *p = block + KC_X16_PF_BLOCKS * block_bytes, *p2 = block + KC_X16_PF_L2_BLOCKS * block_bytes;
     KC_UNROLL for (size_t o = 0; o < block_bytes; o += 64) {
@@ -244,7 +252,7 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
     KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = _mm512_setzero_ps();
     for (int b = 0; b < NB; b++) {
         const uint8_t *t = G + (size_t)b * tb;
-        if (wt != KC_WQ8_0) kc__x16_prefetch(t, tb); /* see KC_X16_PF_BLOCKS */
+        if (wt != KC_WQ8_0 || NT >= 4) kc__x16_prefetch(t, tb); /* see KC_X16_PF_BLOCKS, and Q8_0 there */
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)t));
         /* the tile's 8 code vectors in turn, each against every token of the
          * tile: 2 NT integer chains stay in registers across the block */
