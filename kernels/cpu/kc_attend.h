@@ -118,27 +118,32 @@ KC_OPS_INLINE void kc_attend_chunk(const kc_kv_t *kv, int n_layers, int layer, i
          * one block: a run, located by one block-table lookup */
         const size_t KR = KC_KV_ROW(head_dim), run_bytes = 16 * KR * sizeof(kc_kv_t);
         /* [p0, pa): before the first run (a sliding window's start), [pa,
-         * pb): whole runs, [pb, p1]: after the last; the ends one row at a time */
+         * pb): whole runs, [pb, p1]: after the last. The scores take the
+         * last, partial run as a whole one too (ps: the runs' end): its 16
+         * rows lie in one allocated block, the pool is zeroed at allocation,
+         * and a row past p1 (zero, or a freed sequence's) only makes its own
+         * lane of the tile's sums, which is not stored. One row at a time, a
+         * decode of a short sequence spent a fifth of its attention on up to
+         * 15 such rows (a dependent FMA chain and a horizontal sum each).
+         * The values' pass reads only [p0, p1]. */
         const int pa = (p0 + 15) / 16 * 16 < p1 + 1 ? (p0 + 15) / 16 * 16 : p1 + 1;
-        const int pb = pa + (p1 + 1 - pa) / 16 * 16;
+        const int pb = pa + (p1 + 1 - pa) / 16 * 16, ps = pa + (p1 + 1 - pa + 15) / 16 * 16;
         /* cached rows that are not f32 are widened once per run for the
          * whole group (f32 rows are read in place) */
         enum { WIDEN_MAX = 256 };
         const int widen = (KC_KV_F16 || KC_KV_Q8) && head_dim <= WIDEN_MAX;
         float kt[16 * WIDEN_MAX] __attribute__((aligned(64)));
-        const int end_lo[2] = {p0, pb}, end_hi[2] = {pa, p1 + 1};
-        for (int e = 0; e < 2; e++)
-            for (int p = end_lo[e]; p < end_hi[e]; p++) {
-                float tmp[KC_KV_MAX_HEAD_DIM];
-                const float *k = kc__kv_row(KC_KROW(p), head_dim, tmp);
-                for (int g = 0; g < group; g++)
-                    scores[(size_t)g * n + (p - p0)] = kc_dot(q + (size_t)g * head_dim, k, head_dim) * scale;
-            }
+        for (int p = p0; p < pa; p++) {
+            float tmp[KC_KV_MAX_HEAD_DIM];
+            const float *k = kc__kv_row(KC_KROW(p), head_dim, tmp);
+            for (int g = 0; g < group; g++)
+                scores[(size_t)g * n + (p - p0)] = kc_dot(q + (size_t)g * head_dim, k, head_dim) * scale;
+        }
         /* the chunk's first runs now (a chunk may start on another thread
          * than the one before it), then K runs KC_ATTN_PREFETCH positions
          * ahead, and each run's V rows into L2 for the values' pass */
-        for (int p = pa; p < pa + KC_ATTN_PREFETCH && p < pb; p += 16) kc__prefetch_row(KC_KROW(p), run_bytes);
-        for (int p = pa; p < pb; p += 16) {
+        for (int p = pa; p < pa + KC_ATTN_PREFETCH && p < ps; p += 16) kc__prefetch_row(KC_KROW(p), run_bytes);
+        for (int p = pa; p < ps; p += 16) {
             const kc_kv_t *kb = KC_KROW(p);
             if (p + KC_ATTN_PREFETCH <= pos) kc__prefetch_row(KC_KROW(p + KC_ATTN_PREFETCH), run_bytes);
             if (!shared_value) kc__prefetch_row_l2(v_base + kb, run_bytes);
@@ -158,8 +163,9 @@ KC_OPS_INLINE void kc_attend_chunk(const kc_kv_t *kv, int n_layers, int layer, i
                         KC_OPS_UNROLL for (int j = 0; j < 16; j++)
                             acc[j] = _mm512_fmadd_ps(qv, kc__kv_load16(kb + j * KR, d), acc[j]);
                 }
-                _mm512_storeu_ps(scores + (size_t)g * n + (p - p0),
-                                 _mm512_mul_ps(kc__hsum16x16(acc), _mm512_set1_ps(scale)));
+                const __mmask16 rows = p1 + 1 - p >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (p1 + 1 - p)) - 1);
+                _mm512_mask_storeu_ps(scores + (size_t)g * n + (p - p0), rows,
+                                      _mm512_mul_ps(kc__hsum16x16(acc), _mm512_set1_ps(scale)));
             }
         }
         for (int g = 0; g < group; g++) {

@@ -431,6 +431,13 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
         bt[i] = bt[j], bt[j] = tmp;
     }
     const int kvh = rndi(0, kv_heads - 1), n = pos - first + 1;
+    /* the rows after pos in its block hold NaN (all bits set, in every element type): the scores'
+     * tiles read a partial run of 16 rows whole, and nothing of those rows may reach the output */
+    for (int p = pos + 1; p % BS; p++)
+        for (int v = 0; v < 2; v++)
+            memset(kv + ((size_t)v * half_rows + kc_kv_row_index(layer, n_blocks, kv_heads, BS, bt[p / BS], kvh, p % BS)) *
+                            KC_KV_ROW(head_dim),
+                   0xff, sizeof(kc_kv_t) * KC_KV_ROW(head_dim));
     float *q = malloc(sizeof(float) * group * head_dim), *out = malloc(sizeof(float) * group * value_dim);
     float *scores = malloc(sizeof(float) * KC_ATTN_SCRATCH(group, value_dim));
     for (int i = 0; i < group * head_dim; i++) q[i] = rndf() * 2.0f;
