@@ -28,7 +28,8 @@ through a wrapper that loads the model with use_extra_bufts = False: the
 llama-cpp-python 0.3.36 build here segfaults in its AMX matmul on batches of
 more than one token otherwise, and the server has no option for it (the same
 patch as tests/fixtures/make_smollm2_greedy.py). llama_cpp.server runs one
-request at a time (no batching), so concurrency only queues.
+request at a time (no batching), so concurrency only queues; it runs one
+round per level.
 
 With --llama-server PATH (llama.cpp's own C++ server, which batches
 concurrent requests: bench/build_llama_server.sh builds it from the
@@ -313,10 +314,11 @@ def bench(url, levels, ppc, max_tokens, ingot, rounds=1, label="ingot"):
 
 
 def run_competitor(out, label, server, levels, a):
-    """Starts a competitor's server, runs the load against it into out[label], stops it."""
+    """Starts a competitor's server, runs the load against it into out[label] (one round: llama_cpp.server
+    serves one request at a time, so its figures are a floor, not a goal's comparison), stops it."""
     try:
         server.start()
-        out[label] = bench(server.url, levels, a.prompts_per_client, a.max_tokens, False, a.rounds, label)
+        out[label] = bench(server.url, levels, a.prompts_per_client, a.max_tokens, False, 1, label)
     except Exception as e:
         print(f"{label}: skipped: {e}")
     finally:
@@ -399,7 +401,10 @@ def main():
         if a.llama_server:
             print(f"llama-server: {a.llama_server} -np {'<clients>' if a.llama_slots == 'level' else max(levels)} "
                   f"-t {a.threads} --no-repack, alternated with ingot")
-            alternate_with_llama_server(out, srv.url, levels, gguf, a)
+            try:
+                alternate_with_llama_server(out, srv.url, levels, gguf, a)
+            except Exception as e:  # what was measured before it stopped is still printed below
+                print(f"llama-server: stopped: {e!r}")
         else:
             out["ingot"] = bench(srv.url, levels, a.prompts_per_client, a.max_tokens, True, a.rounds)
     finally:
