@@ -378,6 +378,8 @@ def main():
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if a.llama_server and not os.access(a.llama_server, os.X_OK):
+        ap.error(f"--llama-server {a.llama_server}: not an executable (bench/build_llama_server.sh builds one)")
     levels = [int(x) for x in a.levels.split(",")]
     gguf = a.model or subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True,
                                      check=True).stdout.strip()
@@ -432,7 +434,7 @@ def main():
     for name, rows in out.items():
         if name != "rounds":
             print_table(name, rows)
-    if "ingot" in out and not any(r.get("sched_p50") is not None for r in out["ingot"]):
+    if out.get("ingot") and not any(r.get("sched_p50") is not None for r in out["ingot"]):
         print("\nsched (step - forward): n/a: the server exposes only ingot_last_step_seconds; it needs "
               "ingot_last_forward_seconds (sched_stats.last_forward_seconds) or a histogram of step - forward")
     if a.json:
