@@ -91,8 +91,9 @@ KC_INLINE int kc_x16_hdr(int wt) { return wt == KC_WQ4_1 ? 64 : 32; }
  * DRAM, one thread) ran at 114-132 GFLOP/s for 4-16 tokens with the
  * hardware prefetcher alone and at 156-179 with it, the Q4_1 kernel's rate;
  * 2 tokens 80 against 77, within the noise. So Q8_0 is prefetched in tiles
- * of 4 tokens or more (the AVX-512 path; the AVX2 path measured no gain on
- * this CPU at 2 or 16 tokens, 47-54 against 52-53 GFLOP/s). */
+ * of 4 tokens or more (the AVX-512 path; the AVX2 path, compute-bound in its
+ * vpmaddubsw chains, measured no gain on this CPU: 47 and 54 GFLOP/s at 2
+ * and 16 tokens with the prefetch, 52 and 53 without). */
 KC_INLINE void kc__x16_prefetch(const uint8_t *block, size_t block_bytes) {
     const uint8_t *p = block + KC_X16_PF_BLOCKS * block_bytes, *p2 = block + KC_X16_PF_L2_BLOCKS * block_bytes;
     KC_UNROLL for (size_t o = 0; o < block_bytes; o += 64) {
