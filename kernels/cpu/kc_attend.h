@@ -145,6 +145,8 @@ KC_OPS_INLINE void kc_attend_chunk(const kc_kv_t *kv, int n_layers, int layer, i
         for (int p = pa; p < pa + KC_ATTN_PREFETCH && p < ps; p += 16) kc__prefetch_row(KC_KROW(p), run_bytes);
         for (int p = pa; p < ps; p += 16) {
             const kc_kv_t *kb = KC_KROW(p);
+            /* the lanes of positions up to p1: all 16 but in the partial run */
+            const __mmask16 rows = p1 + 1 - p >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (p1 + 1 - p)) - 1);
             if (p + KC_ATTN_PREFETCH <= pos) kc__prefetch_row(KC_KROW(p + KC_ATTN_PREFETCH), run_bytes);
             if (!shared_value) kc__prefetch_row_l2(v_base + kb, run_bytes);
             if (widen)
@@ -163,7 +165,6 @@ KC_OPS_INLINE void kc_attend_chunk(const kc_kv_t *kv, int n_layers, int layer, i
                         KC_OPS_UNROLL for (int j = 0; j < 16; j++)
                             acc[j] = _mm512_fmadd_ps(qv, kc__kv_load16(kb + j * KR, d), acc[j]);
                 }
-                const __mmask16 rows = p1 + 1 - p >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (p1 + 1 - p)) - 1);
                 _mm512_mask_storeu_ps(scores + (size_t)g * n + (p - p0), rows,
                                       _mm512_mul_ps(kc__hsum16x16(acc), _mm512_set1_ps(scale)));
             }

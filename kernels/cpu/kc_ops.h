@@ -230,12 +230,12 @@ static inline void kc_gelu_tanh_row(const float *x, float *y, int n) {
  * Head-major, because attention reads one KV head at a time: a sequence
  * whose blocks have consecutive ids (the free list starts in id order, so a
  * prompt in a fresh pool; later ones as far as frees left runs of ids) is
- * then one contiguous run per head, where block-major
- * storage broke it into one block's rows (2 KiB at 16 f16 rows of 64)
- * every kv_heads blocks' worth of bytes. attn_bench, SmolLM2's cache at
- * 4000 positions (92 MB, 2 threads): 5.5 ms a token block-major, 3.7
- * head-major. Scattered blocks read no worse than before. The CUDA pool
- * has the same layout (kernels/cuda/common.cuh's ig_kv_row). */
+ * then one contiguous run per head, where block-major storage broke it into
+ * one block's rows (2 KiB at 16 f16 rows of 64) every kv_heads blocks' worth
+ * of bytes. attn_bench, SmolLM2's cache at 4000 positions (92 MB, 2
+ * threads): 5.5 ms a token block-major, 3.7 head-major. Scattered blocks
+ * read no worse than before. The CUDA pool has the same layout
+ * (kernels/cuda/common.cuh's ig_kv_row). */
 static inline size_t kc_kv_row_index(int layer, int n_blocks, int kv_heads, int block_size, int block, int h,
                                      int slot) {
     return (((size_t)layer * kv_heads + h) * n_blocks + block) * block_size + slot;

@@ -177,7 +177,8 @@ struct server {
     met_family *m_requests, *m_prompt_tokens, *m_gen_tokens, *m_ttft, *m_e2e, *m_tpot, *m_running,
         *m_waiting, *m_kv_usage, *m_kv_used, *m_kv_total, *m_prefix_hit, *m_prefix_lookup, *m_preempt,
         *m_batch_tokens, *m_batch_seqs, *m_steps, *m_inflight, *m_step_seconds, *m_forward_seconds,
-        *m_cancelled, *m_rejected, *m_mask_seconds, *m_masked_tokens, *m_step_mask_seconds, *m_spec_proposed, *m_spec_accepted;
+        *m_cancelled, *m_rejected, *m_mask_seconds, *m_masked_tokens, *m_step_mask_seconds, *m_spec_proposed,
+        *m_spec_accepted;
 };
 
 static double now_s(void) {
