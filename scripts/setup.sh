@@ -2,27 +2,29 @@
 # Installs what ingot needs to build models and run its tests, from Debian's
 # packages and PyPI only. Safe to run again: it installs only what is missing.
 #   scripts/setup.sh           build dependencies and the test tools
-#   scripts/setup.sh --check   also torch and transformers, the reference
+#   scripts/setup.sh --check   also torch, transformers and accelerate, the reference
 #                              `ingot check` compares a models.lua entry with
 #                              (what the default test tier needs: it checks
 #                              every entry)
 #   scripts/setup.sh --oracles also the rest of the reference libraries
-#                              (llama-cpp-python, sentencepiece, accelerate)
-#                              needed only to regenerate tests/fixtures and to
-#                              run bench/
+#                              (llama-cpp-python, sentencepiece, matplotlib)
+#                              needed only to regenerate tests/fixtures, by
+#                              `make test-full` and by bench/
+# Python packages go into the interpreter `python3` names (activate a virtual environment
+# first to keep them apart from the system's), at the exact versions of
+# scripts/requirements/{test,check,oracles}.txt, with everything they pull in held to
+# scripts/requirements/constraints.txt: a new upstream release changes nothing here until a
+# pin is moved (scripts/requirements/README.md says how).
 set -euo pipefail
 
 # libpcre2-dev: GPTQModel's per-module rules are Python regular expressions (runtime/load/quant_rules.c)
 # prometheus: promtool checks /metrics; nginx-light: the gateway in front of several `serve` processes
 # (tests/test_router.py, docs/deployment.md)
 APT_PACKAGES="gcc make lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev libpcre2-dev prometheus nginx-light"
-PIP_PACKAGES="numpy pytest pytest-xdist safetensors gguf tokenizers jinja2 openai requests"
-CHECK_PACKAGES="torch transformers"
-ORACLE_PACKAGES="$CHECK_PACKAGES accelerate sentencepiece llama-cpp-python"
 case "${1:-}" in
-  "") extra="" ;;
-  --check) extra=$CHECK_PACKAGES ;;
-  --oracles) extra=$ORACLE_PACKAGES ;;
+  "") tier=test ;;
+  --check) tier=check ;;
+  --oracles) tier=oracles ;;
   *) echo "usage: scripts/setup.sh [--check|--oracles]" >&2; exit 2 ;;
 esac
 
@@ -37,17 +39,9 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
-pip_missing=""
-for p in $PIP_PACKAGES; do
-  python3 -m pip show -q "$p" >/dev/null 2>&1 || pip_missing="$pip_missing $p"
-done
-if [ -n "$extra" ]; then
-  for p in $extra; do
-    python3 -m pip show -q "$p" >/dev/null 2>&1 || pip_missing="$pip_missing $p"
-  done
-fi
-if [ -n "$pip_missing" ]; then
-  echo "setup: pip install$pip_missing" >&2
-  # llama-cpp-python builds from source: give its build both cores
-  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install -q $pip_missing
-fi
+# pip installs only what is missing or at another version; with every pin satisfied it
+# takes a second or two and reaches no index
+requirements="$(cd "$(dirname "$0")" && pwd)/requirements"
+# llama-cpp-python (the oracle tier) builds from source: give its build every core
+CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+  -r "$requirements/$tier.txt" -c "$requirements/constraints.txt"
