@@ -709,7 +709,13 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
         if (cJSON_IsArray(p)) {
             n = (size_t)cJSON_GetArraySize(p);
             ids = malloc(sizeof(int32_t) * (n ? n : 1));
-            for (size_t k = 0; k < n; k++) ids[k] = (int32_t)cJSON_GetArrayItem(p, (int)k)->valuedouble;
+            size_t k = 0;
+            const cJSON *id;
+            cJSON_ArrayForEach(id, p) {
+                if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= ingot_model_desc.vocab)
+                    die("batch: a prompt's ids are integers in [0, vocab)");
+                ids[k++] = (int32_t)id->valuedouble;
+            }
         } else if (cJSON_IsString(p)) {
             if (!tok) tok = load_tokenizer(c, m);
             char err[256];

@@ -18,6 +18,7 @@
  */
 #include "grammar.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -72,6 +73,7 @@ typedef struct {
     char *err;
     size_t errlen;
     int failed;
+    int nesting;        /* parentheses open around the item being parsed */
 } parser;
 
 static void line_col(const char *src, const char *at, int *line, int *col) {
@@ -285,7 +287,10 @@ static int repeat_last(parser *p, gseq *out, int start, int rule, long min, long
         return -1;
     }
     memcpy(item, out->e + start, sizeof *item * (size_t)item_n);
+    /* the item leaves the sequence: it leaves the element count too, which
+     * build() sizes and scans the compiled array by */
     out->n = start;
+    p->total -= (size_t)item_n;
     int rc = 0;
     for (long i = 0; i < min && rc == 0; i++)
         for (int k = 0; k < item_n && rc == 0; k++) rc = seq_push(p, out, item[k].type, item[k].value);
@@ -385,10 +390,14 @@ static const char *parse_sequence(parser *p, const char *s, int rule, gseq *out,
             if (seq_push(p, out, G_RULE_REF, (uint32_t)id)) return NULL;
             s = skip_space(p, s, nested);
         } else if (*s == '(') {
+            if (p->nesting >= GRAM_MAX_NESTING)
+                return fail(p, s, "parentheses nest more than %d deep", GRAM_MAX_NESTING);
             const int id = sym_generated(p, rule);
             if (id < 0) return NULL;
             p->def_at[id] = s;
+            p->nesting++;
             s = parse_alternates(p, skip_space(p, s + 1, 1), rule, id, 1);
+            p->nesting--;
             if (!s) return NULL;
             if (s >= p->end || *s != ')') return fail(p, s, "expected ')'");
             last = out->n;
@@ -608,6 +617,7 @@ static gram_grammar *build(parser *p) {
         }
         pos += def->n;
     }
+    assert((size_t)pos == p->total);
     g->alt_off[g->n_rules] = n_alts;
     for (int i = 0; i < g->n_elems; i++) {
         g->after[i] = -1;

@@ -17,7 +17,9 @@
  *
  * Limits (each an error, never unbounded memory or time): grammar text up to
  * GRAM_MAX_TEXT bytes, at most GRAM_MAX_ELEMS compiled elements (repetition
- * counts {m,n} are expanded), at most GRAM_MAX_STACKS live stacks in a
+ * counts {m,n} are expanded), parentheses nested at most GRAM_MAX_NESTING deep
+ * (the parser recurses once per level; a client's 50,000 would overflow the
+ * stack), at most GRAM_MAX_STACKS live stacks in a
  * matcher (an ambiguous grammar that splits further fails the input), 10000
  * rules entered and 100000 expansions per character; left recursion is
  * rejected at compile time, which takes time linear in the grammar's size.
@@ -34,6 +36,7 @@
 #define GRAM_MAX_TEXT (256 * 1024)
 #define GRAM_MAX_ELEMS (1 << 20)
 #define GRAM_MAX_STACKS 512
+#define GRAM_MAX_NESTING 256
 
 typedef struct gram_grammar gram_grammar;
 typedef struct gram_matcher gram_matcher;

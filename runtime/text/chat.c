@@ -316,15 +316,18 @@ char *chat_render_prompt(const chat_template *c, const cJSON *messages, const cJ
     int ok = contents && skel_msgs;
     size_t i = 0;
     const cJSON *m;
+    /* the duplicate walked beside the original: cJSON_GetArrayItem(skel_msgs, i)
+     * walks the list from its head, quadratic in the messages */
+    cJSON *sm = skel_msgs ? skel_msgs->child : NULL;
     cJSON_ArrayForEach(m, messages) {
-        if (!ok) break;
+        if (!ok || !sm) break;
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         contents[i] = cJSON_IsString(content) ? content->valuestring : "";
         char ph[64];
         snprintf(ph, sizeof ph, "%s%zu%c", prefix, i, PH_CLOSE);
-        cJSON *sm = cJSON_GetArrayItem(skel_msgs, (int)i);
         if (cJSON_IsString(content) && !cJSON_ReplaceItemInObjectCaseSensitive(sm, "content", cJSON_CreateString(ph)))
             ok = 0;
+        sm = sm->next;
         i++;
     }
     int aligned = 0;

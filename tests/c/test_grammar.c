@@ -226,6 +226,55 @@ static void test_limits(void) {
     check(g && !m && strstr(err, "limits"), "exponential start: %s", err);
     gram_matcher_free(m);
     gram_free(g);
+    /* parentheses nest up to GRAM_MAX_NESTING deep; a client's 50,000 (100 KB, under the text
+     * limit) is an error at the first paren past the limit, not a stack overflow */
+    const int deep = 50000;
+    char *nested = malloc(2 * (size_t)deep + 32);
+    const int depths[] = {GRAM_MAX_NESTING, GRAM_MAX_NESTING + 1, deep};
+    for (size_t d = 0; d < sizeof depths / sizeof *depths; d++) {
+        const int depth = depths[d];
+        char *t = nested + sprintf(nested, "root ::= ");
+        for (int i = 0; i < depth; i++) *t++ = '(';
+        *t++ = '"';
+        *t++ = 'a';
+        *t++ = '"';
+        for (int i = 0; i < depth; i++) *t++ = ')';
+        *t = 0;
+        g = gram_compile(nested, strlen(nested), err, sizeof err);
+        if (depth == GRAM_MAX_NESTING) {
+            check(g != NULL, "%d nested parentheses compile: %s", depth, err);
+        } else {
+            char want[64];
+            snprintf(want, sizeof want, "column %d: parentheses nest more than %d", 10 + GRAM_MAX_NESTING,
+                     GRAM_MAX_NESTING);
+            check(!g && strstr(err, want), "%d nested parentheses: %s", depth, err);
+        }
+        gram_free(g);
+    }
+    free(nested);
+}
+
+/* A repetition takes its item out of the sequence and puts copies back: the compiled element
+ * array is as long as what was put back (build() asserts it; before, it counted the item twice
+ * and scanned elements never written). Each form, alone and in a class-heavy rule. */
+static void test_repetition_counts(void) {
+    static const char *const grammars[] = {
+        "root ::= \"a\"*\n", "root ::= [a-z]+ \"!\"\n", "root ::= ([0-9] \"x\")?\n",
+        "root ::= [^\"]{2,5}\n", "root ::= (\"ab\" [c-e]){3}\n", "root ::= [a-c]{1,}\n",
+        "root ::= x* y+ x{0,3}\nx ::= [xyz] [0-9]*\ny ::= (x | \"q\"){2}\n",
+    };
+    static const char *const accepted[] = {"aaa", "abc!", "3x", "xyz", "abcabdabe", "cab", "x1y2q"};
+    char err[256];
+    for (size_t i = 0; i < sizeof grammars / sizeof *grammars; i++) {
+        gram_grammar *g = gram_compile(grammars[i], strlen(grammars[i]), err, sizeof err);
+        check(g != NULL, "%s compiles: %s", grammars[i], err);
+        if (!g) continue;
+        gram_matcher *m = gram_matcher_new(g, err, sizeof err);
+        check(m && gram_accept_bytes(m, accepted[i], strlen(accepted[i])) == 0 && gram_is_complete(m),
+              "%s accepts %s", grammars[i], accepted[i]);
+        gram_matcher_free(m);
+        gram_free(g);
+    }
 }
 
 /* ---- mask against brute force ------------------------------------------- */
@@ -411,6 +460,7 @@ int main(void) {
     test_errors();
     test_matching();
     test_limits();
+    test_repetition_counts();
     test_large_grammars();
     test_mask(0);
     test_mask(1);
