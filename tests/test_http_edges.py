@@ -443,7 +443,7 @@ def test_invalid_utf8_and_nul_named(server):
     err = expect_error(post(CHAT, two % b'{"role": "user", "content": "raw\x00nul"}'), 400, "messages[1].content")
     assert "NUL" in err["message"]
     err = expect_error(post(CHAT, two % b'{"role": "user", "content": [{"type": "text", "text": "\xc0\xaf"}]}'), 400,
-                       "messages[1].content")
+                       "messages[1].content[0].text")
     assert "UTF-8" in err["message"]
     err = expect_error(post(COMPL, b'{"model": "smollm2", "max_tokens": 1, "prompt": "bad \xff byte"}'), 400, "prompt")
     assert "UTF-8" in err["message"]
@@ -451,6 +451,36 @@ def test_invalid_utf8_and_nul_named(server):
     assert "NUL" in err["message"]
     # an escaped backslash before u0000 is the text "\u0000", not a NUL
     r = post(COMPL, b'{"model": "smollm2", "max_tokens": 1, "prompt": "text \\\\u0000"}')
+    assert r.status_code == 200, r.text
+
+
+def test_json_read_as_other_parsers_read_it(server):
+    """Where cJSON is lenient and a gateway's parser is not (or reads the other way), the body is
+    refused: repeated keys (cJSON keeps the first, most parsers the last), raw control characters,
+    invalid UTF-8 anywhere (unknown fields too), and the ignored fields' OpenAI types."""
+    def post(path, body):
+        return requests.post(server.url + path, data=body, headers={"Content-Type": "application/json"}, timeout=30)
+
+    msgs = b'"messages": [{"role": "user", "content": "hi"}]'
+    err = expect_error(post(CHAT, b'{"model": "smollm2", "max_tokens": 1, "max_tokens": 7, %s}' % msgs), 400,
+                       "max_tokens")
+    assert "twice" in err["message"]
+    expect_error(post(CHAT, b'{"model": "smollm2", "messages": [{"role": "user", "role": "system", "content": "x"}]}'),
+                 400, "messages[0].role")
+    expect_error(post(COMPL, b'{"model": "smollm2", "prompt": "x", "metadata": {"a": {"b": 1, "b": 2}}}'), 400,
+                 "metadata.a.b")
+    err = expect_error(post(COMPL, b'{"model": "smollm2", "max_tokens": 1, "prompt": "raw \x01 byte"}'), 400)
+    assert "U+0001" in err["message"] and "escaped" in err["message"]
+    err = expect_error(post(COMPL, b'{"model": "smollm2",\x0b"max_tokens": 1, "prompt": "x"}'), 400)
+    assert "U+000B" in err["message"]
+    expect_error(post(COMPL, b'{"model": "smollm2", "prompt": "x", "vendor_extra": "bad \xff"}'), 400, "vendor_extra")
+    err = expect_error(post(COMPL, b'{"model": "smollm2", "prompt": "x", "vendor\xfe": 1}'), 400)
+    assert "key" in err["message"] and "UTF-8" in err["message"]
+    for field, value in (("user", b"5"), ("user", b'{"id": 1}'), ("metadata", b'"x"'), ("store", b'"yes"')):
+        expect_error(post(COMPL, b'{"model": "smollm2", "prompt": "x", "%s": %s}' % (field.encode(), value)), 400, field)
+    # the escaped forms and the ignored fields at their types are fine
+    r = post(COMPL, b'{"model": "smollm2", "max_tokens": 1, "prompt": "tab\\t \\u0001", "user": "u-1", '
+                    b'"metadata": {"k": "v"}, "store": false, "vendor_extra": {"a": [1, "caf\xc3\xa9"]}}')
     assert r.status_code == 200, r.text
 
 

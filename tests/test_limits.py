@@ -93,9 +93,13 @@ def test_rate_limit_per_api_key_and_tokens(binary):
     with ServerProc(binary, "--rate-limit-tpm", "100", "--api-key", "k1") as srv:
         c = openai.OpenAI(base_url=srv.base_url, api_key="k1", max_retries=0, timeout=120 * SLOW)
         # more than a minute's tokens: refused outright (prompt + max_tokens reserved)
-        with pytest.raises(openai.RateLimitError) as e:
+        # with 413 and no Retry-After: no wait would ever admit it
+        with pytest.raises(openai.APIStatusError) as e:
             c.completions.create(model=MODEL, prompt=[1, 2, 3], max_tokens=200)
-        assert "too large" in e.value.response.json()["error"]["message"]
+        assert e.value.status_code == 413 and "Retry-After" not in e.value.response.headers
+        body = e.value.response.json()["error"]
+        assert "too large" in body["message"] and body["code"] == "request_too_large"
+        assert rejected(srv, "rate_limit_too_large") == 1
         # prompt + 70 reserved; a stop string ends it after a few tokens, and the rest goes back
         r = c.completions.create(model=MODEL, prompt="1, 2, 3, 4,", max_tokens=70, stop=[","], temperature=0)
         used = r.usage.prompt_tokens + r.usage.completion_tokens
@@ -109,7 +113,7 @@ def test_rate_limit_per_api_key_and_tokens(binary):
                 c.completions.create(model=MODEL, prompt=[1, 2, 3], max_tokens=90, stop=[","])
         assert e.value.response.json()["error"]["type"] == "tokens"
         assert int(e.value.response.headers["Retry-After"]) >= 1
-        assert rejected(srv, "rate_limit_tokens") == 2
+        assert rejected(srv, "rate_limit_tokens") == 1  # the 413 above counts as rate_limit_too_large
         # the wrong key is a 401, not a rate-limit charge
         bad = openai.OpenAI(base_url=srv.base_url, api_key="nope", max_retries=0)
         with pytest.raises(openai.AuthenticationError):

@@ -87,6 +87,7 @@ oom:
 
 int emb_parse(const char *body, size_t len, int vocab, int dim, int max_inputs, emb_request *r, oai_error *e) {
     memset(r, 0, sizeof *r);
+    if (oai_check_body(body, len, e)) return -1;
     size_t mlen = 0;
     char *marked = oai_mark_nuls(body, len, &mlen);
     if (!marked) {
@@ -107,6 +108,7 @@ int emb_parse(const char *body, size_t len, int vocab, int dim, int max_inputs, 
         oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
         goto out;
     }
+    if (oai_check_json(root, e)) goto out;
     const cJSON *v = oai_field(root, "model");
     if (!v || !cJSON_IsString(v)) {
         oai_bad(e, "model", "'%s' is required and must be a string%s", "");

@@ -242,6 +242,8 @@ static const char *parse_char(parser *p, const char *s, uint32_t *cp) {
                 v = v << 4 | (uint32_t)h;
             }
             if (v > 0x10ffff) return fail(p, s, "code point U+%X is beyond U+10FFFF", v);
+            if (v >= 0xd800 && v <= 0xdfff)
+                return fail(p, s, "U+%X is a UTF-16 surrogate, not a character generated text can hold", v);
             *cp = v;
             return s + 2 + digits;
         }
@@ -261,6 +263,11 @@ static const char *parse_char(parser *p, const char *s, uint32_t *cp) {
         if ((s[i] & 0xc0) != 0x80) return fail(p, s, "invalid UTF-8");
         v = v << 6 | ((unsigned char)s[i] & 0x3fu);
     }
+    /* overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either; a raw NUL
+     * byte is refused as text (the escape \x00 may stand in a negated class) */
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v < least[len] || (v >= 0xd800 && v <= 0xdfff) || v > 0x10ffff || v == 0)
+        return fail(p, s, "invalid UTF-8");
     *cp = v;
     return s + len;
 }
@@ -349,7 +356,9 @@ static const char *parse_sequence(parser *p, const char *s, int rule, gseq *out,
             while (s && *s != '"') {
                 if (s >= p->end || *s == '\n') return fail(p, at, "unterminated literal");
                 uint32_t cp;
+                const char *c0 = s;
                 s = parse_char(p, s, &cp);
+                if (s && cp == 0) return fail(p, c0, "U+0000 is not a character generated text can hold");
                 if (s && seq_push(p, out, G_CHAR, cp)) return NULL;
             }
             if (!s) return NULL;
@@ -366,16 +375,26 @@ static const char *parse_sequence(parser *p, const char *s, int rule, gseq *out,
             while (s && (s >= p->end || *s != ']')) {
                 if (s >= p->end || *s == '\n') return fail(p, at, "unterminated character class");
                 uint32_t lo, hi;
+                const char *c0 = s;
                 s = parse_char(p, s, &lo);
-                if (!s || seq_push(p, out, first ? type : G_CHAR_ALT, lo)) return NULL;
-                first = 0;
-                if (s + 1 < p->end && s[0] == '-' && s[1] != ']') {
+                if (!s) return NULL;
+                const int range = s + 1 < p->end && s[0] == '-' && s[1] != ']';
+                hi = lo;
+                if (range) {
                     const char *rng = s;
                     s = parse_char(p, s + 1, &hi);
                     if (!s) return NULL;
                     if (hi < lo) return fail(p, rng, "the range's end is below its start");
-                    if (seq_push(p, out, G_CHAR_RNG_UPPER, hi)) return NULL;
                 }
+                /* generated text never holds U+0000: a class may exclude it ([^\x00-\x1f]), but a
+                 * member that is only U+0000 could never be produced, and one from it starts at U+0001 */
+                if (type == G_CHAR && lo == 0) {
+                    if (hi == 0) return fail(p, c0, "U+0000 is not a character generated text can hold");
+                    lo = 1;
+                }
+                if (seq_push(p, out, first ? type : G_CHAR_ALT, lo)) return NULL;
+                first = 0;
+                if (range && seq_push(p, out, G_CHAR_RNG_UPPER, hi)) return NULL;
             }
             if (!s) return NULL;
             if (first) return fail(p, at, "empty character class");

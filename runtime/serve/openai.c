@@ -163,6 +163,112 @@ static char *mark_nuls(const char *body, size_t len, size_t *out_len) {
     return o;
 }
 
+/* ---- JSON that most parsers would read differently ------------------------------
+ *
+ * A gateway in front of the server validates the body with its own parser; where
+ * that parser and cJSON disagree, the gateway checks one request and the server
+ * runs another. So the body is held to RFC 8259 where cJSON is lenient: no raw
+ * control character in a string or between values (a raw NUL is left to
+ * mark_nuls and check_text, which name the field), every key and string UTF-8
+ * (unknown fields too), and no object repeats a key (cJSON takes the first,
+ * most parsers the last). Nesting is cJSON's to bound (CJSON_NESTING_LIMIT). */
+
+int oai_check_body(const char *body, size_t len, oai_error *e) {
+    const unsigned char *u = (const unsigned char *)body;
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        const unsigned char c = u[i];
+        if (in_string && c > 0 && c < 0x20) {
+            oai_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                          "the body's JSON has a raw control character U+%04X in a string (byte %zu): "
+                          "it must be escaped", c, i);
+            return -1;
+        }
+        if (!in_string && c > 0 && c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+            /* cJSON skips every byte up to the space as whitespace; JSON allows four */
+            oai_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                          "the body's JSON has the control character U+%04X between values (byte %zu)", c, i);
+            return -1;
+        }
+        if (in_string && c == '\\') i++; /* the escaped byte: a quote there ends nothing */
+        else if (c == '"') in_string = !in_string;
+    }
+    return 0;
+}
+
+static int key_order(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+/* UTF-8 (the NUL marks C0 80 aside: check_text names those where the field is read). */
+static int utf8_or_nul_marks(const char *s) {
+    const unsigned char *u = (const unsigned char *)s;
+    const size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        if (u[i] == 0xc0 && i + 1 < n && u[i + 1] == 0x80) {
+            i += 2;
+            continue;
+        }
+        const size_t l = utf8_seq(u + i, n - i);
+        if (!l) return 0;
+        i += l;
+    }
+    return 1;
+}
+
+/* path: where v is ("messages[1].content"), for the error's param; cut short past its
+ * buffer, which only shortens a message. */
+static int check_json_value(const cJSON *v, char *path, size_t at, size_t cap, oai_error *e) {
+    if (cJSON_IsString(v) && !utf8_or_nul_marks(v->valuestring)) {
+        oai_error_set(e, 400, "invalid_request_error", path, NULL, "'%s' is not valid UTF-8", path);
+        return -1;
+    }
+    size_t n = 0;
+    for (const cJSON *c = v->child; c; c = c->next) n++;
+    if (cJSON_IsObject(v) && n > 1) { /* keys sorted: a repeat is a neighbour, n log n */
+        const cJSON **keys = malloc(sizeof *keys * n);
+        if (!keys) {
+            oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+            return -1;
+        }
+        size_t k = 0;
+        for (const cJSON *c = v->child; c; c = c->next) keys[k++] = c;
+        qsort(keys, n, sizeof *keys, key_order);
+        for (k = 1; k < n && strcmp(keys[k - 1]->string, keys[k]->string); k++) {}
+        if (k < n) {
+            snprintf(path + at, cap - at, "%s%s", at ? "." : "", keys[k]->string);
+            oai_error_set(e, 400, "invalid_request_error", path, NULL,
+                          "'%s' appears twice in one object (most JSON parsers keep the last, this one the first)",
+                          path);
+            free(keys);
+            return -1;
+        }
+        free(keys);
+    }
+    size_t i = 0;
+    for (const cJSON *c = v->child; c; c = c->next, i++) {
+        size_t w;
+        if (cJSON_IsObject(v)) {
+            if (!utf8_or_nul_marks(c->string)) {
+                oai_error_set(e, 400, "invalid_request_error", path, NULL, "a key in '%s' is not valid UTF-8",
+                              at ? path : "the body");
+                return -1;
+            }
+            w = (size_t)snprintf(path + at, cap - at, "%s%s", at ? "." : "", c->string);
+        } else {
+            w = (size_t)snprintf(path + at, cap - at, "[%zu]", i);
+        }
+        if (check_json_value(c, path, at + w < cap ? at + w : cap - 1, cap, e)) return -1;
+        path[at] = 0;
+    }
+    return 0;
+}
+
+int oai_check_json(const cJSON *root, oai_error *e) {
+    char path[256] = "";
+    return check_json_value(root, path, 0, sizeof path, e);
+}
+
 /* 0, or -1 with a 400 naming param when s is not text a model can read. */
 static int check_text(const char *s, const char *param, oai_error *e) {
     const unsigned char *u = (const unsigned char *)s;
@@ -734,6 +840,15 @@ static int check_unsupported(const cJSON *root, oai_kind kind, oai_error *e) {
         if (oai_field(root, NEVER[i])) return oai_bad(e, NEVER[i], "'%s' is not supported by this server%s", "");
     if (kind == OAI_COMPLETION && (v = oai_field(root, "suffix")) && !is_string(v, ""))
         return oai_bad(e, "suffix", "'%s' is not supported%s", "");
+    /* ignored, but held to OpenAI's types: a gateway keying on them reads what the server read */
+    static const char *const STRINGS[] = {"user", "prompt_cache_key", "safety_identifier", "service_tier"};
+    for (size_t i = 0; i < sizeof STRINGS / sizeof STRINGS[0]; i++)
+        if ((v = oai_field(root, STRINGS[i])) && !cJSON_IsString(v))
+            return oai_bad(e, STRINGS[i], "'%s' must be a string%s", "");
+    if ((v = oai_field(root, "metadata")) && !cJSON_IsObject(v))
+        return oai_bad(e, "metadata", "'%s' must be an object%s", "");
+    if ((v = oai_field(root, "store")) && !cJSON_IsBool(v))
+        return oai_bad(e, "store", "'%s' must be a boolean%s", "");
     return 0;
 }
 
@@ -746,6 +861,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
     /* OpenAI's default temperature is 1 (sampling); greedy needs temperature 0. */
     r->sampling.temperature = 1.0f;
     const char *end = NULL;
+    if (oai_check_body(body, len, e)) return -1;
     char *marked = mark_nuls(body, len, &len);
     if (!marked) {
         oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -772,6 +888,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
         oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
         goto out;
     }
+    if (oai_check_json(root, e)) goto out;
     const cJSON *model = oai_field(root, "model");
     if (!model) {
         oai_bad(e, "model", "'%s' is required%s", "");

@@ -164,6 +164,12 @@ char *oai_usage_chunk(const oai_meta *m, int prompt_tokens, int completion_token
  * check that then refuses such text, or invalid UTF-8, with a 400 naming
  * param (0 when s is text a model can read). */
 char *oai_mark_nuls(const char *body, size_t len, size_t *out_len);
+/* A body held to RFC 8259 where cJSON is lenient: before parsing, no raw control character
+ * in a string or between values; after (on the oai_mark_nuls copy's tree), every key and
+ * string valid UTF-8 and no object with a repeated key, the param naming where. 0, or -1
+ * with a 400. */
+int oai_check_body(const char *body, size_t len, oai_error *e);
+int oai_check_json(const cJSON *root, oai_error *e);
 int oai_check_text(const char *s, const char *param, oai_error *e);
 
 /* A malloc'd copy of s[0..n) that is valid UTF-8 without NULs (invalid bytes

@@ -720,7 +720,8 @@ static void rate_key(server *s, struct evhttp_request *r, char *out, size_t cap)
 }
 
 /* Charges q's rate-limit key one request and `tokens` reserved tokens; on
- * refusal answers 429 with Retry-After and returns -1 (q is the caller's to
+ * refusal answers 429 with Retry-After (413 without, for a request larger than a minute's
+ * tokens) and returns -1 (q is the caller's to
  * free). */
 static int admit_rate(server *s, struct evhttp_request *r, srv_req *q, double tokens) {
     if (!s->rl) return 0;
@@ -743,10 +744,17 @@ static int admit_rate(server *s, struct evhttp_request *r, srv_req *q, double to
                       "Rate limit reached on tokens per minute: limit %g, requested %.0f (the prompt and the most "
                       "it may generate). Please try again in %.1fs.", s->cfg.rate_tpm, tokens, retry);
     else
-        oai_error_set(&e, 429, "tokens", NULL, "rate_limit_exceeded",
+        /* 413 without Retry-After: waiting never admits it, and a client that honours a 429's
+         * Retry-After would retry forever */
+        oai_error_set(&e, 413, "tokens", NULL, "request_too_large",
                       "Request too large for the tokens-per-minute limit: limit %g, requested %.0f (the prompt and "
                       "the most it may generate). Lower max_tokens or the input.", s->cfg.rate_tpm, tokens);
-    met_inc(s->m_rejected, v == RL_REQUESTS ? "rate_limit_requests" : "rate_limit_tokens", 1);
+    met_inc(s->m_rejected,
+            v == RL_REQUESTS ? "rate_limit_requests" : v == RL_TOKENS ? "rate_limit_tokens" : "rate_limit_too_large", 1);
+    if (v == RL_TOO_LARGE) {
+        reply_error(s, r, &e);
+        return -1;
+    }
     char ra[32];
     snprintf(ra, sizeof ra, "%.0f", ceil(retry) < 1 ? 1 : ceil(retry));
     evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", ra);
@@ -1706,7 +1714,7 @@ static void add_metrics(server *s) {
     s->m_prompt_tokens = met_add(r, MET_COUNTER, "ingot_prompt_tokens_total", "Prompt tokens of finished generation requests.", NULL);
     s->m_gen_tokens = met_add(r, MET_COUNTER, "ingot_generation_tokens_total", "Tokens generated for finished requests.", NULL);
     s->m_cancelled = met_add(r, MET_COUNTER, "ingot_client_disconnects_total", "Generation requests whose client disconnected before the end.", NULL);
-    s->m_rejected = met_add(r, MET_COUNTER, "ingot_requests_rejected_total", "Requests refused or cut short by a limit, by reason (rate_limit_requests, rate_limit_tokens: 429; request_timeout: 504; queue_full: 503).", "reason");
+    s->m_rejected = met_add(r, MET_COUNTER, "ingot_requests_rejected_total", "Requests refused or cut short by a limit, by reason (rate_limit_requests, rate_limit_tokens: 429; rate_limit_too_large: 413; request_timeout: 504; queue_full: 503).", "reason");
     s->m_ttft = met_add_histogram(r, "ingot_time_to_first_token_seconds", "Time from request arrival to its first generated token.", latency, nl);
     s->m_e2e = met_add_histogram(r, "ingot_e2e_request_latency_seconds", "Time from request arrival to its last token.", latency, nl);
     s->m_tpot = met_add_histogram(r, "ingot_time_per_output_token_seconds", "Mean time between generated tokens, per request.", per_token, nt);

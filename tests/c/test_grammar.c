@@ -72,6 +72,14 @@ static void test_errors(void) {
     expect_error("root ::= [z-a]\n", "below its start");
     expect_error("root ::= \"\\q\"\n", "unknown escape");
     expect_error("root ::= \"\\x4\"\n", "hexadecimal digits");
+    /* what generated text can never hold: surrogates, U+0000, overlong or surrogate UTF-8 */
+    expect_error("root ::= \"\\uD800\"\n", "U+D800 is a UTF-16 surrogate");
+    expect_error("root ::= [\\uDC00-\\uDFFF]\n", "surrogate");
+    expect_error("root ::= [\\x00-\\x00]\n", "U+0000 is not a character");
+    expect_error("root ::= \"a\\x00\"\n", "column 12: U+0000 is not a character");
+    expect_error("root ::= \"\xc0\xaf\"\n", "invalid UTF-8");
+    expect_error("root ::= \"\xed\xa0\x80\"\n", "invalid UTF-8");
+    expect_error("root ::= \"\xf4\x90\x80\x80\"\n", "invalid UTF-8");
     expect_error("root \"a\"\n", "expected '::='");
     expect_error("root ::= (\"a\" \"b\"\n", "expected ')'");
     expect_error("root ::= \"a\"{3,1}\n", "m <= n");
