@@ -14,6 +14,7 @@ import re
 import select
 import shutil
 import socket
+import threading
 import time
 
 import openai
@@ -482,6 +483,38 @@ def test_json_read_as_other_parsers_read_it(server):
     r = post(COMPL, b'{"model": "smollm2", "max_tokens": 1, "prompt": "tab\\t \\u0001", "user": "u-1", '
                     b'"metadata": {"k": "v"}, "store": false, "vendor_extra": {"a": [1, "caf\xc3\xa9"]}}')
     assert r.status_code == 200, r.text
+
+
+def test_expensive_intake_never_holds_the_loop(server):
+    """A request's parsing, template and tokenizing run on an intake worker, not the event loop:
+    while 40,000 messages (1.3 MB) are templated and tokenized, /health keeps answering and shows
+    the request in intake. Before, the loop did that work and /health waited for all of it (and
+    the template's skeleton walk was quadratic: 100,000 messages took 16-23 s). No timing is
+    asserted: the health replies seen during the intake are the proof; their latency is printed."""
+    body = json.dumps({"model": "smollm2", "max_tokens": 1,
+                       "messages": [{"role": "user", "content": ""}] * 40000}).encode()
+    result = {}
+
+    def heavy():
+        result["r"] = requests.post(server.url + CHAT, data=body, headers={"Content-Type": "application/json"},
+                                    timeout=300 * SLOW)
+
+    th = threading.Thread(target=heavy)
+    th.start()
+    during, latencies = 0, []
+    while th.is_alive():
+        t = time.perf_counter()
+        h = health(server)
+        latencies.append(time.perf_counter() - t)
+        during += h["requests_in_intake"] > 0 and th.is_alive()
+        time.sleep(0.002)
+    th.join()
+    err = expect_error(result["r"], 400, "messages")
+    assert err["code"] == "context_length_exceeded"
+    assert during >= 1, "no /health reply came back while the request was in intake"
+    print(f"/health during intake: {len(latencies)} replies, slowest {1000 * max(latencies):.1f} ms")
+    wait_idle(server)
+    assert health(server)["requests_in_intake"] == 0
 
 
 # ---- 8. /metrics behind the key -------------------------------------------------------------------------

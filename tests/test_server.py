@@ -18,7 +18,7 @@ import openai
 import pytest
 import requests
 
-from conftest import SAN
+from conftest import SAN, run
 from modelbuild import serving_binary
 from serverproc import ServerProc
 
@@ -544,3 +544,11 @@ def test_logit_bias(client, server):
             r = requests.post(server.url + path, json={"model": MODEL, "max_tokens": 1, "logit_bias": lb, **base},
                               timeout=60)
             assert r.status_code == 400 and r.json()["error"]["param"] == "logit_bias", (lb, r.text)
+
+
+def test_intake_pool_unit(built):
+    """tests/c/test_intake.c: work on workers, done on the loop thread, once each; the queue bound;
+    intake_free finishing what was queued."""
+    r = run([built / "tests" / "test_intake"])
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " 0 failed" in r.stdout

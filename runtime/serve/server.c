@@ -4,10 +4,13 @@
  * 0. The HTTP guard (http_guard.c) beneath evhttp checks each request's
  *    head and body, answers what is malformed, too large or too slow with a
  *    JSON error, and passes evhttp only complete, well-formed requests.
- * 1. HTTP thread (libevent evhttp): parse the body with cJSON and validate
- *    it (openai.c), apply the chat template (chat.c), tokenize, and
- *    sched_submit one sequence per choice. Nothing here waits on the model:
- *    a request that cannot be answered at once is parked as an srv_req.
+ * 1. HTTP thread (libevent evhttp): copy the body and queue it for an intake
+ *    worker (intake.c), which parses and validates it (openai.c), applies the
+ *    chat template (chat.c), tokenizes and compiles its grammar; back on the
+ *    HTTP thread, intake_done charges the rate limit and sched_submits one
+ *    sequence per choice. Nothing here waits on the model or does a request's
+ *    CPU work: a request that cannot be answered at once is parked as an
+ *    srv_req.
  * 2. Scheduler thread (sched.c): batches, runs the forward, samples, queues
  *    events, and calls notify.
  * 3. notify (on the scheduler thread) only makes the `wake` event active; the
@@ -18,8 +21,10 @@
  *    disconnects (the connection's close callback) has its sequences
  *    cancelled with sched_cancel; the scheduler frees their blocks next step.
  *
- * Everything in this file runs on the event-loop thread except srv_notify, so
- * the request list, the metrics and every srv_req need no lock.
+ * Everything in this file runs on the event-loop thread except srv_notify and
+ * the prepare_* functions (intake workers, which read only the immutable
+ * tokenizer, template, vocabulary and config and write only their own
+ * srv_intake), so the request list, the metrics and every srv_req need no lock.
  *
  * Shutdown: SIGTERM/SIGINT closes the listener, answers new requests on open
  * connections with 503, lets in-flight requests finish for --grace seconds,
@@ -50,6 +55,7 @@
 #include "embeddings.h"
 #include "constrain.h"
 #include "http_guard.h"
+#include "intake.h"
 #include "metrics.h"
 #include "openai.h"
 #include "rate_limit.h"
@@ -70,6 +76,7 @@ typedef struct {
     int max_batch_tokens;
     int max_running;
     int max_waiting;
+    int intake_threads;    /* workers that parse, template, tokenize and compile requests */
     int prefix_cache;
     long max_body;
     double grace;
@@ -164,11 +171,13 @@ struct server {
     struct evhttp_bound_socket *listener;
     hg_guard *guard;
     rl_limiter *rl;         /* --rate-limit-rpm / --rate-limit-tpm, NULL without */
+    intake_pool *intake;    /* parses, templates, tokenizes and compiles requests off the loop */
     struct event *wake, *sig_term, *sig_int, *grace_timer;
     srv_req *reqs;          /* in flight, most recent first */
     int n_reqs;
     int unflushed;          /* final replies libevent has not finished writing */
     int draining;
+    int closing;            /* the loop has returned: intake results are discarded, not submitted */
     double t_start;
     long long created;
     uint64_t rng, next_id;
@@ -981,21 +990,47 @@ static void refuse_after_submit(server *s, srv_req *q, struct evhttp_request *r,
     if (all_seqs_done(q)) req_free(s, q);
 }
 
-static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) {
-    const double t0 = now_s();
-    oai_error e = {0};
+/* ---- intake: a request's CPU work off the event loop ------------------------------
+ *
+ * The loop copies a generation or embedding request's body into an srv_intake and queues it
+ * (intake.h); a worker parses it, renders the template, tokenizes and compiles its grammar
+ * (prepare_*); back on the loop, intake_done admits it (rate limit) and submits it (submit_*),
+ * or answers its error. A client that hangs up meanwhile only clears in->r (on_intake_close):
+ * the worker's result is then freed unseen. */
+
+typedef struct srv_intake {
+    intake_job job;                 /* first: the pool hands this back */
+    server *s;
+    struct evhttp_request *r;       /* loop thread; NULL once the client left */
+    struct evhttp_connection *conn; /* its close callback points here while r is set */
+    int embeddings;                 /* /v1/embeddings, else a generation of `kind` */
+    oai_kind kind;
+    char *body;                     /* a NUL-terminated copy */
     size_t len;
-    const char *body = request_body(s, r, &len);
-    if (!body) return;
+    double t0;                      /* arrival */
+    /* the worker's result: q, or NULL with e */
+    srv_req *q;
+    oai_error e;
+    int32_t *ids;                   /* a generation's prompt */
+    size_t n_ids;
+    sched_constraint *cons[OAI_MAX_N];
+} srv_intake;
+
+/* Intake worker: the request parsed, its prompt tokenized and checked against the context, one
+ * grammar matcher per choice; nothing of the loop's touched (the server's tokenizer, template,
+ * vocabulary and config are immutable while it serves). 0, or -1 with in->e and all freed. */
+static int prepare_generate(server *s, srv_intake *in) {
+    const oai_kind kind = in->kind;
+    oai_error e = {0};
     srv_req *q = calloc(1, sizeof *q);
     if (!q) {
-        reply_error_msg(s, r, 500, "server_error", NULL, "out of memory");
-        return;
+        oai_error_set(&in->e, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
     }
-    if (oai_parse(kind, body ? body : "", len, tok_vocab_size(s->tok), &q->q, &e) != 0) {
+    if (oai_parse(kind, in->body, in->len, tok_vocab_size(s->tok), &q->q, &e) != 0) {
         free(q);
-        reply_error(s, r, &e);
-        return;
+        in->e = e;
+        return -1;
     }
     const ingot_desc *d = &ingot_model_desc;
     if (strcmp(q->q.model, d->name) != 0) {
@@ -1082,22 +1117,16 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
         goto fail;
     }
     q->n_prompt = (int)n_ids;
-    const int max_tokens = q->q.max_tokens > 0 ? q->q.max_tokens : (int)(ctx - (long)n_ids);
-    /* the token limit reserves the prompt and the most every choice may generate */
-    if (admit_rate(s, r, q, (double)n_ids + (double)max_tokens * q->q.n) != 0) {
-        free(ids);
-        oai_request_free(&q->q);
-        free(q);
-        return;
-    }
-
     /* structured output: one matcher per choice, made before anything is submitted */
-    sched_constraint *cons[OAI_MAX_N] = {0};
+    sched_constraint **cons = in->cons;
     if (q->q.grammar) {
         for (int i = 0; i < q->q.n; i++) {
             cons[i] = con_grammar_new(q->q.grammar, s->vocab, s->stop_ids, s->n_stop_ids, err, sizeof err);
             if (!cons[i]) {
-                for (int k = 0; k < i; k++) cons[k]->free(cons[k]);
+                for (int k = 0; k < i; k++) {
+                    cons[k]->free(cons[k]);
+                    cons[k] = NULL;
+                }
                 free(ids);
                 oai_error_set(&e, 400, "invalid_request_error", q->q.grammar_param, NULL, "'%s': %s",
                               q->q.grammar_param, err);
@@ -1105,9 +1134,47 @@ static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) 
             }
         }
     }
+    in->q = q;
+    in->ids = ids;
+    in->n_ids = n_ids;
+    return 0;
+fail:
+    oai_request_free(&q->q);
+    free(q);
+    in->e = e;
+    return -1;
+}
+
+static void discard_generate(srv_intake *in) {
+    for (int k = 0; k < OAI_MAX_N; k++)
+        if (in->cons[k]) in->cons[k]->free(in->cons[k]);
+    free(in->ids);
+    oai_request_free(&in->q->q);
+    free(in->q);
+}
+
+/* Loop thread, after prepare_generate: admission (the rate limit), the request's choices
+ * submitted to the scheduler, the reply started. */
+static void submit_generate(server *s, srv_intake *in) {
+    struct evhttp_request *r = in->r;
+    const oai_kind kind = in->kind;
+    const ingot_desc *d = &ingot_model_desc;
+    srv_req *q = in->q;
+    int32_t *ids = in->ids;
+    const size_t n_ids = in->n_ids;
+    sched_constraint **cons = in->cons;
+    oai_error e = {0};
+    char err[512];
+    const long ctx = d->max_ctx;
+    const int max_tokens = q->q.max_tokens > 0 ? q->q.max_tokens : (int)(ctx - (long)n_ids);
+    /* the token limit reserves the prompt and the most every choice may generate */
+    if (admit_rate(s, r, q, (double)n_ids + (double)max_tokens * q->q.n) != 0) {
+        discard_generate(in);
+        return;
+    }
     q->srv = s;
     q->http = r;
-    q->t_arrival = t0;
+    q->t_arrival = in->t0;
     q->n_choices = q->q.n;
     q->choices = calloc((size_t)q->n_choices, sizeof *q->choices);
     if (!q->choices) {
@@ -1177,29 +1244,27 @@ fail:
 /* POST /v1/embeddings: each input becomes one prefill-only sequence (see
  * sched_task); the reply waits for all of them. Text goes through the
  * tokenizer as a completions prompt does (BOS where the model wants one). */
-static void handle_embeddings(server *s, struct evhttp_request *r) {
-    const double t0 = now_s();
+/* Intake worker: the request parsed and every input tokenized and checked (as
+ * prepare_generate). 0, or -1 with in->e and all freed. */
+static int prepare_embeddings(server *s, srv_intake *in) {
     const ingot_desc *d = &ingot_model_desc;
     oai_error e = {0};
-    size_t len;
-    const char *body = request_body(s, r, &len);
-    if (!body) return;
     srv_req *q = calloc(1, sizeof *q);
     emb_request *er = calloc(1, sizeof *er);
     if (!q || !er) {
         free(q);
         free(er);
-        reply_error_msg(s, r, 500, "server_error", NULL, "out of memory");
-        return;
+        oai_error_set(&in->e, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
     }
     /* every input is a live sequence: a request must fit in the queue */
     int max_inputs = s->cfg.max_running + s->cfg.max_waiting;
     if (max_inputs > EMB_MAX_INPUTS) max_inputs = EMB_MAX_INPUTS;
-    if (emb_parse(body ? body : "", len, tok_vocab_size(s->tok), d->dim, max_inputs, er, &e) != 0) {
+    if (emb_parse(in->body, in->len, tok_vocab_size(s->tok), d->dim, max_inputs, er, &e) != 0) {
         free(q);
         free(er);
-        reply_error(s, r, &e);
-        return;
+        in->e = e;
+        return -1;
     }
     q->emb = er;
     if (strcmp(er->model, d->name) != 0) {
@@ -1233,15 +1298,35 @@ static void handle_embeddings(server *s, struct evhttp_request *r) {
         }
         q->n_prompt += (int)x->n_ids;
     }
+    in->q = q;
+    return 0;
+fail:
+    emb_request_free(er);
+    free(er);
+    free(q);
+    in->e = e;
+    return -1;
+}
+
+static void discard_embeddings(srv_intake *in) {
+    emb_request_free(in->q->emb);
+    free(in->q->emb);
+    free(in->q);
+}
+
+/* Loop thread, after prepare_embeddings: admission, one sequence per input submitted. */
+static void submit_embeddings(server *s, srv_intake *in) {
+    struct evhttp_request *r = in->r;
+    srv_req *q = in->q;
+    emb_request *er = q->emb;
+    oai_error e = {0};
     if (admit_rate(s, r, q, (double)q->n_prompt) != 0) {
-        emb_request_free(er);
-        free(er);
-        free(q);
+        discard_embeddings(in);
         return;
     }
     q->srv = s;
     q->http = r;
-    q->t_arrival = t0;
+    q->t_arrival = in->t0;
     q->n_choices = er->n_inputs;
     q->choices = calloc((size_t)q->n_choices, sizeof *q->choices);
     if (!q->choices) {
@@ -1278,6 +1363,69 @@ fail:
     free(q);
     reply_error(s, r, &e);
 }
+
+static void intake_work(intake_job *job) {
+    srv_intake *in = (srv_intake *)job;
+    if (in->embeddings ? prepare_embeddings(in->s, in) : prepare_generate(in->s, in)) in->q = NULL;
+}
+
+static void intake_done(intake_job *job) {
+    srv_intake *in = (srv_intake *)job;
+    server *s = in->s;
+    if (in->r && in->conn) evhttp_connection_set_closecb(in->conn, NULL, NULL);
+    if (!in->r || s->closing) {
+        if (in->q) in->embeddings ? discard_embeddings(in) : discard_generate(in);
+    } else if (!in->q) {
+        reply_error(s, in->r, &in->e);
+    } else if (in->embeddings) {
+        submit_embeddings(s, in);
+    } else {
+        submit_generate(s, in);
+    }
+    free(in->body);
+    free(in);
+    if (!s->closing) check_drained(s);
+}
+
+static void on_intake_close(struct evhttp_connection *conn, void *arg) {
+    (void)conn;
+    srv_intake *in = arg;
+    in->r = NULL; /* evhttp frees the request with the connection */
+}
+
+/* POST /v1/chat/completions, /v1/completions (embeddings 0, kind) and /v1/embeddings
+ * (embeddings 1): the body copied and queued for an intake worker. */
+static void start_intake(server *s, struct evhttp_request *r, int embeddings, oai_kind kind) {
+    size_t len;
+    const char *body = request_body(s, r, &len);
+    if (!body) return;
+    srv_intake *in = calloc(1, sizeof *in);
+    char *copy = malloc(len + 1);
+    if (!in || !copy) {
+        free(in);
+        free(copy);
+        reply_error_msg(s, r, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    memcpy(copy, body, len);
+    copy[len] = 0;
+    *in = (srv_intake){.job = {.work = intake_work, .done = intake_done}, .s = s, .r = r,
+                       .conn = evhttp_request_get_connection(r), .embeddings = embeddings, .kind = kind,
+                       .body = copy, .len = len, .t0 = now_s()};
+    if (intake_submit(s->intake, &in->job) != 0) {
+        free(copy);
+        free(in);
+        evhttp_add_header(evhttp_request_get_output_headers(r), "Retry-After", "1");
+        met_inc(s->m_rejected, "queue_full", 1);
+        reply_error_msg(s, r, 503, "server_error", "queue_full",
+                        "too many requests are being parsed; try again shortly");
+        return;
+    }
+    if (in->conn) evhttp_connection_set_closecb(in->conn, on_intake_close, in);
+}
+
+static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) { start_intake(s, r, 0, kind); }
+static void handle_embeddings(server *s, struct evhttp_request *r) { start_intake(s, r, 1, OAI_CHAT); }
 
 /* ---- other endpoints ------------------------------------------------------- */
 
@@ -1337,7 +1485,9 @@ static void handle_health(server *s, struct evhttp_request *r) {
     cJSON_AddNumberToObject(j, "kv_blocks_cached", st.kv_blocks_cached);
     cJSON_AddNumberToObject(j, "running", st.running);
     cJSON_AddNumberToObject(j, "waiting", st.waiting);
-    cJSON_AddNumberToObject(j, "requests_in_flight", s->n_reqs);
+    /* in intake: parsed, templated, tokenized on a worker, not yet submitted */
+    cJSON_AddNumberToObject(j, "requests_in_flight", s->n_reqs + intake_pending(s->intake));
+    cJSON_AddNumberToObject(j, "requests_in_intake", intake_pending(s->intake));
     cJSON_AddNumberToObject(j, "connections", hg_connections(s->guard));
     cJSON_AddNumberToObject(j, "uptime_seconds", now_s() - s->t_start);
     reply_json(s, r, ok ? 200 : 503, j);
@@ -1382,7 +1532,7 @@ static void handle_metrics(server *s, struct evhttp_request *r) {
     met_set(s->m_step_mask_seconds, NULL, st.last_mask_seconds);
     met_set(s->m_spec_proposed, NULL, (double)st.spec_proposed_tokens);
     met_set(s->m_spec_accepted, NULL, (double)st.spec_accepted_tokens);
-    met_set(s->m_inflight, NULL, s->n_reqs);
+    met_set(s->m_inflight, NULL, s->n_reqs + intake_pending(s->intake));
     /* this scrape is counted before rendering, so it sees itself */
     count_status(s, 200);
     size_t len = 0;
@@ -1478,7 +1628,8 @@ static void on_request(struct evhttp_request *r, void *arg) {
 /* ---- lifecycle ------------------------------------------------------------- */
 
 static void check_drained(server *s) {
-    if (s->draining && s->n_reqs == 0 && s->unflushed <= 0) event_base_loopexit(s->base, NULL);
+    if (s->draining && s->n_reqs == 0 && intake_pending(s->intake) == 0 && s->unflushed <= 0)
+        event_base_loopexit(s->base, NULL);
 }
 
 static void on_grace_over(evutil_socket_t fd, short what, void *arg) {
@@ -1576,7 +1727,7 @@ typedef struct {
 static int parse_config(srv_config *c, int argc, char **argv) {
     double port = 8080, kv_blocks = 0, kv_mem = 0, mbt = 0, running = 32, waiting = 1024, body = 4 << 20,
            grace = 30, dev_frac = 0.90, read_timeout = 30, max_conns = 512, rpm = 0, tpm = 0, req_timeout = 0,
-           spec_k = 4, ngram_min = 1, ngram_max = 3;
+           spec_k = 4, ngram_min = 1, ngram_max = 3, intake_threads = 2;
     const srv_numopt opts[] = {
         {"--device-memory-fraction", "INGOT_DEVICE_MEMORY_FRACTION", 0.01, 1.0, 0, &dev_frac},
         {"--port", "INGOT_PORT", 0, 65535, 1, &port},
@@ -1585,6 +1736,7 @@ static int parse_config(srv_config *c, int argc, char **argv) {
         {"--max-batch-tokens", "INGOT_MAX_BATCH_TOKENS", 1, 1 << 20, 1, &mbt},
         {"--max-running", "INGOT_MAX_RUNNING", 1, 4096, 1, &running},
         {"--max-waiting", "INGOT_MAX_WAITING", 1, 1 << 20, 1, &waiting},
+        {"--intake-threads", "INGOT_INTAKE_THREADS", 1, 64, 1, &intake_threads},
         {"--max-body", "INGOT_MAX_BODY", 1024, 1 << 30, 1, &body},
         {"--grace", "INGOT_GRACE", 0, 86400, 0, &grace},
         {"--read-timeout", "INGOT_READ_TIMEOUT", 0.05, 86400, 0, &read_timeout},
@@ -1686,6 +1838,7 @@ static int parse_config(srv_config *c, int argc, char **argv) {
     c->max_batch_tokens = (int)mbt;
     c->max_running = (int)running;
     c->max_waiting = (int)waiting;
+    c->intake_threads = (int)intake_threads;
     c->max_body = (long)body;
     c->grace = grace;
     c->read_timeout = read_timeout;
@@ -1881,6 +2034,14 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_dra
         goto out;
     }
     add_metrics(s);
+    {
+        char ierr[128];
+        /* as many requests may be in intake as may wait in the scheduler's queue */
+        if (!(s->intake = intake_new(s->base, s->cfg.intake_threads, s->cfg.max_waiting, ierr, sizeof ierr))) {
+            fprintf(stderr, "%s: error: %s\n", d->name, ierr);
+            goto out;
+        }
+    }
     s->wake = event_new(s->base, -1, EV_PERSIST | EV_READ, on_wake, s);
     s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s);
     s->sig_int = evsignal_new(s->base, SIGINT, on_signal, s);
@@ -2017,7 +2178,10 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_dra
     fprintf(stderr, "%s: shutting down (%d request(s) unfinished)\n", d->name, s->n_reqs);
     rc = 0;
 out:
-    /* the scheduler thread stops first, so notify can no longer touch the loop */
+    /* intake first (its last results are discarded, nothing more reaches the scheduler), then
+     * the scheduler thread, so notify can no longer touch the loop */
+    s->closing = 1;
+    intake_free(s->intake);
     if (s->sched) sched_destroy(s->sched);
     if (s->draft_model) s->draft_api->free(s->draft_model);
     while (s->reqs) {
