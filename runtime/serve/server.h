@@ -6,11 +6,11 @@
  *              [--max-connections N] [--metrics-auth] [--parse-special-in-content]
  *              [--pooling last|mean] [--memory-budget BYTES] [--rate-limit-rpm N] [--rate-limit-tpm N]
  *              [--request-timeout SECONDS] [--spec off|ngram|draft] [--spec-k 4] [--spec-ngram-min 1]
- *              [--spec-ngram-max 3] [--print-memory]
+ *              [--spec-ngram-max 3] [--intake-threads 2] [--print-memory]
  *
  * Each option also reads from the environment (INGOT_HOST, INGOT_PORT,
  * INGOT_API_KEY, INGOT_KV_BLOCKS, INGOT_KV_MEMORY, INGOT_MAX_BATCH_TOKENS,
- * INGOT_MAX_RUNNING, INGOT_MAX_WAITING, INGOT_PREFIX_CACHE=0,
+ * INGOT_MAX_RUNNING, INGOT_MAX_WAITING, INGOT_INTAKE_THREADS, INGOT_PREFIX_CACHE=0,
  * INGOT_MAX_BODY, INGOT_GRACE, INGOT_READ_TIMEOUT, INGOT_MAX_CONNECTIONS,
  * INGOT_METRICS_AUTH=1, INGOT_PARSE_SPECIAL_IN_CONTENT=1, INGOT_POOLING, INGOT_MEMORY_BUDGET,
  * INGOT_RATE_LIMIT_RPM, INGOT_RATE_LIMIT_TPM, INGOT_REQUEST_TIMEOUT, INGOT_SPEC,
@@ -30,7 +30,7 @@
     "        [--read-timeout 30] [--max-connections 512] [--metrics-auth] [--parse-special-in-content]\n" \
     "        [--pooling last|mean]  (/v1/embeddings: last-token (default) or mean pooling)\n"              \
     "        [--memory-budget BYTES (512M, 4G)] [--rate-limit-rpm N] [--rate-limit-tpm N]\n"               \
-    "        [--request-timeout SECONDS]\n"                                                                 \
+    "        [--request-timeout SECONDS] [--intake-threads 2]  (workers that parse, template and tokenize)\n" \
     "        [--spec off|ngram|draft] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]  (speculative\n" \
     "        decoding: drafts from earlier text or the --draft model, verified in one forward; same output)\n" \
     "        [--print-memory]  (print the memory plan, weights + KV + scratch in bytes, as JSON; exit)\n"      \
