@@ -388,6 +388,38 @@ def test_crash_fails_in_flight_with_502_and_the_next_request_restarts(binaries):
     check_clean_exit(srv)
 
 
+def test_a_stopped_child_is_killed_after_the_liveness_timeout(binaries):
+    """A child that stops answering (SIGSTOP: alive, its event loop frozen) holds its requests only
+    until --liveness-timeout: then it is killed, its request fails with a 502 instead of waiting
+    for the client to give up, and the next request restarts it."""
+    srv = router(binaries, "--liveness-timeout", "2")
+    with srv:
+        c = client_of(srv)
+        c.completions.create(model=A, prompt="Hello", max_tokens=2)
+        pid = health(srv)[A]["pid"]
+        failed = []
+
+        def held_request():
+            try:
+                c.completions.create(model=A, prompt="Count forever: 1, 2,", max_tokens=1000,
+                                     extra_body={"ignore_eos": True})
+            except openai.APIStatusError as e:
+                failed.append(e)
+
+        t = threading.Thread(target=held_request)
+        t.start()
+        wait_for(lambda: health(srv)[A]["in_flight"] == 1, 10 * SLOW, "the request never reached the child")
+        os.kill(pid, signal.SIGSTOP)
+        t.join(60 * SLOW)
+        assert not t.is_alive(), "the request is still held by the stopped child"
+        assert failed and failed[0].status_code == 502, failed
+        assert "answered no /alive probe" in srv.log
+        wait_for(lambda: not alive(pid), 10 * SLOW, "the stopped child was not killed")
+        r = c.completions.create(model=A, prompt="Hello", max_tokens=2)  # restarts it
+        assert r.choices[0].text is not None and health(srv)[A]["pid"] != pid
+    check_clean_exit(srv)
+
+
 @pytest.mark.full
 def test_a_crash_mid_stream_ends_the_stream_with_an_error_event(binaries):
     srv = router(binaries)

@@ -2,7 +2,7 @@
  *
  *   ingot-router [--host 127.0.0.1] [--port 8080] [--memory-budget BYTES] [--api-key KEY]
  *                [--start-timeout 120] [--stop-timeout 10] [--max-body BYTES] [--max-waiting 256]
- *                [--read-timeout 30] [--max-connections 512]
+ *                [--read-timeout 30] [--max-connections 512] [--liveness-timeout 10]
  *                (--config FILE | --model NAME BINARY [--model NAME BINARY ...])
  *                [-- SERVE OPTIONS given to every model's process]
  *
@@ -29,7 +29,7 @@
 #define USAGE                                                                                                   \
     "usage: ingot-router [--host 127.0.0.1] [--port 8080] [--memory-budget BYTES (512M, 4G)] [--api-key KEY]\n" \
     "                    [--start-timeout 120] [--stop-timeout 10] [--max-body BYTES] [--max-waiting 256]\n"    \
-    "                    [--read-timeout 30] [--max-connections 512]\n"                                          \
+    "                    [--read-timeout 30] [--max-connections 512] [--liveness-timeout 10]\n"                  \
     "                    (--config FILE | --model NAME BINARY [--model NAME BINARY ...])\n"                      \
     "                    [-- SERVE OPTIONS given to every model's process]\n"                                     \
     "  --config FILE: {\"models\": [{\"name\": N, \"binary\": PATH, \"serve\": [OPTIONS...]}, ...]} ('-': stdin)\n"
@@ -135,6 +135,7 @@ int main(int argc, char **argv) {
     r->port = 8080;
     r->start_timeout = 120;
     r->stop_timeout = 10;
+    r->liveness_timeout = 10;
     r->max_body = 4 << 20;
     r->max_pending = 256;
     r->read_timeout = 30;
@@ -176,6 +177,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--start-timeout")) {
             if (parse_number(v, 0.1, 86400, &r->start_timeout) != 0)
                 return usage_error("--start-timeout takes seconds, not '%s'", v);
+        } else if (!strcmp(a, "--liveness-timeout")) {
+            if (parse_number(v, 0, 86400, &r->liveness_timeout) != 0)
+                return usage_error("--liveness-timeout takes seconds (0: never), not '%s'", v);
         } else if (!strcmp(a, "--stop-timeout")) {
             if (parse_number(v, 0, 86400, &r->stop_timeout) != 0)
                 return usage_error("--stop-timeout takes seconds, not '%s'", v);

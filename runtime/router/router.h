@@ -62,6 +62,8 @@ typedef struct rt_model {
     rt_fwd *pending_head, *pending_tail; /* requests waiting for the process to be ready */
     int n_pending;
     int crashed;                   /* the last exit was not asked for: the next start is a restart */
+    double last_alive;             /* when a ready process last answered /alive */
+    int probe_busy;                /* an /alive probe is out */
 } rt_model;
 
 struct rt_router {
@@ -77,6 +79,7 @@ struct rt_router {
     double memory_budget;   /* bytes; 0: no budget */
     double start_timeout;   /* seconds a request waits for its model's process to become ready */
     double stop_timeout;    /* seconds between SIGTERM and SIGKILL */
+    double liveness_timeout; /* seconds a ready process may answer no /alive probe before it is killed (0: never) */
     long max_body;
     double read_timeout;    /* seconds a request may take to arrive, and an idle connection may stay */
     int max_connections;

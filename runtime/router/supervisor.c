@@ -8,10 +8,14 @@
  * STOPPED. A process that exits unasked is a crash: requests waiting for its
  * start get a 502, forwarded ones fail in proxy.c, and the next start waits
  * out a backoff that doubles with each crash (0.5 s, 1 s, ... 30 s; back to
- * 0.5 s after a minute of uptime).
+ * 0.5 s after a minute of uptime). A ready process that answers no /alive probe
+ * for --liveness-timeout seconds (stopped, wedged, swapping to death: its
+ * event loop is not turning) is killed, and that is a crash too: the requests
+ * it holds fail instead of waiting for clients to give up.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,7 @@
 #include "router.h"
 
 #define PROBE_PERIOD 0.05   /* seconds between /ready probes of a starting process */
+#define LIVENESS_PERIOD 1.0 /* seconds between /alive probes of a ready one */
 #define BACKOFF_FIRST 0.5
 #define BACKOFF_MAX 30.0
 #define STABLE_UPTIME 60.0  /* a process up this long resets the backoff */
@@ -226,7 +231,9 @@ static void admit_waiting(rt_router *r) {
 static void became_ready(rt_model *m) {
     rt_router *r = m->router;
     m->state = RT_READY;
-    m->started_at = m->last_used = rt_now();
+    m->started_at = m->last_used = m->last_alive = rt_now();
+    m->probe_busy = 0;
+    arm(m->probe_timer, LIVENESS_PERIOD);
     fprintf(stderr, "ingot-router: %s ready on 127.0.0.1:%d (pid %d, %.2f s after spawn)\n", m->name, m->port,
             (int)m->pid, m->started_at - m->spawned_at);
     while (m->pending_head) {
@@ -239,12 +246,43 @@ static void became_ready(rt_model *m) {
 
 static void on_probe_done(struct evhttp_request *req, void *arg) {
     rt_model *m = arg;
+    const int ok = req && evhttp_request_get_response_code(req) == 200;
+    if (m->state == RT_READY) {
+        m->probe_busy = 0;
+        if (ok) m->last_alive = rt_now();
+        return;
+    }
     if (m->state != RT_STARTING) return;
-    if (req && evhttp_request_get_response_code(req) == 200) {
+    if (ok) {
         became_ready(m);
         return;
     }
     arm(m->probe_timer, PROBE_PERIOD);
+}
+
+/* One GET of path on m's port, answered in on_probe_done; 0 when it went out. */
+static int send_probe(rt_model *m, const char *path, double timeout) {
+    if (m->probe_conn) evhttp_connection_free(m->probe_conn); /* the previous probe's, finished */
+    m->probe_conn = evhttp_connection_base_new(m->router->base, NULL, "127.0.0.1", (ev_uint16_t)m->port);
+    struct evhttp_request *req = m->probe_conn ? evhttp_request_new(on_probe_done, m) : NULL;
+    if (!req) return -1;
+    evhttp_connection_set_timeout(m->probe_conn, (int)ceil(timeout));
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", "127.0.0.1");
+    return evhttp_make_request(m->probe_conn, req, EVHTTP_REQ_GET, path);
+}
+
+/* A ready process: one /alive probe at a time; none answered for --liveness-timeout kills it. */
+static void check_alive(rt_model *m) {
+    rt_router *r = m->router;
+    const double silent = rt_now() - m->last_alive;
+    if (r->liveness_timeout > 0 && silent > r->liveness_timeout) {
+        fprintf(stderr, "ingot-router: %s (pid %d) answered no /alive probe for %.0f s; killing it\n", m->name,
+                (int)m->pid, silent);
+        kill(m->pid, SIGKILL); /* reaped as a crash: what it holds fails with a 502 */
+        return;
+    }
+    if (!m->probe_busy) m->probe_busy = send_probe(m, "/alive", r->liveness_timeout > 0 ? r->liveness_timeout : 5) == 0;
+    arm(m->probe_timer, LIVENESS_PERIOD);
 }
 
 static void on_probe_timer(evutil_socket_t fd, short what, void *arg) {
@@ -252,6 +290,10 @@ static void on_probe_timer(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     rt_model *m = arg;
     rt_router *r = m->router;
+    if (m->state == RT_READY) {
+        check_alive(m);
+        return;
+    }
     if (m->state != RT_STARTING) return;
     if (rt_now() - m->spawned_at > r->start_timeout) {
         fprintf(stderr, "ingot-router: %s not ready %.0f s after spawn; killing pid %d\n", m->name, r->start_timeout,
@@ -263,16 +305,7 @@ static void on_probe_timer(evutil_socket_t fd, short what, void *arg) {
         arm(m->probe_timer, PROBE_PERIOD);
         return;
     }
-    if (m->probe_conn) evhttp_connection_free(m->probe_conn); /* the previous probe's, finished */
-    m->probe_conn = evhttp_connection_base_new(r->base, NULL, "127.0.0.1", (ev_uint16_t)m->port);
-    struct evhttp_request *req = m->probe_conn ? evhttp_request_new(on_probe_done, m) : NULL;
-    if (!req) {
-        arm(m->probe_timer, PROBE_PERIOD);
-        return;
-    }
-    evhttp_connection_set_timeout(m->probe_conn, 5);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", "127.0.0.1");
-    if (evhttp_make_request(m->probe_conn, req, EVHTTP_REQ_GET, "/ready") != 0) arm(m->probe_timer, PROBE_PERIOD);
+    if (send_probe(m, "/ready", 5) != 0) arm(m->probe_timer, PROBE_PERIOD);
 }
 
 static void on_kill_timer(evutil_socket_t fd, short what, void *arg) {
