@@ -6,6 +6,8 @@
 #   make tests      C test programs (tests/c/test_*.c)
 #   make test       the default tier, what CI runs (see README)
 #   make test-full  every test at full breadth, both passes over every file
+#   make fuzz       every libFuzzer harness (tests/fuzz) for FUZZ_SECONDS each (scripts/fuzz.sh)
+#   make SAN=fuzz fuzzers   the harnesses alone (clang, libFuzzer, ASan + UBSan; build/_obj-fuzz)
 #
 # A model binary is built by ./ingot build (see README), which uses build/model.mk.
 
@@ -17,16 +19,18 @@ RUNTIME_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(RUNTIME_SRC))
 TOOLS       := $(patsubst tools/%.c,$(OBJDIR)/tools/%,$(wildcard tools/*.c))
 TESTS       := $(patsubst tests/c/%.c,$(OBJDIR)/tests/%,$(wildcard tests/c/test_*.c))
 HEADERS     := $(wildcard runtime/*/*.h kernels/cpu/*.h tests/c/*.h tools/*.h)
+FUZZERS     := $(patsubst tests/fuzz/%.c,$(OBJDIR)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 ROUTER_OBJ  := $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard runtime/router/*.c))
 ROUTER      := $(OBJDIR)/ingot-router
 
-.PHONY: all lib tools router tests test test-full clean
+.PHONY: all lib tools router tests test test-full fuzz fuzzers clean
 all: $(OBJDIR)/libingot.a tools router
 lib: $(OBJDIR)/libingot.a
 tools: $(TOOLS)
 router: $(ROUTER)
 tests: $(TESTS)
+fuzzers: $(FUZZERS)
 
 $(OBJDIR)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -50,11 +54,20 @@ $(OBJDIR)/tests/%: tests/c/%.c $(OBJDIR)/libingot.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 
+# a harness links libFuzzer's main (LDLIBS under SAN=fuzz)
+$(OBJDIR)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h $(OBJDIR)/libingot.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
+
 # the sliding-window variant is test_scheduler.c compiled with KV_WINDOW set
 $(OBJDIR)/tests/test_scheduler_window: tests/c/test_scheduler.c
 # and the f16- and q8_0-KV variants are test_kernels.c compiled with KC_KV_F16 / KC_KV_Q8 set
 $(OBJDIR)/tests/test_kernels_kvf16: tests/c/test_kernels.c
 $(OBJDIR)/tests/test_kernels_kvq8: tests/c/test_kernels.c
+
+FUZZ_SECONDS ?= 60
+fuzz:
+	./scripts/fuzz.sh $(FUZZ_SECONDS)
 
 test:
 	./scripts/test.sh
@@ -63,4 +76,4 @@ test-full:
 	./scripts/test.sh --full
 
 clean:
-	rm -rf build/_obj build/_obj-san
+	rm -rf build/_obj build/_obj-san build/_obj-fuzz build/fuzz

@@ -1,5 +1,6 @@
 # Compiler flags shared by the runtime, the tools, the tests and every model binary.
-# SAN=1 selects an AddressSanitizer + UndefinedBehaviorSanitizer build in its own folder.
+# SAN=1 selects an AddressSanitizer + UndefinedBehaviorSanitizer build in its own folder; SAN=fuzz
+# the same with clang and libFuzzer's coverage hooks, for the fuzz harnesses (tests/fuzz).
 CC      ?= cc
 SAN     ?= 0
 ROOT    ?= .
@@ -22,7 +23,13 @@ WARN    := -Wall -Wextra -Werror -Wno-unused-function
 RUNTIME_INC := -I$(ROOT)/runtime/core -I$(ROOT)/runtime/load -I$(ROOT)/runtime/text -I$(ROOT)/runtime/serve
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -DINGOT_ISA='"$(ISA)"' -pthread $(RUNTIME_INC) -I$(ROOT)/kernels/cpu
 LDLIBS  := -lcjson -lutf8proc -levent -levent_pthreads -lpcre2-8 -lm -pthread
-ifeq ($(SAN),1)
+ifeq ($(SAN),fuzz)
+# the fuzz harnesses' library (tests/fuzz): clang, libFuzzer's coverage hooks, ASan + UBSan
+CC      := clang
+OBJDIR  := $(ROOT)/build/_obj-fuzz$(ISA_DIR)
+CFLAGS  += -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+LDLIBS  += -fsanitize=fuzzer,address,undefined
+else ifeq ($(SAN),1)
 OBJDIR  := $(ROOT)/build/_obj-san$(ISA_DIR)
 CFLAGS  += -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDLIBS  += -fsanitize=address,undefined

@@ -20,7 +20,8 @@ set -euo pipefail
 # libpcre2-dev: GPTQModel's per-module rules are Python regular expressions (runtime/load/quant_rules.c)
 # prometheus: promtool checks /metrics; nginx-light: the gateway in front of several `serve` processes
 # (tests/test_router.py, docs/deployment.md)
-APT_PACKAGES="gcc make lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev libpcre2-dev prometheus nginx-light"
+# clang, libclang-rt-14-dev: libFuzzer for the fuzz harnesses (tests/fuzz, make fuzz; the default tier replays their corpora)
+APT_PACKAGES="gcc make clang libclang-rt-14-dev lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev libpcre2-dev prometheus nginx-light"
 case "${1:-}" in
   "") tier=test ;;
   --check) tier=check ;;

@@ -353,7 +353,7 @@ static const char *parse_sequence(parser *p, const char *s, int rule, gseq *out,
         if (*s == '"') {
             s++;
             last = out->n;
-            while (s && *s != '"') {
+            while (s && (s >= p->end || *s != '"')) { /* the end checked before the byte is read */
                 if (s >= p->end || *s == '\n') return fail(p, at, "unterminated literal");
                 uint32_t cp;
                 const char *c0 = s;

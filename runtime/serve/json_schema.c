@@ -466,6 +466,18 @@ char *js_schema_grammar(const cJSON *schema, char *err, size_t errlen) {
         sb_add(&out, JS_COMMON_RULES);
         if (out.oom) js_fail(&c, "out of memory");
         else if (out.len > GRAM_MAX_TEXT) js_fail(&c, "the schema's grammar is larger than %d bytes", GRAM_MAX_TEXT);
+        else {
+            /* the grammar is compiled once here so that a schema the compiler would refuse is
+             * refused as a schema: {"$ref": "#"} (or an anyOf branch that is one) reaches itself
+             * before matching anything, which is left recursion in its grammar */
+            char gerr[200];
+            gram_grammar *g = gram_compile(out.p, out.len, gerr, sizeof gerr);
+            if (!g && strstr(gerr, "left recursion"))
+                js_fail(&c, "the schema reaches itself through '$ref' before matching anything");
+            else if (!g)
+                js_fail(&c, "the schema's grammar: %.160s", gerr);
+            gram_free(g);
+        }
     } else if (!c.failed) {
         js_fail(&c, "out of memory");
     }

@@ -260,6 +260,19 @@ static void test_limits(void) {
         gram_free(g);
     }
     free(nested);
+    /* text that ends inside a literal or a class, in a buffer exactly its length (no NUL after it:
+     * the end is checked before the byte is read; found by tests/fuzz/fuzz_gbnf) */
+    static const char *const cut[] = {"root ::= \"r.\"\"", "root ::= \"ab", "root ::= [a-", "root ::= \"\\"};
+    for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) {
+        const size_t n = strlen(cut[i]);
+        char *exact = malloc(n);
+        memcpy(exact, cut[i], n);
+        g = gram_compile(exact, n, err, sizeof err);
+        check(g == NULL && (strstr(err, "unterminated") || strstr(err, "end of the grammar")), "%s: %s", cut[i],
+              g ? "(compiled)" : err);
+        gram_free(g);
+        free(exact);
+    }
 }
 
 /* A repetition takes its item out of the sequence and puts copies back: the compiled element
@@ -449,6 +462,9 @@ static void test_json_schema(void) {
     expect_schema("{\"type\":\"integer\",\"minimum\":0}", (const char *[]){"0", "42", NULL},
                   (const char *[]){"-1", "1.5", NULL});
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"^a\"}", "unsupported keyword 'pattern' at #");
+    /* a schema that reaches itself before matching anything (found by tests/fuzz/fuzz_json_schema) */
+    expect_schema_error("{\"$ref\":\"#\"}", "reaches itself through '$ref'");
+    expect_schema_error("{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "reaches itself");
     expect_schema_error("{\"type\":\"object\",\"properties\":{\"a\":{\"oneOf\":[]}}}",
                         "unsupported keyword 'oneOf' at #/properties/a");
     expect_schema_error("{\"type\":\"string\",\"format\":\"ipv4\"}", "unsupported format 'ipv4'");
