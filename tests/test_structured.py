@@ -138,6 +138,22 @@ def test_schemas_breadth(client):
     run_schemas(client, SCHEMAS[8:])
 
 
+def test_numeric_bounds_hold_under_sampling(client):
+    """minimum / maximum / exclusive bounds are compiled into the digits: hot sampling, which
+    wanders wherever the grammar lets it, never leaves them (jsonschema checks every output)."""
+    schema = obj({"prob": {"type": "number", "minimum": 0, "maximum": 1},
+                  "stars": {"type": "integer", "exclusiveMinimum": 0, "maximum": 5},
+                  "celsius": {"type": "number", "minimum": -40, "exclusiveMaximum": 60},
+                  "offset": {"type": "integer", "minimum": -250, "maximum": -3}})
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Rate the weather as JSON."}], max_tokens=MAX_TOKENS,
+        temperature=1.5, n=4, seed=7,
+        response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema, "strict": True}})
+    for choice in r.choices:
+        assert choice.finish_reason == "stop", choice.message.content
+        validate(choice.message.content, schema)
+
+
 def test_json_object_and_completions(client):
     r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "A pet as JSON"}],
                                        response_format={"type": "json_object"}, max_tokens=60,

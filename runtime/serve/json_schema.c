@@ -11,6 +11,7 @@
  */
 #include "json_schema.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,8 @@
     "json-string ::= \"\\\"\" json-char* \"\\\"\"\n"                                                                 \
     "json-int ::= \"-\"? json-uint\n"                                                                                \
     "json-uint ::= \"0\" | [1-9] [0-9]{0,15}\n"                                                                      \
-    "json-frac-exp ::= (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?\n"                                              \
+    "json-frac ::= \".\" [0-9]{1,16}\n"                                                                             \
+    "json-frac-exp ::= json-frac? ([eE] [-+]? [0-9]{1,2})?\n"                                                       \
     "json-number ::= json-int json-frac-exp\n"                                                                       \
     "json-value ::= json-object | json-array | json-string | json-number | \"true\" | \"false\" | \"null\"\n"         \
     "json-object ::= \"{\" ws (json-string ws \":\" ws json-value ws (\",\" ws json-string ws \":\" ws json-value ws)*)? \"}\"\n" \
@@ -340,19 +342,168 @@ static int gen_string(jsctx *c, const cJSON *s, const char *path, sbuf *body) {
     return 0;
 }
 
-static int non_negative_bound(const cJSON *s) {
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(s, "minimum");
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum");
-    return (cJSON_IsNumber(m) && m->valuedouble >= 0) || (cJSON_IsNumber(x) && x->valuedouble >= 0);
+/* ---- numeric bounds ----------------------------------------------------------------
+ *
+ * minimum / maximum / exclusiveMinimum / exclusiveMaximum compiled into the digits: a range of
+ * magnitudes [lo, hi] becomes, per digit count, the usual split at the first digit where its
+ * ends differ ("1" [3-9] | [2-4] [0-9] | "5" [0-7] for 13..57), so every number the grammar
+ * allows is in bounds and every one in bounds (within the 16-digit cap) is allowed. A number
+ * (not an integer) with bounds has no exponent, and its bounds must be whole numbers: a value
+ * is then its integer part's range with any fraction, plus the edges (3 < x: "3" and a fraction
+ * that is not all zeros; x <= 7: "7" and a fraction of zeros). */
+
+#define JS_MAX_MAGNITUDE 9999999999999999.0 /* json-uint's 16 digits */
+
+static int all_digit(const char *s, int n, char d) {
+    for (int i = 0; i < n; i++)
+        if (s[i] != d) return 0;
+    return 1;
+}
+
+/* Digit strings of length n from lo to hi (both n digits, lo <= hi). */
+static void sb_fixed_range(sbuf *b, const char *lo, const char *hi, int n) {
+    int i = 0;
+    while (i < n && lo[i] == hi[i]) i++;
+    if (i > 0) sb_addf(b, " \"%.*s\"", i, lo);
+    if (i == n) return;
+    const int rest = n - i - 1;
+    const int low_full = all_digit(lo + i + 1, rest, '0'), high_full = all_digit(hi + i + 1, rest, '9');
+    const char first = (char)(low_full ? lo[i] : lo[i] + 1), last = (char)(high_full ? hi[i] : hi[i] - 1);
+    char nines[24], zeros[24];
+    memset(nines, '9', sizeof nines);
+    memset(zeros, '0', sizeof zeros);
+    int alts = 0;
+    sb_add(b, " (");
+    if (!low_full) {
+        sb_addf(b, " \"%c\"", lo[i]);
+        sb_fixed_range(b, lo + i + 1, nines, rest);
+        alts++;
+    }
+    if (first <= last) {
+        sb_addf(b, "%s [%c-%c]", alts++ ? " |" : "", first, last);
+        if (rest) sb_addf(b, " [0-9]{%d}", rest);
+    }
+    if (!high_full) {
+        sb_addf(b, "%s \"%c\"", alts++ ? " |" : "", hi[i]);
+        sb_fixed_range(b, zeros, hi + i + 1, rest);
+    }
+    sb_add(b, " )");
+}
+
+/* Integers in [lo, hi] without leading zeros (0 <= lo <= hi <= JS_MAX_MAGNITUDE). */
+static void sb_uint_range(sbuf *b, double lo, double hi) {
+    char los[24], his[24];
+    const int nlo = snprintf(los, sizeof los, "%.0f", lo), nhi = snprintf(his, sizeof his, "%.0f", hi);
+    sb_add(b, " (");
+    for (int n = nlo; n <= nhi; n++) {
+        char a[24], z[24];
+        if (n == nlo) memcpy(a, los, (size_t)n);
+        else a[0] = '1', memset(a + 1, '0', (size_t)n - 1);
+        if (n == nhi) memcpy(z, his, (size_t)n);
+        else memset(z, '9', (size_t)n);
+        if (n > nlo) sb_add(b, " |");
+        sb_fixed_range(b, a, z, n);
+    }
+    sb_add(b, " )");
+}
+
+/* Magnitudes (non-negative) between lo and hi, each end inclusive or not, as alternatives
+ * appended to b (*alts counts them): for an integer, whole numbers; for a number, an integer
+ * part and a fraction as the edges allow. lo and hi are whole numbers. */
+static void sb_magnitudes(sbuf *b, int *alts, double lo, int lo_incl, double hi, int hi_incl, int integer) {
+    if (integer) {
+        const double a = lo_incl ? lo : lo + 1, z = hi_incl ? hi : hi - 1;
+        if (a > z) return;
+        sb_add(b, *alts ? " |" : "");
+        sb_uint_range(b, a, z);
+        ++*alts;
+        return;
+    }
+    /* any fraction: integer parts strictly inside, and lo itself when inclusive */
+    const double a = lo_incl ? lo : lo + 1, z = hi - 1;
+    if (a <= z) {
+        sb_add(b, *alts ? " |" : "");
+        sb_uint_range(b, a, z);
+        sb_add(b, " json-frac?");
+        ++*alts;
+    }
+    if (!lo_incl && lo < hi) { /* lo itself, above it only by a fraction that is not zero */
+        sb_addf(b, "%s \"%.0f\" \".\" \"0\"{0,15} [1-9] [0-9]{0,15}", *alts ? " |" : "", lo);
+        ++*alts;
+    }
+    if (hi_incl && (lo < hi || lo_incl)) { /* hi itself, with a fraction of zeros at most */
+        sb_addf(b, "%s \"%.0f\" (\".\" \"0\"{1,16})?", *alts ? " |" : "", hi);
+        ++*alts;
+    }
+}
+
+/* One bound of s: its value in *v and whether it is inclusive; 0 if absent. Draft 4's boolean
+ * exclusiveMinimum / exclusiveMaximum make minimum / maximum exclusive. */
+static int get_bound(jsctx *c, const cJSON *s, const char *name, const char *exclusive_name, double *v, int *incl,
+                     const char *path) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(s, name), *x = cJSON_GetObjectItemCaseSensitive(s, exclusive_name);
+    if ((m && !cJSON_IsNumber(m)) || (x && !cJSON_IsNumber(x) && !cJSON_IsBool(x)))
+        return js_fail(c, "'%s' at %.120s must be a number", m && !cJSON_IsNumber(m) ? name : exclusive_name, path);
+    int found = 0;
+    if (cJSON_IsNumber(m)) *v = m->valuedouble, *incl = !cJSON_IsTrue(x), found = 1;
+    if (cJSON_IsNumber(x)) {
+        const int low = !strcmp(name, "minimum");
+        /* the tighter of the two; an exclusive one wins a tie */
+        if (!found || (low ? x->valuedouble >= *v : x->valuedouble <= *v)) *v = x->valuedouble, *incl = 0;
+        found = 1;
+    }
+    return found;
+}
+
+static int gen_numeric(jsctx *c, const cJSON *s, const char *path, sbuf *body, int integer) {
+    double lo = -JS_MAX_MAGNITUDE, hi = JS_MAX_MAGNITUDE;
+    int lo_incl = 1, hi_incl = 1;
+    const int has_lo = get_bound(c, s, "minimum", "exclusiveMinimum", &lo, &lo_incl, path);
+    const int has_hi = has_lo < 0 ? -1 : get_bound(c, s, "maximum", "exclusiveMaximum", &hi, &hi_incl, path);
+    if (has_lo < 0 || has_hi < 0) return -1;
+    if (!has_lo && !has_hi) {
+        sb_add(body, integer ? "json-int" : "json-number");
+        return 0;
+    }
+    if (integer) { /* whole bounds, inclusive */
+        if (lo != floor(lo) || !lo_incl) lo = lo_incl ? ceil(lo) : floor(lo) + 1, lo_incl = 1;
+        if (hi != floor(hi) || !hi_incl) hi = hi_incl ? floor(hi) : ceil(hi) - 1, hi_incl = 1;
+    } else if (lo != floor(lo) || hi != floor(hi)) {
+        return js_fail(c, "the bounds of the number at %.120s must be whole numbers to be enforced "
+                          "(use \"type\": \"integer\", or scale the value)", path);
+    }
+    if (lo < -JS_MAX_MAGNITUDE) lo = -JS_MAX_MAGNITUDE, lo_incl = 1;
+    if (hi > JS_MAX_MAGNITUDE) hi = JS_MAX_MAGNITUDE, hi_incl = 1;
+    int alts = 0;
+    sb_add(body, "(");
+    if (hi > 0 || (hi == 0 && hi_incl)) /* the non-negative values */
+        sb_magnitudes(body, &alts, lo >= 0 ? lo : 0, lo >= 0 ? lo_incl : 1, hi, hi_incl, integer);
+    if (lo < 0) { /* the negative ones: "-" and a magnitude, never -0 */
+        const size_t mark = body->len;
+        const int before = alts;
+        sb_add(body, alts ? " | \"-\" (" : " \"-\" (");
+        int neg = 0;
+        sb_magnitudes(body, &neg, hi < 0 ? -hi : (integer ? 1 : 0), hi < 0 ? hi_incl : integer, -lo, lo_incl, integer);
+        if (neg) {
+            sb_add(body, " )");
+            alts = before + 1;
+        } else if (!body->oom) {
+            body->len = mark;
+            body->p[mark] = 0;
+        }
+    }
+    sb_add(body, " )");
+    if (!alts) return js_fail(c, "no %s at %.120s is within its bounds", integer ? "integer" : "number", path);
+    return 0;
 }
 
 static int gen_type(jsctx *c, const cJSON *s, const char *type, const char *path, sbuf *body) {
     if (!strcmp(type, "object")) return gen_object(c, s, path, body);
     if (!strcmp(type, "array")) return gen_array(c, s, path, body);
     if (!strcmp(type, "string")) return gen_string(c, s, path, body);
-    if (!strcmp(type, "number")) sb_add(body, non_negative_bound(s) ? "json-uint json-frac-exp" : "json-number");
-    else if (!strcmp(type, "integer")) sb_add(body, non_negative_bound(s) ? "json-uint" : "json-int");
-    else if (!strcmp(type, "boolean")) sb_add(body, "\"true\" | \"false\"");
+    if (!strcmp(type, "number")) return gen_numeric(c, s, path, body, 0);
+    if (!strcmp(type, "integer")) return gen_numeric(c, s, path, body, 1);
+    if (!strcmp(type, "boolean")) sb_add(body, "\"true\" | \"false\"");
     else if (!strcmp(type, "null")) sb_add(body, "\"null\"");
     else return js_fail(c, "unsupported type '%.40s' at %.120s", type, path);
     return 0;

@@ -8,9 +8,10 @@
  * boolean, null, array (items, minItems, maxItems), enum, const, anyOf,
  * $defs / definitions with local $ref (recursion allowed, "#" is the root).
  * Annotations (title, description, default, examples, $schema, $id,
- * $comment) are ignored. Numeric bounds are not enforced except that
- * minimum >= 0 (or exclusiveMinimum >= 0) drops the minus sign; numbers have
- * at most 16 integer and 16 fraction digits. Any other keyword is refused by
+ * $comment) are ignored. Numeric bounds (minimum, maximum and their exclusive
+ * forms) are compiled into the digits: any bounds for an integer, whole-number
+ * bounds for a number (which then has no exponent); numbers have at most 16
+ * integer and 16 fraction digits. Any other keyword is refused by
  * name. Whitespace between tokens is bounded (a space, or a newline and up to
  * 16 spaces or tabs) so a small model cannot pad forever.
  */

@@ -437,6 +437,68 @@ static void expect_schema_error(const char *schema_json, const char *needle) {
     cJSON_Delete(schema);
 }
 
+/* Numeric bounds against arithmetic: for each schema, every candidate in a grid of integer parts
+ * and fractions is accepted exactly when its value is within the bounds (strtod decides). The
+ * candidates spell values the grammar's digits can (no exponent, no "-0"). */
+static void expect_bounds(const char *type, const char *bounds, double lo, int lo_incl, double hi, int hi_incl) {
+    char schema_json[256], err[256] = "";
+    snprintf(schema_json, sizeof schema_json, "{\"type\":\"%s\"%s%s}", type, *bounds ? "," : "", bounds);
+    cJSON *schema = cJSON_Parse(schema_json);
+    char *text = schema ? js_schema_grammar(schema, err, sizeof err) : NULL;
+    cJSON_Delete(schema);
+    check(text != NULL, "schema %s: %s", schema_json, err);
+    gram_grammar *g = text ? gram_compile(text, strlen(text), err, sizeof err) : NULL;
+    check(!text || g, "schema %s: grammar does not compile: %s", schema_json, err);
+    free(text);
+    if (!g) return;
+    static const char *const fracs[] = {"", ".0", ".00", ".5", ".05", ".50", ".000001", ".9", ".0010"};
+    const int integer = !strcmp(type, "integer");
+    int wrong = 0;
+    for (int k = -1300; k <= 1300 && wrong < 5; k++)
+        for (size_t f = 0; f < (integer ? 1 : sizeof fracs / sizeof *fracs); f++) {
+            for (int sign = 0; sign < 2; sign++) {
+                if (sign && k <= 0 && !(k == 0 && f > 0)) continue; /* -0, and k < 0 spelled once */
+                if (!sign && k < 0) continue;
+                char cand[64];
+                snprintf(cand, sizeof cand, "%s%d%s", sign ? "-" : "", k, fracs[f]);
+                const double v = strtod(cand, NULL);
+                if (v == 0 && sign) continue; /* -0.0 and the like: zero spelled negative */
+                const int in = (lo_incl ? v >= lo : v > lo) && (hi_incl ? v <= hi : v < hi);
+                if (matches(g, cand, 1) != in) {
+                    check(0, "schema %s: %s is %s bounds but %s", schema_json, cand, in ? "within" : "outside",
+                          in ? "rejected" : "accepted");
+                    wrong++;
+                }
+            }
+        }
+    check(wrong == 0, "schema %s: every candidate as its value says", schema_json);
+    gram_free(g);
+}
+
+static void test_numeric_bounds(void) {
+    const double inf = 1e300;
+    expect_bounds("integer", "\"minimum\":13,\"maximum\":57", 13, 1, 57, 1);
+    expect_bounds("integer", "\"minimum\":-1000,\"maximum\":999", -1000, 1, 999, 1);
+    expect_bounds("integer", "\"exclusiveMinimum\":-8,\"exclusiveMaximum\":1205", -8, 0, 1205, 0);
+    expect_bounds("integer", "\"minimum\":0", 0, 1, inf, 1);
+    expect_bounds("integer", "\"maximum\":-3", -inf, 1, -3, 1);
+    expect_bounds("integer", "\"minimum\":2.5,\"maximum\":99.9", 3, 1, 99, 1);
+    expect_bounds("integer", "\"minimum\":100,\"maximum\":100", 100, 1, 100, 1);
+    expect_bounds("integer", "\"minimum\":5,\"exclusiveMinimum\":7", 7, 0, inf, 1);
+    expect_bounds("number", "\"minimum\":0,\"maximum\":1", 0, 1, 1, 1);
+    expect_bounds("number", "\"exclusiveMinimum\":0,\"exclusiveMaximum\":1", 0, 0, 1, 0);
+    expect_bounds("number", "\"minimum\":-40,\"exclusiveMaximum\":60", -40, 1, 60, 0);
+    expect_bounds("number", "\"exclusiveMinimum\":-3,\"maximum\":-1", -3, 0, -1, 1);
+    expect_bounds("number", "\"exclusiveMinimum\":3", 3, 0, inf, 1);
+    expect_bounds("number", "\"maximum\":0", -inf, 1, 0, 1);
+    expect_bounds("number", "\"minimum\":7,\"maximum\":7", 7, 1, 7, 1);
+    expect_bounds("number", "\"minimum\":1,\"exclusiveMinimum\":true", 1, 0, inf, 1);
+    expect_schema_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer at # is within its bounds");
+    expect_schema_error("{\"type\":\"number\",\"exclusiveMinimum\":2,\"exclusiveMaximum\":2}", "no number");
+    expect_schema_error("{\"type\":\"number\",\"maximum\":0.5}", "must be whole numbers");
+    expect_schema_error("{\"type\":\"integer\",\"minimum\":\"1\"}", "'minimum' at # must be a number");
+}
+
 static void test_json_schema(void) {
     expect_schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}},"
                   "\"required\":[\"a\"],\"additionalProperties\":false}",
@@ -489,5 +551,6 @@ int main(void) {
     test_mask(0);
     test_mask(1);
     test_json_schema();
+    test_numeric_bounds();
     return check_summary();
 }
