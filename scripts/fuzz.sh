@@ -52,6 +52,7 @@ for h in "${harnesses[@]}"; do
   dirs=("$found" "$seeds")
   [ -d tests/fuzz/corpus/$h ] && dirs+=("tests/fuzz/corpus/$h")
   log=build/fuzz/$h.log
+  : >"$log"
   rc=0
   if [ $regress = 1 ]; then
     # every committed and fixture input once (a crash fixed stays fixed), not the found ones
@@ -62,8 +63,8 @@ for h in "${harnesses[@]}"; do
       -artifact_prefix="$crashes/$h-" -print_final_stats=1 "${dirs[@]}" >>"$log" 2>&1 || rc=$?
   fi
   stats=$(grep -E '^#[0-9]+' "$log" | tail -1)
-  execs=$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
-  rate=$(grep -Eo 'stat::average_exec_per_sec: *[0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
+  execs=$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$' || echo 0)
+  rate=$(grep -Eo 'stat::average_exec_per_sec: *[0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$' || echo 0)
   edges=$(echo "$stats" | grep -Eo 'cov: [0-9]+' | grep -Eo '[0-9]+' || echo 0)
   ft=$(echo "$stats" | grep -Eo 'ft: [0-9]+' | grep -Eo '[0-9]+' || echo 0)
   corp=$(echo "$stats" | grep -Eo 'corp: [0-9]+' | grep -Eo '[0-9]+' || echo 0)
