@@ -353,23 +353,30 @@ def test_a_model_larger_than_the_budget_is_an_error_at_start(binaries):
 # ---- crashes -----------------------------------------------------------------------------------
 
 
+def start_long_request(srv, c):
+    """A 1000-token request to model A on a thread, once the child holds it: (the thread, the list
+    its APIStatusError lands in)."""
+    failed = []
+
+    def long_request():
+        try:
+            c.completions.create(model=A, prompt="Count forever: 1, 2,", max_tokens=1000,
+                                 extra_body={"ignore_eos": True})
+        except openai.APIStatusError as e:
+            failed.append(e)
+
+    t = threading.Thread(target=long_request)
+    t.start()
+    wait_for(lambda: health(srv)[A]["in_flight"] == 1, 10 * SLOW, "the request never reached the child")
+    return t, failed
+
+
 def test_crash_fails_in_flight_with_502_and_the_next_request_restarts(binaries):
     srv = router(binaries)
     with srv:
         c = client_of(srv)
         c.completions.create(model=A, prompt="Hello", max_tokens=2)
-        failed = []
-
-        def long_request():
-            try:
-                c.completions.create(model=A, prompt="Count forever: 1, 2,", max_tokens=1000,
-                                     extra_body={"ignore_eos": True})
-            except openai.APIStatusError as e:
-                failed.append(e)
-
-        t = threading.Thread(target=long_request)
-        t.start()
-        wait_for(lambda: health(srv)[A]["in_flight"] == 1, 10 * SLOW, "the request never reached the child")
+        t, failed = start_long_request(srv, c)
         os.kill(health(srv)[A]["pid"], signal.SIGKILL)
         t.join(30 * SLOW)
         assert not t.is_alive()
@@ -397,18 +404,7 @@ def test_a_stopped_child_is_killed_after_the_liveness_timeout(binaries):
         c = client_of(srv)
         c.completions.create(model=A, prompt="Hello", max_tokens=2)
         pid = health(srv)[A]["pid"]
-        failed = []
-
-        def held_request():
-            try:
-                c.completions.create(model=A, prompt="Count forever: 1, 2,", max_tokens=1000,
-                                     extra_body={"ignore_eos": True})
-            except openai.APIStatusError as e:
-                failed.append(e)
-
-        t = threading.Thread(target=held_request)
-        t.start()
-        wait_for(lambda: health(srv)[A]["in_flight"] == 1, 10 * SLOW, "the request never reached the child")
+        t, failed = start_long_request(srv, c)
         os.kill(pid, signal.SIGSTOP)
         t.join(60 * SLOW)
         assert not t.is_alive(), "the request is still held by the stopped child"

@@ -39,4 +39,19 @@ static char *fuzz_cstring(const uint8_t *data, size_t n) {
     return s;
 }
 
+#ifdef INGOT_TOKENIZER_H
+/* A tokenizer built from the input, exercised: a fixed text with specials, bytes and emoji encoded
+ * and decoded, then freed. */
+static void fuzz_use_tokenizer(tok_tokenizer *t) {
+    char err[256];
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    static const char text[] = "Hello, world! 123  caf\xc3\xa9\t<|endoftext|> <|im_end|> \xf0\x9f\x98\x80\n";
+    if (tok_encode(t, text, sizeof text - 1, 1, 1, &ids, &n_ids, err, sizeof err) == 0)
+        free(tok_decode(t, ids, n_ids, 0));
+    free(ids);
+    tok_free(t);
+}
+#endif
+
 #endif
