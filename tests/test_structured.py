@@ -172,6 +172,22 @@ def test_json_object_and_completions(client):
     validate(r.choices[0].text, schema)
 
 
+def test_an_ambiguous_grammar_is_refused_not_followed(server):
+    """Nested repetitions of a wildcard make one token's mask cost seconds in the scheduler's step,
+    which every other sequence waits on (found by tests/fuzz/fuzz_gbnf). The mask has a budget
+    (GRAM_MAX_MASK_WORK, ~130x what a JSON-schema mask takes): past it the request ends with a
+    400 naming its grammar, and the server keeps serving."""
+    grammar = "root ::= " + ".*" + "." * 6 + "+" * 7 + ".*" + "." * 7 + "*" + "." * 6 + "+" * 7 + ".*" + "." * 7 + ' "x"\n'
+    r = requests.post(server.url + "/v1/completions", timeout=120 * SLOW,
+                      json={"model": MODEL, "prompt": "x", "max_tokens": 8, "grammar": grammar})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "grammar" and "too ambiguous" in err["message"], err
+    r = requests.post(server.url + "/v1/completions", timeout=120 * SLOW,
+                      json={"model": MODEL, "prompt": "x", "max_tokens": 2, "grammar": 'root ::= "ok"'})
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == "ok", r.text
+
+
 def test_gbnf_grammar(server):
     grammar = r'''
 root   ::= "The answer is " answer ". Numbers: " number ("," number){2}

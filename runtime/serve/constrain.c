@@ -16,9 +16,15 @@ typedef struct {
     float *stop_logits;     /* [n_stop]: saved across the mask */
 } con_grammar;
 
-static void con_mask(sched_constraint *base, float *logits, int vocab) {
+static int con_mask(sched_constraint *base, float *logits, int vocab, char *error, size_t errlen) {
     con_grammar *c = (con_grammar *)base;
     const int n_allowed = gram_mask(c->m, c->v, c->allowed);
+    if (n_allowed < 0) {
+        snprintf(error, errlen,
+                 "the grammar is too ambiguous to follow: one token's mask took more than %ld expansions",
+                 GRAM_MAX_MASK_WORK);
+        return -1;
+    }
     const int allow_stop = n_allowed == 0 || gram_is_complete(c->m);
     for (int i = 0; i < c->n_stop; i++)
         c->stop_logits[i] = c->stop_ids[i] >= 0 && c->stop_ids[i] < vocab ? logits[c->stop_ids[i]] : -INFINITY;
@@ -34,6 +40,7 @@ static void con_mask(sched_constraint *base, float *logits, int vocab) {
     if (allow_stop)
         for (int i = 0; i < c->n_stop; i++)
             if (c->stop_ids[i] >= 0 && c->stop_ids[i] < vocab) logits[c->stop_ids[i]] = c->stop_logits[i];
+    return 0;
 }
 
 static int con_accept(sched_constraint *base, int32_t token) {

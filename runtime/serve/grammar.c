@@ -753,6 +753,9 @@ struct gram_matcher {
     int32_t *st_index; /* state hash table (-1: empty) */
     int st_index_cap;
     int memo_full;     /* more than GRAM_WALK_STATES states: the plain walk takes over */
+    int masking;       /* a gram_mask is running: its expansions count against GRAM_MAX_MASK_WORK */
+    long mask_work;    /* expansions in this mask, over every token tried */
+    int mask_over;     /* the budget ran out: the mask is abandoned */
 };
 
 #define GRAM_MAX_NODES (1 << 22)
@@ -823,6 +826,10 @@ static int same_stack(const gram_matcher *m, int32_t a, int32_t b) {
 }
 
 static void set_add(gram_matcher *m, int32_t *set, int *n, int32_t top) {
+    if (m->masking && (m->mask_work += *n + 1) > GRAM_MAX_MASK_WORK) { /* each comparison walks two stacks */
+        m->mask_over = m->overflow = 1;
+        return;
+    }
     for (int i = 0; i < *n; i++)
         if (same_stack(m, set[i], top)) return;
     if (*n >= GRAM_MAX_STACKS) {
@@ -841,6 +848,10 @@ static void expand(gram_matcher *m, int32_t pos, int32_t rest, int32_t *set, int
     if (m->overflow) return;
     if (depth > GRAM_MAX_DEPTH || ++m->work > GRAM_MAX_WORK) {
         m->overflow = 1;
+        return;
+    }
+    if (m->masking && ++m->mask_work > GRAM_MAX_MASK_WORK) {
+        m->mask_over = m->overflow = 1;
         return;
     }
     for (;;) {
@@ -1247,6 +1258,7 @@ static int same_set(const gram_matcher *m, const int32_t *a, int na, const int32
  * the vocabulary is then a plain trie walk. */
 static void walk(gram_matcher *m, const gram_vocab *v, int node, const int32_t *set, int n, uint32_t cp, int rem,
                  int at_start, int depth, uint32_t *allowed, int *count) {
+    if (m->mask_over) return;
     int32_t *out = m->scratch + (size_t)(depth + 2) * GRAM_MAX_STACKS;
     for (int c = node + 1; c < v->end[node]; c = v->end[c]) {
         const unsigned char b = v->byte[c];
@@ -1443,6 +1455,7 @@ static int subtree_allowed(gram_matcher *m, const gram_vocab *v, int c, int32_t 
 
 /* walk() over the automaton: node's bytes led to state sid. */
 static void walk_memo(gram_matcher *m, const gram_vocab *v, int node, int32_t sid, uint32_t *allowed, int *count) {
+    if (m->mask_over) return;
     for (int c = node + 1; c < v->end[node] && !m->memo_full; c = v->end[c]) {
         const int32_t next = transition(m, sid, v->byte[c]);
         if (next == -3) return;
@@ -1547,10 +1560,19 @@ int gram_mask(gram_matcher *m, const gram_vocab *v, uint32_t *allowed) {
     }
     memset(allowed, 0, sizeof(uint32_t) * words);
     if (reserve_scratch(m, v->max_len + 3) != 0) return 0;
+    m->masking = 1;
+    m->mask_work = 0;
+    m->mask_over = 0;
     int count = mask_memo(m, v, allowed);
-    if (count < 0) { /* too many states for the automaton: the plain walk, step by step */
+    if (count < 0 && !m->mask_over) { /* too many states for the automaton: the plain walk, step by step */
         count = 0;
         mask_plain(m, v, allowed, &count);
+    }
+    m->masking = 0;
+    if (m->mask_over) { /* nothing is allowed from a mask cut short; it is not cached */
+        m->overflow = 0;
+        memset(allowed, 0, sizeof(uint32_t) * words);
+        return -1;
     }
     if (n_sig > 0) {
         gram_cached *e = &m->cache[0];

@@ -37,6 +37,10 @@
 #define GRAM_MAX_ELEMS (1 << 20)
 #define GRAM_MAX_STACKS 512
 #define GRAM_MAX_NESTING 256
+/* Expansions one token mask may take over the whole vocabulary: an ambiguous grammar
+ * (nested repetitions of a wildcard) can need seconds a token, in the scheduler's step that
+ * every other sequence waits on; past this, gram_mask gives up (-1). */
+#define GRAM_MAX_MASK_WORK 4000000L
 
 typedef struct gram_grammar gram_grammar;
 typedef struct gram_matcher gram_matcher;
@@ -76,7 +80,9 @@ int gram_accept_token(gram_matcher *m, const gram_vocab *v, int id);
 
 /* Sets bit i of allowed (ceil(n_tokens / 32) words, every bit written) for
  * each token whose bytes the matcher would accept now. Returns how many are
- * allowed. The matcher is not changed (only its scratch space is used). */
+ * allowed, or -1 (nothing allowed) when that took more than
+ * GRAM_MAX_MASK_WORK expansions. The matcher is not changed (only its
+ * scratch space is used). */
 int gram_mask(gram_matcher *m, const gram_vocab *v, uint32_t *allowed);
 /* The same set by the plain walk, one matcher step per trie node, without
  * the automaton or the cache gram_mask uses (its fallback past

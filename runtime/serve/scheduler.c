@@ -771,8 +771,15 @@ static int sample_rows(sched *s, sched_seq *q, const float *lg_rows, const int32
         if (q->top_logprobs >= 0) memcpy(s->raw_logits, lg, sizeof(float) * (size_t)s->vocab);
         if (q->constraint) {
             const double tm = now_s();
-            q->constraint->mask(q->constraint, lg, s->vocab);
+            char error[160];
+            const int rc = q->constraint->mask(q->constraint, lg, s->vocab, error, sizeof error);
             *mask_seconds += now_s() - tm;
+            if (rc != 0) {
+                running_remove(s, i_run);
+                finish(s, q, SCHED_FINISH_ERROR, error, NULL);
+                ended = 1;
+                break;
+            }
         }
         int tok, accepted = 0;
         if (t < k)

@@ -83,7 +83,9 @@ typedef enum {
  * scheduler knows nothing else of it. */
 typedef struct sched_constraint sched_constraint;
 struct sched_constraint {
-    void (*mask)(sched_constraint *c, float *logits, int vocab); /* disallowed tokens' logits to -INFINITY */
+    /* disallowed tokens' logits to -INFINITY; -1 (error filled) when the mask cannot be computed within
+     * its budget: the sequence ends with SCHED_FINISH_ERROR */
+    int (*mask)(sched_constraint *c, float *logits, int vocab, char *error, size_t errlen);
     /* 1: nothing but a stop may follow; the sequence ends as if a stop id had been sampled */
     int (*accept)(sched_constraint *c, int32_t token);
     void (*free)(sched_constraint *c);

@@ -459,6 +459,11 @@ static void finish_request(server *s, srv_req *q) {
             evbuffer_free(b);
             evhttp_send_reply_end(h);
             count_status(s, 200); /* the status its headers carried */
+        } else if (q->failed && q->q.grammar && !strncmp(q->error, "generation failed: the grammar", 30)) {
+            /* the request's own grammar could not be followed within its budget: the client's to fix */
+            oai_error e;
+            oai_error_set(&e, 400, "invalid_request_error", q->q.grammar_param, NULL, "%s", q->error);
+            reply_error(s, h, &e);
         } else if (q->failed) {
             reply_error_msg(s, h, 500, "server_error", NULL, q->error);
         } else {
