@@ -88,9 +88,9 @@ def third_party_imports(entry_files):
     """{module: [where it is imported]} for the entry files (every import) and the project's own
     modules they reach (module-level imports), the standard library and the project left out."""
     seen, found = set(), {}
-    todo = [(f, False) for f in entry_files]
-    while todo:
-        path, module_level_only = todo.pop()
+    pending = [(f, False) for f in entry_files]
+    while pending:
+        path, module_level_only = pending.pop()
         if (path, module_level_only) in seen:
             continue
         seen.add((path, module_level_only))
@@ -99,7 +99,7 @@ def third_party_imports(entry_files):
                 continue
             local = local_module(name)
             if local is not None:
-                todo.append((local, True))
+                pending.append((local, True))
                 continue
             found.setdefault(name, []).append(f"{path.relative_to(ROOT)}:{line}")
     return found

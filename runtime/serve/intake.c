@@ -1,5 +1,5 @@
 /* intake.c — worker threads for requests' CPU work, handing results back to the event loop
- * (intake.h). Two FIFO queues under one mutex: `todo` (loop -> workers, a condition variable
+ * (intake.h). Two FIFO queues under one mutex: `queued` (loop -> workers, a condition variable
  * wakes a worker) and `finished` (workers -> loop, event_active wakes the loop). */
 #include "intake.h"
 
@@ -10,7 +10,7 @@
 struct intake_pool {
     pthread_mutex_t mu;
     pthread_cond_t work_ready;
-    intake_job *todo_head, *todo_tail;         /* submitted, not yet taken by a worker */
+    intake_job *queued_head, *queued_tail;         /* submitted, not yet taken by a worker */
     intake_job *finished_head, *finished_tail; /* worked, done not yet called */
     int pending;                               /* submitted and not yet done (loop thread only) */
     int max_queued;
@@ -40,7 +40,7 @@ static void *worker(void *arg) {
     intake_pool *p = arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        intake_job *j = pop(&p->todo_head, &p->todo_tail);
+        intake_job *j = pop(&p->queued_head, &p->queued_tail);
         if (!j) {
             if (p->stopping) break;
             pthread_cond_wait(&p->work_ready, &p->mu);
@@ -104,7 +104,7 @@ int intake_submit(intake_pool *p, intake_job *job) {
     if (p->pending >= p->max_queued) return -1;
     p->pending++;
     pthread_mutex_lock(&p->mu);
-    push(&p->todo_head, &p->todo_tail, job);
+    push(&p->queued_head, &p->queued_tail, job);
     pthread_cond_signal(&p->work_ready);
     pthread_mutex_unlock(&p->mu);
     return 0;
@@ -115,7 +115,7 @@ int intake_pending(const intake_pool *p) { return p->pending; }
 void intake_free(intake_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->stopping = 1; /* workers leave once `todo` is empty */
+    p->stopping = 1; /* workers leave once `queued` is empty */
     pthread_cond_broadcast(&p->work_ready);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);

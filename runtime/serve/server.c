@@ -2041,8 +2041,10 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_dra
     add_metrics(s);
     {
         char ierr[128];
-        /* as many requests may be in intake as may wait in the scheduler's queue */
-        if (!(s->intake = intake_new(s->base, s->cfg.intake_threads, s->cfg.max_waiting, ierr, sizeof ierr))) {
+        /* as many requests may be in intake as may be live in the scheduler (running and waiting):
+         * a burst that the scheduler would take is never refused while it is being parsed */
+        if (!(s->intake = intake_new(s->base, s->cfg.intake_threads, s->cfg.max_running + s->cfg.max_waiting, ierr,
+                                     sizeof ierr))) {
             fprintf(stderr, "%s: error: %s\n", d->name, ierr);
             goto out;
         }
