@@ -9,9 +9,11 @@ default tier it is skipped with that reason, by name.
 """
 import contextlib
 import fcntl
+import json
 import os
 import subprocess
 import pathlib
+import sys
 
 import pytest
 
@@ -19,6 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAN = os.environ.get("INGOT_SAN") == "1"
 OBJDIR = ROOT / "build" / ("_obj-san" if SAN else "_obj")
 FULL = os.environ.get("INGOT_TEST_FULL") == "1"
+FIXTURES = ROOT / "tests" / "fixtures"
 
 # a parameter of the wider matrix: pytest.param(value, marks=BREADTH)
 BREADTH = pytest.mark.full
@@ -26,6 +29,26 @@ BREADTH = pytest.mark.full
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "full: breadth beyond the default tier; runs in make test-full")
+
+
+def pytest_sessionstart(session):
+    """The fixture weights the tree does not track (tests/fixtures/regenerate.py: torch remakes
+    them from their seeds) are remade before the first test when any is missing."""
+    manifest = json.loads((FIXTURES / "regenerated.json").read_text())
+    if all((FIXTURES / rel).exists() for rel in manifest["weights"]):
+        return
+    with locked("fixtures"):
+        subprocess.run([sys.executable, str(FIXTURES / "regenerate.py")], check=True)
+
+
+def fixture_file(path):
+    """PATH, a file under tests/fixtures; a clear failure where it is one of the llama.cpp files
+    only make test-full reads, not in the tree until regenerate.py --oracles remakes it."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        pytest.fail(f"{path.relative_to(ROOT)} is not in the tree: `python3 tests/fixtures/regenerate.py --oracles` "
+                    "remakes it (make test-full runs it; needs scripts/setup.sh --oracles)", pytrace=False)
+    return path
 
 
 def pytest_collection_modifyitems(config, items):

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import modelbuild
-from conftest import BREADTH, OBJDIR, ROOT, SAN, run
+from conftest import BREADTH, OBJDIR, ROOT, SAN, fixture_file, run
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from make_kquant_models import PRESETS  # noqa: E402  (the presets llama.cpp made of each family)
@@ -112,7 +112,9 @@ def test_deepseek2_sigmoid_routing_is_refused(tmp_path, built):
 
 # tests/fixtures/gguf_family_presets (make_family_presets.py): each family 256 wide, quantized by
 # llama.cpp into every preset of make_kquant_models.PRESETS, with llama.cpp's logits on each file
-# and on the same weights dequantized by gguf-py into an F32 GGUF.
+# and on the same weights dequantized by gguf-py into an F32 GGUF. The tree holds the presets the
+# default tier runs (PRESET_DEFAULT and Q4_K_M) and every preset's reference.json entry (its
+# sha256 and tensor types); tests/fixtures/regenerate.py --oracles remakes the other files.
 PRESET_FIXTURES = ROOT / "tests" / "fixtures" / "gguf_family_presets"
 PRESET_NAMES = sorted(p.name for p in PRESET_FIXTURES.iterdir() if (p / "reference.json").exists())
 # The default tier runs Q4_K_M of every family and one more preset per family, chosen so that the
@@ -137,9 +139,9 @@ def preset_fixture(name, preset):
     d = PRESET_FIXTURES / name
     ref = json.loads((d / "reference.json").read_text())
     p = ref["presets"][preset]
-    path = d / p["file"]
+    path = fixture_file(d / p["file"])
     assert hashlib.sha256(path.read_bytes()).hexdigest() == p["sha256"], f"{path} changed"
-    llama, dequant = (np.fromfile(d / p[k], dtype="<f4").reshape(ref["shape"]) for k in ("llamacpp", "dequant"))
+    llama, dequant = (np.fromfile(fixture_file(d / p[k]), dtype="<f4").reshape(ref["shape"]) for k in ("llamacpp", "dequant"))
     return path, ref, llama, dequant
 
 

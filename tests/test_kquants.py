@@ -16,7 +16,7 @@ import gguf.quants
 
 import kquant_ref
 import modelbuild
-from conftest import BREADTH, OBJDIR, ROOT, SAN, locked, run
+from conftest import BREADTH, OBJDIR, ROOT, SAN, fixture_file, locked, run
 
 KQ = ROOT / "tests" / "fixtures" / "kquant"
 REF = json.loads((KQ / "reference.json").read_text())
@@ -232,7 +232,7 @@ def test_preset_matches_llamacpp(built, preset, tmp_path):
     positions differ."""
     if preset in REF["skipped"]:
         pytest.skip(f"llama.cpp refused {preset}: {REF['skipped'][preset]}")
-    path = KQ / PRESETS[preset]["file"]
+    path = fixture_file(KQ / PRESETS[preset]["file"])
     got = modelbuild.logits(build(path, "kq-" + preset.lower().replace("_", "-")), TOKENS, tmp_path=tmp_path)
     llama = reference_logits(preset)
     model = kquant_ref.Model(path)
@@ -257,7 +257,7 @@ def test_preset_act_quant_q8(built, preset, tmp_path):
     llama.cpp: what separates the two roundings (llama.cpp's blocks of 256
     for the K-quants and IQ4_XS, its f16 scales), measured by the replays
     (0.16 .. 0.60), plus FLIP on either side (observed 0.15 .. 0.60)."""
-    path = KQ / PRESETS[preset]["file"]
+    path = fixture_file(KQ / PRESETS[preset]["file"])
     binary = build(path, "kq-" + preset.lower().replace("_", "-") + "-a8", "--act-quant", "q8")
     got = modelbuild.logits(binary, TOKENS, tmp_path=tmp_path)
     model = kquant_ref.Model(path)
@@ -311,9 +311,10 @@ def generated_types(model, dtype, tmp_path, *extra):
     return compiled_types(tmp_path / "m")
 
 
-def file_types(path):
-    """{tensor name: dtype} of a GGUF file."""
-    return {t.name: t.tensor_type.name.lower() for t in gguf.GGUFReader(str(path)).tensors}
+def preset_types(preset):
+    """{tensor name: dtype} of llama.cpp's file of PRESET, as reference.json records it (the tree
+    holds the files of the presets the default tier runs; regenerate.py --oracles remakes the rest)."""
+    return {n: t.lower() for n, t in PRESETS[preset]["tensors"].items()}
 
 
 @pytest.mark.parametrize("dtype", [pytest.param(d, marks=BREADTH) if d in ("q8_0", "q5_1", "q5_k", "q3_k", "q3_k_s", "q3_k_l")
@@ -339,7 +340,7 @@ def test_dtype_quantizes_at_load(built, f32_gguf, dtype, tmp_path):
     if dtype in MIX_PRESET:
         mix = preset_mix(MIX_PRESET[dtype])
         # tensor for tensor, the types of llama.cpp's file
-        assert compiled_types(binary) == file_types(KQ / PRESETS[MIX_PRESET[dtype]]["file"])
+        assert compiled_types(binary) == preset_types(MIX_PRESET[dtype])
     else:
         mix = "f32 (5), " + {"q8_0": "q8_0 (16)", "q6_k": "q6_k (16)"}.get(dtype, f"{dtype} (15), q6_k (1)")
     assert f"weight dtypes:   {mix}" in info.stdout, info.stdout
@@ -358,25 +359,27 @@ def test_dtype_mix_types_match_llamacpp(built, f32_gguf, dtype, tmp_path):
     in Q3_K; Q3_K_M's first two attn_v in Q5_K, the rest of attn_v, ffn_down
     and attn_output in Q4_K; Q3_K_L's in Q5_K; Q4_K_M/Q5_K_M's use_more_bits
     layers in Q6_K; the untied LM head in Q6_K)."""
-    assert generated_types(f32_gguf, dtype, tmp_path) == file_types(KQ / PRESETS[MIX_PRESET[dtype]]["file"])
+    assert generated_types(f32_gguf, dtype, tmp_path) == preset_types(MIX_PRESET[dtype])
 
 
 FAMILY_PRESETS = ROOT / "tests" / "fixtures" / "gguf_family_presets"
 # DeepSeek-V2's kv_b is two tensors in llama.cpp's files (attn_k_b, attn_v_b) that ingot joins
 # into one weight: no tensor-for-tensor counterpart
-MIX_FAMILIES = sorted(p.name for p in FAMILY_PRESETS.iterdir() if (p / "Q8_0.gguf").exists() and p.name != "deepseek2")
+MIX_FAMILIES = sorted(p.name for p in FAMILY_PRESETS.iterdir() if (p / "reference.json").exists() and p.name != "deepseek2")
 
 
 @pytest.mark.parametrize("family", MIX_FAMILIES)
 @pytest.mark.parametrize("dtype", ["q2_k", "q3_k_m", "q4_k_m", "q5_k_m"])
 def test_dtype_mix_types_match_llamacpp_families(built, family, dtype, tmp_path):
     """Every family's 256-wide model (tests/fixtures/gguf_family_presets), the generator alone from
-    its Q8_0 file: each tensor takes the type of llama.cpp's file of the preset, with the rules
-    the tiny Llama does not reach: Phi-3's fused QKV counts as attn_v, the MoE routers
+    its Q4_K_M file (the types it chooses depend on names and shapes, not on the source's types):
+    each tensor takes the type of llama.cpp's file of the preset (its reference.json entry), with
+    the rules the tiny Llama does not reach: Phi-3's fused QKV counts as attn_v, the MoE routers
     (ffn_gate_inp) keep their type, the experts' ffn_down_exps are ffn_down, granite's and phi3's
     ffn_down rows of 320 take the fallbacks, the tied embeddings the head's q6_k."""
-    src = FAMILY_PRESETS / family / "Q8_0.gguf"
-    ours, theirs = generated_types(src, dtype, tmp_path), file_types(FAMILY_PRESETS / family / f"{dtype.upper()}.gguf")
+    ref = json.loads((FAMILY_PRESETS / family / "reference.json").read_text())
+    ours = generated_types(FAMILY_PRESETS / family / "Q4_K_M.gguf", dtype, tmp_path)
+    theirs = {n: t.lower() for n, t in ref["presets"][dtype.upper()]["tensors"].items()}
     # a tied LM head is listed under its own name too, reading the embedding
     assert set(ours) - set(theirs) <= {"output.weight"} and set(theirs) <= set(ours)
     assert {n: ours[n] for n in theirs} == theirs
@@ -500,7 +503,7 @@ def test_cuda_preset_matches_cpu(built, preset, tmp_path):
     differs from the CPU build, and both are the file's model (the float64 forward on gguf-py's
     dequantization): within 1e-4 of each (observed at most 2.8e-5 over the 11 presets and three
     modes; logits have std 1.66)."""
-    path = KQ / PRESETS[preset]["file"]
+    path = fixture_file(KQ / PRESETS[preset]["file"])
     tag = preset.lower().replace("_", "-")
     cpu = build(path, "kq-" + tag + "-exact", "--act-quant", "none")
     sim = build(path, "kq-cu-" + tag, "--backend", "cuda", "--cudasim")
