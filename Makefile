@@ -4,6 +4,7 @@
 #   make SAN=1      the same under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make lib ISA=avx2   the runtime library for one x86-64 level (build/_obj-isa-avx2; build/flags.mk)
 #   make tests      C test programs (tests/c/test_*.c)
+#   make check      C tests + a generator dry run of every fixture, the edit loop (scripts/check.sh)
 #   make test       the default tier, what CI runs (see README)
 #   make test-full  every test at full breadth, both passes over every file
 #   make fuzz       every libFuzzer harness (tests/fuzz) for FUZZ_SECONDS each (scripts/fuzz.sh)
@@ -24,7 +25,7 @@ FUZZERS     := $(patsubst tests/fuzz/%.c,$(OBJDIR)/fuzz/%,$(wildcard tests/fuzz/
 ROUTER_OBJ  := $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard runtime/router/*.c))
 ROUTER      := $(OBJDIR)/ingot-router
 
-.PHONY: all lib tools router tests test test-full fuzz fuzzers clean
+.PHONY: all lib tools router tests check test test-full fuzz fuzzers clean
 all: $(OBJDIR)/libingot.a tools router
 lib: $(OBJDIR)/libingot.a
 tools: $(TOOLS)
@@ -68,6 +69,9 @@ $(OBJDIR)/tests/test_kernels_kvq8: tests/c/test_kernels.c
 FUZZ_SECONDS ?= 60
 fuzz:
 	./scripts/fuzz.sh $(FUZZ_SECONDS)
+
+check:
+	./scripts/check.sh
 
 test:
 	./scripts/test.sh
