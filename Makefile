@@ -25,9 +25,13 @@ FUZZERS     := $(patsubst tests/fuzz/%.c,$(OBJDIR)/fuzz/%,$(wildcard tests/fuzz/
 ROUTER_OBJ  := $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard runtime/router/*.c))
 ROUTER      := $(OBJDIR)/ingot-router
 
+# main.c, the model binary's entry point, compiled once here rather than in every model build;
+# main_draft.o is the same with INGOT_DRAFT (a binary that carries a draft model)
+MAIN_OBJ    := $(OBJDIR)/runtime/core/main.o $(OBJDIR)/runtime/core/main_draft.o
+
 .PHONY: all lib tools router tests check test test-full fuzz fuzzers clean
-all: $(OBJDIR)/libingot.a tools router
-lib: $(OBJDIR)/libingot.a
+all: $(OBJDIR)/libingot.a $(MAIN_OBJ) tools router
+lib: $(OBJDIR)/libingot.a $(MAIN_OBJ)
 tools: $(TOOLS)
 router: $(ROUTER)
 tests: $(TESTS)
@@ -36,6 +40,10 @@ fuzzers: $(FUZZERS)
 $(OBJDIR)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(OBJDIR)/runtime/core/main_draft.o: runtime/core/main.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DINGOT_DRAFT -c $< -o $@
 
 $(OBJDIR)/libingot.a: $(RUNTIME_OBJ)
 	@mkdir -p $(dir $@)
@@ -80,4 +88,4 @@ test-full:
 	./scripts/test.sh --full
 
 clean:
-	rm -rf build/_obj build/_obj-san build/_obj-fuzz build/fuzz
+	rm -rf build/_obj build/_obj-san build/_obj-fuzz build/_obj-isa-* build/_obj-cudasim build/fuzz

@@ -24,6 +24,9 @@ ISAS      ?=
 ISA_TAG   := $(if $(filter native,$(ISA)),,.$(ISA))
 BIN       := $(MODEL_DIR)/$(NAME)$(ISA_TAG)$(SUFFIX)
 HEADERS   := $(wildcard $(ROOT)/runtime/*/*.h $(ROOT)/kernels/cpu/*.h $(ROOT)/templates/cpu/*.h)
+# main.c, compiled once with the library (the root Makefile's MAIN_OBJ), with INGOT_DRAFT where the
+# binary carries a draft model
+MAIN_O    := $(OBJDIR)/runtime/core/main$(if $(DRAFT_DIR),_draft,).o
 
 BACKEND   ?= cpu
 CUDA_HOME ?= /usr/local/cuda
@@ -67,8 +70,8 @@ $(GEN)/draft_model$(ISA_TAG)$(SUFFIX).o: $(DRAFT_DIR)/gen/model.c $(ROOT)/templa
 $(GEN)/draft_api$(ISA_TAG)$(SUFFIX).o: $(ROOT)/templates/cpu/draft_api.c $(ROOT)/templates/cpu/draft_prefix.h $(HEADERS)
 	$(DRAFT_CC) -c $< -o $@
 endif
-$(BIN): $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/core/main.c $(OBJDIR)/libingot.a $(HEADERS) $(DRAFT_OBJS)
-	$(CC) $(CFLAGS) $(if $(DRAFT_DIR),-DINGOT_DRAFT,) -I$(ROOT)/templates/cpu $(MODEL_DIR)/gen/model.c $(ROOT)/runtime/core/main.c $(DRAFT_OBJS) -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
+$(BIN): $(MODEL_DIR)/gen/model.c $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS) $(DRAFT_OBJS)
+	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu $(MODEL_DIR)/gen/model.c $(MAIN_O) $(DRAFT_OBJS) -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 
 endif
 
@@ -79,9 +82,8 @@ $(GEN)/model.cuda.o: $(GEN)/model.cu $(GEN)/cuda_arch.mk $(CUDA_HDRS) $(HEADERS)
 	  $(CUDA_INC) -c $< -o $@ 2> $(MODEL_DIR)/ptxas.txt || { cat $(MODEL_DIR)/ptxas.txt >&2; rm -f $@; exit 1; }
 $(GEN)/model_host.o: $(GEN)/model.c $(HEADERS)
 	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@
-$(BIN): $(GEN)/model.cuda.o $(GEN)/model_host.o $(ROOT)/runtime/core/main.c $(OBJDIR)/libingot.a $(HEADERS)
-	$(CC) $(CFLAGS) -c $(ROOT)/runtime/core/main.c -o $(GEN)/main.o
-	$(NVCC) $(CUDA_ARCHS) $(GEN)/model.cuda.o $(GEN)/model_host.o $(GEN)/main.o $(OBJDIR)/libingot.a -o $@ \
+$(BIN): $(GEN)/model.cuda.o $(GEN)/model_host.o $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS)
+	$(NVCC) $(CUDA_ARCHS) $(GEN)/model.cuda.o $(GEN)/model_host.o $(MAIN_O) $(OBJDIR)/libingot.a -o $@ \
 	  -cudart static -ldl -lrt $(filter-out -pthread -fsanitize%,$(LDLIBS)) -lpthread $(if $(filter 1,$(SAN)),-Xcompiler -fsanitize=address$(comma)undefined)
 endif
 
@@ -90,16 +92,16 @@ BIN := $(MODEL_DIR)/$(NAME)-cudasim$(if $(filter race,$(SIM_MODE)),-race,)$(SUFF
 # The same model.cu on cudasim: every CUDA thread a fiber, on the CPU (kernels/cuda/sim).
 $(GEN)/model_host$(SUFFIX).o: $(GEN)/model.c $(HEADERS)
 	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@
-$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(wildcard $(ROOT)/kernels/cuda/sim/*.cpp $(ROOT)/kernels/cuda/sim/*.h) $(GEN)/model_host$(SUFFIX).o $(ROOT)/runtime/core/main.c $(OBJDIR)/libingot.a $(HEADERS)
-	$(CC) $(CFLAGS) -c $(ROOT)/runtime/core/main.c -o $(GEN)/main$(SUFFIX).o
+$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(wildcard $(ROOT)/kernels/cuda/sim/*.cpp $(ROOT)/kernels/cuda/sim/*.h) $(GEN)/model_host$(SUFFIX).o $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS)
 	python3 $(ROOT)/kernels/cuda/sim/cudasim_build.py --mode $(SIM_MODE) -o $@ $(GEN)/model.cu \
-	  --link-arg=$(GEN)/model_host$(SUFFIX).o --link-arg=$(GEN)/main$(SUFFIX).o --link-arg=$(OBJDIR)/libingot.a \
+	  --link-arg=$(GEN)/model_host$(SUFFIX).o --link-arg=$(MAIN_O) --link-arg=$(OBJDIR)/libingot.a \
 	  $(foreach l,$(LDLIBS) $(if $(filter 1,$(SAN)),-fsanitize=undefined),--link-arg=$(l)) \
 	  -- $(CUDA_INC) -I$(ROOT)/kernels/cpu -Wno-unused-function -Wno-unused-parameter -Wno-missing-field-initializers
 endif
 
 .DEFAULT_GOAL := $(BIN)
 
+$(MAIN_O): $(OBJDIR)/libingot.a ;
 $(OBJDIR)/libingot.a: FORCE
 	$(MAKE) -s -C $(ROOT) SAN=$(SAN) ISA=$(ISA) lib $(if $(ISA_TAG),,tools)
 

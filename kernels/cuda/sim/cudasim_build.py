@@ -32,6 +32,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 HEADER = os.path.join(HERE, "cudasim.h")
 RUNTIME = os.path.join(HERE, "cudasim.cpp")
 SHIMS = os.path.join(HERE, "include")
@@ -133,11 +134,15 @@ def build(sources, out, mode="plain", extra=(), workdir=None, link=()):
     cflags, lflags = MODE_FLAGS[mode]
     workdir = workdir or os.path.dirname(os.path.abspath(out)) or "."
     os.makedirs(workdir, exist_ok=True)
-    rt_obj = os.path.join(workdir, "cudasim_rt_%s.o" % mode)
+    # cudasim's runtime is the same for every program of a mode: compiled once into the build tree
+    # (a third of a small model's build), not again beside each program
+    rt_dir = os.path.join(ROOT, "build", "_obj-cudasim")
+    os.makedirs(rt_dir, exist_ok=True)
+    rt_obj = os.path.join(rt_dir, "cudasim_rt_%s.o" % mode)
     rt_flags = BASE + WARN + (["-fsanitize=address"] if mode == "asan" else []) + ["-I", SHIMS]
     newest = max(os.path.getmtime(p) for p in (RUNTIME, HEADER))
     if not os.path.exists(rt_obj) or os.path.getmtime(rt_obj) < newest:
-        tmp = "%s.%d.tmp" % (rt_obj, os.getpid())  # parallel builds may share the workdir
+        tmp = "%s.%d.tmp" % (rt_obj, os.getpid())  # parallel builds share it: each writes its own, then renames
         _run(["g++"] + rt_flags + ["-c", RUNTIME, "-o", tmp])
         os.replace(tmp, rt_obj)
     objs = []
