@@ -5,7 +5,7 @@
 #                             pytest file optimized, then the C-heavy paths again under
 #                             AddressSanitizer + UndefinedBehaviorSanitizer (loaders, tokenizer, Jinja,
 #                             server, HTTP edges, grammars, scheduler (and the tight-pool serving test), bad
-#                             models, stop ids, K-quant loading, cudasim, one cudasim forward, SmolLM2 with
+#                             models, stop ids, K-quant kernels and loading, cudasim, one cudasim forward, SmolLM2 with
 #                             its attention split across threads);
 #                             tests marked `full` (the same checks on more inputs) are skipped by name
 #   scripts/test.sh --full    every test at full breadth, both passes over every file (`make test-full`)
@@ -25,8 +25,16 @@ case "$mode" in default|--full|--fast) ;; *) echo "usage: scripts/test.sh [--ful
 # concurrency (plus one CUDA model forward on cudasim under ASan).
 SAN_FILES="tests/test_loaders.py tests/test_tokenizer.py tests/test_jinja.py tests/test_server.py
            tests/test_http_edges.py tests/test_scheduler.py tests/test_bad_models.py tests/test_cudasim.py
-           tests/test_stop_ids.py tests/test_kquants.py tests/test_kernels.py tests/test_grammar.py"
-SAN_EXTRA="tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/test_serving_load.py::test_tight_pool_never_stalls
+           tests/test_stop_ids.py tests/test_kernels.py tests/test_grammar.py"
+# test_kquants: the dequantization and kernels of every type, bad K-quant tensors and files, and one
+# preset model each way (the optimized pass builds every preset; its kernels are the unit test's)
+SAN_EXTRA="tests/test_kquants.py::test_dequantize_matches_gguf_py tests/test_kquants.py::test_kernels
+           tests/test_kquants.py::test_truncated_kquant_tensor tests/test_kquants.py::test_kquant_row_not_multiple_of_256
+           tests/test_kquants.py::test_dtype_nan_weight_at_load tests/test_kquants.py::test_nan_scale_at_load
+           tests/test_kquants.py::test_truncated_kquant_model tests/test_kquants.py::test_kquant_row_length_in_model
+           tests/test_kquants.py::test_preset_matches_llamacpp[Q4_K_M] tests/test_kquants.py::test_preset_act_quant_q8[IQ4_XS]
+           tests/test_kquants.py::test_dtype_quantizes_at_load[q3_k_m]
+           tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/test_serving_load.py::test_tight_pool_never_stalls
            tests/test_smollm2.py::test_attention_split_across_threads_is_bit_identical
            tests/test_tools.py::test_parser_c tests/test_tools.py::test_bad_tools_are_400_naming_the_field
            tests/test_limits.py::test_rate_limit_buckets_unit tests/test_limits.py::test_request_timeout_cuts_off_and_frees
