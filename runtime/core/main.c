@@ -666,6 +666,128 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
 }
 
 
+/* One line of a batch file as a scheduler request (the tokenizer is loaded on the first text prompt). */
+static void parse_batch_line(const cli_common *c, ingot_model *m, tok_tokenizer **tok, const char *line,
+                             sched_request *r) {
+    cJSON *j = cJSON_Parse(line);
+    if (!j) die("batch: a line is not JSON");
+    memset(r, 0, sizeof *r);
+    r->sampling = samp_default_params();
+    r->max_tokens = 16;
+    r->top_logprobs = -1;
+    const cJSON *p = cJSON_GetObjectItem(j, "prompt");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (cJSON_IsArray(p)) {
+        n = (size_t)cJSON_GetArraySize(p);
+        ids = malloc(sizeof(int32_t) * (n ? n : 1));
+        size_t k = 0;
+        const cJSON *id;
+        cJSON_ArrayForEach(id, p) {
+            if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= ingot_model_desc.vocab)
+                die("batch: a prompt's ids are integers in [0, vocab)");
+            ids[k++] = (int32_t)id->valuedouble;
+        }
+    } else if (cJSON_IsString(p)) {
+        if (!*tok) *tok = load_tokenizer(c, m);
+        char err[256];
+        if (tok_encode(*tok, p->valuestring, strlen(p->valuestring), 1, 1, &ids, &n, err, sizeof err) != 0) die(err);
+    } else {
+        die("batch: each line needs a prompt (ids or text)");
+    }
+    r->prompt = ids;
+    r->n_prompt = n;
+    const cJSON *v;
+    if ((v = cJSON_GetObjectItem(j, "max_tokens")) && cJSON_IsNumber(v)) r->max_tokens = v->valueint;
+    if ((v = cJSON_GetObjectItem(j, "temperature")) && cJSON_IsNumber(v)) r->sampling.temperature = (float)v->valuedouble;
+    if ((v = cJSON_GetObjectItem(j, "top_k")) && cJSON_IsNumber(v)) r->sampling.top_k = v->valueint;
+    if ((v = cJSON_GetObjectItem(j, "top_p")) && cJSON_IsNumber(v)) r->sampling.top_p = (float)v->valuedouble;
+    if ((v = cJSON_GetObjectItem(j, "seed")) && cJSON_IsNumber(v)) r->sampling.seed = (uint64_t)v->valuedouble;
+    if ((v = cJSON_GetObjectItem(j, "ignore_eos")) && cJSON_IsBool(v)) r->ignore_eos = cJSON_IsTrue(v);
+    if ((v = cJSON_GetObjectItem(j, "embed"))) {
+        if (cJSON_IsString(v) && !strcmp(v->valuestring, "last")) r->task = SCHED_EMBED_LAST;
+        else if (cJSON_IsString(v) && !strcmp(v->valuestring, "mean")) r->task = SCHED_EMBED_MEAN;
+        else die("batch: \"embed\" is \"last\" or \"mean\"");
+    }
+    cJSON_Delete(j);
+}
+
+/* What became of each request of a batch: its tokens and its final event. */
+typedef struct {
+    int32_t *tokens;
+    int n_tokens;
+    sched_event done;
+} batch_result;
+
+/* Submits every request and polls the scheduler until each has finished; returns the seconds it took. */
+static double run_batch(sched *s, sched_request *reqs, int n_req, batch_result *res) {
+    char err[512];
+    uint64_t *ids = calloc((size_t)n_req, sizeof(uint64_t));
+    int *finished = calloc((size_t)n_req, sizeof(int));
+    for (int i = 0; i < n_req; i++) {
+        res[i].tokens = malloc(sizeof(int32_t) * (size_t)(reqs[i].max_tokens + 1));
+        if (sched_submit(s, &reqs[i], &ids[i], err, sizeof err) != 0) {
+            finished[i] = 1;
+            res[i].done.finish = SCHED_FINISH_ERROR;
+            snprintf(res[i].done.error, sizeof res[i].done.error, "%.150s", err);
+        }
+    }
+    const double t0 = now_seconds();
+    int remaining = 0;
+    for (int i = 0; i < n_req; i++) remaining += !finished[i];
+    sched_event evs[256];
+    while (remaining > 0) {
+        size_t n = sched_poll(s, evs, 256);
+        if (n == 0) {
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        for (size_t k = 0; k < n; k++) {
+            int i = 0;
+            while (i < n_req && (finished[i] || ids[i] != evs[k].id)) i++;
+            if (i == n_req) continue;
+            if (evs[k].kind == SCHED_EV_TOKEN) res[i].tokens[res[i].n_tokens++] = evs[k].token;
+            else {
+                res[i].done = evs[k];
+                finished[i] = 1;
+                remaining--;
+            }
+        }
+    }
+    free(finished);
+    free(ids);
+    return now_seconds() - t0;
+}
+
+/* One JSON line per request, in input order, then the scheduler's stats line. */
+static void print_batch_results(sched *s, const batch_result *res, int n_req, double seconds) {
+    static const char *const why[] = {"length", "eos", "cancelled", "error"};
+    long total = 0;
+    for (int i = 0; i < n_req; i++) {
+        const sched_event *done = &res[i].done;
+        printf("{\"index\": %d, \"tokens\": [", i);
+        for (int k = 0; k < res[i].n_tokens; k++) printf("%s%d", k ? ", " : "", res[i].tokens[k]);
+        printf("], \"finish\": \"%s\", \"cached_tokens\": %d", why[done->finish], done->cached_tokens);
+        if (done->embedding) {
+            printf(", \"embedding\": [");
+            for (int k = 0; k < ingot_model_desc.dim; k++) printf("%s%.9g", k ? ", " : "", done->embedding[k]);
+            printf("]");
+        }
+        if (done->error[0]) printf(", \"error\": \"%s\"", done->error);
+        printf("}\n");
+        total += res[i].n_tokens;
+    }
+    sched_stats st;
+    sched_get_stats(s, &st);
+    printf("{\"stats\": {\"steps\": %llu, \"preemptions\": %llu, \"prefix_hit_tokens\": %llu, "
+           "\"kv_blocks\": %d, \"generated\": %ld, \"seconds\": %.3f, \"spec_proposed\": %llu, "
+           "\"spec_accepted\": %llu}}\n",
+           (unsigned long long)st.steps, (unsigned long long)st.preemptions,
+           (unsigned long long)st.prefix_hit_tokens, st.kv_blocks_total, total, seconds,
+           (unsigned long long)st.spec_proposed_tokens, (unsigned long long)st.spec_accepted_tokens);
+}
+
 /* Runs many requests through the continuous-batching scheduler at once.
  * Each input line: {"prompt": [ids] | "text", "max_tokens": N, "temperature": T,
  * "seed": S, "top_k": K, "top_p": P, "ignore_eos": bool}, or {"prompt": ...,
@@ -695,49 +817,8 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
     int n_req = 0, cap = 16;
     sched_request *reqs = calloc((size_t)cap, sizeof *reqs);
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(line);
-        if (!j) die("batch: a line is not JSON");
         if (n_req == cap) reqs = realloc(reqs, sizeof *reqs * (size_t)(cap *= 2));
-        sched_request *r = &reqs[n_req++];
-        memset(r, 0, sizeof *r);
-        r->sampling = samp_default_params();
-        r->max_tokens = 16;
-        r->top_logprobs = -1;
-        const cJSON *p = cJSON_GetObjectItem(j, "prompt");
-        int32_t *ids = NULL;
-        size_t n = 0;
-        if (cJSON_IsArray(p)) {
-            n = (size_t)cJSON_GetArraySize(p);
-            ids = malloc(sizeof(int32_t) * (n ? n : 1));
-            size_t k = 0;
-            const cJSON *id;
-            cJSON_ArrayForEach(id, p) {
-                if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= ingot_model_desc.vocab)
-                    die("batch: a prompt's ids are integers in [0, vocab)");
-                ids[k++] = (int32_t)id->valuedouble;
-            }
-        } else if (cJSON_IsString(p)) {
-            if (!tok) tok = load_tokenizer(c, m);
-            char err[256];
-            if (tok_encode(tok, p->valuestring, strlen(p->valuestring), 1, 1, &ids, &n, err, sizeof err) != 0) die(err);
-        } else {
-            die("batch: each line needs a prompt (ids or text)");
-        }
-        r->prompt = ids;
-        r->n_prompt = n;
-        const cJSON *v;
-        if ((v = cJSON_GetObjectItem(j, "max_tokens")) && cJSON_IsNumber(v)) r->max_tokens = v->valueint;
-        if ((v = cJSON_GetObjectItem(j, "temperature")) && cJSON_IsNumber(v)) r->sampling.temperature = (float)v->valuedouble;
-        if ((v = cJSON_GetObjectItem(j, "top_k")) && cJSON_IsNumber(v)) r->sampling.top_k = v->valueint;
-        if ((v = cJSON_GetObjectItem(j, "top_p")) && cJSON_IsNumber(v)) r->sampling.top_p = (float)v->valuedouble;
-        if ((v = cJSON_GetObjectItem(j, "seed")) && cJSON_IsNumber(v)) r->sampling.seed = (uint64_t)v->valuedouble;
-        if ((v = cJSON_GetObjectItem(j, "ignore_eos")) && cJSON_IsBool(v)) r->ignore_eos = cJSON_IsTrue(v);
-        if ((v = cJSON_GetObjectItem(j, "embed"))) {
-            if (cJSON_IsString(v) && !strcmp(v->valuestring, "last")) r->task = SCHED_EMBED_LAST;
-            else if (cJSON_IsString(v) && !strcmp(v->valuestring, "mean")) r->task = SCHED_EMBED_MEAN;
-            else die("batch: \"embed\" is \"last\" or \"mean\"");
-        }
-        cJSON_Delete(j);
+        parse_batch_line(c, m, &tok, line, &reqs[n_req++]);
     }
     char err[512];
     if (n_req < 1 || n_req > 1000000) die("batch: the file holds no requests (or too many)");
@@ -749,78 +830,16 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
     attach_draft(c, &cfg, tok);
     sched *s = sched_create(m, &cfg, err, sizeof err);
     if (!s) die(err);
-    uint64_t *ids = calloc((size_t)n_req, sizeof(uint64_t));
-    int32_t **out = calloc((size_t)n_req, sizeof *out);
-    int *n_out = calloc((size_t)n_req, sizeof(int));
-    sched_event *done = calloc((size_t)n_req, sizeof *done);
-    int *finished = calloc((size_t)n_req, sizeof(int));
-    for (int i = 0; i < n_req; i++) {
-        out[i] = malloc(sizeof(int32_t) * (size_t)(reqs[i].max_tokens + 1));
-        if (sched_submit(s, &reqs[i], &ids[i], err, sizeof err) != 0) {
-            finished[i] = 1;
-            done[i].finish = SCHED_FINISH_ERROR;
-            snprintf(done[i].error, sizeof done[i].error, "%.150s", err);
-        }
-    }
-    const double t0 = now_seconds();
-    int remaining = 0;
-    for (int i = 0; i < n_req; i++) remaining += !finished[i];
-    sched_event evs[256];
-    while (remaining > 0) {
-        size_t n = sched_poll(s, evs, 256);
-        if (n == 0) {
-            struct timespec ts = {0, 200000};
-            nanosleep(&ts, NULL);
-            continue;
-        }
-        for (size_t k = 0; k < n; k++) {
-            int i = 0;
-            while (i < n_req && (finished[i] || ids[i] != evs[k].id)) i++;
-            if (i == n_req) continue;
-            if (evs[k].kind == SCHED_EV_TOKEN) out[i][n_out[i]++] = evs[k].token;
-            else {
-                done[i] = evs[k];
-                finished[i] = 1;
-                remaining--;
-            }
-        }
-    }
-    const double dt = now_seconds() - t0;
-    static const char *const why[] = {"length", "eos", "cancelled", "error"};
-    long total = 0;
-    for (int i = 0; i < n_req; i++) {
-        printf("{\"index\": %d, \"tokens\": [", i);
-        for (int k = 0; k < n_out[i]; k++) printf("%s%d", k ? ", " : "", out[i][k]);
-        printf("], \"finish\": \"%s\", \"cached_tokens\": %d", why[done[i].finish], done[i].cached_tokens);
-        if (done[i].embedding) {
-            printf(", \"embedding\": [");
-            for (int k = 0; k < ingot_model_desc.dim; k++) printf("%s%.9g", k ? ", " : "", done[i].embedding[k]);
-            printf("]");
-            free(done[i].embedding);
-        }
-        if (done[i].error[0]) printf(", \"error\": \"%s\"", done[i].error);
-        printf("}\n");
-        total += n_out[i];
-    }
-    sched_stats st;
-    sched_get_stats(s, &st);
-    printf("{\"stats\": {\"steps\": %llu, \"preemptions\": %llu, \"prefix_hit_tokens\": %llu, "
-           "\"kv_blocks\": %d, \"generated\": %ld, \"seconds\": %.3f, \"spec_proposed\": %llu, "
-           "\"spec_accepted\": %llu}}\n",
-           (unsigned long long)st.steps, (unsigned long long)st.preemptions,
-           (unsigned long long)st.prefix_hit_tokens, st.kv_blocks_total, total, dt,
-           (unsigned long long)st.spec_proposed_tokens, (unsigned long long)st.spec_accepted_tokens);
+    batch_result *res = calloc((size_t)n_req, sizeof *res);
+    print_batch_results(s, res, n_req, run_batch(s, reqs, n_req, res));
     sched_destroy(s);
     detach_draft(&cfg);
     for (int i = 0; i < n_req; i++) {
-        free(out[i]);
+        free(res[i].tokens);
+        free(res[i].done.embedding);
         free((void *)reqs[i].prompt);
     }
-    free(out);
-    free(n_out);
-    free(done);
-    free(finished);
-    free(ids);
+    free(res);
     free(reqs);
     free(text);
     if (tok) tok_free(tok);

@@ -128,25 +128,16 @@ static void add_metrics(rt_router *r) {
     r->m_memory_budget = met_add(m, MET_GAUGE, "ingot_router_memory_budget_bytes", "The --memory-budget (0: none).", NULL);
 }
 
-int main(int argc, char **argv) {
-    rt_router router, *r = &router;
-    memset(r, 0, sizeof *r);
-    snprintf(r->host, sizeof r->host, "127.0.0.1");
-    r->port = 8080;
-    r->start_timeout = 120;
-    r->stop_timeout = 10;
-    r->liveness_timeout = 10;
-    r->max_body = 4 << 20;
-    r->max_pending = 256;
-    r->read_timeout = 30;
-    r->max_connections = 512;
-    const char *config = NULL;
-    int rc = 2, first_common = argc;
+/* The command line into R: returns -1 to go on, or the exit status (0 after --help, 2 for a usage
+ * error). *config: the --config file; *first_common: the index after "--" (the options every
+ * model's process gets). */
+static int parse_args(rt_router *r, int argc, char **argv, const char **config, int *first_common) {
+    *first_common = argc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d;
         if (!strcmp(a, "--")) {
-            first_common = i + 1;
+            *first_common = i + 1;
             break;
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -160,7 +151,7 @@ int main(int argc, char **argv) {
             continue;
         }
         if (!v) return usage_error("%s needs a value (or is unknown)", a);
-        if (!strcmp(a, "--config")) config = v;
+        if (!strcmp(a, "--config")) *config = v;
         else if (!strcmp(a, "--host")) snprintf(r->host, sizeof r->host, "%s", v);
         else if (!strcmp(a, "--api-key")) r->api_key = *v ? v : NULL;
         else if (!strcmp(a, "--port")) {
@@ -199,42 +190,35 @@ int main(int argc, char **argv) {
         }
         i++;
     }
-    if (config && r->n_models) return usage_error("%s", "--config and --model are alternatives");
-    if (config && rt_config_load(r, config) != 0) goto out;
-    if (!r->n_models) return usage_error("%s", "no models: --config FILE or --model NAME BINARY");
-    if (rt_config_add_common_args(r, argv + first_common, argc - first_common) != 0) goto out;
-    if (config && !strcmp(config, "-") && !freopen("/dev/null", "r", stdin)) goto out;
-    rc = 1;
+    return -1;
+}
 
-    r->met = met_create();
-    if (!r->met) goto out;
-    add_metrics(r);
-    if (rt_measure_footprints(r) != 0) goto out;
-
+/* The event loop's HTTP server, signals and listening socket; announces the address. 0 or -1. */
+static int start_listening(rt_router *r) {
     signal(SIGPIPE, SIG_IGN); /* a client that vanishes mid-write must not kill the router */
     r->created = (double)time(NULL);
     r->base = event_base_new();
     r->http = r->base ? evhttp_new(r->base) : NULL;
-    if (!r->http) goto out;
+    if (!r->http) return -1;
     /* the guard frames and limits requests before evhttp sees them and times
      * reads, as in serve; a reply that makes no progress for an hour is abandoned */
     const hg_config gc = {.max_body = (size_t)r->max_body, .read_timeout = r->read_timeout, .write_timeout = 3600,
                           .max_connections = r->max_connections, .on_reply = guard_replied, .user = r};
-    if (!(r->guard = hg_install(r->http, r->base, &gc))) goto out;
+    if (!(r->guard = hg_install(r->http, r->base, &gc))) return -1;
     evhttp_set_allowed_methods(r->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(r->http, rt_on_request, r);
     r->sig_chld = evsignal_new(r->base, SIGCHLD, on_signal, r);
     r->sig_term = evsignal_new(r->base, SIGTERM, on_signal, r);
     r->sig_int = evsignal_new(r->base, SIGINT, on_signal, r);
-    if (!r->sig_chld || !r->sig_term || !r->sig_int) goto out;
+    if (!r->sig_chld || !r->sig_term || !r->sig_int) return -1;
     event_add(r->sig_chld, NULL);
     event_add(r->sig_term, NULL);
     event_add(r->sig_int, NULL);
     r->listener = evhttp_bind_socket_with_handle(r->http, r->host, (ev_uint16_t)r->port);
     if (!r->listener) {
         fprintf(stderr, "ingot-router: error: cannot listen on %s:%d: %s\n", r->host, r->port, strerror(errno));
-        goto out;
+        return -1;
     }
     int port = r->port;
     struct sockaddr_storage ss;
@@ -248,11 +232,11 @@ int main(int argc, char **argv) {
             r->n_models, budget, r->api_key ? "required" : "checked by the models' processes (if they have one)");
     fprintf(stderr, "ingot-router: listening on http://%s:%d\n", r->host, port);
     fflush(stderr);
+    return 0;
+}
 
-    event_base_dispatch(r->base);
-    fprintf(stderr, "ingot-router: stopped\n");
-    rc = 0;
-out:
+/* Fails what is in flight, kills the models' processes and frees everything. */
+static void free_router(rt_router *r) {
     while (r->fwds) rt_fwd_fail(r->fwds, 503, "service_unavailable", "shutting_down", "the server stopped");
     for (int i = 0; i < r->n_models; i++) {
         rt_model *m = &r->models[i];
@@ -274,5 +258,40 @@ out:
     hg_free(r->guard); /* connections torn down by the two calls above refer to it */
     met_free(r->met);
     rt_config_free(r);
+}
+
+int main(int argc, char **argv) {
+    rt_router router, *r = &router;
+    memset(r, 0, sizeof *r);
+    snprintf(r->host, sizeof r->host, "127.0.0.1");
+    r->port = 8080;
+    r->start_timeout = 120;
+    r->stop_timeout = 10;
+    r->liveness_timeout = 10;
+    r->max_body = 4 << 20;
+    r->max_pending = 256;
+    r->read_timeout = 30;
+    r->max_connections = 512;
+    const char *config = NULL;
+    int first_common;
+    int rc = parse_args(r, argc, argv, &config, &first_common);
+    if (rc >= 0) return rc;
+    rc = 2;
+    if (config && r->n_models) return usage_error("%s", "--config and --model are alternatives");
+    if (config && rt_config_load(r, config) != 0) goto out;
+    if (!r->n_models) return usage_error("%s", "no models: --config FILE or --model NAME BINARY");
+    if (rt_config_add_common_args(r, argv + first_common, argc - first_common) != 0) goto out;
+    if (config && !strcmp(config, "-") && !freopen("/dev/null", "r", stdin)) goto out;
+    rc = 1;
+    r->met = met_create();
+    if (!r->met) goto out;
+    add_metrics(r);
+    if (rt_measure_footprints(r) != 0) goto out;
+    if (start_listening(r) != 0) goto out;
+    event_base_dispatch(r->base);
+    fprintf(stderr, "ingot-router: stopped\n");
+    rc = 0;
+out:
+    free_router(r);
     return rc;
 }
