@@ -4,6 +4,7 @@
 #   make SAN=1      the same under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make lib ISA=avx2   the runtime library for one x86-64 level (build/_obj-isa-avx2; build/flags.mk)
 #   make tests      C test programs (tests/c/test_*.c)
+#   make soak       10 minutes of mixed traffic against one server: what is lost, latency, RSS
 #   make check      C tests + a generator dry run of every fixture, the edit loop (scripts/check.sh)
 #   make test       the default tier, what CI runs (see README)
 #   make test-full  every test at full breadth, both passes over every file
@@ -29,7 +30,7 @@ ROUTER      := $(OBJDIR)/ingot-router
 # main_draft.o is the same with INGOT_DRAFT (a binary that carries a draft model)
 MAIN_OBJ    := $(OBJDIR)/runtime/core/main.o $(OBJDIR)/runtime/core/main_draft.o
 
-.PHONY: all lib tools router tests check test test-full fuzz fuzzers clean
+.PHONY: all lib tools router tests check soak test test-full fuzz fuzzers clean
 all: $(OBJDIR)/libingot.a $(MAIN_OBJ) tools router
 lib: $(OBJDIR)/libingot.a $(MAIN_OBJ)
 tools: $(TOOLS)
@@ -80,6 +81,10 @@ fuzz:
 
 check:
 	./scripts/check.sh
+
+# ten minutes of mixed traffic against one server (scripts/soak.py)
+soak:
+	python3 scripts/soak.py --minutes 10
 
 test:
 	./scripts/test.sh
