@@ -185,17 +185,26 @@ class Soak:
     # ---- the threads ---------------------------------------------------------
     def client(self, seed):
         rng = random.Random(seed)
-        s = requests.Session()
+        s, last = requests.Session(), time.time()
         kinds, weights = zip(*KINDS.items())
         while time.time() < self.deadline:
             kind = rng.choices(kinds, weights)[0]
+            # the server closes a connection idle for --read-timeout (5 s); a client that sends on it
+            # just then gets no answer (HTTP/1.1's keep-alive race, which clients retry): fresh
+            # connections after 4 s idle, so that every dropped connection here is the server's fault
+            if time.time() - last > 4:
+                s.close()
+                s = requests.Session()
             t0 = time.time()
             try:
                 outcome, what = getattr(self, kind)(s, rng)
             except Exception as e:  # a dropped connection, a timeout, a reply that does not parse
                 outcome, what = "error", f"{type(e).__name__}: {str(e)[:200]}"
                 s = requests.Session()
-            self.record(kind, outcome, time.time() - t0, what)
+            last = time.time()
+            self.record(kind, outcome, last - t0, what)
+            if what == 429:  # as a client should: wait before the next request
+                time.sleep(1.0)
 
     def prober(self):
         s = requests.Session()
