@@ -40,8 +40,9 @@ def fixture(name):
     d = FIXTURES / name
     ref = json.loads((d / "reference.json").read_text())
     logits = {k: np.fromfile(d / f, dtype="<f4").reshape(ref["shape"]) for k, f in ref["logits"].items()}
-    for kind, f in ref["files"].items():
-        assert hashlib.sha256((d / f).read_bytes()).hexdigest() == ref["sha256"][kind], f"{name}/{f} changed"
+    for kind, f in ref["files"].items():  # the Q8_0 files Q8_DEFAULT leaves out: regenerate.py --oracles
+        if (d / f).exists() or kind == "f32":
+            assert hashlib.sha256((d / f).read_bytes()).hexdigest() == ref["sha256"][kind], f"{name}/{f} changed"
     return d, ref, logits
 
 
@@ -68,7 +69,7 @@ def test_f32_gguf_matches_transformers(name, tmp_path, built):
 @pytest.mark.parametrize("name", [n if n in Q8_DEFAULT else pytest.param(n, marks=BREADTH) for n in NAMES])
 def test_q8_0_gguf_matches_llamacpp(name, tmp_path, built):
     d, ref, logits = fixture(name)
-    q8 = modelbuild.logits(modelbuild.build(d / ref["files"]["q8_0"], f"gg-{name}-q8"), ref["tokens"],
+    q8 = modelbuild.logits(modelbuild.build(fixture_file(d / ref["files"]["q8_0"]), f"gg-{name}-q8"), ref["tokens"],
                            tmp_path=tmp_path)
     f32 = modelbuild.logits(modelbuild.build(d / ref["files"]["f32"], f"gg-{name}"), ref["tokens"], tmp_path=tmp_path)
     llama = logits["llamacpp_q8_0"]
