@@ -350,6 +350,21 @@ def test_a_model_larger_than_the_budget_is_an_error_at_start(binaries):
     assert r.returncode == 2 and "no models" in r.stderr
 
 
+def test_config_counts_are_bounded(built, tmp_path):
+    """A configuration of more models than RT_MAX_MODELS (1024), or a model with more serve
+    arguments than RT_MAX_SERVE_ARGS (256), is refused at once (exit 2, as for any bad
+    configuration), naming the bound (the models are
+    looked up by a linear scan: a million of them would stall every request)."""
+    cases = [([{"name": f"m{i}", "binary": "/bin/true"} for i in range(1025)], "more than 1024 models"),
+             ([{"name": "m", "binary": "/bin/true", "serve": ["-v"] * 257}], "model 'm': more than 256 serve arguments")]
+    for models, want in cases:
+        cfg = tmp_path / "router.json"
+        cfg.write_text(json.dumps({"models": models}))
+        r = subprocess.run([OBJDIR / "ingot-router", "--port", "0", "--config", cfg], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and f"ingot-router: error: {want}" in r.stderr, r.stderr
+
+
 # ---- crashes -----------------------------------------------------------------------------------
 
 

@@ -35,6 +35,10 @@ static rt_model *add_model(rt_router *r, const char *name, const char *binary) {
         fprintf(stderr, "ingot-router: error: bad model name '%s' (letters, digits and -_.:/ only)\n", name);
         return NULL;
     }
+    if (r->n_models >= RT_MAX_MODELS) {
+        fprintf(stderr, "ingot-router: error: more than %d models\n", RT_MAX_MODELS);
+        return NULL;
+    }
     if (rt_find_model(r, name)) {
         fprintf(stderr, "ingot-router: error: model '%s' is configured twice\n", name);
         return NULL;
@@ -53,6 +57,10 @@ static rt_model *add_model(rt_router *r, const char *name, const char *binary) {
 }
 
 static int add_arg(rt_model *m, const char *a) {
+    if (m->n_serve_args >= RT_MAX_SERVE_ARGS) {
+        fprintf(stderr, "ingot-router: error: model '%s': more than %d serve arguments\n", m->name, RT_MAX_SERVE_ARGS);
+        return -1;
+    }
     char **grown = realloc(m->serve_args, sizeof *grown * (size_t)(m->n_serve_args + 1));
     if (!grown) return -1;
     m->serve_args = grown;

@@ -40,6 +40,11 @@ typedef enum {
 typedef struct rt_fwd rt_fwd;
 typedef struct rt_router rt_router;
 
+/* A configuration's bounds (config.c): models are looked up by a linear scan, and each one's
+ * process gets its serve arguments on a command line */
+#define RT_MAX_MODELS 1024
+#define RT_MAX_SERVE_ARGS 256
+
 typedef struct rt_model {
     rt_router *router;
     char *name;       /* what requests' "model" field names */
