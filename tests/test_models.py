@@ -82,7 +82,7 @@ def test_q8_kv_cache_tracks_transformers(mode, tmp_path, built):
     the largest values and more for small ones. f16 measures 1.7e-3 on these
     models; q8_0 measures 4.6e-2 (max |logit| 3.4): bound 0.1. The logits must
     differ from the f16-KV build's (the cache really is q8_0). SmolLM2's
-    perplexity with it is in the README (+0.06%)."""
+    perplexity with it is in docs/building.md (+0.06%)."""
     model = "mha_untied_hd32"
     tokens, expected = reference(TINY / model)
     binary = build(TINY / model, f"t-{model}-kvq8", "--kv-dtype", "q8_0")

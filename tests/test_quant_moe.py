@@ -13,7 +13,7 @@ with transformers and with ingot's own f32 build, both running the
 dequantized weights: the same weights, so the bound is summation order: 1e-5
 against ingot's f32 build (measured 2e-6), 2e-5 against transformers (measured
 2e-6), 1e-4 for DeepSeek-V2, whose f32 build itself differs from transformers
-by 4e-5 on this random configuration (README: MLA's observed deltas).
+by 4e-5 on this random configuration (docs/architectures.md: MLA's observed deltas).
 transformers reads FP8 block checkpoints itself on the CPU (it dequantizes
 them), so the [128, 128] ones (DeepSeek-V3's and Qwen3-FP8's) are also
 compared with transformers loading the quantized folder as it is (its CPU
