@@ -15,7 +15,7 @@ level it prints:
                (ingot_last_step_seconds, each new step counted once) (p50/p99)
   sched        step minus forward (p50/p99): the scheduler's own time. Only
                if the server exposes ingot_last_forward_seconds next to
-               ingot_last_step_seconds; otherwise "n/a" (see bench/README.md)
+               ingot_last_step_seconds; otherwise "n/a" (see bench/RESULTS.md)
 
 and finally scaling = tok/s at 16 clients / tok/s at 1 client. Tokens are
 counted as SSE chunks carrying text (one per token for both servers on
