@@ -1,4 +1,4 @@
-/* openai.c — OpenAI request parsing/validation and response JSON; see openai.h.
+/* openai.c — OpenAI request parsing and validation, and error bodies; see openai.h.
  *
  * Validation follows the OpenAI API reference: a field that is absent or
  * null takes its default; a present field of the wrong type or out of range
@@ -7,6 +7,7 @@
  * characters. Fields outside the OpenAI API are ignored (clients send vendor
  * extensions freely); OpenAI fields this server does not implement are
  * refused, never silently dropped (see check_unsupported for the rule).
+ * What a request gets back is written by openai_response.c.
  */
 #include "openai.h"
 
@@ -852,6 +853,127 @@ static int check_unsupported(const cJSON *root, oai_kind kind, oai_error *e) {
     return 0;
 }
 
+/* The body as one JSON object, held to RFC 8259 first (oai_check_body,
+ * oai_check_json) and parsed from a copy whose NULs are marked (mark_nuls).
+ * NULL with e filled. */
+static cJSON *parse_body(const char *body, size_t len, oai_error *e) {
+    if (oai_check_body(body, len, e)) return NULL;
+    char *marked = mark_nuls(body, len, &len);
+    if (!marked) {
+        oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(marked, len, &end, 0);
+    int bad = !root;
+    if (bad) {
+        oai_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                      "the body is not valid JSON (near byte %zu)", end && end >= marked ? (size_t)(end - marked) : 0);
+    } else if (end) { /* trailing bytes after the value (whitespace aside) make the body invalid */
+        while ((size_t)(end - marked) < len && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')) end++;
+        if ((bad = (size_t)(end - marked) < len))
+            oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "the body has bytes after the JSON value");
+    }
+    free(marked); /* the tree holds copies of its strings */
+    if (!bad && (bad = !cJSON_IsObject(root)))
+        oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
+    if (bad || oai_check_json(root, e)) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* The length limit, the sampling parameters, seed and n. 0, or -1 with e filled. */
+static int parse_sampling(const cJSON *root, oai_kind kind, oai_request *r, oai_error *e) {
+    long long ll;
+    double d;
+    int got;
+    /* max_completion_tokens is the newer name; it wins when both are given. */
+    if ((got = get_int(root, "max_tokens", 1, 1 << 30, &ll, e)) < 0) return -1;
+    if (got) r->max_tokens = (int)ll;
+    if (kind == OAI_CHAT) {
+        if ((got = get_int(root, "max_completion_tokens", 1, 1 << 30, &ll, e)) < 0) return -1;
+        if (got) r->max_tokens = (int)ll;
+    }
+    if ((got = get_number(root, "temperature", 0, 2, 0, &d, e)) < 0) return -1;
+    if (got) r->sampling.temperature = (float)d;
+    if ((got = get_number(root, "top_p", 0, 1, 1, &d, e)) < 0) return -1;
+    if (got) r->sampling.top_p = (float)d;
+    if ((got = get_number(root, "presence_penalty", -2, 2, 0, &d, e)) < 0) return -1;
+    if (got) r->sampling.presence_penalty = (float)d;
+    if ((got = get_number(root, "frequency_penalty", -2, 2, 0, &d, e)) < 0) return -1;
+    if (got) r->sampling.frequency_penalty = (float)d;
+    if ((got = get_int(root, "top_k", -1, 1 << 30, &ll, e)) < 0) return -1;
+    if (got) r->sampling.top_k = ll < 0 ? 0 : (int)ll; /* -1 means off, as in vLLM */
+    if ((got = get_number(root, "min_p", 0, 1, 0, &d, e)) < 0) return -1;
+    if (got) r->sampling.min_p = (float)d;
+    if ((got = get_number(root, "repetition_penalty", 0, 10, 1, &d, e)) < 0) return -1;
+    if (got) r->sampling.repetition_penalty = (float)d;
+    /* seeds beyond 2^53 lose precision as JSON numbers; any integer is accepted */
+    if ((got = get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &ll, e)) < 0) return -1;
+    if (got) {
+        r->sampling.seed = (uint64_t)ll;
+        r->has_seed = 1;
+    }
+    if ((got = get_int(root, "n", 1, OAI_MAX_N, &ll, e)) < 0) return -1;
+    if (got) r->n = (int)ll;
+    return 0;
+}
+
+/* stream, ignore_eos and stream_options. 0, or -1 with e filled. */
+static int parse_stream(const cJSON *root, oai_request *r, oai_error *e) {
+    if (get_bool(root, "stream", &r->stream, e) < 0) return -1;
+    if (get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
+    const cJSON *so = oai_field(root, "stream_options");
+    if (!so) return 0;
+    if (!cJSON_IsObject(so)) return oai_bad(e, "stream_options", "'%s' must be an object%s", "");
+    if (!r->stream) return oai_bad(e, "stream_options", "'%s' is only allowed when 'stream' is true%s", "");
+    return get_bool(so, "include_usage", &r->include_usage, e) < 0 ? -1 : 0;
+}
+
+/* logprobs and top_logprobs, which chat and completions spell differently,
+ * and completions' echo and best_of. 0, or -1 with e filled. */
+static int parse_logprobs(const cJSON *root, oai_kind kind, oai_request *r, oai_error *e) {
+    long long ll;
+    int b = 0, got;
+    if (kind == OAI_CHAT) {
+        if (get_bool(root, "logprobs", &b, e) < 0) return -1;
+        if ((got = get_int(root, "top_logprobs", 0, OAI_MAX_TOP_LOGPROBS, &ll, e)) < 0) return -1;
+        if (got && !b) return oai_bad(e, "top_logprobs", "'%s' requires 'logprobs' to be true%s", "");
+        r->logprobs = b;
+        r->top_logprobs = got ? (int)ll : 0;
+        return 0;
+    }
+    /* completions: logprobs is the number of alternatives (0 = chosen token only) */
+    if ((got = get_int(root, "logprobs", 0, OAI_MAX_TOP_LOGPROBS, &ll, e)) < 0) return -1;
+    r->logprobs = got;
+    r->top_logprobs = got ? (int)ll : 0;
+    if (get_bool(root, "echo", &b, e) < 0) return -1;
+    if (b) return oai_bad(e, "echo", "'%s' is not supported%s", "");
+    const cJSON *bo = oai_field(root, "best_of");
+    if (bo && !(cJSON_IsNumber(bo) && bo->valuedouble == r->n))
+        return oai_bad(e, "best_of", "'%s' other than n is not supported%s", "");
+    return 0;
+}
+
+/* Every field of a parsed body, in the order their errors are reported. 0,
+ * or -1 with e filled (left empty on out of memory). */
+static int parse_fields(const cJSON *root, oai_kind kind, int vocab, oai_request *r, oai_error *e) {
+    const cJSON *model = oai_field(root, "model");
+    if (!model) return oai_bad(e, "model", "'%s' is required%s", "");
+    if (!cJSON_IsString(model)) return oai_bad(e, "model", "'%s' must be a string%s", "");
+    r->model = strdup(model->valuestring);
+    if ((kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, vocab, r, e)) != 0) return -1;
+    if (check_unsupported(root, kind, e) != 0) return -1;
+    if (kind == OAI_CHAT && (parse_tools(root, r, e) != 0 || parse_tool_choice(root, r, e) != 0)) return -1;
+    if (parse_sampling(root, kind, r, e) != 0 || parse_stream(root, r, e) != 0) return -1;
+    if (parse_stop(root, r, e) != 0) return -1;
+    if (parse_logit_bias(root, vocab, r, e) != 0) return -1;
+    if (parse_structured(root, r, e) != 0) return -1;
+    return parse_logprobs(root, kind, r, e);
+}
+
 int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_request *r, oai_error *e) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
@@ -860,130 +982,10 @@ int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_reques
     r->sampling = samp_default_params();
     /* OpenAI's default temperature is 1 (sampling); greedy needs temperature 0. */
     r->sampling.temperature = 1.0f;
-    const char *end = NULL;
-    if (oai_check_body(body, len, e)) return -1;
-    char *marked = mark_nuls(body, len, &len);
-    if (!marked) {
-        oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-        return -1;
-    }
-    body = marked;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!root) {
-        oai_error_set(e, 400, "invalid_request_error", NULL, NULL,
-                      "the body is not valid JSON (near byte %zu)", end && end >= body ? (size_t)(end - body) : 0);
-        free(marked);
-        return -1;
-    }
-    int rc = -1;
-    /* trailing bytes after the value (whitespace aside) make the body invalid */
-    if (end) {
-        while ((size_t)(end - body) < len && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')) end++;
-        if ((size_t)(end - body) < len) {
-            oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "the body has bytes after the JSON value");
-            goto out;
-        }
-    }
-    if (!cJSON_IsObject(root)) {
-        oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
-        goto out;
-    }
-    if (oai_check_json(root, e)) goto out;
-    const cJSON *model = oai_field(root, "model");
-    if (!model) {
-        oai_bad(e, "model", "'%s' is required%s", "");
-        goto out;
-    }
-    if (!cJSON_IsString(model)) {
-        oai_bad(e, "model", "'%s' must be a string%s", "");
-        goto out;
-    }
-    r->model = strdup(model->valuestring);
-    if ((kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, vocab, r, e)) != 0) goto out;
-    if (check_unsupported(root, kind, e) != 0) goto out;
-    if (kind == OAI_CHAT && (parse_tools(root, r, e) != 0 || parse_tool_choice(root, r, e) != 0)) goto out;
-
-    long long ll;
-    double d;
-    int b;
-    int got;
-    /* max_completion_tokens is the newer name; it wins when both are given. */
-    if ((got = get_int(root, "max_tokens", 1, 1 << 30, &ll, e)) < 0) goto out;
-    if (got) r->max_tokens = (int)ll;
-    if (kind == OAI_CHAT) {
-        if ((got = get_int(root, "max_completion_tokens", 1, 1 << 30, &ll, e)) < 0) goto out;
-        if (got) r->max_tokens = (int)ll;
-    }
-    if ((got = get_number(root, "temperature", 0, 2, 0, &d, e)) < 0) goto out;
-    if (got) r->sampling.temperature = (float)d;
-    if ((got = get_number(root, "top_p", 0, 1, 1, &d, e)) < 0) goto out;
-    if (got) r->sampling.top_p = (float)d;
-    if ((got = get_number(root, "presence_penalty", -2, 2, 0, &d, e)) < 0) goto out;
-    if (got) r->sampling.presence_penalty = (float)d;
-    if ((got = get_number(root, "frequency_penalty", -2, 2, 0, &d, e)) < 0) goto out;
-    if (got) r->sampling.frequency_penalty = (float)d;
-    if ((got = get_int(root, "top_k", -1, 1 << 30, &ll, e)) < 0) goto out;
-    if (got) r->sampling.top_k = ll < 0 ? 0 : (int)ll; /* -1 means off, as in vLLM */
-    if ((got = get_number(root, "min_p", 0, 1, 0, &d, e)) < 0) goto out;
-    if (got) r->sampling.min_p = (float)d;
-    if ((got = get_number(root, "repetition_penalty", 0, 10, 1, &d, e)) < 0) goto out;
-    if (got) r->sampling.repetition_penalty = (float)d;
-    /* seeds beyond 2^53 lose precision as JSON numbers; any integer is accepted */
-    if ((got = get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &ll, e)) < 0) goto out;
-    if (got) {
-        r->sampling.seed = (uint64_t)ll;
-        r->has_seed = 1;
-    }
-    if ((got = get_int(root, "n", 1, OAI_MAX_N, &ll, e)) < 0) goto out;
-    if (got) r->n = (int)ll;
-    if (get_bool(root, "stream", &r->stream, e) < 0) goto out;
-    if (get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) goto out;
-    const cJSON *so = oai_field(root, "stream_options");
-    if (so) {
-        if (!cJSON_IsObject(so)) {
-            oai_bad(e, "stream_options", "'%s' must be an object%s", "");
-            goto out;
-        }
-        if (!r->stream) {
-            oai_bad(e, "stream_options", "'%s' is only allowed when 'stream' is true%s", "");
-            goto out;
-        }
-        if (get_bool(so, "include_usage", &r->include_usage, e) < 0) goto out;
-    }
-    if (parse_stop(root, r, e) != 0) goto out;
-    if (parse_logit_bias(root, vocab, r, e) != 0) goto out;
-    if (parse_structured(root, r, e) != 0) goto out;
-    if (kind == OAI_CHAT) {
-        b = 0;
-        if (get_bool(root, "logprobs", &b, e) < 0) goto out;
-        if ((got = get_int(root, "top_logprobs", 0, OAI_MAX_TOP_LOGPROBS, &ll, e)) < 0) goto out;
-        if (got && !b) {
-            oai_bad(e, "top_logprobs", "'%s' requires 'logprobs' to be true%s", "");
-            goto out;
-        }
-        r->logprobs = b;
-        r->top_logprobs = got ? (int)ll : 0;
-    } else {
-        /* completions: logprobs is the number of alternatives (0 = chosen token only) */
-        if ((got = get_int(root, "logprobs", 0, OAI_MAX_TOP_LOGPROBS, &ll, e)) < 0) goto out;
-        r->logprobs = got;
-        r->top_logprobs = got ? (int)ll : 0;
-        b = 0;
-        if (get_bool(root, "echo", &b, e) < 0) goto out;
-        if (b) {
-            oai_bad(e, "echo", "'%s' is not supported%s", "");
-            goto out;
-        }
-        const cJSON *bo = oai_field(root, "best_of");
-        if (bo && !(cJSON_IsNumber(bo) && bo->valuedouble == r->n)) {
-            oai_bad(e, "best_of", "'%s' other than n is not supported%s", "");
-            goto out;
-        }
-    }
-    rc = 0;
-out:
+    cJSON *root = parse_body(body, len, e);
+    if (!root) return -1;
+    const int rc = parse_fields(root, kind, vocab, r, e);
     cJSON_Delete(root);
-    free(marked);
     if (rc != 0) {
         if (e->status == 0) oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
         oai_request_free(r);
@@ -1003,230 +1005,6 @@ void oai_request_free(oai_request *r) {
     free(r->prompt_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
-}
-
-/* ---- stop strings -------------------------------------------------------- */
-
-int oai_stop_feed(char *const *stop, int n_stop, oai_buf *held, const char *text, size_t n, oai_buf *out) {
-    if (n_stop == 0) {
-        oai_buf_add(out, text, n);
-        return 0;
-    }
-    oai_buf_add(held, text, n);
-    if (!held->p) return 0;
-    /* earliest full match: emit what precedes it, drop the rest */
-    size_t best = SIZE_MAX;
-    for (int i = 0; i < n_stop; i++) {
-        const char *m = memmem(held->p, held->len, stop[i], strlen(stop[i]));
-        if (m && (size_t)(m - held->p) < best) best = (size_t)(m - held->p);
-    }
-    if (best != SIZE_MAX) {
-        oai_buf_add(out, held->p, best);
-        held->len = 0;
-        held->p[0] = 0;
-        return 1;
-    }
-    /* longest suffix of held that is a proper prefix of a stop string stays held */
-    size_t keep = 0;
-    for (int i = 0; i < n_stop; i++) {
-        const size_t sl = strlen(stop[i]);
-        size_t k = sl - 1 < held->len ? sl - 1 : held->len;
-        for (; k > keep; k--)
-            if (!memcmp(held->p + held->len - k, stop[i], k)) break;
-        if (k > keep) keep = k;
-    }
-    const size_t emit = held->len - keep;
-    oai_buf_add(out, held->p, emit);
-    memmove(held->p, held->p + emit, keep);
-    held->len = keep;
-    held->p[keep] = 0;
-    return 0;
-}
-
-/* ---- responses ----------------------------------------------------------- */
-
-static void add_text(cJSON *o, const char *key, const char *s, size_t n) {
-    char *c = oai_utf8_clean(s ? s : "", s ? n : 0);
-    cJSON_AddStringToObject(o, key, c ? c : "");
-    free(c);
-}
-
-static cJSON *bytes_array(const char *s, size_t n) {
-    cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)s[i]));
-    return a;
-}
-
-cJSON *oai_logprobs_new(oai_kind kind) {
-    cJSON *lp = cJSON_CreateObject();
-    if (kind == OAI_CHAT) {
-        cJSON_AddArrayToObject(lp, "content");
-    } else {
-        cJSON_AddArrayToObject(lp, "tokens");
-        cJSON_AddArrayToObject(lp, "token_logprobs");
-        cJSON_AddArrayToObject(lp, "top_logprobs");
-        cJSON_AddArrayToObject(lp, "text_offset");
-    }
-    return lp;
-}
-
-void oai_logprobs_add(oai_kind kind, cJSON *lp, const oai_token_lp *t, size_t text_offset) {
-    if (kind == OAI_CHAT) {
-        cJSON *e = cJSON_CreateObject();
-        add_text(e, "token", t->piece, t->piece_len);
-        cJSON_AddNumberToObject(e, "logprob", t->logprob);
-        cJSON_AddItemToObject(e, "bytes", bytes_array(t->piece, t->piece_len));
-        cJSON *tops = cJSON_AddArrayToObject(e, "top_logprobs");
-        for (int i = 0; i < t->n_top; i++) {
-            cJSON *a = cJSON_CreateObject();
-            add_text(a, "token", t->top_piece[i], t->top_len[i]);
-            cJSON_AddNumberToObject(a, "logprob", t->top_logprob[i]);
-            cJSON_AddItemToObject(a, "bytes", bytes_array(t->top_piece[i], t->top_len[i]));
-            cJSON_AddItemToArray(tops, a);
-        }
-        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "content"), e);
-        return;
-    }
-    char *piece = oai_utf8_clean(t->piece ? t->piece : "", t->piece ? t->piece_len : 0);
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_CreateString(piece ? piece : ""));
-    free(piece);
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(t->logprob));
-    cJSON *tops = cJSON_CreateObject();
-    for (int i = 0; i < t->n_top; i++) {
-        char *k = oai_utf8_clean(t->top_piece[i] ? t->top_piece[i] : "", t->top_piece[i] ? t->top_len[i] : 0);
-        /* two alternatives that clean to the same key: keep the first (the more likely) */
-        if (k && !cJSON_GetObjectItemCaseSensitive(tops, k)) cJSON_AddNumberToObject(tops, k, t->top_logprob[i]);
-        free(k);
-    }
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), tops);
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber((double)text_offset));
-}
-
-static cJSON *envelope(const oai_meta *m, int chunk) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", m->id);
-    cJSON_AddStringToObject(o, "object", m->kind == OAI_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                                              : "text_completion");
-    cJSON_AddNumberToObject(o, "created", (double)m->created);
-    cJSON_AddStringToObject(o, "model", m->model);
-    cJSON_AddStringToObject(o, "system_fingerprint", "ingot");
-    cJSON_AddArrayToObject(o, "choices");
-    return o;
-}
-
-cJSON *oai_response_new(const oai_meta *m) { return envelope(m, 0); }
-
-void oai_response_add_choice(cJSON *resp, oai_kind kind, int index, const char *text, size_t len,
-                             cJSON *logprobs, const char *finish_reason) {
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", index);
-    if (kind == OAI_CHAT) {
-        cJSON *msg = cJSON_AddObjectToObject(c, "message");
-        cJSON_AddStringToObject(msg, "role", "assistant");
-        add_text(msg, "content", text, len);
-    } else {
-        add_text(c, "text", text, len);
-    }
-    if (logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs);
-    else cJSON_AddNullToObject(c, "logprobs");
-    cJSON_AddStringToObject(c, "finish_reason", finish_reason ? finish_reason : "stop");
-    cJSON_AddItemToArray(cJSON_GetObjectItem(resp, "choices"), c);
-}
-
-void oai_set_usage(cJSON *obj, int prompt_tokens, int completion_tokens) {
-    cJSON_DeleteItemFromObject(obj, "usage");
-    cJSON *u = cJSON_AddObjectToObject(obj, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", prompt_tokens);
-    cJSON_AddNumberToObject(u, "completion_tokens", completion_tokens);
-    cJSON_AddNumberToObject(u, "total_tokens", prompt_tokens + completion_tokens);
-}
-
-cJSON *oai_tool_call(const char *id, const char *name, const char *arguments) {
-    cJSON *c = cJSON_CreateObject(), *f;
-    cJSON_AddStringToObject(c, "id", id);
-    cJSON_AddStringToObject(c, "type", "function");
-    f = cJSON_AddObjectToObject(c, "function");
-    add_text(f, "name", name, strlen(name));
-    add_text(f, "arguments", arguments, strlen(arguments));
-    return c;
-}
-
-void oai_response_set_tool_calls(cJSON *resp, int index, cJSON *tool_calls) {
-    cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItem(resp, "choices"), index);
-    cJSON *msg = cJSON_GetObjectItem(choice, "message");
-    if (!msg) {
-        cJSON_Delete(tool_calls);
-        return;
-    }
-    const cJSON *content = cJSON_GetObjectItem(msg, "content");
-    if (cJSON_IsString(content) && !content->valuestring[0])
-        cJSON_ReplaceItemInObject(msg, "content", cJSON_CreateNull());
-    cJSON_AddItemToObject(msg, "tool_calls", tool_calls);
-}
-
-static char *sse(cJSON *o) {
-    char *json = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!json) return NULL;
-    const size_t n = strlen(json);
-    char *s = malloc(n + 9);
-    if (s) {
-        memcpy(s, "data: ", 6);
-        memcpy(s + 6, json, n);
-        memcpy(s + 6 + n, "\n\n", 3);
-    }
-    free(json);
-    return s;
-}
-
-char *oai_chunk(const oai_meta *m, int index, int first, const char *text, size_t len, cJSON *logprobs,
-                const char *finish_reason, int with_usage_null) {
-    cJSON *o = envelope(m, 1), *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", index);
-    if (m->kind == OAI_CHAT) {
-        cJSON *delta = cJSON_AddObjectToObject(c, "delta");
-        if (first) cJSON_AddStringToObject(delta, "role", "assistant");
-        if (len || first) add_text(delta, "content", text, len);
-    } else {
-        add_text(c, "text", text, len);
-    }
-    if (logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs);
-    else cJSON_AddNullToObject(c, "logprobs");
-    if (finish_reason) cJSON_AddStringToObject(c, "finish_reason", finish_reason);
-    else cJSON_AddNullToObject(c, "finish_reason");
-    cJSON_AddItemToArray(cJSON_GetObjectItem(o, "choices"), c);
-    if (with_usage_null) cJSON_AddNullToObject(o, "usage");
-    return sse(o);
-}
-
-char *oai_tool_call_chunk(const oai_meta *m, int index, int first, int call_index, const char *id, const char *name,
-                          const char *arguments, int with_usage_null) {
-    cJSON *o = envelope(m, 1), *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", index);
-    cJSON *delta = cJSON_AddObjectToObject(c, "delta");
-    if (first) cJSON_AddStringToObject(delta, "role", "assistant");
-    if (first) cJSON_AddNullToObject(delta, "content");
-    cJSON *calls = cJSON_AddArrayToObject(delta, "tool_calls"), *call = cJSON_CreateObject();
-    cJSON_AddNumberToObject(call, "index", call_index);
-    if (id) {
-        cJSON_AddStringToObject(call, "id", id);
-        cJSON_AddStringToObject(call, "type", "function");
-    }
-    cJSON *f = cJSON_AddObjectToObject(call, "function");
-    if (name) add_text(f, "name", name, strlen(name));
-    add_text(f, "arguments", arguments, strlen(arguments));
-    cJSON_AddItemToArray(calls, call);
-    cJSON_AddNullToObject(c, "logprobs");
-    cJSON_AddNullToObject(c, "finish_reason");
-    cJSON_AddItemToArray(cJSON_GetObjectItem(o, "choices"), c);
-    if (with_usage_null) cJSON_AddNullToObject(o, "usage");
-    return sse(o);
-}
-
-char *oai_usage_chunk(const oai_meta *m, int prompt_tokens, int completion_tokens) {
-    cJSON *o = envelope(m, 1);
-    oai_set_usage(o, prompt_tokens, completion_tokens);
-    return sse(o);
 }
 
 /* ---- shared with the other endpoints' parsers ----------------------------- */

@@ -16,6 +16,9 @@
  * evictable, so when nothing runs the whole pool is available to the head of
  * the queue, which sched_submit checked fits in it. Admission is FIFO so a
  * large request is not starved by small ones behind it.
+ *
+ * The drafts of speculative decoding come from scheduler_draft.c; the state
+ * both files share (sched_seq, struct sched) is in scheduler_state.h.
  */
 #include "scheduler.h"
 
@@ -26,97 +29,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kv_pool.h"
-#include "spec_ngram.h"
-#include "threadpool.h"
-
-typedef struct sched_seq {
-    uint64_t id;
-    int32_t *tokens;     /* [capacity]: prompt then generated */
-    int capacity;        /* n_prompt + max_tokens, capped at the context */
-    int n_prompt, n_tokens, n_computed;
-    int max_tokens, generated;
-    int32_t *blocks;     /* block table, [ceil(capacity / BLOCK)] */
-    int n_blocks;
-    int n_published;     /* leading blocks already published to the prefix cache */
-    uint64_t last_hash;  /* chained hash of block n_published - 1 */
-    int matched;         /* prefix lookup done for this admission */
-    int cached_tokens;   /* prompt tokens served from the prefix cache (first admission) */
-    int admissions;
-    uint64_t admit_order;
-    samp_sampler sampler;
-    int top_logprobs, ignore_eos;
-    sched_task task;
-    double *pool_sum;    /* embeddings: running sum of hidden rows (mean) or the last row, [dim] */
-    int cancelled;
-    sched_constraint *constraint; /* NULL or owned */
-    int spec;            /* 1: drafts tokens when decoding (speculative decoding) */
-    int spec_k;          /* drafts it asks for next: grows by one after a step that accepted all of
-                            them, falls to one more than were accepted after a rejection, so a
-                            sequence whose drafts keep failing stops paying for long ones */
-    /* draft model (SCHED_SPEC_DRAFT): its KV holds positions [0, draft_computed) of tokens (always
-     * recomputed from 0 after an admission: the prefix cache holds target KV only); this step's
-     * drafts, and for sampled requests the distribution each was drawn from */
-    int draft_computed, n_drafts;
-    int32_t *drafts;     /* [spec_k] */
-    float *draft_dist;   /* [spec_k][vocab], sampled requests only */
-    samp_sampler draft_sampler;
-    struct sched_seq *next; /* waiting list / submission list */
-} sched_seq;
-
-struct sched {
-    ingot_model *model;
-    sched_config cfg;
-    tp_pool *pool;
-    ingot_kv kv;
-    kv_pool *blocks;
-    int max_ctx, vocab, block;
-
-    pthread_t thread;
-    pthread_mutex_t mu;      /* guards: incoming, cancels, events, stats, stop */
-    pthread_cond_t wake;
-    int stop;
-    sched_seq *incoming_head, *incoming_tail;
-    int n_incoming;
-    uint64_t *cancels;
-    int n_cancels, cap_cancels;
-    sched_event *events;
-    size_t n_events, cap_events;
-    sched_stats stats;
-    uint64_t next_id;
-    int n_live;              /* submitted and not yet finished (guarded by mu) */
-    int32_t *stop_ids;
-    int n_stop_ids;
-
-    /* scheduler-thread state */
-    sched_seq *waiting_head, *waiting_tail;
-    int n_waiting;
-    sched_seq **running;
-    int n_running;
-    uint64_t admit_counter;
-
-    /* step buffers */
-    int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_seq_len;
-    const int32_t **b_tables;
-    sched_seq **b_seqs;       /* per sequence slot in the batch */
-    int *b_first, *b_count;   /* per slot: first token index, token count */
-    int *b_drafts;            /* per slot: drafted tokens among its count (after its last sampled token) */
-    int spec_rows;            /* logits rows for drafts in one step, beyond one per sequence */
-    float *logits;            /* [max_running + spec_rows][vocab] */
-    float *raw_logits;        /* [vocab]: a row before sampling modifies it, for logprobs */
-    int32_t *b_hidden_rows;   /* [max_batch_tokens]: rows whose final hidden state is wanted */
-    float *hidden;            /* [max_batch_tokens][dim] */
-    int dim;
-
-    /* the draft model's step (SCHED_SPEC_DRAFT) */
-    ingot_kv draft_kv;
-    int d_max;                /* tokens per draft forward */
-    int32_t *d_tokens, *d_pos, *d_seq, *d_rows, *d_seq_len; /* [d_max], [d_max], [d_max], [R], [R] */
-    const int32_t **d_tables; /* [R] */
-    sched_seq **d_cands;      /* [R] */
-    int *d_want, *d_row;      /* [R] */
-    float *d_logits;          /* [R][vocab] */
-};
+#include "scheduler_state.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -244,8 +157,6 @@ static void running_remove(sched *s, int i) {
 }
 
 /* ---- submission -------------------------------------------------------- */
-
-static int blocks_for(const sched *s, int tokens) { return (tokens + s->block - 1) / s->block; }
 
 /* The checks that can refuse a request; sched_submit frees its constraint after a refusal. */
 static int submit(sched *s, const sched_request *r, uint64_t *id, char *err, size_t errlen);
@@ -609,135 +520,6 @@ static void pool_rows(sched *s, sched_seq *q, int chunk, int *hrow) {
     finish(s, q, SCHED_FINISH_LENGTH, NULL, v);
 }
 
-/* How many drafts a decoding sequence may bring this step: its spec_k,
- * within room (this step's budget left, the step's draft rows left) and
- * what max_tokens and the context still allow after the token the step
- * samples anyway. */
-static int draft_limit(const sched_seq *q, int room, int rows_left) {
-    int k = q->spec_k;
-    if (k > room) k = room;
-    if (k > rows_left) k = rows_left;
-    if (k > q->max_tokens - q->generated - 1) k = q->max_tokens - q->generated - 1;
-    if (k > q->capacity - q->n_tokens) k = q->capacity - q->n_tokens;
-    return k;
-}
-
-/* Blocks for draft positions n_tokens .. n_tokens + k - 1 while the pool has
- * them; returns how many of the k they cover. */
-static int cover_drafts(sched *s, sched_seq *q, int k) {
-    while (k > 0 && blocks_for(s, q->n_tokens + k) > q->n_blocks) {
-        const int b = kv_alloc(s->blocks);
-        if (b < 0) break;
-        q->blocks[q->n_blocks++] = b;
-    }
-    while (k > 0 && blocks_for(s, q->n_tokens + k) > q->n_blocks) k--;
-    return k;
-}
-
-/* The drafts of a decoding sequence for this step, written to draft, at
- * positions whose KV blocks the pool can give now (drafting never
- * preempts). Returns how many. */
-static int draft_tokens(sched *s, sched_seq *q, int room, int rows_left, int32_t *draft) {
-    int k = draft_limit(q, room, rows_left);
-    if (k <= 0) return 0;
-    if (s->cfg.spec == SCHED_SPEC_DRAFT) { /* drafted by draft_round, blocks included */
-        if (k > q->n_drafts) k = q->n_drafts;
-        while (k > 0 && blocks_for(s, q->n_tokens + k) > q->n_blocks) k--;
-        memcpy(draft, q->drafts, sizeof(int32_t) * (size_t)k);
-        return k;
-    }
-    k = ngram_propose(q->tokens, q->n_tokens, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, k, draft);
-    return cover_drafts(s, q, k);
-}
-
-/* SCHED_SPEC_DRAFT: runs the draft model for every decoding sequence that
- * may draft this step (in the order step() places them, within the same
- * limits): the first draft forward feeds each its tokens the draft has not
- * seen yet (the whole prompt after an admission, one or two tokens after a
- * step) and the next ones one drafted token each, k forwards in all; each
- * row's token is drawn by samp_draft from the draft's processed logits
- * (greedy: its argmax), with the sequence's tokens and earlier drafts as
- * history (written after n_tokens, where the capacity has room for them). A
- * sequence whose unseen tokens do not fit in one draft forward feeds what
- * fits and drafts nothing this step. */
-static void draft_round(sched *s) {
-    const ingot_model_api *api = s->cfg.draft;
-    const int budget = s->cfg.max_batch_tokens, V = s->vocab;
-    int n_c = 0, used = 0, rows_left = s->spec_rows, max_want = 0;
-    /* none keeps drafts of an earlier step: step() may place a sequence this loop did not reach */
-    for (int i = 0; i < s->n_running; i++) s->running[i]->n_drafts = 0;
-    for (int i = 0; i < s->n_running && used < budget; i++) {
-        sched_seq *q = s->running[i];
-        if (q->n_tokens - q->n_computed != 1) continue;
-        used++;
-        if (!q->spec) continue;
-        int k = draft_limit(q, budget - used, rows_left);
-        if (k > api->desc->max_ctx - q->n_tokens + 1) k = api->desc->max_ctx - q->n_tokens + 1;
-        if (k <= 0 || (k = cover_drafts(s, q, k)) <= 0) continue;
-        s->d_cands[n_c] = q;
-        s->d_want[n_c++] = k;
-        used += k;
-        rows_left -= k;
-        if (k > max_want) max_want = k;
-    }
-    char err[256];
-    for (int t = 0; t < max_want; t++) {
-        int n_tok = 0, n_seq = 0, n_rows = 0;
-        for (int c = 0; c < n_c; c++) {
-            sched_seq *q = s->d_cands[c];
-            s->d_row[c] = -1;
-            if (s->d_want[c] <= t) continue;
-            if (n_tok >= s->d_max) { /* no room left in this forward: it keeps the drafts it has */
-                s->d_want[c] = t;
-                continue;
-            }
-            /* t = 0: everything the draft has not seen; later: the previous draft */
-            const int first = q->draft_computed, end = q->n_tokens + t;
-            int n = end - first;
-            const int fits = n <= s->d_max - n_tok;
-            if (!fits) n = s->d_max - n_tok;
-            for (int j = 0; j < n; j++) {
-                s->d_tokens[n_tok + j] = q->tokens[first + j];
-                s->d_pos[n_tok + j] = first + j;
-                s->d_seq[n_tok + j] = n_seq;
-            }
-            s->d_tables[n_seq] = q->blocks;
-            s->d_seq_len[n_seq] = first + n;
-            n_tok += n;
-            n_seq++;
-            q->draft_computed = first + n;
-            if (!fits) {
-                s->d_want[c] = 0;
-                continue;
-            }
-            s->d_row[c] = n_rows;
-            s->d_rows[n_rows++] = n_tok - 1;
-        }
-        if (n_tok == 0) break;
-        ingot_batch b = {.n_tokens = n_tok, .tokens = s->d_tokens, .pos = s->d_pos, .seq = s->d_seq,
-                         .n_seqs = n_seq, .block_tables = s->d_tables, .seq_len = s->d_seq_len,
-                         .n_logits = n_rows, .logit_rows = s->d_rows, .logits = s->d_logits};
-        if (api->forward(s->cfg.draft_model, &s->draft_kv, &b, s->pool, err, sizeof err) != 0) {
-            fprintf(stderr, "scheduler: the draft model's forward failed (%s); this step decodes plainly\n", err);
-            for (int c = 0; c < n_c; c++) {
-                s->d_cands[c]->n_drafts = 0;
-                s->d_cands[c]->draft_computed = 0;
-            }
-            return;
-        }
-        for (int c = 0; c < n_c; c++) {
-            if (s->d_row[c] < 0) continue;
-            sched_seq *q = s->d_cands[c];
-            float *dist = q->draft_dist ? q->draft_dist + (size_t)t * V : NULL;
-            const int d = samp_draft(&q->draft_sampler, s->d_logits + (size_t)s->d_row[c] * V, q->tokens,
-                                     (size_t)(q->n_tokens + t), dist);
-            q->drafts[t] = d;
-            q->tokens[q->n_tokens + t] = d; /* history of the next draft; not part of the sequence */
-            q->n_drafts = t + 1;
-        }
-    }
-}
-
 /* After a verification that rejected drafts: blocks past the one the next
  * decode writes held only rejected positions, so they go back to the pool
  * (they were never published). */
@@ -825,25 +607,33 @@ static int sample_rows(sched *s, sched_seq *q, const float *lg_rows, const int32
     return ended;
 }
 
-static int step(sched *s) {
-    const double t0 = now_s();
-    intake(s);
-    admit(s);
-    {
-        const int stalled = s->n_running == 0 && s->waiting_head != NULL;
-        pthread_mutex_lock(&s->mu);
-        if (stalled && !s->stats.stalled)
-            fprintf(stderr, "scheduler: stalled: %d requests wait, none can be admitted (%d of %d KV blocks "
-                            "available)\n", s->n_waiting, kv_available(s->blocks), kv_total(s->blocks));
-        s->stats.stalled = stalled;
-        pthread_mutex_unlock(&s->mu);
-    }
-    if (s->n_running == 0) return 0;
+/* ---- one step, phase by phase ------------------------------------------ */
 
-    /* Decode tokens first (one per sequence), each may need a fresh block;
-     * when none is left, preempt the newest sequence and retry. */
-    int n_tokens = 0, n_slots = 0, n_logits = 0;
-    const int budget = s->cfg.max_batch_tokens;
+/* One step's batch as step() builds it: slots (b_seqs, b_first, b_count,
+ * b_drafts: one per sequence fed) over its tokens, then the rows whose
+ * logits are sampled and whose hidden states are pooled; after the forward,
+ * what the sampling spent on grammar masks. */
+typedef struct {
+    int n_tokens, n_slots, n_logits, n_hidden;
+    double mask_seconds;
+    int n_masked;
+} step_batch;
+
+/* Reports (once, when it begins) a scheduler that has requests waiting and
+ * none running: none can be admitted, which only a bug causes. */
+static void note_stall(sched *s) {
+    const int stalled = s->n_running == 0 && s->waiting_head != NULL;
+    pthread_mutex_lock(&s->mu);
+    if (stalled && !s->stats.stalled)
+        fprintf(stderr, "scheduler: stalled: %d requests wait, none can be admitted (%d of %d KV blocks "
+                        "available)\n", s->n_waiting, kv_available(s->blocks), kv_total(s->blocks));
+    s->stats.stalled = stalled;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Decode tokens go first (one per sequence), each may need a fresh block;
+ * when none is left, preempt the newest sequence and retry. */
+static void reserve_decode_blocks(sched *s) {
     /* Preemption reorders the running set (the last sequence moves into the
      * victim's slot), so after each one the pass starts over; sequences that
      * already got their block keep it, and every preemption shrinks the set,
@@ -861,40 +651,51 @@ restart:
             q->blocks[q->n_blocks++] = b;
         }
     }
-    if (s->cfg.spec == SCHED_SPEC_DRAFT) draft_round(s);
+}
+
+/* A slot for each decoding sequence: its last token, then its drafts. */
+static void place_decodes(sched *s, step_batch *sb) {
+    const int budget = s->cfg.max_batch_tokens;
     int spec_left = s->spec_rows;
-    for (int i = 0; i < s->n_running && n_tokens < budget; i++) {
+    for (int i = 0; i < s->n_running && sb->n_tokens < budget; i++) {
         sched_seq *q = s->running[i];
         if (q->n_tokens - q->n_computed != 1) continue;
         if (blocks_for(s, q->n_computed + 1) > q->n_blocks) abort(); /* invariant: every decode has its block */
-        s->b_seqs[n_slots] = q;
-        s->b_first[n_slots] = n_tokens;
-        s->b_tokens[n_tokens] = q->tokens[q->n_computed];
-        const int k = q->spec ? draft_tokens(s, q, budget - n_tokens - 1, spec_left, s->b_tokens + n_tokens + 1) : 0;
+        const int n = sb->n_tokens, slot = sb->n_slots;
+        s->b_seqs[slot] = q;
+        s->b_first[slot] = n;
+        s->b_tokens[n] = q->tokens[q->n_computed];
+        const int k = q->spec ? sched_draft_tokens(s, q, budget - n - 1, spec_left, s->b_tokens + n + 1) : 0;
         spec_left -= k;
-        s->b_count[n_slots] = 1 + k;
-        s->b_drafts[n_slots] = k;
-        n_slots++;
-        n_tokens += 1 + k;
+        s->b_count[slot] = 1 + k;
+        s->b_drafts[slot] = k;
+        sb->n_slots++;
+        sb->n_tokens += 1 + k;
     }
-    /* Prefill chunks, in running order, within what is left of the budget. */
-    for (int i = 0; i < s->n_running && n_tokens < budget; i++) {
+}
+
+/* Prefill chunks, in running order, within what is left of the budget. */
+static void place_prefill_chunks(sched *s, step_batch *sb) {
+    const int budget = s->cfg.max_batch_tokens;
+    for (int i = 0; i < s->n_running && sb->n_tokens < budget; i++) {
         sched_seq *q = s->running[i];
         const int pending = q->n_tokens - q->n_computed;
         if (pending <= 1) continue;
-        const int k = cover_chunk(s, q, pending < budget - n_tokens ? pending : budget - n_tokens);
+        const int k = cover_chunk(s, q, pending < budget - sb->n_tokens ? pending : budget - sb->n_tokens);
         if (k <= 0) continue; /* a windowed sequence waiting for blocks others release */
-        s->b_seqs[n_slots] = q;
-        s->b_first[n_slots] = n_tokens;
-        s->b_count[n_slots] = k;
-        s->b_drafts[n_slots] = 0;
-        n_slots++;
-        n_tokens += k;
+        s->b_seqs[sb->n_slots] = q;
+        s->b_first[sb->n_slots] = sb->n_tokens;
+        s->b_count[sb->n_slots] = k;
+        s->b_drafts[sb->n_slots] = 0;
+        sb->n_slots++;
+        sb->n_tokens += k;
     }
-    if (n_tokens == 0) return 0;
+}
 
-    int n_hidden = 0;
-    for (int j = 0; j < n_slots; j++) {
+/* The forward's view of the slots: every token's id, position and slot,
+ * each slot's block table and length, and the rows the step reads back. */
+static ingot_batch lay_out_batch(sched *s, step_batch *sb) {
+    for (int j = 0; j < sb->n_slots; j++) {
         sched_seq *q = s->b_seqs[j];
         for (int t = 0; t < s->b_count[j]; t++) {
             const int idx = s->b_first[j] + t;
@@ -906,34 +707,35 @@ restart:
         s->b_seq_len[j] = q->n_computed + s->b_count[j];
         const int completes = q->n_computed + s->b_count[j] - s->b_drafts[j] == q->n_tokens;
         if (q->task == SCHED_EMBED_MEAN) /* every row of the chunk is pooled */
-            for (int t = 0; t < s->b_count[j]; t++) s->b_hidden_rows[n_hidden++] = s->b_first[j] + t;
+            for (int t = 0; t < s->b_count[j]; t++) s->b_hidden_rows[sb->n_hidden++] = s->b_first[j] + t;
         else if (q->task == SCHED_EMBED_LAST && completes)
-            s->b_hidden_rows[n_hidden++] = s->b_first[j] + s->b_count[j] - 1;
+            s->b_hidden_rows[sb->n_hidden++] = s->b_first[j] + s->b_count[j] - 1;
         else if (q->task == SCHED_GENERATE && completes) /* the last token's row, then each draft's */
             for (int t = s->b_count[j] - 1 - s->b_drafts[j]; t < s->b_count[j]; t++)
-                s->b_rows[n_logits++] = s->b_first[j] + t;
+                s->b_rows[sb->n_logits++] = s->b_first[j] + t;
     }
-    ingot_batch b = {.n_tokens = n_tokens, .tokens = s->b_tokens, .pos = s->b_pos, .seq = s->b_seq,
-                     .n_seqs = n_slots, .block_tables = s->b_tables, .seq_len = s->b_seq_len,
-                     .n_logits = n_logits, .logit_rows = s->b_rows, .logits = s->logits,
-                     .n_hidden = n_hidden, .hidden_rows = s->b_hidden_rows, .hidden = n_hidden ? s->hidden : NULL};
-    char err[256];
-    const double tf = now_s();
-    const int rc = ingot_forward(s->model, &s->kv, &b, s->pool, err, sizeof err);
-    const double tf1 = now_s();
+    return (ingot_batch){.n_tokens = sb->n_tokens, .tokens = s->b_tokens, .pos = s->b_pos, .seq = s->b_seq,
+                         .n_seqs = sb->n_slots, .block_tables = s->b_tables, .seq_len = s->b_seq_len,
+                         .n_logits = sb->n_logits, .logit_rows = s->b_rows, .logits = s->logits,
+                         .n_hidden = sb->n_hidden, .hidden_rows = s->b_hidden_rows,
+                         .hidden = sb->n_hidden ? s->hidden : NULL};
+}
 
+/* After the forward: each slot's tokens join its KV cache; an embedding
+ * pools its rows, a generating sequence whose pending tokens all went in
+ * samples (and verifies its drafts). error: the forward failed (NULL: it
+ * ran). */
+static void take_results(sched *s, step_batch *sb, const char *error) {
     int row = 0, hrow = 0;
-    double mask_seconds = 0;
-    int n_masked = 0;
-    for (int j = 0; j < n_slots; j++) {
+    for (int j = 0; j < sb->n_slots; j++) {
         sched_seq *q = s->b_seqs[j];
-        if (rc != 0) { /* a broken batch is a bug in this file: end its sequences, keep serving */
+        if (error) { /* a broken batch is a bug in this file: end its sequences, keep serving */
             for (int i = 0; i < s->n_running; i++)
                 if (s->running[i] == q) {
                     running_remove(s, i);
                     break;
                 }
-            finish(s, q, SCHED_FINISH_ERROR, err, NULL);
+            finish(s, q, SCHED_FINISH_ERROR, error, NULL);
             continue;
         }
         const int k = s->b_drafts[j];
@@ -951,27 +753,53 @@ restart:
         }
         const float *lg = s->logits + (size_t)row * s->vocab;
         row += 1 + k;
-        if (q->constraint) n_masked++;
-        if (sample_rows(s, q, lg, s->b_tokens + s->b_first[j] + s->b_count[j] - k, k, &mask_seconds)) continue;
+        if (q->constraint) sb->n_masked++;
+        if (sample_rows(s, q, lg, s->b_tokens + s->b_first[j] + s->b_count[j] - k, k, &sb->mask_seconds)) continue;
         publish_blocks(s, q); /* after the verification: a block is published only with all its tokens accepted */
         release_out_of_window(s, q);
         release_beyond(s, q);
         /* the draft's KV past the accepted tokens holds rejected drafts */
         if (q->draft_computed > q->n_computed) q->draft_computed = q->n_computed;
     }
-    const double t1 = now_s();
+}
+
+static void record_step(sched *s, const step_batch *sb, double step_seconds, double forward_seconds) {
     pthread_mutex_lock(&s->mu);
     s->stats.steps++;
-    s->stats.last_batch_tokens = n_tokens;
-    s->stats.last_batch_seqs = n_slots;
-    s->stats.last_step_seconds = t1 - t0;
-    s->stats.last_forward_seconds = tf1 - tf;
-    if (n_masked > 0) {
-        s->stats.last_mask_seconds = mask_seconds;
-        s->stats.mask_seconds += mask_seconds;
-        s->stats.masked_tokens += (uint64_t)n_masked;
+    s->stats.last_batch_tokens = sb->n_tokens;
+    s->stats.last_batch_seqs = sb->n_slots;
+    s->stats.last_step_seconds = step_seconds;
+    s->stats.last_forward_seconds = forward_seconds;
+    if (sb->n_masked > 0) {
+        s->stats.last_mask_seconds = sb->mask_seconds;
+        s->stats.mask_seconds += sb->mask_seconds;
+        s->stats.masked_tokens += (uint64_t)sb->n_masked;
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+/* One step: take what other threads sent, admit, feed one forward with
+ * every decode token (and its drafts) and then prefill chunks, and sample.
+ * 0 when there was nothing to run. */
+static int step(sched *s) {
+    const double t0 = now_s();
+    intake(s);
+    admit(s);
+    note_stall(s);
+    if (s->n_running == 0) return 0;
+    reserve_decode_blocks(s);
+    if (s->cfg.spec == SCHED_SPEC_DRAFT) sched_draft_round(s);
+    step_batch sb = {0};
+    place_decodes(s, &sb);
+    place_prefill_chunks(s, &sb);
+    if (sb.n_tokens == 0) return 0;
+    ingot_batch b = lay_out_batch(s, &sb);
+    char err[256];
+    const double tf = now_s();
+    const int rc = ingot_forward(s->model, &s->kv, &b, s->pool, err, sizeof err);
+    const double tf1 = now_s();
+    take_results(s, &sb, rc != 0 ? err : NULL);
+    record_step(s, &sb, now_s() - t0, tf1 - tf);
     return 1;
 }
 
