@@ -1,4 +1,4 @@
-/* fuzz_gbnf.c — a GBNF grammar (runtime/serve/grammar.c): compiled, then a matcher fed bytes
+/* fuzz_gbnf.c — a GBNF grammar (runtime/serve/grammar_parse.c, grammar.c): compiled, then a matcher fed bytes
  * from the grammar text's own literals' alphabet until it refuses. */
 #include "fuzz_common.h"
 #include "grammar.h"

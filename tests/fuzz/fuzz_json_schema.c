@@ -1,5 +1,5 @@
 /* fuzz_json_schema.c — a JSON schema to its GBNF grammar (runtime/serve/json_schema.c), and that
- * grammar compiled (runtime/serve/grammar.c): a schema the translator accepts must give a
+ * grammar compiled (runtime/serve/grammar_parse.c): a schema the translator accepts must give a
  * grammar the compiler accepts, or the translator has a bug. */
 #include <cjson/cJSON.h>
 
