@@ -136,7 +136,7 @@ struct jinja_template {
     unsigned flags;
 };
 
-/* lexer + parser (jinja_parse.c) */
+/* lexer (jinja_lex.c) + parser (jinja_parse.c) */
 jtok *jj_lex(jarena *a, jerr *e, const char *src, size_t len, unsigned flags, size_t *ntok);
 
 /* filters and tests are resolved by name at parse time (unknown ones are syntax errors, as in jinja2) */
