@@ -51,7 +51,11 @@ SAN_EXTRA="tests/test_kquants.py::test_dequantize_matches_gguf_py tests/test_kqu
            tests/test_quant_moe.py::test_model_binary_refuses_disagreeing_experts tests/test_quant_moe.py::test_quantized_moe_matches_transformers[gptq4-act-order-mixtral]
            tests/test_spec.py::test_acceptance_rule_unit tests/test_spec.py::test_greedy_identical_to_plain_tiny
            tests/test_spec.py::test_draft_model_greedy_identical_tiny
-           tests/test_gguf_families.py::test_f32_gguf_matches_transformers[deepseek2]"
+           tests/test_gguf_families.py::test_f32_gguf_matches_transformers[deepseek2]
+           tests/test_api_shapes.py::test_messages_bad_requests_are_400_in_anthropics_shape
+           tests/test_api_shapes.py::test_responses_bad_requests_are_400_naming_the_field
+           tests/test_api_shapes.py::test_responses_previous_response_id_continues_the_conversation
+           tests/test_api_shapes.py::test_messages_auto_tool_use tests/test_api_shapes.py::test_responses_answer_is_the_chat_answer"
 
 tiers=""
 tier_start=0

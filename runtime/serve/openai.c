@@ -974,22 +974,31 @@ static int parse_fields(const cJSON *root, oai_kind kind, int vocab, oai_request
     return parse_logprobs(root, kind, r, e);
 }
 
-int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_request *r, oai_error *e) {
+cJSON *oai_parse_object(const char *body, size_t len, oai_error *e) { return parse_body(body, len, e); }
+
+int oai_parse_tree(oai_kind kind, const cJSON *root, int vocab, oai_request *r, oai_error *e) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
+    r->api = kind == OAI_CHAT ? OAI_API_CHAT : OAI_API_COMPLETIONS;
     r->max_tokens = -1;
     r->n = 1;
     r->sampling = samp_default_params();
     /* OpenAI's default temperature is 1 (sampling); greedy needs temperature 0. */
     r->sampling.temperature = 1.0f;
-    cJSON *root = parse_body(body, len, e);
-    if (!root) return -1;
     const int rc = parse_fields(root, kind, vocab, r, e);
-    cJSON_Delete(root);
     if (rc != 0) {
         if (e->status == 0) oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
         oai_request_free(r);
     }
+    return rc;
+}
+
+int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_request *r, oai_error *e) {
+    memset(r, 0, sizeof *r);
+    cJSON *root = parse_body(body, len, e);
+    if (!root) return -1;
+    const int rc = oai_parse_tree(kind, root, vocab, r, e);
+    cJSON_Delete(root);
     return rc;
 }
 
@@ -1004,6 +1013,8 @@ void oai_request_free(oai_request *r) {
     free(r->prompt_text);
     free(r->prompt_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    cJSON_Delete(r->api_echo);
+    cJSON_Delete(r->api_history);
     memset(r, 0, sizeof *r);
 }
 

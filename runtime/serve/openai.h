@@ -23,6 +23,12 @@
 
 typedef enum { OAI_CHAT, OAI_COMPLETION } oai_kind;
 
+/* The API a generation request came in through: its wire format in and out.
+ * Messages (Anthropic) and Responses (OpenAI) requests are translated into a
+ * chat request (kind OAI_CHAT) and answered in their own shapes
+ * (messages_api.h, responses_api.h). */
+typedef enum { OAI_API_CHAT, OAI_API_COMPLETIONS, OAI_API_MESSAGES, OAI_API_RESPONSES } oai_api;
+
 #define OAI_MAX_TOOLS 128 /* OpenAI's limit */
 
 /* tool_choice: what the model may or must do with the tools. */
@@ -43,6 +49,7 @@ typedef struct {
 
 typedef struct {
     oai_kind kind;
+    oai_api api;
     char *model;
     cJSON *messages;       /* chat: normalized copy (owned): every content a string ("" for a null one);
                               tool_calls[i].function.arguments an object when the client's string held
@@ -68,6 +75,11 @@ typedef struct {
     float *bias_values;
     gram_grammar *grammar; /* response_format json_object / json_schema, or "grammar": compiled (owned), or NULL */
     const char *grammar_param; /* the field it came from ("response_format" or "grammar"), for errors */
+    /* Responses: the request fields a response object repeats (owned), and the conversation
+     * so far without the instructions (owned: previous_response_id's history and this input,
+     * as chat messages), which the response store keeps for the next turn */
+    cJSON *api_echo;
+    cJSON *api_history;
 } oai_request;
 
 /* Fills e: status, type, message (printf-style), param (may be NULL), code (may be NULL). */
@@ -87,6 +99,11 @@ const cJSON *oai_field(const cJSON *o, const char *name);
  * success (free with oai_request_free), -1 with e filled (nothing to free). */
 int oai_parse(oai_kind kind, const char *body, size_t len, int vocab, oai_request *r, oai_error *e);
 void oai_request_free(oai_request *r);
+/* The two halves of oai_parse, for the parsers of the other APIs: a body held
+ * to RFC 8259 and parsed into one JSON object (NULL with e filled), and a
+ * request of kind from such an object (0, or -1 with e filled). */
+cJSON *oai_parse_object(const char *body, size_t len, oai_error *e);
+int oai_parse_tree(oai_kind kind, const cJSON *root, int vocab, oai_request *r, oai_error *e);
 
 /* ---- growable byte buffer ---------------------------------------------- */
 typedef struct {
@@ -101,7 +118,8 @@ void oai_buf_free(oai_buf *b);
  * piece is appended to held; everything that can no longer be part of a stop
  * string moves to out; a tail that is a prefix of some stop string stays in
  * held. On a full match the text before it moves to out, held is emptied and
- * 1 is returned (the stop string itself is never emitted). */
+ * 1 + the index of the stop string is returned (the stop string itself is
+ * never emitted); 0 otherwise. */
 int oai_stop_feed(char *const *stop, int n_stop, oai_buf *held, const char *text, size_t n, oai_buf *out);
 
 /* ---- responses ----------------------------------------------------------- */

@@ -21,15 +21,19 @@ int oai_stop_feed(char *const *stop, int n_stop, oai_buf *held, const char *text
     if (!held->p) return 0;
     /* earliest full match: emit what precedes it, drop the rest */
     size_t best = SIZE_MAX;
+    int which = 0;
     for (int i = 0; i < n_stop; i++) {
         const char *m = memmem(held->p, held->len, stop[i], strlen(stop[i]));
-        if (m && (size_t)(m - held->p) < best) best = (size_t)(m - held->p);
+        if (m && (size_t)(m - held->p) < best) {
+            best = (size_t)(m - held->p);
+            which = i;
+        }
     }
     if (best != SIZE_MAX) {
         oai_buf_add(out, held->p, best);
         held->len = 0;
         held->p[0] = 0;
-        return 1;
+        return 1 + which;
     }
     /* longest suffix of held that is a proper prefix of a stop string stays held */
     size_t keep = 0;

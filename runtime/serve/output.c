@@ -11,10 +11,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "messages_api.h"
+#include "responses_api.h"
+
+/* The Messages and Responses APIs write content blocks (output items) of their own. */
+static int own_blocks(const out_request *o) {
+    return o->q->api == OAI_API_MESSAGES || o->q->api == OAI_API_RESPONSES;
+}
+
+char *out_sse_event(const char *name, cJSON *data) {
+    char *json = cJSON_PrintUnformatted(data);
+    cJSON_Delete(data);
+    if (!json) return NULL;
+    const size_t n = strlen(name) + strlen(json) + sizeof "event: \ndata: \n\n";
+    char *ev = malloc(n);
+    if (ev) snprintf(ev, n, "event: %s\ndata: %s\n\n", name, json);
+    free(json);
+    return ev;
+}
+
+void out_add_text(cJSON *o, const char *key, const char *s, size_t n) {
+    char *clean = oai_utf8_clean(s ? s : "", s ? n : 0);
+    cJSON_AddStringToObject(o, key, clean ? clean : "");
+    free(clean);
+}
+
 void out_choice_init(const out_request *o, out_choice *c) {
     const oai_request *q = o->q;
     tok_stream_init(&c->ts);
     tc_init(&c->tc, o->tool_format);
+    c->stop_index = -1;
     if (q->kind != OAI_CHAT || !q->tools || q->tool_choice == OAI_TOOLS_NONE) return;
     c->tools = 1;
     c->calls = cJSON_CreateArray();
@@ -34,13 +60,18 @@ void out_choice_free(out_choice *c) {
     cJSON_Delete(c->logprobs);
     tc_free(&c->tc);
     cJSON_Delete(c->calls);
+    cJSON_Delete(c->blocks);
 }
 
 /* Releases text of choice i: to the stream as a chunk, or to the reply. */
 static void emit_text(const out_request *o, out_choice *c, int i, const char *text, size_t n, cJSON *lp,
                       const char *finish) {
     c->emitted += n;
-    if (o->q->stream) {
+    if (own_blocks(o)) {
+        cJSON_Delete(lp); /* logprobs are not offered on these APIs */
+        if (o->q->api == OAI_API_MESSAGES) msg_text(o, c, text, n);
+        else rsp_text(o, c, text, n);
+    } else if (o->q->stream) {
         if (!n && !lp && !finish && c->sent_first) return;
         o->write(o->user, oai_chunk(o->meta, i, !c->sent_first, text, n, lp, finish, o->q->include_usage));
         c->sent_first = 1;
@@ -77,12 +108,15 @@ static int release_text(const out_request *o, out_choice *c, int i, const char *
         const char *args = cJSON_GetObjectItem(call, "arguments")->valuestring;
         char id[32];
         tc_call_id(o->tool_format, o->rng, id);
-        if (q->stream) {
+        if (q->stream && !own_blocks(o)) {
             o->write(o->user, oai_tool_call_chunk(o->meta, i, !c->sent_first, k, id, name, "", q->include_usage));
             c->sent_first = 1;
             o->write(o->user, oai_tool_call_chunk(o->meta, i, 0, k, NULL, NULL, args, q->include_usage));
         }
-        cJSON_AddItemToArray(c->calls, oai_tool_call(id, name, args));
+        cJSON *made = oai_tool_call(id, name, args);
+        cJSON_AddItemToArray(c->calls, made);
+        if (q->api == OAI_API_MESSAGES) msg_call(o, c, made);
+        else if (q->api == OAI_API_RESPONSES) rsp_call(o, c, made);
     }
     oai_buf_free(&t.content);
     cJSON_Delete(t.calls);
@@ -95,6 +129,7 @@ static int feed_text(const out_request *o, out_choice *c, int i, const char *tex
     oai_buf out = {0};
     oai_buf_add(&out, "", 0);
     const int stopped = oai_stop_feed(o->q->stop, o->q->n_stop, &c->held, text, n, &out);
+    if (stopped) c->stop_index = stopped - 1;
     const int one_call = release_text(o, c, i, out.p ? out.p : "", out.len, lp, stopped);
     oai_buf_free(&out);
     return stopped ? 1 : one_call ? 2 : 0;
@@ -160,7 +195,15 @@ const char *out_finish_reason(const out_choice *c, const char *reason) {
 }
 
 void out_end_chunk(const out_request *o, out_choice *c, int i, const char *finish_reason) {
-    if (o->q->stream) emit_text(o, c, i, "", 0, NULL, finish_reason);
+    if (o->q->api == OAI_API_MESSAGES) msg_close_text(o, c);
+    else if (o->q->api == OAI_API_RESPONSES) rsp_close_text(o, c);
+    else if (o->q->stream) emit_text(o, c, i, "", 0, NULL, finish_reason);
+}
+
+char *out_stream_start(const out_request *o, out_choice *c) {
+    if (o->q->api == OAI_API_MESSAGES) return msg_stream_start(o);
+    if (o->q->api == OAI_API_RESPONSES) return rsp_stream_start(o, c);
+    return NULL;
 }
 
 void out_response_add(cJSON *resp, const out_request *o, out_choice *c, int i, const char *finish_reason) {
@@ -172,7 +215,9 @@ void out_response_add(cJSON *resp, const out_request *o, out_choice *c, int i, c
     }
 }
 
-char *out_error_event(const oai_error *e) {
+char *out_error_event(const out_request *o, out_choice *c, const oai_error *e) {
+    if (o->q->api == OAI_API_MESSAGES) return msg_error_event(e);
+    if (o->q->api == OAI_API_RESPONSES) return rsp_error_event(c, e);
     char *j = oai_error_json(e);
     if (!j) return NULL;
     const size_t n = strlen(j) + sizeof "data: \n\n";

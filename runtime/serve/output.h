@@ -35,7 +35,16 @@ typedef struct {
     uint64_t *rng;                        /* tool-call ids (a splitmix64 state, advanced) */
     void (*write)(void *user, char *sse); /* a stream's next SSE event (taken over) */
     void *user;
+    int prompt_tokens;                    /* Messages' message_start reports them */
 } out_request;
+
+/* How a choice ended: what the last events and the reply of the Messages and
+ * Responses APIs report. */
+typedef struct {
+    const char *finish_reason; /* "stop", "length" or "tool_calls" */
+    const char *stop_sequence; /* the stop string that ended the text, or NULL */
+    int prompt_tokens, completion_tokens;
+} out_summary;
 
 /* One choice's text as it forms. */
 typedef struct {
@@ -48,6 +57,14 @@ typedef struct {
     int tools;               /* tool calls are parsed out of this choice's text */
     tc_parser tc;            /* the text after stop strings, split into content and calls */
     cJSON *calls;            /* the calls so far (oai_tool_call objects) */
+    int stop_index;          /* the stop string that ended the text, or -1 */
+    /* Messages and Responses: the reply's content blocks (output items) so far, and where
+     * its stream stands; the text of each block gathers in text as well */
+    cJSON *blocks;
+    int text_open;           /* a text block (message item) is open; its text begins at text_from */
+    size_t text_from;
+    int seq;                 /* Responses: the next event's sequence_number */
+    char item_id[40];        /* Responses: the open message item's id */
 } out_choice;
 
 /* A zeroed choice made ready for o's tokens. */
@@ -67,15 +84,25 @@ int out_flush(const out_request *o, out_choice *c, int i);
  * tool calls and ended on its own ("stop") finishes with "tool_calls", as
  * OpenAI's do. */
 const char *out_finish_reason(const out_choice *c, const char *reason);
-/* A stream's last chunk of choice i, carrying its finish_reason (nothing for
- * a reply that is not streamed). */
+/* The choice's text is final: a stream's last chunk of choice i, carrying
+ * its finish_reason (nothing for a chat or completion reply that is not
+ * streamed); the Messages and Responses APIs close their open text block. */
 void out_end_chunk(const out_request *o, out_choice *c, int i, const char *finish_reason);
+/* The first events of a Messages or Responses stream, sent with its 200
+ * (NULL for the other APIs, whose first chunk carries the first token). */
+char *out_stream_start(const out_request *o, out_choice *c);
 
 /* Adds choice i to a non-streamed reply (oai_response_new): its text,
  * logprobs and tool calls, which the reply takes over. */
 void out_response_add(cJSON *resp, const out_request *o, out_choice *c, int i, const char *finish_reason);
-/* An error as the SSE event that ends a stream whose 200 went out
- * ("data: {error}\n\n", malloc'd; NULL on out of memory). */
-char *out_error_event(const oai_error *e);
+/* An error as the SSE event that ends a stream whose 200 went out, in the
+ * request's API's shape ("data: {error}\n\n" on chat and completions;
+ * malloc'd, NULL on out of memory). */
+char *out_error_event(const out_request *o, out_choice *c, const oai_error *e);
+
+/* An SSE event "event: name\ndata: {data}\n\n" (data taken over; malloc'd). */
+char *out_sse_event(const char *name, cJSON *data);
+/* o[key] = s[0..n) as a JSON string, invalid UTF-8 replaced. */
+void out_add_text(cJSON *o, const char *key, const char *s, size_t n);
 
 #endif

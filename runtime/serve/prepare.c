@@ -16,6 +16,8 @@
 #include <time.h>
 
 #include "constrain.h"
+#include "messages_api.h"
+#include "responses_api.h"
 #include "server_state.h"
 #include "tool_grammar.h"
 #include "tool_prompt.h"
@@ -25,8 +27,8 @@ typedef struct srv_intake {
     server *s;
     struct evhttp_request *r;       /* loop thread; NULL once the client left */
     struct evhttp_connection *conn; /* its close callback points here while r is set */
-    int embeddings;                 /* /v1/embeddings, else a generation of `kind` */
-    oai_kind kind;
+    int embeddings;                 /* /v1/embeddings, else a generation through `api` */
+    oai_api api;
     char *body;                     /* a NUL-terminated copy */
     size_t len;
     double t0;                      /* arrival */
@@ -289,7 +291,12 @@ static int prepare_generate(server *s, srv_intake *in) {
         oai_error_set(&in->e, 500, "server_error", NULL, NULL, "out of memory");
         return -1;
     }
-    if (oai_parse(in->kind, in->body, in->len, tok_vocab_size(s->tok), &q->q, &e) != 0) {
+    const int vocab = tok_vocab_size(s->tok);
+    const int parsed = in->api == OAI_API_MESSAGES    ? msg_parse(in->body, in->len, vocab, &q->q, &e)
+                       : in->api == OAI_API_RESPONSES ? rsp_parse(in->body, in->len, vocab, s->responses, &q->q, &e)
+                       : oai_parse(in->api == OAI_API_CHAT ? OAI_CHAT : OAI_COMPLETION, in->body, in->len, vocab,
+                                   &q->q, &e);
+    if (parsed != 0) {
         free(q);
         in->e = e;
         return -1;
@@ -298,7 +305,7 @@ static int prepare_generate(server *s, srv_intake *in) {
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (check_model(q->q.model, &e) != 0 ||
-        (in->kind == OAI_CHAT ? chat_prompt(s, &q->q, &ids, &n_ids, &e)
+        (q->q.kind == OAI_CHAT ? chat_prompt(s, &q->q, &ids, &n_ids, &e)
                               : completion_prompt(s, &q->q, &ids, &n_ids, &e)) != 0)
         goto fail;
     if (check_prompt_length(&q->q, n_ids, &e) != 0 || make_constraints(s, &q->q, in->cons, &e) != 0) {
@@ -377,11 +384,14 @@ static void submit_generate(server *s, srv_intake *in) {
         srv_reply_error_msg(s, r, 500, "server_error", NULL, "out of memory");
         return;
     }
-    snprintf(q->id, sizeof q->id, "%s%016llx%08llx", in->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-",
-             (unsigned long long)srv_splitmix(&s->rng), (unsigned long long)++s->next_id);
-    q->meta = (oai_meta){.kind = in->kind, .id = q->id, .created = (long long)time(NULL), .model = d->name};
+    static const char *const ID_PREFIX[] = {[OAI_API_CHAT] = "chatcmpl-", [OAI_API_COMPLETIONS] = "cmpl-",
+                                            [OAI_API_MESSAGES] = "msg_", [OAI_API_RESPONSES] = "resp_"};
+    snprintf(q->id, sizeof q->id, "%s%016llx%08llx", ID_PREFIX[q->q.api], (unsigned long long)srv_splitmix(&s->rng),
+             (unsigned long long)++s->next_id);
+    q->meta = (oai_meta){.kind = q->q.kind, .id = q->id, .created = (long long)time(NULL), .model = d->name};
     q->out = (out_request){.q = &q->q, .meta = &q->meta, .tok = s->tok, .tool_format = s->tool_format,
-                           .tool_marker_id = s->tool_marker_id, .rng = &s->rng, .write = srv_write_event, .user = q};
+                           .tool_marker_id = s->tool_marker_id, .rng = &s->rng, .write = srv_write_event, .user = q,
+                           .prompt_tokens = (int)in->n_ids};
     link_request(s, q);
     for (int i = 0; i < q->n_choices; i++) {
         srv_choice *c = &q->choices[i];
@@ -403,7 +413,10 @@ static void submit_generate(server *s, srv_intake *in) {
     }
     free(in->ids);
     srv_start_waiting(s, q, r);
-    if (q->q.stream) start_stream(r);
+    if (q->q.stream) {
+        start_stream(r);
+        srv_write_event(q, out_stream_start(&q->out, &q->choices[0].out));
+    }
 }
 
 /* ---- embeddings ------------------------------------------------------------- */
@@ -543,9 +556,9 @@ static void on_intake_close(struct evhttp_connection *conn, void *arg) {
     in->r = NULL; /* evhttp frees the request with the connection */
 }
 
-/* POST /v1/chat/completions, /v1/completions (embeddings 0, kind) and /v1/embeddings
- * (embeddings 1): the body copied and queued for an intake worker. */
-void srv_start_intake(server *s, struct evhttp_request *r, int embeddings, oai_kind kind) {
+/* POST /v1/chat/completions, /v1/completions, /v1/messages, /v1/responses (embeddings 0,
+ * api) and /v1/embeddings (embeddings 1): the body copied and queued for an intake worker. */
+void srv_start_intake(server *s, struct evhttp_request *r, int embeddings, oai_api api) {
     size_t len;
     const char *body = request_body(s, r, &len);
     if (!body) return;
@@ -560,7 +573,7 @@ void srv_start_intake(server *s, struct evhttp_request *r, int embeddings, oai_k
     memcpy(copy, body, len);
     copy[len] = 0;
     *in = (srv_intake){.job = {.work = intake_work, .done = intake_done}, .s = s, .r = r,
-                       .conn = evhttp_request_get_connection(r), .embeddings = embeddings, .kind = kind,
+                       .conn = evhttp_request_get_connection(r), .embeddings = embeddings, .api = api,
                        .body = copy, .len = len, .t0 = srv_now()};
     if (intake_submit(s->intake, &in->job) != 0) {
         free(copy);

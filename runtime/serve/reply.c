@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "messages_api.h"
 #include "server_state.h"
 
 static const char *reason_phrase(int code) {
@@ -63,8 +64,15 @@ void srv_reply_json(server *s, struct evhttp_request *r, int code, cJSON *j) {
     srv_reply(s, r, code, "application/json", body, body ? strlen(body) : 0);
 }
 
+/* 1 when r came to the Messages API, whose clients read Anthropic's error shape. */
+static int messages_route(struct evhttp_request *r) {
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(r);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    return path && !strncmp(path, "/v1/messages", 12) && (!path[12] || path[12] == '/');
+}
+
 void srv_reply_error(server *s, struct evhttp_request *r, const oai_error *e) {
-    char *body = oai_error_json(e);
+    char *body = messages_route(r) ? msg_error_json(e) : oai_error_json(e);
     srv_reply(s, r, e->status, "application/json", body, body ? strlen(body) : 0);
 }
 

@@ -18,6 +18,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "messages_api.h"
+#include "responses_api.h"
 #include "server_state.h"
 
 /* ---- request bookkeeping --------------------------------------------------- */
@@ -161,21 +163,66 @@ static void reply_embeddings(server *s, srv_req *q, struct evhttp_request *h) {
     else srv_reply_error_msg(s, h, 500, "server_error", NULL, "out of memory");
 }
 
-/* The end of a stream: an error event or the usage chunk, then [DONE]. */
+/* How choice 0 ended, for the Messages and Responses APIs (one choice each). */
+static out_summary summary_of(const srv_req *q, int completion) {
+    const srv_choice *c = &q->choices[0];
+    const int by_stop = c->out.stop_index >= 0 && !strcmp(c->finish_reason, "stop");
+    return (out_summary){.finish_reason = c->finish_reason,
+                         .stop_sequence = by_stop ? q->q.stop[c->out.stop_index] : NULL,
+                         .prompt_tokens = q->n_prompt, .completion_tokens = completion};
+}
+
+/* A Responses API reply's object: its conversation and itself kept for
+ * previous_response_id and GET /v1/responses/{id} (unless "store": false). */
+static void remember_response(server *s, srv_req *q, const cJSON *response) {
+    if (!s->responses || cJSON_IsFalse(cJSON_GetObjectItem(q->q.api_echo, "store"))) return;
+    char *conv = rsp_conversation(&q->q, &q->choices[0].out);
+    char *obj = cJSON_PrintUnformatted(response);
+    if (conv && obj) rs_put(s->responses, q->id, conv, obj);
+    free(conv);
+    free(obj);
+}
+
+/* The last events of a Messages or Responses stream. */
+static char *api_stream_end(server *s, srv_req *q, int completion) {
+    const out_summary sum = summary_of(q, completion);
+    out_choice *c = &q->choices[0].out;
+    if (q->q.api == OAI_API_MESSAGES) return msg_stream_end(&q->out, c, &sum);
+    cJSON *resp = rsp_response(&q->out, c, &sum);
+    remember_response(s, q, resp);
+    char *last = rsp_stream_end(c, resp);
+    cJSON_Delete(resp);
+    return last;
+}
+
+/* The end of a stream: an error event or the usage chunk, then [DONE]; the
+ * Messages and Responses APIs end with their own last events. */
 static void end_stream(server *s, srv_req *q, struct evhttp_request *h, int completion) {
+    const int own = q->q.api == OAI_API_MESSAGES || q->q.api == OAI_API_RESPONSES;
     char *last = NULL;
     if (q->failed) {
         oai_error e;
         oai_error_set(&e, 500, "server_error", NULL, NULL, "%s", q->error);
-        last = out_error_event(&e);
+        last = out_error_event(&q->out, &q->choices[0].out, &e);
+    } else if (own) {
+        last = api_stream_end(s, q, completion);
     } else if (q->q.include_usage) {
         last = oai_usage_chunk(&q->meta, q->n_prompt, completion);
     }
     if (last) send_event(h, last);
     free(last);
-    send_event(h, "data: [DONE]\n\n");
+    if (!own) send_event(h, "data: [DONE]\n\n");
     evhttp_send_reply_end(h);
     srv_count_status(s, 200); /* the status its headers carried */
+}
+
+/* A Messages or Responses reply that was not streamed. */
+static cJSON *api_reply(server *s, srv_req *q, int completion) {
+    const out_summary sum = summary_of(q, completion);
+    if (q->q.api == OAI_API_MESSAGES) return msg_reply(&q->out, &q->choices[0].out, &sum);
+    cJSON *resp = rsp_response(&q->out, &q->choices[0].out, &sum);
+    remember_response(s, q, resp);
+    return resp;
 }
 
 /* A generation's reply that was not streamed: every choice's text, or the error. */
@@ -187,6 +234,8 @@ static void reply_generation(server *s, srv_req *q, struct evhttp_request *h, in
         srv_reply_error(s, h, &e);
     } else if (q->failed) {
         srv_reply_error_msg(s, h, 500, "server_error", NULL, q->error);
+    } else if (q->q.api == OAI_API_MESSAGES || q->q.api == OAI_API_RESPONSES) {
+        srv_reply_json(s, h, 200, api_reply(s, q, completion));
     } else {
         cJSON *resp = oai_response_new(&q->meta);
         for (int i = 0; i < q->n_choices; i++)
@@ -436,7 +485,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg) {
         evhttp_request_set_on_complete_cb(h, on_reply_complete, s);
         s->unflushed++;
         if (q->q.stream) {
-            char *event = out_error_event(&e);
+            char *event = out_error_event(&q->out, &q->choices[0].out, &e);
             if (event) send_event(h, event);
             free(event);
             evhttp_send_reply_end(h);

@@ -1,7 +1,8 @@
 /* routes.c — what each path does: the route table (path, method, whether
  * it needs the API key), the key check, and the endpoints answered at once
- * (/v1/models, /health, /ready, /alive, /metrics). The generation and
- * embedding endpoints hand their body to an intake worker (prepare.c).
+ * (/v1/models, /health, /ready, /alive, /metrics, a stored response). The
+ * generation and embedding endpoints hand their body to an intake worker
+ * (prepare.c).
  */
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -14,8 +15,37 @@
 
 /* ---- generation and embeddings ------------------------------------------------- */
 
-static void handle_generate(server *s, struct evhttp_request *r, oai_kind kind) { srv_start_intake(s, r, 0, kind); }
-static void handle_embeddings(server *s, struct evhttp_request *r) { srv_start_intake(s, r, 1, OAI_CHAT); }
+static void handle_generate(server *s, struct evhttp_request *r, oai_api api) { srv_start_intake(s, r, 0, api); }
+static void handle_embeddings(server *s, struct evhttp_request *r) { srv_start_intake(s, r, 1, OAI_API_CHAT); }
+
+/* GET /v1/responses/{id}: a stored response object; DELETE forgets it. */
+static void handle_stored_response(server *s, struct evhttp_request *r, const char *id) {
+    const enum evhttp_cmd_type m = evhttp_request_get_command(r);
+    if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD && m != EVHTTP_REQ_DELETE) {
+        evhttp_add_header(evhttp_request_get_output_headers(r), "Allow", "GET, HEAD, DELETE");
+        srv_reply_error_msg(s, r, 405, "invalid_request_error", "method_not_allowed",
+                            "/v1/responses/{id} only accepts GET, HEAD and DELETE");
+        return;
+    }
+    char *obj = m == EVHTTP_REQ_DELETE ? NULL : rs_response(s->responses, id);
+    const int deleted = m == EVHTTP_REQ_DELETE && rs_delete(s->responses, id);
+    if (!obj && !deleted) {
+        oai_error e;
+        oai_error_set(&e, 404, "invalid_request_error", "response_id", "not_found",
+                      "No response with id '%.120s' is stored here", id);
+        srv_reply_error(s, r, &e);
+        return;
+    }
+    if (obj) {
+        srv_reply(s, r, 200, "application/json", obj, strlen(obj));
+        return;
+    }
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", id);
+    cJSON_AddStringToObject(j, "object", "response");
+    cJSON_AddBoolToObject(j, "deleted", 1);
+    srv_reply_json(s, r, 200, j);
+}
 
 /* ---- other endpoints ------------------------------------------------------- */
 
@@ -136,13 +166,15 @@ typedef struct {
     const char *path;
     enum evhttp_cmd_type method;
     int auth; /* 1: needs the API key when one is configured */
-    int kind; /* -1: not a generation endpoint, else an oai_kind */
+    int api;  /* -1: not a generation endpoint, else the oai_api it speaks */
     void (*fn)(server *, struct evhttp_request *);
 } srv_route;
 
 static const srv_route ROUTES[] = {
-    {"/v1/chat/completions", EVHTTP_REQ_POST, 1, OAI_CHAT, NULL},
-    {"/v1/completions", EVHTTP_REQ_POST, 1, OAI_COMPLETION, NULL},
+    {"/v1/chat/completions", EVHTTP_REQ_POST, 1, OAI_API_CHAT, NULL},
+    {"/v1/completions", EVHTTP_REQ_POST, 1, OAI_API_COMPLETIONS, NULL},
+    {"/v1/messages", EVHTTP_REQ_POST, 1, OAI_API_MESSAGES, NULL},
+    {"/v1/responses", EVHTTP_REQ_POST, 1, OAI_API_RESPONSES, NULL},
     {"/v1/embeddings", EVHTTP_REQ_POST, 1, -1, handle_embeddings},
     {"/v1/models", EVHTTP_REQ_GET, 1, -1, handle_models},
     {"/health", EVHTTP_REQ_GET, 0, -1, handle_health},
@@ -160,12 +192,21 @@ static int key_matches(const char *given, const char *key) {
     return diff == 0;
 }
 
+/* The key as OpenAI's clients send it (Authorization: Bearer KEY) or as
+ * Anthropic's do (x-api-key: KEY). */
 static int authorized(server *s, struct evhttp_request *r) {
     if (!s->cfg.api_key) return 1;
-    const char *h = evhttp_find_header(evhttp_request_get_input_headers(r), "Authorization");
+    const struct evkeyvalq *in = evhttp_request_get_input_headers(r);
+    const char *h = evhttp_find_header(in, "Authorization");
+    const char *x = evhttp_find_header(in, "x-api-key");
+    if (!h && x) {
+        if (key_matches(x, s->cfg.api_key)) return 1;
+        srv_reply_error_msg(s, r, 401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided");
+        return 0;
+    }
     if (!h) {
         srv_reply_error_msg(s, r, 401, "invalid_request_error", "missing_api_key",
-                        "You didn't provide an API key (Authorization: Bearer KEY)");
+                        "You didn't provide an API key (Authorization: Bearer KEY, or x-api-key: KEY)");
         return 0;
     }
     if (strncasecmp(h, "Bearer ", 7) != 0 || !key_matches(h + 7, s->cfg.api_key)) {
@@ -206,8 +247,13 @@ void srv_on_request(struct evhttp_request *r, void *arg) {
         /* scrapers reach /metrics without the key unless --metrics-auth */
         const int auth = rt->auth || (rt->fn == handle_metrics && s->cfg.metrics_auth);
         if (auth && !authorized(s, r)) return;
-        if (rt->kind >= 0) handle_generate(s, r, (oai_kind)rt->kind);
+        if (rt->api >= 0) handle_generate(s, r, (oai_api)rt->api);
         else rt->fn(s, r);
+        return;
+    }
+    static const char STORED[] = "/v1/responses/";
+    if (!strncmp(norm, STORED, sizeof STORED - 1) && norm[sizeof STORED - 1] && !strchr(norm + sizeof STORED - 1, '/')) {
+        if (authorized(s, r)) handle_stored_response(s, r, norm + sizeof STORED - 1);
         return;
     }
     char msg[200];

@@ -75,7 +75,7 @@ static int parse_spec(const char *v, const char *what, sched_spec_mode *out) {
  * --kv-blocks and --kv-memory undo each other, the last one wins). */
 typedef struct {
     double port, kv_blocks, kv_mem, mbt, running, waiting, body, grace, dev_frac, read_timeout, max_conns, rpm, tpm,
-        req_timeout, spec_k, ngram_min, ngram_max, intake_threads;
+        req_timeout, spec_k, ngram_min, ngram_max, intake_threads, rs_entries, rs_mib;
 } srv_numbers;
 
 /* One option: its flag, its environment variable, and where it goes. */
@@ -105,6 +105,8 @@ static const srv_numopt NUMERIC_OPTIONS[] = {
     {"--spec-k", "INGOT_SPEC_K", 1, 32, 1, offsetof(srv_numbers, spec_k)},
     {"--spec-ngram-min", "INGOT_SPEC_NGRAM_MIN", 1, 64, 1, offsetof(srv_numbers, ngram_min)},
     {"--spec-ngram-max", "INGOT_SPEC_NGRAM_MAX", 1, 64, 1, offsetof(srv_numbers, ngram_max)},
+    {"--responses-store", "INGOT_RESPONSES_STORE", 0, 1 << 20, 1, offsetof(srv_numbers, rs_entries)},
+    {"--responses-store-memory", "INGOT_RESPONSES_STORE_MEMORY", 1, 1 << 20, 0, offsetof(srv_numbers, rs_mib)},
 };
 #define N_NUMERIC_OPTIONS ((int)(sizeof NUMERIC_OPTIONS / sizeof NUMERIC_OPTIONS[0]))
 
@@ -213,6 +215,8 @@ static int store_numbers(srv_config *c, const srv_numbers *n) {
     c->spec_k = (int)n->spec_k;
     c->spec_ngram_min = (int)n->ngram_min;
     c->spec_ngram_max = (int)n->ngram_max;
+    c->responses_store = (int)n->rs_entries;
+    c->responses_store_mib = n->rs_mib;
     if (c->spec_ngram_min > c->spec_ngram_max) {
         fprintf(stderr, "%s: error: --spec-ngram-min (%d) is above --spec-ngram-max (%d)\n", ingot_model_desc.name,
                 c->spec_ngram_min, c->spec_ngram_max);
@@ -224,7 +228,7 @@ static int store_numbers(srv_config *c, const srv_numbers *n) {
 int srv_parse_config(srv_config *c, int argc, char **argv) {
     srv_numbers n = {.port = 8080, .running = 32, .waiting = 1024, .body = 4 << 20, .grace = 30, .dev_frac = 0.90,
                      .read_timeout = 30, .max_conns = 512, .spec_k = 4, .ngram_min = 1, .ngram_max = 3,
-                     .intake_threads = 2};
+                     .intake_threads = 2, .rs_entries = 256, .rs_mib = 64};
     if (read_environment(c, &n) != 0 || read_arguments(c, &n, argc, argv) != 0) return -1;
     return store_numbers(c, &n);
 }

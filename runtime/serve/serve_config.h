@@ -37,6 +37,8 @@ typedef struct {
     sched_spec_mode spec;      /* speculative decoding (--spec) */
     int spec_k, spec_ngram_min, spec_ngram_max;
     int print_memory;          /* --print-memory: print the memory plan as JSON and exit */
+    int responses_store;       /* /v1/responses kept for previous_response_id (0: none) */
+    double responses_store_mib; /* ... and the most memory they may take */
 } srv_config;
 
 /* Defaults, then the environment, then the options after "serve" (the

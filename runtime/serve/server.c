@@ -180,6 +180,11 @@ static int create_loop(server *s) {
             return -1;
         }
     }
+    if (s->cfg.responses_store > 0 &&
+        !(s->responses = rs_new(s->cfg.responses_store, (size_t)(s->cfg.responses_store_mib * 1048576.0)))) {
+        fprintf(stderr, "%s: error: out of memory\n", name);
+        return -1;
+    }
     if (evthread_use_pthreads() != 0) {
         fprintf(stderr, "%s: error: libevent without pthreads support\n", name);
         return -1;
@@ -387,6 +392,7 @@ static void server_free(server *s) {
     if (s->base) event_base_free(s->base);
     hg_free(s->guard); /* connections torn down by the two calls above refer to it */
     rl_free(s->rl);
+    rs_free(s->responses);
     met_free(s->met);
     chat_free(s->chat);
     gram_vocab_free(s->vocab);

@@ -24,6 +24,7 @@
 #include "openai.h"
 #include "output.h"
 #include "rate_limit.h"
+#include "response_store.h"
 #include "scheduler.h"
 #include "serve_config.h"
 #include "server.h"
@@ -102,6 +103,7 @@ struct server {
     hg_guard *guard;
     rl_limiter *rl;         /* --rate-limit-rpm / --rate-limit-tpm, NULL without */
     intake_pool *intake;    /* parses, templates, tokenizes and compiles requests off the loop */
+    rs_store *responses;    /* past /v1/responses (NULL: --responses-store 0) */
     struct event *wake, *sig_term, *sig_int, *grace_timer;
     srv_req *reqs;          /* in flight, most recent first */
     int n_reqs;
@@ -150,7 +152,7 @@ void srv_on_request(struct evhttp_request *r, void *arg);
 
 /* POST /v1/chat/completions, /v1/completions (embeddings 0, kind) and /v1/embeddings
  * (embeddings 1): the body copied and queued for an intake worker. */
-void srv_start_intake(server *s, struct evhttp_request *r, int embeddings, oai_kind kind);
+void srv_start_intake(server *s, struct evhttp_request *r, int embeddings, oai_api api);
 
 /* ---- requests.c: a request in flight ------------------------------------------- */
 
