@@ -22,7 +22,7 @@ WARN    := -Wall -Wextra -Werror -Wno-unused-function
 # the runtime's folders (runtime/README.md): every header is included by its bare name
 RUNTIME_INC := -I$(ROOT)/runtime/core -I$(ROOT)/runtime/load -I$(ROOT)/runtime/text -I$(ROOT)/runtime/serve
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -DINGOT_ISA='"$(ISA)"' -pthread $(RUNTIME_INC) -I$(ROOT)/kernels/cpu
-LDLIBS  := -lcjson -lutf8proc -levent -levent_pthreads -lpcre2-8 -lm -pthread
+LDLIBS  := -lcjson -lutf8proc -levent -levent_pthreads -lpcre2-8 -ledit -lm -pthread
 ifeq ($(SAN),fuzz)
 # the fuzz harnesses' library (tests/fuzz): clang, libFuzzer's coverage hooks, ASan + UBSan
 CC      := clang

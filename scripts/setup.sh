@@ -21,7 +21,8 @@ set -euo pipefail
 # prometheus: promtool checks /metrics; nginx-light: the gateway in front of several `serve` processes
 # (tests/test_router.py, docs/deployment.md)
 # clang, libclang-rt-14-dev: libFuzzer for the fuzz harnesses (tests/fuzz, make fuzz; the default tier replays their corpora)
-APT_PACKAGES="gcc make clang libclang-rt-14-dev lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev libpcre2-dev prometheus nginx-light"
+# libedit-dev: line editing and history of `NAME chat` (runtime/core/chat_cli.c)
+APT_PACKAGES="gcc make clang libclang-rt-14-dev lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev libpcre2-dev libedit-dev prometheus nginx-light"
 case "${1:-}" in
   "") tier=test ;;
   --check) tier=check ;;

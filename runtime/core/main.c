@@ -26,6 +26,7 @@
 #define INGOT_ISA "native" /* build/flags.mk sets it: the x86-64 level the binary was compiled for */
 #endif
 
+#include "chat_cli.h"
 #include "hugealloc.h"
 #include "model_api.h"
 #include "sampler.h"
@@ -76,6 +77,8 @@ static void usage(FILE *f) {
             "           lookup, draft by the draft model of a binary built with --draft; --draft-weights PATH)\n"
             "  logits --tokens 1,2,3 [--chunk N | --decode] [--out FILE] [--routing-out FILE]\n"
             "  perplexity (-f TEXT_FILE | --ids IDS_FILE) [--ctx 512] [--argmax-out FILE] [--tokens-out FILE]\n"
+            "  chat [--system TEXT] [-n MAX_TOKENS] [--ctx 8192] [--temp 0] [--top-k 0] [--top-p 1] [--min-p 0]\n"
+            "       [--seed S] [--repeat-penalty 1]  (a conversation in the terminal: /help inside)\n"
             "  tokenize -p TEXT\n"
             "  batch -f REQUESTS.jsonl [--kv-blocks N] [--max-batch-tokens N] [--max-running N] [--no-prefix-cache]\n"
             "        [--spec off|ngram|draft] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]\n" SRV_USAGE,
@@ -890,6 +893,14 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "logits")) return cmd_logits(&c, argc - i, argv + i);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(&c, argc - i, argv + i);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&c, argc - i, argv + i);
+    if (!strcmp(cmd, "chat")) {
+        ingot_model *m = load_model(&c);
+        tok_tokenizer *tok = load_tokenizer(&c, m);
+        const int rc = chat_cli_main(m, tok, c.threads, argc - i, argv + i);
+        tok_free(tok);
+        ingot_model_free(m);
+        return rc;
+    }
     if (!strcmp(cmd, "serve")) {
         const srv_draft draft = {DRAFT_API, c.draft_weights, c.mmap ? INGOT_LOAD_MMAP : 0};
         const int pre = server_preflight(&draft, argc - i, argv + i); /* before the weights are mapped or copied */
