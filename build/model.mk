@@ -92,7 +92,7 @@ BIN := $(MODEL_DIR)/$(NAME)-cudasim$(if $(filter race,$(SIM_MODE)),-race,)$(SUFF
 # The same model.cu on cudasim: every CUDA thread a fiber, on the CPU (kernels/cuda/sim).
 $(GEN)/model_host$(SUFFIX).o: $(GEN)/model.c $(HEADERS)
 	$(CC) $(CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@
-$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(wildcard $(ROOT)/kernels/cuda/sim/*.cpp $(ROOT)/kernels/cuda/sim/*.h) $(GEN)/model_host$(SUFFIX).o $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS)
+$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(wildcard $(ROOT)/kernels/cuda/sim/*.cpp $(ROOT)/kernels/cuda/sim/*.h $(ROOT)/kernels/cuda/sim/*.py) $(GEN)/model_host$(SUFFIX).o $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS)
 	python3 $(ROOT)/kernels/cuda/sim/cudasim_build.py --mode $(SIM_MODE) -o $@ $(GEN)/model.cu \
 	  --link-arg=$(GEN)/model_host$(SUFFIX).o --link-arg=$(MAIN_O) --link-arg=$(OBJDIR)/libingot.a \
 	  $(foreach l,$(LDLIBS) $(if $(filter 1,$(SAN)),-fsanitize=undefined),--link-arg=$(l)) \
