@@ -6,6 +6,8 @@
 #                              `ingot check` compares a models.lua entry with
 #                              (what the default test tier needs: it checks
 #                              every entry)
+#   scripts/setup.sh --debian  Debian's packages only (what building needs; scripts/test.sh
+#                              installs the Python side while it builds)
 #   scripts/setup.sh --oracles also the rest of the reference libraries
 #                              (llama-cpp-python, sentencepiece, matplotlib)
 #                              needed only to regenerate tests/fixtures, by
@@ -27,7 +29,8 @@ case "${1:-}" in
   "") tier=test ;;
   --check) tier=check ;;
   --oracles) tier=oracles ;;
-  *) echo "usage: scripts/setup.sh [--check|--oracles]" >&2; exit 2 ;;
+  --debian) tier=debian ;;
+  *) echo "usage: scripts/setup.sh [--check|--oracles|--debian]" >&2; exit 2 ;;
 esac
 
 missing=""
@@ -40,6 +43,8 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
+
+[ "$tier" != debian ] || exit 0
 
 # pip installs only what is missing or at another version; with every pin satisfied it
 # takes a second or two and reaches no index

@@ -62,24 +62,23 @@ tier_start=0
 begin() { tier_start=$(date +%s); echo "== $1"; }
 end() { tiers="$tiers${tiers:+, }$1 $(( $(date +%s) - tier_start ))s"; }
 
-begin setup
-# torch and transformers: `ingot check` of every models.lua entry takes its reference live (the
-# other oracle tests read committed fixtures); the full tier also installs the rest of the oracle
-# packages (llama-cpp-python, sentencepiece) for the tests that use them live
-if [ "$mode" = --full ]; then "$root/scripts/setup.sh" --oracles; else "$root/scripts/setup.sh" --check; fi
-"$root/scripts/fetch_smollm2.sh" >/dev/null
-# the fixture files the tree does not track: weights remade from their seeds, and for the full
-# tier llama.cpp's other presets (tests/fixtures/regenerate.py)
-regen=(); [ "$mode" = --full ] && regen=(--oracles)
-python3 "$root/tests/fixtures/regenerate.py" "${regen[@]}" || { echo "0 passed, 1 failed"; exit 1; }
-end setup
+# The Python side of the setup (a few minutes in a fresh environment, mostly unpacking wheels
+# on one core) runs beside the build, which needs only Debian's packages:
+# - torch and transformers: `ingot check` of every models.lua entry takes its reference live (the
+#   other oracle tests read committed fixtures); the full tier also installs the rest of the
+#   oracle packages (llama-cpp-python, sentencepiece) for the tests that use them live
+# - the fixture files the tree does not track: weights remade from their seeds, and for the full
+#   tier llama.cpp's other presets (tests/fixtures/regenerate.py)
+python_setup() {
+  if [ "$mode" = --full ]; then "$root/scripts/setup.sh" --oracles; else "$root/scripts/setup.sh" --check; fi &&
+    "$root/scripts/fetch_smollm2.sh" >/dev/null &&
+    if [ "$mode" = --full ]; then python3 "$root/tests/fixtures/regenerate.py" --oracles
+    else python3 "$root/tests/fixtures/regenerate.py"; fi
+}
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-jobs=${INGOT_TEST_JOBS:-$(nproc)}
-xdist=()
-if [ "$jobs" -gt 1 ] && python3 -c "import xdist" 2>/dev/null; then xdist=(-n "$jobs" --dist load); fi
 
 passed=0; failed=0
 run_suite() { # label, env assignment, pytest targets...
@@ -97,10 +96,25 @@ run_suite() { # label, env assignment, pytest targets...
   end "$label"
 }
 
-begin build
-make -s -j2 all tests || { echo "0 passed, 1 failed"; exit 1; }
-[ "$mode" = --fast ] || make -s -j2 SAN=1 all tests || { echo "0 passed, 1 failed"; exit 1; }
-end build
+begin "setup and build"
+"$root/scripts/setup.sh" --debian || { echo "0 passed, 1 failed"; exit 1; }
+setup_log=$(mktemp)
+python_setup >"$setup_log" 2>&1 &
+setup_pid=$!
+built=1
+make -s -j2 all tests || built=0
+[ "$mode" = --fast ] || [ $built = 0 ] || make -s -j2 SAN=1 all tests || built=0
+python_ok=1
+wait $setup_pid || python_ok=0
+cat "$setup_log"
+rm -f "$setup_log"
+[ $built = 1 ] && [ $python_ok = 1 ] || { echo "0 passed, 1 failed"; exit 1; }
+end "setup and build"
+
+# pytest-xdist is installed by now
+jobs=${INGOT_TEST_JOBS:-$(nproc)}
+xdist=()
+if [ "$jobs" -gt 1 ] && python3 -c "import xdist" 2>/dev/null; then xdist=(-n "$jobs" --dist load); fi
 
 # the slowest tests of the optimized pass are listed at its end: where the tier's time goes
 run_suite "optimized" INGOT_SAN=0 --durations=25 --durations-min=10 tests
