@@ -42,6 +42,15 @@ $(OBJDIR)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# the chat page (runtime/serve/web/chat.html) as a C array for web_page.c: the binary carries it
+$(OBJDIR)/gen/web_chat_html.h: runtime/serve/web/chat.html
+	@mkdir -p $(dir $@)
+	{ echo '/* generated from runtime/serve/web/chat.html by the Makefile */'; \
+	  echo 'static const unsigned char WEB_CHAT_HTML[] = {'; \
+	  od -An -v -tx1 $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; echo '};'; } > $@.tmp && mv $@.tmp $@
+$(OBJDIR)/runtime/serve/web_page.o: $(OBJDIR)/gen/web_chat_html.h
+$(OBJDIR)/runtime/serve/web_page.o: CFLAGS += -I$(OBJDIR)/gen
+
 $(OBJDIR)/runtime/core/main_draft.o: runtime/core/main.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DINGOT_DRAFT -c $< -o $@

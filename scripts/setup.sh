@@ -6,8 +6,8 @@
 #                              `ingot check` compares a models.lua entry with
 #                              (what the default test tier needs: it checks
 #                              every entry)
-#   scripts/setup.sh --debian  Debian's packages only (what building needs; scripts/test.sh
-#                              installs the Python side while it builds)
+#   scripts/setup.sh --debian  the Debian packages building needs, only (scripts/test.sh
+#                              installs the rest while it builds)
 #   scripts/setup.sh --oracles also the rest of the reference libraries
 #                              (llama-cpp-python, sentencepiece, matplotlib)
 #                              needed only to regenerate tests/fixtures, by
@@ -19,12 +19,16 @@
 # pin is moved (scripts/requirements/README.md says how).
 set -euo pipefail
 
+# What building needs:
 # libpcre2-dev: GPTQModel's per-module rules are Python regular expressions (runtime/load/quant_rules.c)
-# prometheus: promtool checks /metrics; nginx-light: the gateway in front of several `serve` processes
-# (tests/test_router.py, docs/deployment.md)
 # clang, libclang-rt-14-dev: libFuzzer for the fuzz harnesses (tests/fuzz, make fuzz; the default tier replays their corpora)
 # libedit-dev: line editing and history of `NAME chat` (runtime/core/chat_cli.c)
-APT_PACKAGES="gcc make clang libclang-rt-14-dev lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev libpcre2-dev libedit-dev prometheus nginx-light"
+APT_BUILD="gcc make clang libclang-rt-14-dev lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev libpcre2-dev libedit-dev"
+# What the tests use besides:
+# prometheus: promtool checks /metrics; nginx-light: the gateway in front of several `serve` processes
+# (tests/test_router.py, docs/deployment.md); chromium, chromium-driver: the chat page in a headless
+# browser (tests/test_web_page.py)
+APT_TEST="prometheus nginx-light chromium chromium-driver"
 case "${1:-}" in
   "") tier=test ;;
   --check) tier=check ;;
@@ -32,6 +36,8 @@ case "${1:-}" in
   --debian) tier=debian ;;
   *) echo "usage: scripts/setup.sh [--check|--oracles|--debian]" >&2; exit 2 ;;
 esac
+APT_PACKAGES="$APT_BUILD"
+[ "$tier" = debian ] || APT_PACKAGES="$APT_BUILD $APT_TEST"
 
 missing=""
 for p in $APT_PACKAGES; do

@@ -324,7 +324,7 @@ def test_context_length_exceeded(server, client):
 
 def test_routes_and_methods(server):
     expect_error(requests.get(server.url + "/v1/nothing", timeout=10), 404)
-    expect_error(requests.get(server.url + "/", timeout=10), 404)
+    expect_error(requests.get(server.url + "/nothing", timeout=10), 404)
     r = requests.get(server.url + CHAT, timeout=10)
     expect_error(r, 405)
     assert r.headers["Allow"] == "POST"

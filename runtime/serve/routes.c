@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "server_state.h"
+#include "web_page.h"
 
 /* ---- generation and embeddings ------------------------------------------------- */
 
@@ -48,6 +49,30 @@ static void handle_stored_response(server *s, struct evhttp_request *r, const ch
 }
 
 /* ---- other endpoints ------------------------------------------------------- */
+
+/* GET /: the chat page. It is static, so it needs no key; the API calls it makes do. */
+static void handle_page(server *s, struct evhttp_request *r) {
+    if (!s->cfg.web_page) {
+        srv_reply_error_msg(s, r, 404, "invalid_request_error", "not_found", "no route / (the chat page is off)");
+        return;
+    }
+    size_t len;
+    const unsigned char *page = web_chat_page(&len);
+    char *copy = malloc(len);
+    if (!copy) {
+        srv_reply_error_msg(s, r, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    memcpy(copy, page, len);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(r);
+    /* the page's own script and style only, talking to this server only, never framed */
+    evhttp_add_header(h, "Content-Security-Policy",
+                      "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
+                      "frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(h, "Cache-Control", "no-cache");
+    srv_reply(s, r, 200, "text/html; charset=utf-8", copy, len);
+}
 
 static void handle_models(server *s, struct evhttp_request *r) {
     cJSON *root = cJSON_CreateObject();
@@ -181,6 +206,7 @@ static const srv_route ROUTES[] = {
     {"/ready", EVHTTP_REQ_GET, 0, -1, handle_ready},
     {"/alive", EVHTTP_REQ_GET, 0, -1, handle_alive},
     {"/metrics", EVHTTP_REQ_GET, 0, -1, handle_metrics},
+    {"/", EVHTTP_REQ_GET, 0, -1, handle_page},
 };
 
 /* Compares in time independent of where the strings first differ, so the

@@ -120,10 +120,12 @@ static int read_environment(srv_config *c, srv_numbers *n) {
     snprintf(c->host, sizeof c->host, "127.0.0.1");
     c->api_key = NULL;
     c->prefix_cache = 1;
+    c->web_page = 1;
     const char *v;
     if ((v = getenv("INGOT_HOST")) && *v) snprintf(c->host, sizeof c->host, "%s", v);
     if ((v = getenv("INGOT_API_KEY")) && *v) c->api_key = v;
     if ((v = getenv("INGOT_PREFIX_CACHE")) && !strcmp(v, "0")) c->prefix_cache = 0;
+    if ((v = getenv("INGOT_WEB_PAGE")) && !strcmp(v, "0")) c->web_page = 0;
     if ((v = getenv("INGOT_METRICS_AUTH")) && !strcmp(v, "1")) c->metrics_auth = 1;
     if ((v = getenv("INGOT_PARSE_SPECIAL_IN_CONTENT")) && !strcmp(v, "1")) c->parse_special = 1;
     c->pooling = SCHED_EMBED_LAST;
@@ -150,6 +152,7 @@ static int read_switch(srv_config *c, const char *a) {
     else if (!strcmp(a, "--metrics-auth")) c->metrics_auth = 1;
     else if (!strcmp(a, "--parse-special-in-content")) c->parse_special = 1;
     else if (!strcmp(a, "--print-memory")) c->print_memory = 1;
+    else if (!strcmp(a, "--no-web-page")) c->web_page = 0;
     else return 0;
     return 1;
 }

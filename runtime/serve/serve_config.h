@@ -38,6 +38,7 @@ typedef struct {
     int spec_k, spec_ngram_min, spec_ngram_max;
     int print_memory;          /* --print-memory: print the memory plan as JSON and exit */
     int responses_store;       /* /v1/responses kept for previous_response_id (0: none) */
+    int web_page;              /* 1: the chat page at / (--no-web-page: 0) */
     double responses_store_mib; /* ... and the most memory they may take */
 } srv_config;
 

@@ -7,7 +7,7 @@
  *              [--pooling last|mean] [--memory-budget BYTES] [--rate-limit-rpm N] [--rate-limit-tpm N]
  *              [--request-timeout SECONDS] [--spec off|ngram|draft] [--spec-k 4] [--spec-ngram-min 1]
  *              [--spec-ngram-max 3] [--intake-threads 2] [--responses-store 256]
- *              [--responses-store-memory 64] [--print-memory]
+ *              [--responses-store-memory 64] [--no-web-page] [--print-memory]
  *
  * Each option also reads from the environment (INGOT_HOST, INGOT_PORT,
  * INGOT_API_KEY, INGOT_KV_BLOCKS, INGOT_KV_MEMORY, INGOT_MAX_BATCH_TOKENS,
@@ -36,6 +36,7 @@
     "        decoding: drafts from earlier text or the --draft model, verified in one forward; same output)\n" \
     "        [--responses-store 256] [--responses-store-memory MiB (64)]  (/v1/responses kept for\n"     \
     "        previous_response_id and GET /v1/responses/ID; 0: none)\n"                                 \
+    "        [--no-web-page]  (no chat page at /)\n"                                                      \
     "        [--print-memory]  (print the memory plan, weights + KV + scratch in bytes, as JSON; exit)\n"      \
     "        OpenAI-compatible HTTP server (CUDA builds: the KV pool defaults to the fraction of free\n"   \
     "        device memory left after weights and scratch)\n"
