@@ -114,10 +114,8 @@ void msg_call(const out_request *o, out_choice *c, const cJSON *call) {
     msg_close_text(o, c);
     if (!c->blocks) c->blocks = cJSON_CreateArray();
     const int index = cJSON_GetArraySize(c->blocks);
-    const char *id = cJSON_GetObjectItem(call, "id")->valuestring;
-    const cJSON *fn = cJSON_GetObjectItem(call, "function");
-    const char *name = cJSON_GetObjectItem(fn, "name")->valuestring;
-    const char *args = cJSON_GetObjectItem(fn, "arguments")->valuestring;
+    const char *id, *name, *args;
+    out_call_parts(call, &id, &name, &args);
     /* the call parser hands over the arguments as JSON text of an object */
     cJSON *input = cJSON_Parse(args);
     if (!cJSON_IsObject(input)) {
@@ -167,15 +165,7 @@ char *msg_stream_end(const out_request *o, out_choice *c, const out_summary *s) 
     char *delta = out_sse_event("message_delta", ev);
     cJSON *stop = cJSON_CreateObject();
     cJSON_AddStringToObject(stop, "type", "message_stop");
-    char *end = out_sse_event("message_stop", stop);
-    char *both = NULL;
-    if (delta && end && (both = malloc(strlen(delta) + strlen(end) + 1))) {
-        strcpy(both, delta);
-        strcat(both, end);
-    }
-    free(delta);
-    free(end);
-    return both;
+    return out_concat(delta, out_sse_event("message_stop", stop));
 }
 
 cJSON *msg_reply(const out_request *o, out_choice *c, const out_summary *s) {

@@ -30,6 +30,24 @@ char *out_sse_event(const char *name, cJSON *data) {
     return ev;
 }
 
+void out_call_parts(const cJSON *call, const char **id, const char **name, const char **args) {
+    const cJSON *fn = cJSON_GetObjectItem(call, "function");
+    *id = cJSON_GetObjectItem(call, "id")->valuestring;
+    *name = cJSON_GetObjectItem(fn, "name")->valuestring;
+    *args = cJSON_GetObjectItem(fn, "arguments")->valuestring;
+}
+
+char *out_concat(char *a, char *b) {
+    char *both = NULL;
+    if (a && b && (both = malloc(strlen(a) + strlen(b) + 1))) {
+        strcpy(both, a);
+        strcat(both, b);
+    }
+    free(a);
+    free(b);
+    return both;
+}
+
 void out_add_text(cJSON *o, const char *key, const char *s, size_t n) {
     char *clean = oai_utf8_clean(s ? s : "", s ? n : 0);
     cJSON_AddStringToObject(o, key, clean ? clean : "");

@@ -104,5 +104,9 @@ char *out_error_event(const out_request *o, out_choice *c, const oai_error *e);
 char *out_sse_event(const char *name, cJSON *data);
 /* o[key] = s[0..n) as a JSON string, invalid UTF-8 replaced. */
 void out_add_text(cJSON *o, const char *key, const char *s, size_t n);
+/* The id, function name and arguments (JSON text) of an oai_tool_call object. */
+void out_call_parts(const cJSON *call, const char **id, const char **name, const char **args);
+/* Two SSE strings as one (malloc'd; both freed; NULL when either is NULL or out of memory). */
+char *out_concat(char *a, char *b);
 
 #endif

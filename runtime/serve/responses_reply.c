@@ -30,18 +30,6 @@ static char *event_bytes(out_choice *c, cJSON *ev) {
 
 static void write_event(const out_request *o, out_choice *c, cJSON *ev) { o->write(o->user, event_bytes(c, ev)); }
 
-/* Two SSE strings as one (both freed). */
-static char *concat(char *a, char *b) {
-    char *both = NULL;
-    if (a && b && (both = malloc(strlen(a) + strlen(b) + 1))) {
-        strcpy(both, a);
-        strcat(both, b);
-    }
-    free(a);
-    free(b);
-    return both;
-}
-
 /* A response object with status and output (taken over), and the request's echoed fields. */
 static cJSON *response_object(const out_request *o, const char *status, cJSON *output) {
     cJSON *r = cJSON_CreateObject();
@@ -64,7 +52,7 @@ char *rsp_stream_start(const out_request *o, out_choice *c) {
     cJSON *progress = new_event("response.in_progress");
     cJSON_AddItemToObject(progress, "response", response_object(o, "in_progress", cJSON_CreateArray()));
     char *first = event_bytes(c, created);
-    return concat(first, event_bytes(c, progress));
+    return out_concat(first, event_bytes(c, progress));
 }
 
 /* {"item_id", "output_index", "content_index": 0} of the open message item's events. */
@@ -162,10 +150,8 @@ void rsp_call(const out_request *o, out_choice *c, const cJSON *call) {
     rsp_close_text(o, c);
     if (!c->blocks) c->blocks = cJSON_CreateArray();
     const int index = cJSON_GetArraySize(c->blocks);
-    const char *call_id = cJSON_GetObjectItem(call, "id")->valuestring;
-    const cJSON *fn = cJSON_GetObjectItem(call, "function");
-    const char *name = cJSON_GetObjectItem(fn, "name")->valuestring;
-    const char *args = cJSON_GetObjectItem(fn, "arguments")->valuestring;
+    const char *call_id, *name, *args;
+    out_call_parts(call, &call_id, &name, &args);
     char id[48];
     snprintf(id, sizeof id, "fc_%.40s", strncmp(call_id, "call_", 5) ? call_id : call_id + 5);
     if (o->q->stream) {
