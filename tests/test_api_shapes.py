@@ -164,6 +164,17 @@ def test_messages_output_format(claude):
     jsonschema.validate(json.loads(m.content[0].text), schema)
 
 
+def test_messages_count_tokens(claude, oai):
+    """/v1/messages/count_tokens: the prompt the same request would have (chat's prompt_tokens), with
+    tools and system too; no max_tokens needed."""
+    n = claude.messages.count_tokens(model=MODEL, system="Always answer with a tool call.", tools=TOOLS_MSG,
+                                     messages=ASK_MSG)
+    ref = chat(oai, ASK_CHAT, tools=[WEATHER_CHAT], max_tokens=1)
+    assert n.input_tokens == ref.usage.prompt_tokens
+    with pytest.raises(anthropic.BadRequestError):
+        claude.messages.count_tokens(model=MODEL, messages=[])
+
+
 BAD_MESSAGES = [
     ({"max_tokens": None}, "max_tokens"),
     ({"messages": []}, "messages"),

@@ -22,9 +22,10 @@
 #include "output.h"
 
 /* Parses and validates a Messages body of len bytes into r (api
- * OAI_API_MESSAGES, kind OAI_CHAT). 0 (free with oai_request_free), or -1
- * with e filled, its param spelled as Anthropic does ("messages.1.content"). */
-int msg_parse(const char *body, size_t len, int vocab, oai_request *r, oai_error *e);
+ * OAI_API_MESSAGES, kind OAI_CHAT); count_only: the body of count_tokens,
+ * which has no max_tokens. 0 (free with oai_request_free), or -1 with e
+ * filled, its param spelled as Anthropic does ("messages.1.content"). */
+int msg_parse(const char *body, size_t len, int vocab, int count_only, oai_request *r, oai_error *e);
 
 /* {"type": "error", "error": {"type", "message"}} (malloc'd), the type
  * Anthropic's for e's status; and the same as an SSE "error" event. */

@@ -195,10 +195,10 @@ static int translate_tool_choice(const cJSON *root, cJSON *out, oai_error *e) {
 }
 
 /* The fields that only need checking or a new name. */
-static int translate_settings(const cJSON *root, cJSON *out, oai_error *e) {
+static int translate_settings(const cJSON *root, int count_only, cJSON *out, oai_error *e) {
     const cJSON *mt = oai_field(root, "max_tokens");
-    if (!mt) return api_bad(e, "max_tokens", "is required");
-    cJSON_AddItemToObject(out, "max_tokens", cJSON_Duplicate(mt, 1));
+    if (!mt && !count_only) return api_bad(e, "max_tokens", "is required");
+    if (mt) cJSON_AddItemToObject(out, "max_tokens", cJSON_Duplicate(mt, 1));
     /* Anthropic's ranges: temperature and top_p in [0, 1] */
     static const char *const UNIT[] = {"temperature", "top_p"};
     for (int k = 0; k < 2; k++) {
@@ -284,7 +284,7 @@ static void rename_param(oai_error *e, const api_chat *chat) {
     if (to[0]) api_rename_param(e, to);
 }
 
-int msg_parse(const char *body, size_t len, int vocab, oai_request *r, oai_error *e) {
+int msg_parse(const char *body, size_t len, int vocab, int count_only, oai_request *r, oai_error *e) {
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     cJSON *root = oai_parse_object(body, len, e);
@@ -308,7 +308,7 @@ int msg_parse(const char *body, size_t len, int vocab, oai_request *r, oai_error
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs) if (add_message(m, i++, &chat, e)) goto done;
-    if (translate_settings(root, out, e) || translate_tools(root, out, e) || translate_tool_choice(root, out, e) ||
+    if (translate_settings(root, count_only, out, e) || translate_tools(root, out, e) || translate_tool_choice(root, out, e) ||
         translate_output_config(root, out, e))
         goto done;
     cJSON_AddItemToObject(out, "messages", chat.messages);

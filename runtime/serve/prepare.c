@@ -27,7 +27,7 @@ typedef struct srv_intake {
     server *s;
     struct evhttp_request *r;       /* loop thread; NULL once the client left */
     struct evhttp_connection *conn; /* its close callback points here while r is set */
-    int embeddings;                 /* /v1/embeddings, else a generation through `api` */
+    srv_intake_kind what;           /* a generation (or count) through `api`, or embeddings */
     oai_api api;
     char *body;                     /* a NUL-terminated copy */
     size_t len;
@@ -292,7 +292,8 @@ static int prepare_generate(server *s, srv_intake *in) {
         return -1;
     }
     const int vocab = tok_vocab_size(s->tok);
-    const int parsed = in->api == OAI_API_MESSAGES    ? msg_parse(in->body, in->len, vocab, &q->q, &e)
+    const int count = in->what == SRV_COUNT_TOKENS;
+    const int parsed = in->api == OAI_API_MESSAGES    ? msg_parse(in->body, in->len, vocab, count, &q->q, &e)
                        : in->api == OAI_API_RESPONSES ? rsp_parse(in->body, in->len, vocab, s->responses, &q->q, &e)
                        : oai_parse(in->api == OAI_API_CHAT ? OAI_CHAT : OAI_COMPLETION, in->body, in->len, vocab,
                                    &q->q, &e);
@@ -308,7 +309,8 @@ static int prepare_generate(server *s, srv_intake *in) {
         (q->q.kind == OAI_CHAT ? chat_prompt(s, &q->q, &ids, &n_ids, &e)
                               : completion_prompt(s, &q->q, &ids, &n_ids, &e)) != 0)
         goto fail;
-    if (check_prompt_length(&q->q, n_ids, &e) != 0 || make_constraints(s, &q->q, in->cons, &e) != 0) {
+    /* a count needs no room to generate and no grammar */
+    if (!count && (check_prompt_length(&q->q, n_ids, &e) != 0 || make_constraints(s, &q->q, in->cons, &e) != 0)) {
         free(ids);
         goto fail;
     }
@@ -529,7 +531,15 @@ static void submit_embeddings(server *s, srv_intake *in) {
 
 static void intake_work(intake_job *job) {
     srv_intake *in = (srv_intake *)job;
-    if (in->embeddings ? prepare_embeddings(in->s, in) : prepare_generate(in->s, in)) in->q = NULL;
+    if (in->what == SRV_EMBED ? prepare_embeddings(in->s, in) : prepare_generate(in->s, in)) in->q = NULL;
+}
+
+/* /v1/messages/count_tokens: {"input_tokens": N}, the prompt the same body would have. */
+static void reply_count(server *s, srv_intake *in) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "input_tokens", (double)in->n_ids);
+    srv_reply_json(s, in->r, 200, j);
+    discard_generate(in);
 }
 
 static void intake_done(intake_job *job) {
@@ -537,10 +547,12 @@ static void intake_done(intake_job *job) {
     server *s = in->s;
     if (in->r && in->conn) evhttp_connection_set_closecb(in->conn, NULL, NULL);
     if (!in->r || s->closing) {
-        if (in->q) in->embeddings ? discard_embeddings(in) : discard_generate(in);
+        if (in->q) in->what == SRV_EMBED ? discard_embeddings(in) : discard_generate(in);
     } else if (!in->q) {
         srv_reply_error(s, in->r, &in->e);
-    } else if (in->embeddings) {
+    } else if (in->what == SRV_COUNT_TOKENS) {
+        reply_count(s, in);
+    } else if (in->what == SRV_EMBED) {
         submit_embeddings(s, in);
     } else {
         submit_generate(s, in);
@@ -556,9 +568,10 @@ static void on_intake_close(struct evhttp_connection *conn, void *arg) {
     in->r = NULL; /* evhttp frees the request with the connection */
 }
 
-/* POST /v1/chat/completions, /v1/completions, /v1/messages, /v1/responses (embeddings 0,
- * api) and /v1/embeddings (embeddings 1): the body copied and queued for an intake worker. */
-void srv_start_intake(server *s, struct evhttp_request *r, int embeddings, oai_api api) {
+/* POST /v1/chat/completions, /v1/completions, /v1/messages, /v1/responses (SRV_GENERATE),
+ * /v1/messages/count_tokens (SRV_COUNT_TOKENS) and /v1/embeddings (SRV_EMBED): the body copied
+ * and queued for an intake worker. */
+void srv_start_intake(server *s, struct evhttp_request *r, srv_intake_kind what, oai_api api) {
     size_t len;
     const char *body = request_body(s, r, &len);
     if (!body) return;
@@ -573,7 +586,7 @@ void srv_start_intake(server *s, struct evhttp_request *r, int embeddings, oai_a
     memcpy(copy, body, len);
     copy[len] = 0;
     *in = (srv_intake){.job = {.work = intake_work, .done = intake_done}, .s = s, .r = r,
-                       .conn = evhttp_request_get_connection(r), .embeddings = embeddings, .api = api,
+                       .conn = evhttp_request_get_connection(r), .what = what, .api = api,
                        .body = copy, .len = len, .t0 = srv_now()};
     if (intake_submit(s->intake, &in->job) != 0) {
         free(copy);

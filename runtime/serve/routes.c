@@ -16,8 +16,13 @@
 
 /* ---- generation and embeddings ------------------------------------------------- */
 
-static void handle_generate(server *s, struct evhttp_request *r, oai_api api) { srv_start_intake(s, r, 0, api); }
-static void handle_embeddings(server *s, struct evhttp_request *r) { srv_start_intake(s, r, 1, OAI_API_CHAT); }
+static void handle_generate(server *s, struct evhttp_request *r, oai_api api) {
+    srv_start_intake(s, r, SRV_GENERATE, api);
+}
+static void handle_embeddings(server *s, struct evhttp_request *r) { srv_start_intake(s, r, SRV_EMBED, OAI_API_CHAT); }
+static void handle_count_tokens(server *s, struct evhttp_request *r) {
+    srv_start_intake(s, r, SRV_COUNT_TOKENS, OAI_API_MESSAGES);
+}
 
 /* GET /v1/responses/{id}: a stored response object; DELETE forgets it. */
 static void handle_stored_response(server *s, struct evhttp_request *r, const char *id) {
@@ -200,6 +205,7 @@ static const srv_route ROUTES[] = {
     {"/v1/completions", EVHTTP_REQ_POST, 1, OAI_API_COMPLETIONS, NULL},
     {"/v1/messages", EVHTTP_REQ_POST, 1, OAI_API_MESSAGES, NULL},
     {"/v1/responses", EVHTTP_REQ_POST, 1, OAI_API_RESPONSES, NULL},
+    {"/v1/messages/count_tokens", EVHTTP_REQ_POST, 1, -1, handle_count_tokens},
     {"/v1/embeddings", EVHTTP_REQ_POST, 1, -1, handle_embeddings},
     {"/v1/models", EVHTTP_REQ_GET, 1, -1, handle_models},
     {"/health", EVHTTP_REQ_GET, 0, -1, handle_health},

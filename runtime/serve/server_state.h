@@ -150,9 +150,15 @@ void srv_on_request(struct evhttp_request *r, void *arg);
 
 /* ---- prepare.c: a generation or embedding request, from body to sequences ---- */
 
-/* POST /v1/chat/completions, /v1/completions (embeddings 0, kind) and /v1/embeddings
- * (embeddings 1): the body copied and queued for an intake worker. */
-void srv_start_intake(server *s, struct evhttp_request *r, int embeddings, oai_api api);
+/* What an intake worker makes of a body. */
+typedef enum {
+    SRV_GENERATE,     /* a generation through its API */
+    SRV_EMBED,        /* /v1/embeddings */
+    SRV_COUNT_TOKENS, /* /v1/messages/count_tokens: the prompt's length, nothing generated */
+} srv_intake_kind;
+
+/* A generation's, embedding's or count's body copied and queued for an intake worker. */
+void srv_start_intake(server *s, struct evhttp_request *r, srv_intake_kind what, oai_api api);
 
 /* ---- requests.c: a request in flight ------------------------------------------- */
 

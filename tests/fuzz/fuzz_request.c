@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     switch (data[0] & 3) {
     case 0: rc = oai_parse(OAI_COMPLETION, body, n - 1, 49152, &r, &e); break;
     case 1: rc = oai_parse(OAI_CHAT, body, n - 1, 49152, &r, &e); break;
-    case 2: rc = msg_parse(body, n - 1, 49152, &r, &e); break;
+    case 2: rc = msg_parse(body, n - 1, 49152, 0, &r, &e); break;
     default: rc = rsp_parse(body, n - 1, 49152, store, &r, &e); break;
     }
     if (rc == 0) oai_request_free(&r);
