@@ -34,7 +34,7 @@ local VERSION = "ingot-generator 0.1"
 -- 256-column super-block; the generator picks K-quants only for such rows).
 -- Float weights (kc_x16f.h) keep f32 activations: the layout turns their
 -- decode GEMV into one weight stream with no horizontal sums (1.5x the
--- row-major kernel's read speed from DRAM, bench/README.md). --act-quant
+-- row-major kernel's read speed from DRAM, bench/RESULTS.md). --act-quant
 -- none keeps every weight in the file's own layout.
 local X16_TYPES = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, iq4_nl = 32, q2_k = 256, q3_k = 256,
   q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256, f32 = 32, f16 = 32, bf16 = 32}
@@ -139,7 +139,7 @@ local function parse_args(argv)
   if o.backend ~= "cpu" and o.backend ~= "cuda" then util.die("unknown --backend " .. o.backend .. " (cpu or cuda)") end
   -- auto: on the CPU, 15-bit activations for the matmuls of the interleaved weights
   -- (kernels/cpu/kc_x16.h, kc_x16k.h; SmolLM2's perplexity within 0.01% of f32 activations,
-  -- bench/README.md); the CUDA kernels take f32 activations
+  -- bench/RESULTS.md); the CUDA kernels take f32 activations
   if o.act_quant == "auto" then o.act_quant = o.backend == "cpu" and "q16" or "none" end
   if o.backend == "cuda" and o.act_quant ~= "none" then util.die("--act-quant " .. o.act_quant .. " is a CPU option") end
   -- the dtypes a weight can be converted to at load (runtime/load/dtype.c has a quantizer for each)
@@ -149,7 +149,7 @@ local function parse_args(argv)
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
   if o.act_quant ~= "none" and o.act_quant ~= "q8" and o.act_quant ~= "q16" then util.die("--act-quant is none, q8 or q16") end
   -- auto: f16 (half the memory and the bytes attention reads; SmolLM2's
-  -- perplexity moves by 0.01%, bench/README.md)
+  -- perplexity moves by 0.01%, bench/RESULTS.md)
   if o.kv_dtype == "auto" then o.kv_dtype = "f16" end
   if o.kv_dtype ~= "f32" and o.kv_dtype ~= "f16" and o.kv_dtype ~= "q8_0" then util.die("--kv-dtype is f32, f16 or q8_0") end
   if not o.max_tokens or o.max_tokens < 1 or o.max_tokens > 65536 then

@@ -34,7 +34,7 @@
  * two exact vpdpbusd chains. The rounding error of x is at most d / 2 =
  * amax / 32512 per value, 128 times finer than llama.cpp's int8 activations,
  * which is what makes it a default: SmolLM2's perplexity does not move (see
- * bench/README.md), while the arithmetic is that of an int8 kernel. */
+ * bench/RESULTS.md), while the arithmetic is that of an int8 kernel. */
 
 #define KC_X16_ROWS 16
 /* tokens per tile: a float accumulator and two integer chains per token

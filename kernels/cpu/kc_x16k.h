@@ -656,7 +656,7 @@ KC_INLINE void kc__x16k_mmp(const void *W, int wt, const kc_q16 *X, int ldxb, fl
  * rows. Each 32-column product must stay apart for its block's scales, at
  * half the tile unit's width (a tile product costs the same for 32 columns
  * as for 64) and with two 1 KiB tile stores per 16x16 step, so this gains
- * less than kc_x16s.h's super-blocks (bench/README.md). The arrangement is
+ * less than kc_x16s.h's super-blocks (bench/RESULTS.md). The arrangement is
  * that kernel's: a pass of up to 64 tokens copied into tile order (their
  * kc_q16 blocks are 80 bytes x IN/32 apart), row groups in chunks of 8 with
  * blocks outermost, the float sums in acc, each step's int32 tiles folded

@@ -12,7 +12,7 @@
  * and takes the group's d * sc. That costs little in the vpdpbusd kernels,
  * but it rules out AMX: a tile multiply (tdpbsud) takes the same time for
  * 32 columns as for 64, and each group's int32 tile has to go through
- * memory to be scaled, so the unit waits most of the time (bench/README.md:
+ * memory to be scaled, so the unit waits most of the time (measured on
  * the AMX prototypes on kc_q16, 1.1-1.3x VNNI).
  *
  * Here one d covers a whole super-block of 256 activations (15 bits as in
@@ -33,7 +33,7 @@
  * The rounding of x is at most amax / 32512 of its super-block's largest
  * value: coarser than kc_q16's where one block of 32 holds a super-block's
  * outlier (by the ratio of the two maxima), 128 times finer than llama.cpp's
- * Q8_K (int8 per 256) that its K-quant kernels use (bench/README.md measures
+ * Q8_K (int8 per 256) that its K-quant kernels use (bench/RESULTS.md measures
  * the perplexity). */
 
 typedef struct {

@@ -5,7 +5,7 @@
  * start of the hardware prefetchers, every 4 KiB; on 2 MiB pages it does not.
  * On SmolLM2-135M Q4_1 (2-core Xeon, 1 thread) decode went from 53-58 to
  * 67-69 tokens/s with the weights copied from the file mapping into huge
- * pages (bench/README.md). Weights, the KV pool and the scratch arena are
+ * pages. Weights, the KV pool and the scratch arena are
  * allocated here.
  *
  * The kernel grants huge pages only to 2 MiB-aligned ranges it was asked to
