@@ -355,7 +355,7 @@ static int command(chat_session *c, const char *line) {
 /* ---- options and the loop ------------------------------------------------------------ */
 
 static int parse_options(chat_session *c, int argc, char **argv) {
-    for (int i = 0; i < argc; i++) {
+    for (int i = 0; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (!v) {
@@ -378,7 +378,6 @@ static int parse_options(chat_session *c, int argc, char **argv) {
             fprintf(stderr, "chat: bad option or value: %s %s\n", a, v);
             return -1;
         }
-        i++;
     }
     return 0;
 }
