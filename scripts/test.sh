@@ -87,10 +87,13 @@ run_suite() { # label, env assignment, pytest targets...
   local log
   log=$(mktemp)
   env "$envset" python3 -m pytest "$@" -q -p no:cacheprovider -rs "${xdist[@]}" 2>&1 | tee "$log"
-  local p f
-  p=$(grep -Eo '[0-9]+ passed' "$log" | tail -1 | grep -Eo '[0-9]+' || echo 0)
-  f=$(grep -Eo '[0-9]+ (failed|error|errors)' "$log" | awk '{s+=$1} END {print s+0}')
-  if ! grep -Eq '[0-9]+ passed' "$log"; then f=$((f + 1)); fi
+  local p f summary
+  # pytest's last line: "N failed, N passed, N skipped, N errors in S s" (a test's own output may
+  # say "1 error" too, so only this line counts)
+  summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|errors?|skipped).* in [0-9.]+s' "$log" | tail -1)
+  p=$(grep -Eo '[0-9]+ passed' <<<"$summary" | grep -Eo '[0-9]+' || echo 0)
+  f=$(grep -Eo '[0-9]+ (failed|errors?)' <<<"$summary" | awk '{s+=$1} END {print s+0}')
+  if ! grep -Eq '[0-9]+ passed' <<<"$summary"; then f=$((f + 1)); fi
   passed=$((passed + p)); failed=$((failed + f))
   rm -f "$log"
   end "$label"
