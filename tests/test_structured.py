@@ -6,7 +6,9 @@ a json_schema request is parsed with `json` and validated with the
 token, so even this small model must produce conforming JSON every time. The
 default tier runs 8 schemas at once (one batch); the rest of the 24 run in
 `make test-full`. A tight KV pool forces preemption: recomputed sequences
-give exactly the roomy server's outputs. Strings and arrays in the schemas carry length bounds so the
+give exactly the roomy server's outputs. `pattern` is checked the same way
+(jsonschema runs Python's re.search), and what its subset refuses is a 400
+naming it. Strings and arrays in the schemas carry length bounds so the
 shortest valid answer always fits max_tokens (an unbounded string lets a small
 model write until max_tokens, which ends with "length" as it should).
 """
@@ -154,6 +156,57 @@ def test_numeric_bounds_hold_under_sampling(client):
         validate(choice.message.content, schema)
 
 
+# pattern: anchored with counts and class escapes, an alternation, unanchored (bounded so a small model
+# finishes), quotes the JSON must escape, and a path of optional parts
+PATTERN_SCHEMA = obj({"code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{2,4}$"},
+                      "level": {"type": "string", "pattern": "^(low|mid|high)$"},
+                      "note": {"type": "string", "pattern": "ok", "maxLength": 12},
+                      "path": {"type": "string", "pattern": "^/[a-z]+(/[a-z]+)?$", "maxLength": 16},
+                      "quoted": {"type": "string", "pattern": '^"[^"\\\\]*"$', "maxLength": 10}})
+
+
+def test_pattern_constrains_strings(client):
+    """pattern is compiled into the grammar (runtime/serve/json_schema_pattern.h): greedy and hot
+    sampling (which wanders wherever the grammar lets it) always give strings the regular
+    expressions match; jsonschema checks each with Python's re.search."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "ticket", "schema": PATTERN_SCHEMA, "strict": True}}
+    msgs = [{"role": "user", "content": "File a support ticket as JSON."}]
+    greedy = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=MAX_TOKENS, temperature=0,
+                                            response_format=fmt)
+    hot = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=MAX_TOKENS, temperature=1.3, n=4,
+                                         seed=3, response_format=fmt)
+    for choice in greedy.choices + hot.choices:
+        assert choice.finish_reason == "stop", choice.message.content
+        v = validate(choice.message.content, PATTERN_SCHEMA)
+        assert re.fullmatch(r"[A-Z]{3}-\d{2,4}", v["code"]) and v["level"] in ("low", "mid", "high"), v
+        assert "ok" in v["note"] and len(v["note"]) <= 12, v
+        assert v["quoted"][0] == v["quoted"][-1] == '"' and len(v["quoted"]) >= 2, v
+
+
+def test_pattern_refusals_name_the_construct(server):
+    """What the pattern subset leaves out is a 400 naming 'pattern', the construct and the schema path."""
+    url = server.base_url + "/chat/completions"
+    for pattern, construct in (("^(?=x)[a-z]+$", "lookahead"), ("(a)\\1", "backreference"),
+                               ("\\bword", "word boundary"), ("\\p{L}+", "Unicode property")):
+        schema = obj({"code": {"type": "string", "pattern": pattern}})
+        r = requests.post(url, timeout=60, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+        assert r.status_code == 400, r.text
+        e = r.json()["error"]
+        assert e["param"] == "response_format", e
+        assert "'pattern' at #/properties/code" in e["message"] and construct in e["message"], e
+    # over the limits: refused as quickly, by name
+    for schema, what in (({"type": "string", "pattern": "a" * 1001}, "at most 1000"),
+                         ({"type": "string", "pattern": "(" * 40 + ")" * 40}, "nest more than 32"),
+                         ({"type": "string", "pattern": "^(a{1000}){1000}$"}, "more than 20000 states"),
+                         ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 100000}, "minLength / maxLength")):
+        r = requests.post(url, timeout=60, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+        assert r.status_code == 400 and what in r.json()["error"]["message"], r.text
+
+
 def test_json_object_and_completions(client):
     r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "A pet as JSON"}],
                                        response_format={"type": "json_object"}, max_tokens=60,
@@ -236,8 +289,8 @@ def test_errors_name_the_field(server):
         return r.json()["error"]
 
     e = err({"response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": obj({"code": {"type": "string", "pattern": "^[A-Z]+$"}})}}})
-    assert e["param"] == "response_format" and "'pattern'" in e["message"] and "#/properties/code" in e["message"]
+        "name": "x", "schema": obj({"code": {"type": "string", "multipleOf": 2}})}}})
+    assert e["param"] == "response_format" and "'multipleOf'" in e["message"] and "#/properties/code" in e["message"]
     e = err({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"allOf": []}}}})
     assert "'allOf'" in e["message"]
     e = err({"grammar": 'root ::= "a" (\n"b"'})

@@ -8,6 +8,8 @@
  * follow, "first" (no member yet, so no comma) and "after" (comma first):
  *   first_i ::= kv_i after_i+1 | first_i+1      (optional i; required: no second branch)
  *   after_i ::= "," ws kv_i after_i+1 | after_i+1
+ * A string with a pattern is its own group of rules "s<N>-..." (json_schema_pattern.h): the
+ * regular expression as an automaton over JSON-encoded characters, its length bounds included.
  */
 #include "json_schema.h"
 
@@ -18,6 +20,7 @@
 #include <string.h>
 
 #include "grammar.h"
+#include "json_schema_pattern.h"
 
 #define JS_MAX_DEPTH 64
 
@@ -136,7 +139,7 @@ static const char *const KEYWORDS[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
     "anyOf", "$defs", "definitions", "$ref", "format", "minLength", "maxLength", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "title", "description", "default", "examples", "$schema", "$id",
-    "$comment", "strict", "minProperties", "maxProperties",
+    "$comment", "strict", "minProperties", "maxProperties", "pattern",
 };
 
 static int check_keywords(jsctx *c, const cJSON *s, const char *path) {
@@ -314,8 +317,29 @@ static int gen_array(jsctx *c, const cJSON *s, const char *path, sbuf *body) {
     return 0;
 }
 
+/* A string with a pattern: its own rules (json_schema_pattern.h), with minLength / maxLength
+ * compiled in; the error names the keyword and the path. */
+static int gen_pattern(jsctx *c, const cJSON *s, const cJSON *pattern, const char *path, sbuf *body) {
+    if (!cJSON_IsString(pattern)) return js_fail(c, "'pattern' at %.120s must be a string", path);
+    if (cJSON_GetObjectItemCaseSensitive(s, "format"))
+        return js_fail(c, "'pattern' at %.120s cannot be combined with 'format'", path);
+    long min, max;
+    if (get_count(c, s, "minLength", 0, &min, path) || get_count(c, s, "maxLength", -1, &max, path)) return -1;
+    if (max >= 0 && max < min) return js_fail(c, "'maxLength' at %.120s is below 'minLength'", path);
+    char name[24], perr[200];
+    new_rule(c, name);
+    char *rules = jsp_grammar(pattern->valuestring, min, max, name, perr, sizeof perr);
+    if (!rules) return js_fail(c, "'pattern' at %.120s: %s", path, perr);
+    sb_add(&c->rules, rules);
+    free(rules);
+    sb_add(body, name);
+    return 0;
+}
+
 static int gen_string(jsctx *c, const cJSON *s, const char *path, sbuf *body) {
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(s, "format");
+    const cJSON *pattern = cJSON_GetObjectItemCaseSensitive(s, "pattern");
+    if (pattern) return gen_pattern(c, s, pattern, path, body);
     if (format) {
         static const char *const FORMATS[] = {"date", "time", "date-time", "uuid", "email"};
         static const char *const RULES[] = {"json-date", "json-time", "json-date \"T\" json-time", "json-uuid",

@@ -4,7 +4,8 @@
  * a list), object (properties in their declared order, required, optional
  * ones omissible, additionalProperties false; with no properties, a map
  * whose values follow additionalProperties, minProperties, maxProperties), string (minLength, maxLength,
- * format date / time / date-time / uuid / email), number and integer,
+ * format date / time / date-time / uuid / email, pattern: the ECMA-262 subset
+ * json_schema_pattern.h lists, with minLength / maxLength compiled in), number and integer,
  * boolean, null, array (items, minItems, maxItems), enum, const, anyOf,
  * $defs / definitions with local $ref (recursion allowed, "#" is the root).
  * Annotations (title, description, default, examples, $schema, $id,
@@ -23,8 +24,9 @@
 
 /* GBNF text (malloc'd) whose rule "root" matches exactly the JSON texts
  * (without surrounding whitespace) the schema accepts, within the subset
- * above. NULL with err filled ("unsupported keyword 'pattern' at
- * #/properties/code", "...") otherwise. */
+ * above. NULL with err filled ("unsupported keyword 'multipleOf' at
+ * #/properties/n", "'pattern' at #/properties/code: the lookahead '(?=' is not
+ * supported (at offset 1)", ...) otherwise. */
 char *js_schema_grammar(const cJSON *schema, char *err, size_t errlen);
 
 /* GBNF text of any JSON object ({"type": "json_object"}). */

@@ -523,7 +523,16 @@ static void test_json_schema(void) {
                   (const char *[]){"{\"k\":[1,false]}", NULL});
     expect_schema("{\"type\":\"integer\",\"minimum\":0}", (const char *[]){"0", "42", NULL},
                   (const char *[]){"-1", "1.5", NULL});
-    expect_schema_error("{\"type\":\"string\",\"pattern\":\"^a\"}", "unsupported keyword 'pattern' at #");
+    expect_schema_error("{\"type\":\"number\",\"multipleOf\":5}", "unsupported keyword 'multipleOf' at #");
+    /* pattern (tests/c/test_json_pattern.c has the rest): inside an object, and on a nullable string with maxLength */
+    expect_schema("{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}\\\\d$\"},"
+                  "\"note\":{\"type\":[\"string\",\"null\"],\"pattern\":\"x\",\"maxLength\":3}},"
+                  "\"required\":[\"code\",\"note\"],\"additionalProperties\":false}",
+                  (const char *[]){"{\"code\":\"AB1\",\"note\":null}", "{\"code\": \"ZZ9\", \"note\": \"\\\"x\\n\"}", NULL},
+                  (const char *[]){"{\"code\":\"AB\",\"note\":null}", "{\"code\":\"AB1\",\"note\":\"y\"}",
+                                   "{\"code\":\"AB1\",\"note\":\"xxxx\"}", NULL});
+    expect_schema_error("{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"pattern\":\"(?=a)\"}}}",
+                        "'pattern' at #/properties/code: the lookahead '(?='");
     /* a schema that reaches itself before matching anything (found by tests/fuzz/fuzz_json_schema) */
     expect_schema_error("{\"$ref\":\"#\"}", "reaches itself through '$ref'");
     expect_schema_error("{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "reaches itself");
