@@ -31,7 +31,7 @@ fi
 # fixtures that seed a harness: the file itself is an input of that kind
 seeds_of() {
   case $1 in
-    gguf) echo tests/fixtures/tokenizers/spm/spm.gguf tests/fixtures/gguf_families/qwen3/model.q8_0.gguf ;;
+    gguf) echo tests/fixtures/tokenizers/spm/spm.gguf tests/fixtures/gguf_families/qwen3/model.f32.gguf ;;
     tokenizer_json) echo tests/fixtures/tokenizers/trained-*/tokenizer.json tests/fixtures/tokenizers/spm/hf-*/tokenizer.json ;;
     jinja) echo tests/fixtures/chat_templates/*.jinja ;;
   esac

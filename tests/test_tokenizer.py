@@ -249,6 +249,15 @@ def test_error_missing_vocab(built, tmp_path):
     expect_error(built, write_json(tmp_path, "novocab", data), tmp_path, "vocab")
 
 
+def test_error_ids_with_too_many_holes(built, tmp_path):
+    """Every id up to the largest gets an entry: a few tokens with an id near the 2^24 limit would
+    cost millions of them (found by fuzz_tokenizer_json as a 12 s input), so they are refused."""
+    data = small_tokenizer()
+    data["added_tokens"].append({"id": 5_000_000, "content": "<far>", "single_word": False, "lstrip": False,
+                                 "rstrip": False, "normalized": False, "special": True})
+    expect_error(built, write_json(tmp_path, "holes", data), tmp_path, "too many holes", "5000000")
+
+
 def test_error_normalizer(built, tmp_path):
     data = small_tokenizer()
     data["normalizer"] = {"type": "NFC"}

@@ -369,6 +369,15 @@ static int count_ids(const json_bpe *m, const char *path, int *n_vocab, size_t *
         if (id->valueint > max_id) max_id = id->valueint;
         (*n_added)++;
     }
+    /* A real vocabulary numbers its tokens 0..n-1 (added tokens may leave a few holes). Every
+     * id up to the largest gets its own entry, so a file of a few entries with an id near
+     * MAX_VOCAB would cost millions of them: ids that leave more holes than tokens are refused. */
+    const long n_given = (long)cJSON_GetArraySize(m->vocab) + (long)*n_added;
+    if (max_id + 1 > 2 * n_given + 4096) {
+        tok_seterr(err, errlen, "%s: the ids leave too many holes: %ld tokens, the largest id %ld", path, n_given,
+                   max_id);
+        return -1;
+    }
     *n_vocab = (int)max_id + 1;
     return 0;
 }
