@@ -4,8 +4,9 @@
 # corpus size, and whether it crashed.
 #
 #   scripts/fuzz.sh [SECONDS] [HARNESS ...]    (`make fuzz`, FUZZ_SECONDS=60; `gbnf`, `jinja`, ...)
-#   scripts/fuzz.sh --regress                  every input of every corpus once, then 2 s of
-#                                              fuzzing each (what the default tier runs)
+#   scripts/fuzz.sh --regress                  every committed seed and crash input and every
+#                                              fixture once, no new inputs (what the default
+#                                              tier runs; the columns count those runs)
 #
 # A harness's corpus: its committed seeds (tests/fuzz/corpus/NAME), the test fixtures listed below
 # (real GGUFs, tokenizer.json files, chat templates), and build/fuzz/corpus/NAME, which keeps what
@@ -18,7 +19,7 @@ cd "$root"
 
 regress=0
 seconds=60
-if [ "${1:-}" = --regress ]; then regress=1; seconds=2; shift
+if [ "${1:-}" = --regress ]; then regress=1; shift
 elif [[ "${1:-}" =~ ^[0-9]+$ ]]; then seconds=$1; shift; fi
 
 make -s -j"$(nproc)" SAN=fuzz fuzzers || exit 1
@@ -56,9 +57,8 @@ for h in "${harnesses[@]}"; do
   rc=0
   if [ $regress = 1 ]; then
     # every committed and fixture input once (a crash fixed stays fixed), not the found ones
-    "$exe" -runs=0 -max_len="$(max_len_of "$h")" "${dirs[@]:1}" >"$log" 2>&1 || rc=$?
-  fi
-  if [ $rc = 0 ]; then
+    "$exe" -runs=0 -max_len="$(max_len_of "$h")" -print_final_stats=1 "${dirs[@]:1}" >"$log" 2>&1 || rc=$?
+  else
     "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len_of "$h")" \
       -artifact_prefix="$crashes/$h-" -print_final_stats=1 "${dirs[@]}" >>"$log" 2>&1 || rc=$?
   fi

@@ -1,7 +1,7 @@
 """The libFuzzer harnesses (tests/fuzz) in regression mode: every committed seed and crash input,
 and the fixtures that seed them (GGUFs, tokenizer.json files, chat templates), run once under ASan +
-UBSan, then two seconds of fuzzing each. An input that once crashed a parser is committed to its
-corpus, so this fails if the bug comes back. `make fuzz` runs the long campaigns
+UBSan, with no new inputs (seconds of fuzzing add little to the long campaigns). An input that
+once crashed a parser is committed to its corpus, so this fails if the bug comes back. `make fuzz` runs the long campaigns
 (docs/fuzzing.md has their results)."""
 import subprocess
 
