@@ -80,9 +80,10 @@ $(OBJDIR)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h $(OBJDIR)/libingot.a $
 
 # the sliding-window variant is test_scheduler.c compiled with KV_WINDOW set
 $(OBJDIR)/tests/test_scheduler_window: tests/c/test_scheduler.c
-# and the f16- and q8_0-KV variants are test_kernels.c compiled with KC_KV_F16 / KC_KV_Q8 set
+# and the f16-, q8_0- and q4-KV variants are test_kernels.c compiled with KC_KV_F16 / KC_KV_Q8 / KC_KV_Q4 set
 $(OBJDIR)/tests/test_kernels_kvf16: tests/c/test_kernels.c
 $(OBJDIR)/tests/test_kernels_kvq8: tests/c/test_kernels.c
+$(OBJDIR)/tests/test_kernels_kvq4: tests/c/test_kernels.c
 
 FUZZ_SECONDS ?= 60
 fuzz:

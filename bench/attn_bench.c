@@ -44,19 +44,19 @@ static void part_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
     for (int64_t i = i0; i < i1; i++) {
         const int h = (int)(i / j->chunks), c = (int)(i % j->chunks);
         kc_attend_chunk(j->kv, j->layers, j->layer, j->n_blocks, KVH, BLOCK, HD, HD, 0, j->bt, h, GROUP, 0, j->pos, c,
-                        j->q + h * GROUP * HD, 0.125f, 0.0f, j->scratch + (size_t)tid * KC_ATTN_SCRATCH(GROUP, HD),
+                        j->q + h * GROUP * HD, 0.125f, 0.0f, j->scratch + (size_t)tid * KC_ATTN_SCRATCH(GROUP, HD, HD),
                         j->parts + (size_t)i * KC_ATTN_PART(GROUP, HD));
     }
 }
 
 static void merge_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
     const job *j = ctx;
-    float *ml = j->scratch + (size_t)tid * KC_ATTN_SCRATCH(GROUP, HD);
+    float *ml = j->scratch + (size_t)tid * KC_ATTN_SCRATCH(GROUP, HD, HD);
     for (int64_t h = h0; h < h1; h++) {
         float *o = j->out + h * GROUP * HD;
         for (int c = 0; c < j->chunks; c++)
             kc_attend_merge(GROUP, HD, c, j->parts + ((size_t)h * j->chunks + c) * KC_ATTN_PART(GROUP, HD), o, ml);
-        kc_attend_finish(GROUP, HD, o, ml);
+        kc_attend_finish(GROUP, HD, 0, o, ml);
     }
 }
 
@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
     int32_t *bt = malloc(sizeof(int32_t) * n_blocks);
     float *q = malloc(sizeof(float) * KVH * GROUP * HD), *out = malloc(sizeof(float) * KVH * GROUP * HD);
     float *parts = malloc(sizeof(float) * KC_ATTN_PART(GROUP, HD) * KVH * kc_attn_chunks(0, L - 1));
-    float *scratch = malloc(sizeof(float) * KC_ATTN_SCRATCH(GROUP, HD) * 8);
+    float *scratch = malloc(sizeof(float) * KC_ATTN_SCRATCH(GROUP, HD, HD) * 8);
     if (!kv || !bt || !q || !out || !parts || !scratch) return fprintf(stderr, "out of memory\n"), 1;
     for (size_t i = 0; i < rows * HD; i++) kv[i] = kc_f32_to_fp16((float)(i * 2654435761u % 1000) / 1000.0f - 0.5f);
     for (int i = 0; i < n_blocks; i++) bt[i] = i;

@@ -296,7 +296,7 @@ local function phase_attention(ctx, s, name, n)
   lines[#lines + 1] = "        const int nc = kc_attn_chunks(first, pos);"
   lines[#lines + 1] = string.format("        for (int c = 0; c < nc; c++) kc_attend_merge(%d, %d, c, ATTN_SPLIT(a) + ((size_t)i * a->attn_chunks + c) * %s, o, ml);",
     G, a.value_dim, part)
-  lines[#lines + 1] = string.format("        kc_attend_finish(%d, %d, o, ml);", G, a.value_dim)
+  lines[#lines + 1] = string.format("        kc_attend_finish(%d, %d, %d, o, ml);", G, a.value_dim, a.shared_value and 1 or 0)
   lines[#lines + 1] = "    }"
   lines[#lines + 1] = "}"
   return {whole, split, lines}

@@ -151,7 +151,12 @@ local function parse_args(argv)
   -- auto: f16 (half the memory and the bytes attention reads; SmolLM2's
   -- perplexity moves by 0.01%, bench/RESULTS.md)
   if o.kv_dtype == "auto" then o.kv_dtype = "f16" end
-  if o.kv_dtype ~= "f32" and o.kv_dtype ~= "f16" and o.kv_dtype ~= "q8_0" then util.die("--kv-dtype is f32, f16 or q8_0") end
+  if o.kv_dtype ~= "f32" and o.kv_dtype ~= "f16" and o.kv_dtype ~= "q8_0" and o.kv_dtype ~= "q4" then
+    util.die("--kv-dtype is f32, f16, q8_0 or q4")
+  end
+  if o.kv_dtype == "q4" and o.backend == "cuda" then
+    util.die("--kv-dtype q4 is a CPU option: the CUDA kernels read f32, f16 and q8_0 caches")
+  end
   if not o.max_tokens or o.max_tokens < 1 or o.max_tokens > 65536 then
     util.die("--max-tokens must be an integer in 1..65536")
   end
@@ -367,13 +372,15 @@ local function kv_layout(g, d, kv_dtype)
     end
   end
   kv = kv or {heads = 1, head_dim = 1, value_dim = 1, parts = 2}
-  -- a cached row in the KV element type: q8_0 is whole blocks of 32 values
-  -- (34 bytes: an f16 scale and 32 int8), so its rows and values must be too
-  if kv_dtype == "q8_0" and (kv.head_dim % 32 ~= 0 or (kv.value_dim or kv.head_dim) % 32 ~= 0) then
-    util.die(string.format("--kv-dtype q8_0 caches rows in blocks of 32 values; this model's cached rows are %d wide%s "
-      .. "(use --kv-dtype f16)", kv.head_dim, kv.parts == 1 and string.format(" with %d value columns", kv.value_dim) or ""))
+  -- a cached row in the KV element type: q8_0 and q4 are whole blocks of 32
+  -- values (34 bytes: an f16 scale and 32 int8; 18: an f16 scale and 32
+  -- 4-bit levels of the block rotated), so its rows and values must be too
+  local block_bytes = ({q8_0 = 34, q4 = 18})[kv_dtype]
+  if block_bytes and (kv.head_dim % 32 ~= 0 or (kv.value_dim or kv.head_dim) % 32 ~= 0) then
+    util.die(string.format("--kv-dtype %s caches rows in blocks of 32 values; this model's cached rows are %d wide%s "
+      .. "(use --kv-dtype f16)", kv_dtype, kv.head_dim, kv.parts == 1 and string.format(" with %d value columns", kv.value_dim) or ""))
   end
-  kv.row_bytes = kv_dtype == "q8_0" and kv.head_dim // 32 * 34 or kv.head_dim * (kv_dtype == "f16" and 2 or 4)
+  kv.row_bytes = block_bytes and kv.head_dim // 32 * block_bytes or kv.head_dim * (kv_dtype == "f16" and 2 or 4)
   if kv.parts == 2 then
     kv.text = string.format("K and V, %d head(s) x %d each per layer", kv.heads, kv.head_dim)
   else
@@ -582,7 +589,8 @@ local function main(argv)
     generator_id = VERSION .. " " .. input_hash, backend = opts.backend, n_kernel_kinds = #kernels,
     ipairs = ipairs, table = table, tostring = tostring, info_c = act_info(opts, weights), allow_unused = opts.allow_unused and 1 or 0,
     attn_heads = attn_heads, attn_split_chunks = 512,
-    kv_f16 = opts.kv_dtype == "f16" and 1 or 0, kv_q8 = opts.kv_dtype == "q8_0" and 1 or 0, kv_dtype = opts.kv_dtype,
+    kv_f16 = opts.kv_dtype == "f16" and 1 or 0, kv_q8 = opts.kv_dtype == "q8_0" and 1 or 0,
+    kv_q4 = opts.kv_dtype == "q4" and 1 or 0, kv_dtype = opts.kv_dtype,
   }
   env.common_weights = render("model_weights.c.in", env)
   local outputs = {}

@@ -1,6 +1,6 @@
 """CPU kernels and thread pool: runs the C test program tests/c/test_kernels.c,
-and its f16- and q8_0-KV variants tests/c/test_kernels_kvf16.c and
-test_kernels_kvq8.c (attention over a cache built with --kv-dtype f16 / q8_0), and
+and its f16-, q8_0- and q4-KV variants tests/c/test_kernels_kvf16.c, test_kernels_kvq8.c and
+test_kernels_kvq4.c (attention over a cache built with --kv-dtype f16 / q8_0 / q4), and
 tests/c/test_x16.c (the 16-row interleaved layout of every block type,
 kernels/cpu/kc_x16.h and kc_x16k.h) on every instruction-set path they have."""
 import pytest
@@ -8,7 +8,7 @@ import pytest
 from conftest import run
 
 
-@pytest.mark.parametrize("program", ["test_kernels", "test_kernels_kvf16", "test_kernels_kvq8", "test_x16"])
+@pytest.mark.parametrize("program", ["test_kernels", "test_kernels_kvf16", "test_kernels_kvq8", "test_kernels_kvq4", "test_x16"])
 def test_kernels(built, program):
     r = run([built / "tests" / program])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]

@@ -94,11 +94,40 @@ def test_q8_kv_cache_tracks_transformers(mode, tmp_path, built):
     assert not np.array_equal(got, f16)
 
 
-def test_q8_kv_cache_needs_rows_of_whole_blocks(tmp_path):
-    """q8_0 rows are whole blocks of 32: a model with 16-wide heads is refused at build, naming the width."""
-    r = subprocess.run([str(ROOT / "ingot"), "build", str(TINY / "gqa_tied_hd16"), "--name", "t-kvq8-refused",
-                        "--kv-dtype", "q8_0"], capture_output=True, text=True, timeout=300)
-    assert r.returncode != 0 and "cached rows are 16 wide" in r.stderr, r.stderr
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("model", ["mha_untied_hd32", "deepseek2_rows96"])
+def test_q4_kv_cache_tracks_transformers(model, mode, tmp_path, built):
+    """--kv-dtype q4 stores each 32 values of a key row rotated (a Hadamard transform with sign
+    flips), each 32 of a value row as they are, as 16 levels times an f16 scale
+    (kernels/cpu/kc_kv_q4.h): 0.6% of a row's squared norm is lost (tests/c/test_kernels.c), a
+    relative error of about 8% per value, where q8_0 leaves 0.3%. The logits move accordingly:
+    0.56 on both models (max |logit| 3.4 and 3.8), bound 1.0. deepseek2_rows96 is MLA: its
+    values are the cached key rows' first columns, rotated with them, so attention rotates its
+    output back; without that the logits move by 4.5. The logits must differ from the
+    f16-KV build's (the cache really is q4)."""
+    path = TINY / model if (TINY / model).exists() else ROOT / "tests" / "fixtures" / "families" / model
+    tokens, expected = reference(path)
+    binary = build(path, f"t-{model}-kvq4", "--kv-dtype", "q4")
+    got = logits(binary, tokens, *MODES[mode], tmp_path=tmp_path)
+    err = np.abs(got - expected).max()
+    print(f"{model} {mode}: q4 KV max |delta| {err:.3g} (max |logit| {np.abs(expected).max():.3g})")
+    assert err <= 1.0, f"{model} {mode}: max |delta| {err:.3g}"
+    f16 = logits(build(path, f"t-{model}-kvf16", "--kv-dtype", "f16"), tokens, *MODES[mode], tmp_path=tmp_path)
+    assert not np.array_equal(got, f16)
+
+
+@pytest.mark.parametrize("kv_dtype", ["q8_0", "q4"])
+def test_block_kv_cache_needs_rows_of_whole_blocks(kv_dtype, tmp_path):
+    """q8_0 and q4 rows are whole blocks of 32: a model with 16-wide heads is refused at build,
+    naming the width; q4 is refused on the CUDA backend, whose kernels do not read it."""
+    r = subprocess.run([str(ROOT / "ingot"), "build", str(TINY / "gqa_tied_hd16"), "--name", f"t-kv{kv_dtype}-refused",
+                        "--kv-dtype", kv_dtype], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and f"--kv-dtype {kv_dtype} caches rows in blocks of 32 values" in r.stderr, r.stderr
+    assert "cached rows are 16 wide" in r.stderr, r.stderr
+    if kv_dtype == "q4":
+        r = subprocess.run([str(ROOT / "ingot"), "build", str(TINY / "mha_untied_hd32"), "--name", "t-kvq4-cuda-refused",
+                            "--kv-dtype", "q4", "--backend", "cuda"], capture_output=True, text=True, timeout=300)
+        assert r.returncode != 0 and "--kv-dtype q4 is a CPU option" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("dtype", ["q8_0", "q4_0", "q4_1"])

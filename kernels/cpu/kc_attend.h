@@ -21,9 +21,13 @@
 /* Floats of one chunk's partial: [group][value_dim] sums, [group] maxima,
  * [group] sums of exponentials. */
 #define KC_ATTN_PART(group, value_dim) ((size_t)(group) * ((size_t)(value_dim) + 2))
+/* Floats of scratch kc_attend_chunk needs: the chunk's scores and, for a q4
+ * cache, the group's queries rotated as its rows are (kc_kv_q4.h). */
+#define KC_ATTN_SCORES(group, head_dim) ((size_t)(group) * (KC_ATTN_CHUNK + (KC_KV_Q4 ? (size_t)(head_dim) : 0)))
 /* Floats of scratch kc_attend_kv needs: a chunk's scores, its partial, and
  * the running maxima and sums. */
-#define KC_ATTN_SCRATCH(group, value_dim) ((size_t)(group) * (KC_ATTN_CHUNK + (size_t)(value_dim) + 4))
+#define KC_ATTN_SCRATCH(group, head_dim, value_dim) \
+    (KC_ATTN_SCORES(group, head_dim) + (size_t)(group) * ((size_t)(value_dim) + 4))
 /* How far ahead (in positions) the AVX-512 loops prefetch K and V rows. A
  * sequence's blocks need not have consecutive ids, and a KV head's rows in
  * blocks that do not are runs of one block (2 KiB for 16 f16 rows of 64),
@@ -83,11 +87,15 @@ KC_OPS_INLINE void kc__prefetch_row_l2(const void *row, size_t bytes) {
  * over positions [first, pos] of its sequence (first > 0 only for a sliding
  * window). Each K and V row is loaded once for the whole group (GQA).
  * q: the group's heads, contiguous [group][head_dim]. scores: scratch of
- * group * KC_ATTN_CHUNK floats. part (KC_ATTN_PART floats): the chunk's
+ * KC_ATTN_SCORES(group, head_dim) floats. part (KC_ATTN_PART floats): the chunk's
  * partial, see above. softcap > 0 applies tanh soft-capping to the scaled
  * scores. Values are value_dim columns, read from the V half of the pool or,
  * with shared_value, from the first value_dim columns of the key rows
  * themselves (the pool then has no V half: MLA's cached latent is both).
+ * A q4 cache holds key rows rotated, each 32 values (kc_kv_q4.h): the
+ * chunk scores the queries rotated the same way (an orthogonal map keeps
+ * q.k). Value rows are not rotated, but shared values are key columns: their
+ * weighted sum stays rotated until kc_attend_finish.
  *
  * With AVX-512 and head_dim, value_dim multiples of 16 (64 for most models):
  *  - scores: 16 positions at a time; their K rows are located once (block
@@ -108,6 +116,14 @@ KC_OPS_INLINE void kc_attend_chunk(const kc_kv_t *kv, int n_layers, int layer, i
     const int p0 = c0 > first ? c0 : first, p1 = c0 + KC_ATTN_CHUNK - 1 < pos ? c0 + KC_ATTN_CHUNK - 1 : pos;
     const int n = p1 - p0 + 1;
     float *acc_out = part, *m_out = part + (size_t)group * value_dim, *l_out = m_out + group;
+#if KC_KV_Q4
+    {
+        float *qr = scores + (size_t)group * KC_ATTN_CHUNK;
+        memcpy(qr, q, sizeof(float) * (size_t)group * head_dim);
+        kc_kv_q4_rotate_row(qr, group * head_dim); /* head_dim is a multiple of 32: each head's blocks */
+        q = qr;
+    }
+#endif
 #define KC_KROW(p)                                                                                          \
     (kv + kc_kv_offset(layer, n_blocks, kv_heads, block_size, head_dim, block_table[(p) / block_size], kv_head, \
                        (p) % block_size))
@@ -131,7 +147,7 @@ KC_OPS_INLINE void kc_attend_chunk(const kc_kv_t *kv, int n_layers, int layer, i
         /* cached rows that are not f32 are widened once per run for the
          * whole group (f32 rows are read in place) */
         enum { WIDEN_MAX = 256 };
-        const int widen = (KC_KV_F16 || KC_KV_Q8) && head_dim <= WIDEN_MAX;
+        const int widen = (KC_KV_F16 || KC_KV_Q8 || KC_KV_Q4) && head_dim <= WIDEN_MAX;
         float kt[16 * WIDEN_MAX] __attribute__((aligned(64)));
         for (int p = p0; p < pa; p++) {
             float tmp[KC_KV_MAX_HEAD_DIM];
@@ -284,29 +300,36 @@ static inline void kc_attend_merge(int group, int value_dim, int c, const float 
     }
 }
 
-/* The merged result divided by the softmax's sum: the attention output. */
-static inline void kc_attend_finish(int group, int value_dim, float *out, const float *ml) {
+/* The merged result divided by the softmax's sum: the attention output (for
+ * shared values in a q4 cache, rotated back each 32 values). */
+static inline void kc_attend_finish(int group, int value_dim, int shared_value, float *out, const float *ml) {
     for (int g = 0; g < group; g++) {
         const float inv = 1.0f / ml[group + g];
         for (int d = 0; d < value_dim; d++) out[(size_t)g * value_dim + d] *= inv;
+#if KC_KV_Q4
+        if (shared_value) kc_kv_q4_unrotate_row(out + (size_t)g * value_dim, value_dim);
+#endif
     }
+#if !KC_KV_Q4
+    (void)shared_value;
+#endif
 }
 
 /* The whole attention of one token and KV head group, chunk after chunk:
- * out is [group][value_dim]; scratch holds KC_ATTN_SCRATCH(group, value_dim)
+ * out is [group][value_dim]; scratch holds KC_ATTN_SCRATCH(group, head_dim, value_dim)
  * floats. */
 KC_OPS_INLINE void kc_attend_kv(const kc_kv_t *kv, int n_layers, int layer, int n_blocks, int kv_heads,
                                 int block_size, int head_dim, int value_dim, int shared_value,
                                 const int32_t *block_table, int kv_head, int group, int first, int pos,
                                 const float *q, float scale, float softcap, float *scratch, float *out) {
-    float *scores = scratch, *part = scores + (size_t)group * KC_ATTN_CHUNK, *ml = part + KC_ATTN_PART(group, value_dim);
+    float *scores = scratch, *part = scores + KC_ATTN_SCORES(group, head_dim), *ml = part + KC_ATTN_PART(group, value_dim);
     const int nc = kc_attn_chunks(first, pos);
     for (int c = 0; c < nc; c++) {
         kc_attend_chunk(kv, n_layers, layer, n_blocks, kv_heads, block_size, head_dim, value_dim, shared_value,
                         block_table, kv_head, group, first, pos, c, q, scale, softcap, scores, part);
         kc_attend_merge(group, value_dim, c, part, out, ml);
     }
-    kc_attend_finish(group, value_dim, out, ml);
+    kc_attend_finish(group, value_dim, shared_value, out, ml);
 }
 
 /* Attention with separate K and V rows of head_dim each (every family but MLA). */

@@ -41,15 +41,26 @@
  * q8_0 takes 34 bytes per 32 values (0.53x f16): each 32 values of a row
  * share an f16 scale d = max|x| / 127 and are stored as round(x / d) in
  * int8, llama.cpp's Q8_0 block (its -ctk/-ctv q8_0); read back as d * q,
- * then f32 as before. A cached row of n values is KC_KV_ROW(n) elements of
- * kc_kv_t (n a multiple of 32 for q8_0: the generator checks). */
+ * then f32 as before. q4 (--kv-dtype q4, KC_KV_Q4 1) takes 18 bytes per 32
+ * values (0.28x f16), key rows rotated before they are quantized
+ * (kc_kv_q4.h): they read back in the rotated basis, and attention rotates
+ * its query to match (kc_attend.h). A cached row of n values is
+ * KC_KV_ROW(n) elements of kc_kv_t (n a multiple of 32 for q8_0 and q4: the
+ * generator checks). */
 #ifndef KC_KV_F16
 #define KC_KV_F16 0
 #endif
 #ifndef KC_KV_Q8
 #define KC_KV_Q8 0
 #endif
-#if KC_KV_Q8
+#ifndef KC_KV_Q4
+#define KC_KV_Q4 0
+#endif
+#if KC_KV_Q4
+#include "kc_kv_q4.h"
+typedef uint8_t kc_kv_t;
+#define KC_KV_ROW(n) ((size_t)(n) / 32 * KC_KV_Q4_BYTES)
+#elif KC_KV_Q8
 typedef uint8_t kc_kv_t;
 #define KC_KV_ROW(n) ((size_t)(n) / 32 * 34)
 #elif KC_KV_F16
@@ -61,9 +72,13 @@ typedef float kc_kv_t;
 #endif
 #define KC_KV_MAX_HEAD_DIM 1024 /* rows widened through a stack buffer (scalar paths) */
 
-/* One cached row of n values as f32: the row itself, or widened into tmp. */
+/* One cached row of n values as f32: the row itself, or widened into tmp
+ * (q4: still in the rotated basis). */
 static inline const float *kc__kv_row(const kc_kv_t *p, int n, float *tmp) {
-#if KC_KV_Q8
+#if KC_KV_Q4
+    for (int b = 0; b < n / 32; b++) kc_kv_q4_get_block(p + (size_t)b * KC_KV_Q4_BYTES, tmp + 32 * b);
+    return tmp;
+#elif KC_KV_Q8
     for (int b = 0; b < n / 32; b++) {
         const uint8_t *blk = p + (size_t)b * 34;
         const float d = kc_fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
@@ -80,9 +95,16 @@ static inline const float *kc__kv_row(const kc_kv_t *p, int n, float *tmp) {
 }
 #if defined(__AVX512F__)
 /* Values [16 i, 16 i + 16) of a cached row as f32 (vcvtph2ps for f16; for
- * q8_0 half a block: 16 int8 widened and times the block's scale). */
+ * q8_0 half a block: 16 int8 widened and times the block's scale; for q4 one
+ * nibble of the block's 16 bytes, its levels looked up by one permute). */
 static inline __m512 kc__kv_load16(const kc_kv_t *row, int i) {
-#if KC_KV_Q8
+#if KC_KV_Q4
+    const uint8_t *blk = row + (size_t)(i >> 1) * KC_KV_Q4_BYTES;
+    const float d = kc_fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+    __m512i n = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(blk + 2)));
+    n = (i & 1) ? _mm512_srli_epi32(n, 4) : _mm512_and_si512(n, _mm512_set1_epi32(15));
+    return _mm512_mul_ps(_mm512_permutexvar_ps(n, _mm512_loadu_ps(kc_kv_q4_levels)), _mm512_set1_ps(d));
+#elif KC_KV_Q8
     const uint8_t *blk = row + (size_t)(i >> 1) * 34;
     const float d = kc_fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
     const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2 + 16 * (i & 1)));
@@ -245,9 +267,13 @@ static inline size_t kc_kv_offset(int layer, int n_blocks, int kv_heads, int blo
     return kc_kv_row_index(layer, n_blocks, kv_heads, block_size, block, h, slot) * KC_KV_ROW(head_dim);
 }
 
-/* n values (a multiple of 32 for q8_0) into the cache's element type. */
-static inline void kc__kv_put(kc_kv_t *dst, const float *src, int n) {
-#if KC_KV_Q8
+/* n values of a key row (a multiple of 32 for q8_0 and q4) into the cache's
+ * element type; kc__kv_put_values: of a value row (q4: not rotated). */
+static inline void kc__kv_put_row(kc_kv_t *dst, const float *src, int n, int is_key) {
+#if KC_KV_Q4
+    for (int b = 0; b < n / 32; b++) kc_kv_q4_put_block(dst + (size_t)b * KC_KV_Q4_BYTES, src + 32 * b, is_key);
+#elif KC_KV_Q8
+    (void)is_key;
     for (int b = 0; b < n / 32; b++) {
         const float *x = src + 32 * b;
         uint8_t *blk = dst + (size_t)b * 34;
@@ -259,6 +285,7 @@ static inline void kc__kv_put(kc_kv_t *dst, const float *src, int n) {
         for (int i = 0; i < 32; i++) blk[2 + i] = (uint8_t)(int8_t)lrintf(x[i] * id);
     }
 #elif KC_KV_F16
+    (void)is_key;
     int i = 0;
 #if defined(__AVX512F__)
     for (; i + 16 <= n; i += 16)
@@ -266,9 +293,12 @@ static inline void kc__kv_put(kc_kv_t *dst, const float *src, int n) {
 #endif
     for (; i < n; i++) dst[i] = kc_f32_to_fp16(src[i]);
 #else
+    (void)is_key;
     memcpy(dst, src, sizeof(float) * (size_t)n);
 #endif
 }
+static inline void kc__kv_put(kc_kv_t *dst, const float *src, int n) { kc__kv_put_row(dst, src, n, 1); }
+static inline void kc__kv_put_values(kc_kv_t *dst, const float *src, int n) { kc__kv_put_row(dst, src, n, 0); }
 
 /* Writes one token's K and V rows (kv_heads × head_dim each) at position pos;
  * v NULL: the keys are the whole cached row (values shared with them). */
@@ -281,7 +311,7 @@ static inline void kc_kv_store(kc_kv_t *kv, int n_layers, int layer, int n_block
         const size_t off =
             kc_kv_offset(layer, n_blocks, kv_heads, block_size, head_dim, block, h, slot);
         kc__kv_put(kv + off, k + (size_t)h * head_dim, head_dim);
-        if (v) kc__kv_put(kv + v_base + off, v + (size_t)h * head_dim, head_dim);
+        if (v) kc__kv_put_values(kv + v_base + off, v + (size_t)h * head_dim, head_dim);
     }
 }
 

@@ -31,7 +31,7 @@ typedef struct {
     const char *weight_dtypes; /* e.g. "q4_1 (210), q8_0 (1), f32 (61)" */
     size_t kv_bytes_per_token; /* all layers, K and V */
     const char *kv_layout;     /* what one layer caches per token (K and V rows, or one shared row) */
-    const char *kv_dtype;      /* the KV cache's element: "f32", "f16" or "q8_0" (--kv-dtype) */
+    const char *kv_dtype;      /* the KV cache's element: "f32", "f16", "q8_0" or "q4" (--kv-dtype) */
     int kv_window;             /* > 0 when every layer attends to at most this many positions back
                                   (sliding window): KV blocks wholly before pos - kv_window + 1 are
                                   never read again and may be released (block table entry -1) */

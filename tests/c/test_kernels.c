@@ -393,11 +393,38 @@ static void test_matmul(void) {
 #if KC_KV_Q8
 static int q8_kv_bad; /* stored q8_0 values farther from x than the rounding allows */
 #endif
+#if KC_KV_Q4
+/* q4 blocks whose values are not each the nearest level times the block's scale, and the squared
+ * error of every stored row against the row given (and its squared norm): the rotation keeps
+ * both, so their ratio is the rotated blocks' own */
+static int q4_kv_bad;
+static double q4_err2, q4_norm2;
+/* Checks one row of n values as stored (a key row rotated) against x, the row given. */
+static void q4_check_row(const float *x, const kc_kv_t *row, int n, int is_key) {
+    for (int b = 0; b < n / 32; b++) {
+        float y[32], got[32];
+        memcpy(y, x + 32 * b, sizeof y);
+        if (is_key) kc_kv_q4_rotate(y);
+        kc_kv_q4_get_block(row + (size_t)b * KC_KV_Q4_BYTES, got);
+        const float d = kc_fp16_to_f32((uint16_t)(row[(size_t)b * KC_KV_Q4_BYTES] | row[(size_t)b * KC_KV_Q4_BYTES + 1] << 8));
+        for (int i = 0; i < 32; i++) {
+            /* no level is nearer to y than the one stored (ties either way) */
+            float best = INFINITY;
+            for (int k = 0; k < 16; k++) best = fminf(best, fabsf(y[i] - d * kc_kv_q4_levels[k]));
+            q4_kv_bad += !(fabsf(y[i] - got[i]) <= best * (1 + 1e-6f) + 1e-30f);
+        }
+    }
+    float back[KC_KV_MAX_HEAD_DIM];
+    kc__kv_row(row, n, back);
+    if (is_key) kc_kv_q4_unrotate_row(back, n);
+    for (int i = 0; i < n; i++) q4_err2 += ((double)back[i] - x[i]) * ((double)back[i] - x[i]), q4_norm2 += (double)x[i] * x[i];
+}
+#endif
 static int attend_case_kv(int head_dim, int value_dim, int shared, int group, int kv_heads, int n_layers, int layer,
                           int pos, int first, float softcap) {
     const int BS = 16, n_blocks = (pos + BS) / BS + 3;
-#if KC_KV_Q8
-    if (head_dim % 32 || value_dim % 32) return 1; /* q8_0 rows are whole blocks of 32 (the generator checks) */
+#if KC_KV_Q8 || KC_KV_Q4
+    if (head_dim % 32 || value_dim % 32) return 1; /* q8_0 and q4 rows are whole blocks of 32 (the generator checks) */
 #endif
     const size_t half_rows = (size_t)n_layers * n_blocks * kv_heads * BS, half = half_rows * head_dim;
     /* the pool in the cache's element type, written row by row as the
@@ -409,8 +436,14 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
     for (size_t r = 0; r < 2 * half_rows; r++) {
         float x[KC_KV_MAX_HEAD_DIM], tmp[KC_KV_MAX_HEAD_DIM];
         for (int d = 0; d < head_dim; d++) x[d] = rndf();
-        kc__kv_put(kv + r * KC_KV_ROW(head_dim), x, head_dim);
+        const int is_key = r < half_rows; /* the pool's K half, then its V half */
+        kc__kv_put_row(kv + r * KC_KV_ROW(head_dim), x, head_dim, is_key);
         memcpy(kvf + r * head_dim, kc__kv_row(kv + r * KC_KV_ROW(head_dim), head_dim, tmp), sizeof(float) * head_dim);
+#if KC_KV_Q4
+        /* the reference attends over the stored key rows rotated back: the keys attention stands for */
+        if (is_key) kc_kv_q4_unrotate_row(kvf + r * head_dim, head_dim);
+        q4_check_row(x, kv + r * KC_KV_ROW(head_dim), head_dim, is_key);
+#endif
 #if KC_KV_Q8
         /* the stored values: round(x / d) * d with d = max|x| / 127 per 32, d itself rounded to f16
          * (relative error <= 2^-11, times |q| <= 127): within 0.5 d + 127 * 2^-11 d of x */
@@ -439,7 +472,7 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
                             KC_KV_ROW(head_dim),
                    0xff, sizeof(kc_kv_t) * KC_KV_ROW(head_dim));
     float *q = malloc(sizeof(float) * group * head_dim), *out = malloc(sizeof(float) * group * value_dim);
-    float *scores = malloc(sizeof(float) * KC_ATTN_SCRATCH(group, value_dim));
+    float *scores = malloc(sizeof(float) * KC_ATTN_SCRATCH(group, head_dim, value_dim));
     for (int i = 0; i < group * head_dim; i++) q[i] = rndf() * 2.0f;
     const float scale = 1.0f / sqrtf((float)head_dim);
     if (shared || value_dim != head_dim)
@@ -453,13 +486,13 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
     {
         const int nc = kc_attn_chunks(first, pos);
         float *parts = malloc(sizeof(float) * KC_ATTN_PART(group, value_dim) * nc);
-        float *sc = malloc(sizeof(float) * KC_ATTN_SCRATCH(group, value_dim)), *o2 = malloc(sizeof(float) * group * value_dim);
+        float *sc = malloc(sizeof(float) * KC_ATTN_SCRATCH(group, head_dim, value_dim)), *o2 = malloc(sizeof(float) * group * value_dim);
         float *ml = malloc(sizeof(float) * 2 * group);
         for (int c = nc - 1; c >= 0; c--) /* in reverse: the order of the chunks' runs must not matter */
             kc_attend_chunk(kv, n_layers, layer, n_blocks, kv_heads, BS, head_dim, value_dim, shared, bt, kvh, group, first,
                             pos, c, q, scale, softcap, sc, parts + KC_ATTN_PART(group, value_dim) * c);
         for (int c = 0; c < nc; c++) kc_attend_merge(group, value_dim, c, parts + KC_ATTN_PART(group, value_dim) * c, o2, ml);
-        kc_attend_finish(group, value_dim, o2, ml);
+        kc_attend_finish(group, value_dim, shared, o2, ml);
         check(memcmp(o2, out, sizeof(float) * group * value_dim) == 0,
               "kc_attend hd=%d vd=%d group=%d pos=%d first=%d: chunks run apart and merged give the same bits", head_dim,
               value_dim, group, pos, first);
@@ -501,8 +534,11 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
 #if KC_KV_Q8
     check(q8_kv_bad == 0, "q8_0 KV store rounds within half a step: %d values beyond", q8_kv_bad);
 #endif
+#if KC_KV_Q4
+    check(q4_kv_bad == 0, "q4 KV store takes each value's nearest level: %d values not", q4_kv_bad);
+#endif
     check(bad == 0, "kc_attend (%s KV) hd=%d vd=%d%s group=%d kv_heads=%d layer %d/%d pos=%d first=%d softcap=%g: %d bad (worst %.2g)",
-          KC_KV_Q8 ? "q8_0" : KC_KV_F16 ? "f16" : "f32", head_dim, value_dim, shared ? " shared" : "", group, kv_heads, layer, n_layers,
+          KC_KV_Q4 ? "q4" : KC_KV_Q8 ? "q8_0" : KC_KV_F16 ? "f16" : "f32", head_dim, value_dim, shared ? " shared" : "", group, kv_heads, layer, n_layers,
           pos, first, softcap, bad, worst);
     free(kv), free(kvf), free(bt), free(q), free(out), free(scores), free(pr);
     return bad == 0;
@@ -727,6 +763,62 @@ static void test_parallel_matmul(void) {
     free(W), free(x), free(xq), free(y1), free(y2);
 }
 
+#if KC_KV_Q4
+/* The q4 cache's rotation and the error it leaves, beyond the attention cases above. The bounds
+ * are those of its design (kc_kv_q4.h): Gaussian key rows with or without a channel 20 times the
+ * others, and Gaussian value rows, lose 0.6% of their squared norm (a bound of 0.75%); the same
+ * levels without the rotation lose 1.6% on the outlier rows, so the bound catches a key rotation
+ * that is not there. The attention cases' rows (uniform in [-1, 1]) are held to the same bound. */
+static double gauss(void) {
+    double u = (rndf() + 1.0) / 2.0, v = (rndf() + 1.0) / 2.0;
+    return sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v);
+}
+static void test_kv_q4(void) {
+    /* the rotation is orthogonal: undone within rounding, norms kept */
+    float x[64], y[64];
+    double worst = 0;
+    for (int r = 0; r < 200; r++) {
+        for (int i = 0; i < 64; i++) x[i] = y[i] = rndf() * 3.0f;
+        kc_kv_q4_rotate_row(y, 64);
+        double n0 = 0, n1 = 0;
+        for (int i = 0; i < 64; i++) n0 += (double)x[i] * x[i], n1 += (double)y[i] * y[i];
+        worst = fmax(worst, fabs(n1 / n0 - 1));
+        kc_kv_q4_unrotate_row(y, 64);
+        for (int i = 0; i < 64; i++) worst = fmax(worst, fabs(y[i] - x[i]) / sqrt(n0 / 64));
+    }
+    /* 2 x (5 butterfly stages + 1 scaling) roundings of 2^-24 each, on sums up to sqrt(32) x the rms */
+    check(worst < 12 * 5.7 / 16777216.0, "q4 rotation: orthogonal and undone within f32 rounding (worst %.2g)", worst);
+    printf("  q4 KV rows of the attention cases: %.4f of the squared norm lost\n", q4_norm2 > 0 ? q4_err2 / q4_norm2 : -1.0);
+    check(q4_norm2 > 0 && q4_err2 / q4_norm2 < 0.0075, "q4 KV rows of the attention cases: %.4f of the squared norm lost",
+          q4_norm2 > 0 ? q4_err2 / q4_norm2 : -1.0);
+    const char *cases[] = {"Gaussian key rows", "Gaussian key rows with an outlier channel", "Gaussian value rows"};
+    for (int c = 0; c < 3; c++) {
+        const int is_key = c < 2, outlier = c == 1;
+        double e2 = 0, n2 = 0;
+        for (int r = 0; r < 4000; r++) {
+            uint8_t row[2 * KC_KV_Q4_BYTES];
+            float back[64];
+            for (int i = 0; i < 64; i++) x[i] = (float)gauss() * (outlier && i % 32 == 5 ? 20.0f : 1.0f);
+            kc__kv_put_row(row, x, 64, is_key);
+            kc__kv_row(row, 64, back);
+            if (is_key) kc_kv_q4_unrotate_row(back, 64);
+            for (int i = 0; i < 64; i++) e2 += ((double)back[i] - x[i]) * ((double)back[i] - x[i]), n2 += (double)x[i] * x[i];
+        }
+        printf("  q4 KV store, %s: %.4f of the squared norm lost\n", cases[c], e2 / n2);
+        check(e2 / n2 < 0.0075, "q4 KV store, %s: %.4f of the squared norm lost", cases[c], e2 / n2);
+    }
+    /* a zero row stores zeros; a constant row comes back within the levels' reach */
+    uint8_t row[KC_KV_Q4_BYTES];
+    float back[32];
+    for (int i = 0; i < 32; i++) x[i] = 0.0f;
+    kc__kv_put(row, x, 32);
+    kc__kv_row(row, 32, back);
+    int nonzero = 0;
+    for (int i = 0; i < 32; i++) nonzero += back[i] != 0.0f;
+    check(nonzero == 0, "q4 KV: a zero row stays zero (%d values not)", nonzero);
+}
+#endif
+
 int main(void) {
     test_half();
     test_activation_rows();
@@ -735,6 +827,9 @@ int main(void) {
     test_matmul();
     test_attend();
     test_attend_shared_values();
+#if KC_KV_Q4
+    test_kv_q4();
+#endif
     test_head_linear();
     test_threadpool();
     test_parallel_matmul();
