@@ -6,6 +6,7 @@
  * Not a test and not built by make. Build and run (from the repo root):
  *   make lib && cc -std=c11 -D_GNU_SOURCE -O2 -march=native -pthread -Iruntime/core -Ikernels/cpu \
  *      bench/attn_bench.c build/_obj/libingot.a -o /tmp/attn_bench -lm && /tmp/attn_bench
+ * with -DKC_KV_Q8=1 or -DKC_KV_Q4=1 for a q8_0 or q4 cache instead of f16.
  * Optional arguments: positions (default 4000), KV heads, query heads per KV head, layers
  * (default 3 3 30, SmolLM2-135M; 4 8 22 is TinyLlama-1.1B's shape, bench/make_synthetic_llama.py).
  *
@@ -17,7 +18,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#if !defined(KC_KV_Q8) && !defined(KC_KV_Q4)
 #define KC_KV_F16 1
+#endif
 #include "kc_ops.h"
 #include "hugealloc.h"
 #include "threadpool.h"
@@ -87,29 +90,34 @@ int main(int argc, char **argv) {
     const int n_blocks = (L + BLOCK - 1) / BLOCK;
     const size_t rows = (size_t)LAYERS * n_blocks * KVH * BLOCK * 2;
     /* on huge pages, as the engine allocates its pool (templates/cpu/model_load.h) */
-    kc_kv_t *kv = ha_alloc(sizeof(kc_kv_t) * rows * HD);
+    const size_t row_elems = KC_KV_ROW(HD), kv_bytes = sizeof(kc_kv_t) * rows * row_elems;
+    kc_kv_t *kv = ha_alloc(kv_bytes);
     int32_t *bt = malloc(sizeof(int32_t) * n_blocks);
     float *q = malloc(sizeof(float) * KVH * GROUP * HD), *out = malloc(sizeof(float) * KVH * GROUP * HD);
     float *parts = malloc(sizeof(float) * KC_ATTN_PART(GROUP, HD) * KVH * kc_attn_chunks(0, L - 1));
     float *scratch = malloc(sizeof(float) * KC_ATTN_SCRATCH(GROUP, HD, HD) * 8);
     if (!kv || !bt || !q || !out || !parts || !scratch) return fprintf(stderr, "out of memory\n"), 1;
-    for (size_t i = 0; i < rows * HD; i++) kv[i] = kc_f32_to_fp16((float)(i * 2654435761u % 1000) / 1000.0f - 0.5f);
+    for (size_t r = 0; r < rows; r++) {
+        float x[HD];
+        for (int d = 0; d < HD; d++) x[d] = (float)((r * HD + d) * 2654435761u % 1000) / 1000.0f - 0.5f;
+        kc__kv_put(kv + r * row_elems, x, HD);
+    }
     for (int i = 0; i < n_blocks; i++) bt[i] = i;
     for (int i = 0; i < KVH * GROUP * HD; i++) q[i] = (float)(i % 17) / 17.0f - 0.5f;
-    printf("decode attention at %d positions, %d KV heads of %d, groups of %d, f16 cache (%.0f MB over %d layers)\n",
-           L, KVH, HD, GROUP, (double)rows * HD * sizeof(kc_kv_t) / 1e6, LAYERS);
+    printf("decode attention at %d positions, %d KV heads of %d, groups of %d, %s cache (%.0f MB over %d layers)\n", L,
+           KVH, HD, GROUP, KC_KV_Q4 ? "q4" : KC_KV_Q8 ? "q8_0" : "f16", (double)kv_bytes / 1e6, LAYERS);
     for (int threads = 1; threads <= 2; threads++) {
         tp_pool *pool = tp_create(threads);
         for (int layers = LAYERS; layers >= 1; layers -= LAYERS - 1) {
             job j = {kv, bt, layers, 0, n_blocks, L - 1, kc_attn_chunks(0, L - 1), q, parts, out, scratch};
             const double ms = run(pool, &j);
-            const double bytes = (double)layers * KVH * L * HD * sizeof(kc_kv_t) * 2;
+            const double bytes = (double)layers * KVH * L * row_elems * sizeof(kc_kv_t) * 2;
             printf("  %d thread(s), %2d layer(s): %7.3f ms per token, %5.1f GB/s of K and V, %5.2f ns per position"
                    " and KV head\n", threads, layers, ms, bytes / ms / 1e6, ms * 1e6 / ((double)layers * KVH * L));
         }
         tp_free(pool);
     }
     printf("(out[0] = %g)\n", out[0]);
-    ha_free(kv, sizeof(kc_kv_t) * rows * HD), free(bt), free(q), free(out), free(parts), free(scratch);
+    ha_free(kv, kv_bytes), free(bt), free(q), free(out), free(parts), free(scratch);
     return 0;
 }

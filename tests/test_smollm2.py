@@ -86,6 +86,30 @@ def test_perplexity_matches_transformers(smollm2_kv, tmp_path):
     assert agree >= 0.99, f"top-1 agreement {agree:.4f}"
 
 
+@pytest.mark.skipif(SAN, reason="a perplexity over 2,048 tokens: the optimized pass")
+def test_q4_kv_cache_perplexity(gguf, built, tmp_path):
+    """--kv-dtype q4 (0.28x the bytes of f16) on the GPL-3 text's first 4 windows: 25.44 against
+    transformers' 23.76 (+7.1%; all 14 windows +6.4%, the f16 cache +0.0%: bench/RESULTS.md).
+    Rounding differences upstream move a few values across a level, which moves this by about
+    a point (the scalar attention path gives +5.8% on 14 windows): bound +10%. Keys not rotated
+    cost +14% alone, so the bound holds the rotation to its work. The 1% the format aims at is
+    not reached on this 135M model, whose keys carry most of the loss (docs/building.md)."""
+    binary = build(gguf, "smollm2-kvq4", "--kv-dtype", "q4")
+    ref = json.loads((REF / "gpl3_reference.json").read_text())
+    window, n_windows = ref["window"], 4
+    ids_file = tmp_path / "ids.json"
+    ids_file.write_text(json.dumps(ref["tokens"][: n_windows * window]))
+    r = subprocess.run([str(binary), "perplexity", "--ids", str(ids_file), "--ctx", str(window)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    ours = float(re.search(r"perplexity ([0-9.]+)", r.stdout).group(1))
+    ref_ppl = float(np.exp(np.mean(ref["window_mean_nll"][:n_windows])))
+    print(f"q4 KV perplexity {ours:.4f} vs transformers {ref_ppl:.4f} ({ours / ref_ppl - 1:+.2%})")
+    assert ours / ref_ppl - 1 <= 0.10, f"perplexity {ours:.4f} vs transformers {ref_ppl:.4f}"
+    info = subprocess.run([str(binary), "--info"], capture_output=True, text=True, timeout=60).stdout
+    assert "6480 bytes/token (q4)" in info, info  # 30 layers x 2 x 3 heads x 64 values / 32 x 18 bytes
+
+
 def greedy(binary, prompt, n, tmp_path):
     out = tmp_path / "ids.jsonl"
     r = subprocess.run([str(binary), "generate", "-p", prompt, "-n", str(n), "--ignore-eos", "--ids-out", str(out)],

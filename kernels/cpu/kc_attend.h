@@ -62,6 +62,18 @@ KC_OPS_INLINE __m512 kc__hsum16x16(__m512 v[16]) {
 
 #endif
 
+#if !defined(__AVX512F__) && KC_OPS_AVX2
+/* Horizontal sums of 8 vectors at once (AVX2): lane j of the result is the
+ * sum of v[j]'s 8 lanes. Two rounds of hadd leave, per 128-bit half, the
+ * four vectors' partial sums over that half; adding the halves finishes. */
+KC_OPS_INLINE __m256 kc__hsum8x8(const __m256 v[8]) {
+    const __m256 a0 = _mm256_hadd_ps(v[0], v[1]), a1 = _mm256_hadd_ps(v[2], v[3]);
+    const __m256 a2 = _mm256_hadd_ps(v[4], v[5]), a3 = _mm256_hadd_ps(v[6], v[7]);
+    const __m256 b0 = _mm256_hadd_ps(a0, a1), b1 = _mm256_hadd_ps(a2, a3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+}
+#endif
+
 /* A softmax weight e^x (x <= 0: a score minus the maximum), or 0 below
  * e^-64 (1.6e-28, far under f32's resolution of the sum, which is >= 1):
  * weights that small would make subnormal products in the values' pass,
@@ -240,6 +252,115 @@ KC_OPS_INLINE void kc_attend_chunk(const kc_kv_t *kv, int n_layers, int layer, i
                     if (g >= G) break;
                     KC_OPS_UNROLL for (int d = 0; d < 4; d++) if (d < DV)
                         _mm512_storeu_ps(acc_out + (size_t)(g0 + g) * value_dim + 16 * (d0 + d), acc[g][d]);
+                }
+            }
+        }
+        return;
+    }
+#endif
+#if !defined(__AVX512F__) && KC_OPS_AVX2
+    /* AVX2: the AVX-512 path's scheme with 8 lanes (runs of 8 positions, the
+     * last partial run scored whole, 8 dot products reduced together, the
+     * softmax 8 at a time (kc__exp8), values accumulated for up to 4 heads x
+     * 32 dims in registers); the rows before the first run take kc_dot. */
+    if (head_dim % 8 == 0 && value_dim % 8 == 0 && block_size % 8 == 0) {
+        const int HK = head_dim / 8, HV = value_dim / 8;
+        const size_t KR = KC_KV_ROW(head_dim), run_bytes = 8 * KR * sizeof(kc_kv_t);
+        const int pa = (p0 + 7) / 8 * 8 < p1 + 1 ? (p0 + 7) / 8 * 8 : p1 + 1;
+        const int pb = pa + (p1 + 1 - pa) / 8 * 8, ps = pa + (p1 + 1 - pa + 7) / 8 * 8;
+        enum { WIDEN_MAX = 256 };
+        const int widen = (KC_KV_F16 || KC_KV_Q8 || KC_KV_Q4) && head_dim <= WIDEN_MAX;
+        float kt[8 * WIDEN_MAX] __attribute__((aligned(32)));
+        for (int p = p0; p < pa; p++) {
+            float tmp[KC_KV_MAX_HEAD_DIM];
+            const float *k = kc__kv_row(KC_KROW(p), head_dim, tmp);
+            for (int g = 0; g < group; g++)
+                scores[(size_t)g * n + (p - p0)] = kc_dot(q + (size_t)g * head_dim, k, head_dim) * scale;
+        }
+        for (int p = pa; p < ps; p += 8) {
+            const kc_kv_t *kb = KC_KROW(p);
+            const int lanes = p1 + 1 - p < 8 ? p1 + 1 - p : 8;
+            if (p + KC_ATTN_PREFETCH <= pos)
+                for (size_t o = 0; o < run_bytes; o += 64) _mm_prefetch((const char *)KC_KROW(p + KC_ATTN_PREFETCH) + o, _MM_HINT_T0);
+            if (widen)
+                for (int j = 0; j < 8; j++) for (int d = 0; d < HK; d++)
+                    _mm256_store_ps(kt + j * head_dim + 8 * d, kc__kv_load8(kb + j * KR, d));
+            for (int g = 0; g < group; g++) {
+                const float *qg = q + (size_t)g * head_dim;
+                __m256 acc[8];
+                KC_OPS_UNROLL for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+                for (int d = 0; d < HK; d++) {
+                    const __m256 qv = _mm256_loadu_ps(qg + 8 * d);
+                    if (widen)
+                        KC_OPS_UNROLL for (int j = 0; j < 8; j++)
+                            acc[j] = _mm256_fmadd_ps(qv, _mm256_load_ps(kt + j * head_dim + 8 * d), acc[j]);
+                    else
+                        KC_OPS_UNROLL for (int j = 0; j < 8; j++)
+                            acc[j] = _mm256_fmadd_ps(qv, kc__kv_load8(kb + j * KR, d), acc[j]);
+                }
+                float s8[8];
+                _mm256_storeu_ps(s8, _mm256_mul_ps(kc__hsum8x8(acc), _mm256_set1_ps(scale)));
+                memcpy(scores + (size_t)g * n + (p - p0), s8, sizeof(float) * (size_t)lanes);
+            }
+        }
+        for (int g = 0; g < group; g++) {
+            float *sc = scores + (size_t)g * n;
+            if (softcap > 0.0f)
+                for (int i = 0; i < n; i++) sc[i] = softcap * tanhf(sc[i] / softcap);
+            __m256 mv = _mm256_set1_ps(-INFINITY);
+            int i = 0;
+            for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(sc + i));
+            float m8[8], maxv = -INFINITY;
+            _mm256_storeu_ps(m8, mv);
+            for (int j = 0; j < 8; j++) maxv = m8[j] > maxv ? m8[j] : maxv;
+            for (; i < n; i++) maxv = sc[i] > maxv ? sc[i] : maxv;
+            __m256 sv = _mm256_setzero_ps();
+            const __m256 mxv = _mm256_set1_ps(maxv), lo = _mm256_set1_ps(KC_ATTN_EXP_MIN);
+            for (i = 0; i + 8 <= n; i += 8) {
+                const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(sc + i), mxv);
+                const __m256 e = _mm256_and_ps(_mm256_cmp_ps(x, lo, _CMP_GE_OQ), kc__exp8(x));
+                _mm256_storeu_ps(sc + i, e);
+                sv = _mm256_add_ps(sv, e);
+            }
+            float s8[8], sum = 0.0f;
+            _mm256_storeu_ps(s8, sv);
+            for (int j = 0; j < 8; j++) sum += s8[j];
+            for (; i < n; i++) {
+                sc[i] = kc__softmax_exp(sc[i] - maxv);
+                sum += sc[i];
+            }
+            m_out[g] = maxv, l_out[g] = sum;
+        }
+        for (int g0 = 0; g0 < group; g0 += 4) {
+            const int G = group - g0 < 4 ? group - g0 : 4;
+            for (int d0 = 0; d0 < HV; d0 += 4) {
+                const int DV = HV - d0 < 4 ? HV - d0 : 4;
+                __m256 acc[4][4];
+                KC_OPS_UNROLL for (int g = 0; g < 4; g++) KC_OPS_UNROLL for (int d = 0; d < 4; d++) acc[g][d] =
+                    _mm256_setzero_ps();
+#define KC_VROW8(v, i)                                                                                        \
+    do {                                                                                                      \
+        __m256 vv[4];                                                                                         \
+        KC_OPS_UNROLL for (int d = 0; d < 4; d++) vv[d] = d < DV ? kc__kv_load8((v), d0 + d) : _mm256_setzero_ps(); \
+        KC_OPS_UNROLL for (int g = 0; g < 4; g++) {                                                           \
+            if (g >= G) break;                                                                                \
+            const __m256 s = _mm256_set1_ps(scores[(size_t)(g0 + g) * n + (i)]);                              \
+            KC_OPS_UNROLL for (int d = 0; d < 4; d++) if (d < DV) acc[g][d] = _mm256_fmadd_ps(s, vv[d], acc[g][d]); \
+        }                                                                                                     \
+    } while (0)
+                for (int p = p0; p < pa; p++) KC_VROW8(v_base + KC_KROW(p), p - p0);
+                for (int p = pa; p < pb; p += 8) {
+                    const kc_kv_t *vb = v_base + KC_KROW(p);
+                    if (g0 == 0 && d0 == 0 && p + 8 < pb)
+                        for (size_t o = 0; o < run_bytes; o += 64) _mm_prefetch((const char *)(v_base + KC_KROW(p + 8)) + o, _MM_HINT_T0);
+                    for (int j = 0; j < 8; j++) KC_VROW8(vb + j * KR, p - p0 + j);
+                }
+                for (int p = pb; p <= p1; p++) KC_VROW8(v_base + KC_KROW(p), p - p0);
+#undef KC_VROW8
+                KC_OPS_UNROLL for (int g = 0; g < 4; g++) {
+                    if (g >= G) break;
+                    KC_OPS_UNROLL for (int d = 0; d < 4; d++) if (d < DV)
+                        _mm256_storeu_ps(acc_out + (size_t)(g0 + g) * value_dim + 8 * (d0 + d), acc[g][d]);
                 }
             }
         }

@@ -19,17 +19,21 @@
  *              so they are stored as they are (MLA's values are the key rows'
  *              first columns: rotated with them, and attention's output is
  *              rotated back).
- *   levels     16 values: the Lloyd-Max quantizer of a Gaussian (Max, 1960:
- *              +-0.1284, +-0.3881, ... +-2.733 standard deviations), divided
- *              by 2.733 so that the outermost level is +-1. On rotated blocks
- *              (simulated Gaussian, Laplace and outlier-channel data) they
- *              leave 0.83x the squared error of uniform levels (Q4_0's).
- *   scale      d0 = max |y|: each value takes its nearest level of y / d0,
- *              then d = sum(y * level) / sum(level^2), the least-squares
- *              scale for those levels (0.93x the error of d0 alone), rounded
- *              to f16, and each value its nearest level of y / d again.
- *   bytes      [d as f16, little-endian][16 bytes]: byte j holds value j's
- *              level index in its low nibble and value j + 16's in its high
+ *   levels     16 integer codes: the Lloyd-Max quantizer of a Gaussian (Max,
+ *              1960: +-0.1284, +-0.3881, ... +-2.733 standard deviations)
+ *              times 127 / 2.733, rounded: +-6, 18, 31, 44, 58, 75, 96, 127.
+ *              On rotated blocks (simulated Gaussian, Laplace and
+ *              outlier-channel data) they leave 0.83x the squared error of
+ *              uniform levels (Q4_0's). Integers let a byte shuffle look up
+ *              16 of them at once, after which a block dequantizes as q8_0's.
+ *   scale      s0 = max |y| / 127: each value takes its nearest code of
+ *              y / s0, then s = sum(y * code) / sum(code^2), the
+ *              least-squares scale for those codes (0.93x the error of s0
+ *              alone), 127 s rounded to f16 (kc_kv_q4_scale), and each value
+ *              its nearest code of y / s again. A value reads back as
+ *              s * code.
+ *   bytes      [127 s as f16, little-endian][16 bytes]: byte j holds value j's
+ *              code index in its low nibble and value j + 16's in its high
  *              one (llama.cpp's Q4_0 order), so 16 consecutive values are one
  *              nibble of 16 consecutive bytes.
  *
@@ -51,14 +55,14 @@
 #define KC_KV_Q4_SIGNS 0x6a09e667u
 #define KC_KV_Q4_NORM 0.17677669529663687f /* 1 / sqrt(32) */
 
-/* The levels, ascending, and the 15 midpoints between neighbours: a value v
- * takes level index #(midpoints < v). */
-static const float kc_kv_q4_levels[16] = {
-    -1.00000000f, -0.75704354f, -0.59202343f, -0.45956823f, -0.34482253f, -0.24032199f, -0.14200512f, -0.04698134f,
-    0.04698134f,  0.14200512f,  0.24032199f,  0.34482253f,  0.45956823f,  0.59202343f,  0.75704354f,  1.00000000f};
-static const float kc_kv_q4_mid[15] = {
-    -0.87852180f, -0.67453349f, -0.52579582f, -0.40219539f, -0.29257226f, -0.19116355f, -0.09449323f, 0.0f,
-    0.09449323f,  0.19116355f,  0.29257226f,  0.40219539f,  0.52579582f,  0.67453349f,  0.87852180f};
+/* The codes, ascending (as int8 for a byte shuffle, and as floats), and the
+ * 15 midpoints between neighbours: a value v takes code index
+ * #(midpoints < v). */
+static const int8_t kc_kv_q4_codes[16] = {-127, -96, -75, -58, -44, -31, -18, -6, 6, 18, 31, 44, 58, 75, 96, 127};
+static const float kc_kv_q4_levels[16] = {-127.0f, -96.0f, -75.0f, -58.0f, -44.0f, -31.0f, -18.0f, -6.0f,
+                                          6.0f,    18.0f,  31.0f,  44.0f,  58.0f,  75.0f,  96.0f,  127.0f};
+static const float kc_kv_q4_mid[15] = {-111.5f, -85.5f, -66.5f, -51.0f, -37.5f, -24.5f, -12.0f, 0.0f,
+                                       12.0f,   24.5f,  37.5f,  51.0f,  66.5f,  85.5f,  111.5f};
 
 /* The Walsh-Hadamard butterflies over 32 values in place (unnormalized):
  * stage o pairs value i with i + o (i without bit o) into (a + b, a - b).
@@ -122,23 +126,30 @@ static inline void kc_kv_q4_put_block(uint8_t *blk, const float *src, int rotate
     for (int i = 0; i < 32; i++) amax = fabsf(y[i]) > amax ? fabsf(y[i]) : amax;
     float d = 0.0f;
     if (amax > 0.0f) {
-        const float inv0 = 1.0f / amax;
+        const float inv0 = 127.0f / amax;
         for (int i = 0; i < 32; i++) {
             const float l = kc_kv_q4_levels[kc__kv_q4_index(y[i] * inv0)];
             xl[i] = y[i] * l, ll[i] = l * l;
         }
         d = kc__kv_q4_sum32(xl) / kc__kv_q4_sum32(ll);
     }
-    const uint16_t dh = kc_f32_to_fp16(d);
-    const float ds = kc_fp16_to_f32(dh), inv = ds > 0.0f ? 1.0f / ds : 0.0f;
+    const uint16_t dh = kc_f32_to_fp16(d * 127.0f);
+    const float ds = kc_fp16_to_f32(dh) * (1.0f / 127.0f), inv = ds > 0.0f ? 1.0f / ds : 0.0f;
     for (int i = 0; i < 32; i++) idx[i] = kc__kv_q4_index(y[i] * inv);
     blk[0] = (uint8_t)dh, blk[1] = (uint8_t)(dh >> 8);
     for (int j = 0; j < 16; j++) blk[2 + j] = (uint8_t)(idx[j] | idx[j + 16] << 4);
 }
 
-/* One block back as 32 floats (a key row's still rotated): d * level. */
+/* A block's scale s: its f16 holds 127 s (max |y| for the first guess), so
+ * that s keeps f16's full precision down to blocks of |y| ~ 6e-5 where s
+ * itself would be subnormal (SmolLM2's perplexity: +5.3% against +6.5%). */
+static inline float kc_kv_q4_scale(const uint8_t *blk) {
+    return kc_fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8)) * (1.0f / 127.0f);
+}
+
+/* One block back as 32 floats (a key row's still rotated): s * code. */
 static inline void kc_kv_q4_get_block(const uint8_t *blk, float *dst) {
-    const float d = kc_fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+    const float d = kc_kv_q4_scale(blk);
     for (int j = 0; j < 16; j++) {
         dst[j] = d * kc_kv_q4_levels[blk[2 + j] & 15];
         dst[j + 16] = d * kc_kv_q4_levels[blk[2 + j] >> 4];

@@ -72,10 +72,44 @@ typedef float kc_kv_t;
 #endif
 #define KC_KV_MAX_HEAD_DIM 1024 /* rows widened through a stack buffer (scalar paths) */
 
-/* One cached row of n values as f32: the row itself, or widened into tmp
- * (q4: still in the rotated basis). */
-static inline const float *kc__kv_row(const kc_kv_t *p, int n, float *tmp) {
+/* AVX2 with FMA and F16C (x86-64-v3): the 8-wide paths of the KV cache and
+ * attention, for CPUs without AVX-512. */
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define KC_OPS_AVX2 1
+#else
+#define KC_OPS_AVX2 0
+#endif
+#if KC_OPS_AVX2
+/* Values [8 i, 8 i + 8) of a cached row as f32, for AVX2 (kc__kv_row's
+ * conversions, 8 at a time: the same values). */
+static inline __m256 kc__kv_load8(const kc_kv_t *row, int i) {
 #if KC_KV_Q4
+    /* 8 nibbles, their codes by one byte shuffle, then as q8_0's int8 */
+    const uint8_t *blk = row + (size_t)(i >> 2) * KC_KV_Q4_BYTES;
+    const int j = i & 3;
+    __m128i nib = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + 8 * (j & 1)));
+    nib = _mm_and_si128(j < 2 ? nib : _mm_srli_epi16(nib, 4), _mm_set1_epi8(15));
+    const __m128i code = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(const void *)kc_kv_q4_codes), nib);
+    return _mm256_mul_ps(_mm256_set1_ps(kc_kv_q4_scale(blk)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(code)));
+#elif KC_KV_Q8
+    const uint8_t *blk = row + (size_t)(i >> 2) * 34;
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + 8 * (i & 3)))));
+    return _mm256_mul_ps(_mm256_set1_ps(kc_fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8))), q);
+#elif KC_KV_F16
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(row + 8 * i)));
+#else
+    return _mm256_loadu_ps(row + 8 * i);
+#endif
+}
+#endif
+
+/* One cached row of n values as f32: the row itself, or widened into tmp
+ * (q4: a key row still in the rotated basis). */
+static inline const float *kc__kv_row(const kc_kv_t *p, int n, float *tmp) {
+#if (KC_KV_Q4 || KC_KV_Q8) && KC_OPS_AVX2
+    for (int i = 0; i < n; i += 8) _mm256_storeu_ps(tmp + i, kc__kv_load8(p, i / 8)); /* n: whole blocks of 32 */
+    return tmp;
+#elif KC_KV_Q4
     for (int b = 0; b < n / 32; b++) kc_kv_q4_get_block(p + (size_t)b * KC_KV_Q4_BYTES, tmp + 32 * b);
     return tmp;
 #elif KC_KV_Q8
@@ -86,7 +120,11 @@ static inline const float *kc__kv_row(const kc_kv_t *p, int n, float *tmp) {
     }
     return tmp;
 #elif KC_KV_F16
-    for (int i = 0; i < n; i++) tmp[i] = kc_fp16_to_f32(p[i]);
+    int i = 0;
+#if KC_OPS_AVX2
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(tmp + i, kc__kv_load8(p, i / 8));
+#endif
+    for (; i < n; i++) tmp[i] = kc_fp16_to_f32(p[i]);
     return tmp;
 #else
     (void)n, (void)tmp;
@@ -96,14 +134,15 @@ static inline const float *kc__kv_row(const kc_kv_t *p, int n, float *tmp) {
 #if defined(__AVX512F__)
 /* Values [16 i, 16 i + 16) of a cached row as f32 (vcvtph2ps for f16; for
  * q8_0 half a block: 16 int8 widened and times the block's scale; for q4 one
- * nibble of the block's 16 bytes, its levels looked up by one permute). */
+ * nibble of the block's 16 bytes, its codes looked up by one byte shuffle). */
 static inline __m512 kc__kv_load16(const kc_kv_t *row, int i) {
 #if KC_KV_Q4
     const uint8_t *blk = row + (size_t)(i >> 1) * KC_KV_Q4_BYTES;
-    const float d = kc_fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
-    __m512i n = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(blk + 2)));
-    n = (i & 1) ? _mm512_srli_epi32(n, 4) : _mm512_and_si512(n, _mm512_set1_epi32(15));
-    return _mm512_mul_ps(_mm512_permutexvar_ps(n, _mm512_loadu_ps(kc_kv_q4_levels)), _mm512_set1_ps(d));
+    const float d = kc_kv_q4_scale(blk);
+    __m128i nib = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2));
+    nib = _mm_and_si128((i & 1) ? _mm_srli_epi16(nib, 4) : nib, _mm_set1_epi8(15));
+    const __m128i code = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(const void *)kc_kv_q4_codes), nib);
+    return _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(code)));
 #elif KC_KV_Q8
     const uint8_t *blk = row + (size_t)(i >> 1) * 34;
     const float d = kc_fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
@@ -200,6 +239,29 @@ KC_OPS_INLINE __m512 kc__exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
+}
+#endif
+
+#if KC_OPS_AVX2 && !defined(__AVX512F__)
+/* e^x for 8 floats, x <= 88 (AVX2): kc__exp16's reduction and polynomial,
+ * with 2^n built in the exponent bits (x clamped at -87, where 2^n is still
+ * a normal float). */
+KC_OPS_INLINE __m256 kc__exp8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 #endif
 

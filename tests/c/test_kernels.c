@@ -406,12 +406,13 @@ static void q4_check_row(const float *x, const kc_kv_t *row, int n, int is_key) 
         memcpy(y, x + 32 * b, sizeof y);
         if (is_key) kc_kv_q4_rotate(y);
         kc_kv_q4_get_block(row + (size_t)b * KC_KV_Q4_BYTES, got);
-        const float d = kc_fp16_to_f32((uint16_t)(row[(size_t)b * KC_KV_Q4_BYTES] | row[(size_t)b * KC_KV_Q4_BYTES + 1] << 8));
+        const float d = kc_kv_q4_scale(row + (size_t)b * KC_KV_Q4_BYTES);
         for (int i = 0; i < 32; i++) {
-            /* no level is nearer to y than the one stored (ties either way) */
+            /* no code is nearer to y than the one stored (the store compares y * (1 / d), rounded,
+             * with the midpoints: values within 1e-4 of a step from one count either way) */
             float best = INFINITY;
             for (int k = 0; k < 16; k++) best = fminf(best, fabsf(y[i] - d * kc_kv_q4_levels[k]));
-            q4_kv_bad += !(fabsf(y[i] - got[i]) <= best * (1 + 1e-6f) + 1e-30f);
+            q4_kv_bad += !(fabsf(y[i] - got[i]) <= best + 1e-4f * d);
         }
     }
     float back[KC_KV_MAX_HEAD_DIM];
