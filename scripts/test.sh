@@ -5,8 +5,8 @@
 #                             pytest file optimized, then the C-heavy paths again under
 #                             AddressSanitizer + UndefinedBehaviorSanitizer (loaders, tokenizer, Jinja,
 #                             server, HTTP edges, grammars, scheduler (and the tight-pool serving test), bad
-#                             models, stop ids, K-quant kernels and loading, cudasim, one cudasim forward, SmolLM2 with
-#                             its attention split across threads);
+#                             models, stop ids, K-quant kernels and loading, cudasim, one cudasim forward; the
+#                             attention split across threads under them is test_kernels' chunks run apart);
 #                             tests marked `full` (the same checks on more inputs) are skipped by name
 #   scripts/test.sh --full    every test at full breadth, both passes over every file (`make test-full`)
 #   scripts/test.sh --fast    the optimized pass of the default tier only
@@ -35,7 +35,6 @@ SAN_EXTRA="tests/test_kquants.py::test_dequantize_matches_gguf_py tests/test_kqu
            tests/test_kquants.py::test_preset_matches_llamacpp[Q4_K_M] tests/test_kquants.py::test_preset_act_quant_q8[IQ4_XS]
            tests/test_kquants.py::test_dtype_quantizes_at_load[q3_k_m]
            tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/test_serving_load.py::test_tight_pool_never_stalls
-           tests/test_smollm2.py::test_attention_split_across_threads_is_bit_identical
            tests/test_tools.py::test_parser_c tests/test_tools.py::test_bad_tools_are_400_naming_the_field
            tests/test_limits.py::test_rate_limit_buckets_unit tests/test_limits.py::test_request_timeout_cuts_off_and_frees
            tests/test_embeddings.py::test_pooled_embeddings_match_transformers
@@ -117,7 +116,9 @@ end "setup and build"
 # pytest-xdist is installed by now
 jobs=${INGOT_TEST_JOBS:-$(nproc)}
 xdist=()
-if [ "$jobs" -gt 1 ] && python3 -c "import xdist" 2>/dev/null; then xdist=(-n "$jobs" --dist load); fi
+# worksteal: an idle worker takes queued tests from the other, so the tier does not end with one
+# worker finishing a long queue alone
+if [ "$jobs" -gt 1 ] && python3 -c "import xdist" 2>/dev/null; then xdist=(-n "$jobs" --dist worksteal); fi
 
 # the slowest tests of the optimized pass are listed at its end: where the tier's time goes
 run_suite "optimized" INGOT_SAN=0 --durations=25 --durations-min=10 tests

@@ -205,10 +205,12 @@ def test_cudasim_cublaslt_half_inputs(built, tmp_path, model):
     assert float(np.abs(tiled - want).max()) <= TOL
 
 
-# qwen2_gqa (q/k/v biases: llama_bias has them on every projection) and mixtral_4e_top2 (mixtral_8e_top2
-# has more experts than threads per block) are breadth
-FAMILIES = [pytest.param("qwen2_gqa", marks=BREADTH), "llama_bias", "qwen3_hd24", "gemma2_gqa", "phi3_gqa",
-            "mistral_4h2kv_sw16", pytest.param("mixtral_4e_top2", marks=BREADTH), "mixtral_8e_top2",
+# breadth (make test-full): qwen2_gqa and llama_bias (biases: olmo2_bias has them), qwen3_hd24 (q/k
+# norms: qwen3moe_16e_top4 has them), both Mixtrals (qwen3moe_16e_top4 has more experts than threads
+# per block; test_cudasim_mixtral_quantized_experts_match_cpu runs Mixtral), granite, smollm3
+FAMILIES = [pytest.param("qwen2_gqa", marks=BREADTH), pytest.param("llama_bias", marks=BREADTH),
+            pytest.param("qwen3_hd24", marks=BREADTH), "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_sw16",
+            pytest.param("mixtral_4e_top2", marks=BREADTH), pytest.param("mixtral_8e_top2", marks=BREADTH),
             "olmo2_bias", pytest.param("granite_bias", marks=BREADTH), pytest.param("smollm3_list", marks=BREADTH),
             "qwen3moe_16e_top4", "gemma3_gqa"]
 FAMILY_DIR = ROOT / "tests" / "fixtures" / "families"

@@ -26,7 +26,7 @@ template <int HD, int GROUP, int KVH>
 static void ref_attend(const Pool& P, const std::vector<float>& q, int ldq, int seq, int p, int window, float scale,
                        float softcap, float* out_row) {
   const int first = window > 0 ? std::max(0, p - window + 1) : 0;
-  std::vector<float> scores(KC_ATTN_SCRATCH(GROUP, HD));
+  std::vector<float> scores(KC_ATTN_SCRATCH(GROUP, HD, HD));
   for (int h = 0; h < KVH; h++)
     kc_attend(P.h.data(), n_layers, layer, n_blocks, KVH, IG_KV_BLOCK, HD, g_bt.data() + seq * bt_stride, h, GROUP,
               first, p, q.data() + (size_t)ldq * 0 + h * GROUP * HD, scale, softcap, scores.data(),
