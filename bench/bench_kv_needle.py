@@ -30,8 +30,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def ask(port, text):
-    body = json.dumps({"messages": [{"role": "user", "content": text}], "max_tokens": 24, "temperature": 0}).encode()
+def ask(port, model, text):
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": 24,
+                       "temperature": 0}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body,
                                  {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=600) as r:
@@ -55,9 +56,11 @@ def main():
     for binary in binaries:
         port = free_port()
         server = subprocess.Popen([str(binary), "serve", "--port", str(port), "--kv-memory", "256"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             for _ in range(600):
+                if server.poll() is not None:
+                    sys.exit(f"{binary}: serve exited: {server.stderr.read().strip()}")
                 try:
                     urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2)
                     break
@@ -65,7 +68,7 @@ def main():
                     time.sleep(0.1)
             for depth in DEPTHS:
                 for word, number in NEEDLES:
-                    answer = ask(port, prompt(haystack, depth, word, number))
+                    answer = ask(port, binary.name, prompt(haystack, depth, word, number))
                     results[(binary.name, depth, word)] = (str(number) in answer, answer.strip())
         finally:
             server.terminate()
