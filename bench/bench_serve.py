@@ -22,28 +22,21 @@ counted as SSE chunks carrying text (one per token for both servers on
 English text); for ingot the count is cross-checked against
 ingot_generation_tokens_total.
 
-With --llama (default on when llama_cpp.server imports), the same load runs
-against `python3 -m llama_cpp.server --model GGUF --n_threads 2`, started
-through a wrapper that loads the model with use_extra_bufts = False: the
-llama-cpp-python 0.3.36 build here segfaults in its AMX matmul on batches of
-more than one token otherwise, and the server has no option for it (the same
-patch as tests/fixtures/make_smollm2_greedy.py). llama_cpp.server runs one
-request at a time (no batching), so concurrency only queues; it runs one
-round per level.
-
-With --llama-server PATH (llama.cpp's own C++ server, which batches
-concurrent requests: bench/build_llama_server.sh builds it from the
-llama-cpp-python source distribution), the same load also runs against
-`llama-server -m GGUF -t N -tb N -np P -c 1024*P --no-repack`: P slots of
-1024 tokens each, continuous batching. P is each level's number of clients
-(--llama-slots level, the default: a server sized for that concurrency, as
-the goal "llama-server -np 16" at 16 streams reads) or the largest level
-(--llama-slots max); ingot serves with --max-running = the largest level.
---no-repack is use_extra_bufts = False (the AMX crash above). The two
-engines alternate: per level, --rounds rounds (default 3), each running one
-engine then the other, the order flipping every round, so that a drift of
-the shared host falls on both; the tables show each engine's median round
-and every round's tok/s, the ratios line each round's own ratio.
+The peer is llama.cpp's own C++ server, which batches concurrent requests
+(build/llama-cpp/bin/llama-server, built from the llama-cpp-python source
+distribution by bench/build_llama_cpp.sh when missing; --llama-server PATH
+takes another; --no-llama skips it), at its defaults but for what the
+comparison fixes: `llama-server -m GGUF -t N -tb N -np P -c 1024*P`, P slots
+of 1024 tokens each, continuous batching. P is each level's number of clients
+(--llama-slots level, the default: a server sized for that concurrency) or the
+largest level (--llama-slots max); ingot serves with --max-running = the
+largest level. Should llama-server die on its first request at its defaults
+(llama.cpp's AMX kernels did on an Intel Xeon with llama-cpp-python 0.3.36's
+tree), the run restarts it with --no-repack and says so. The two engines
+alternate: per level, --rounds rounds (default 3), each running one engine
+then the other, the order flipping every round, so that a drift of the shared
+host falls on both; the tables show each engine's median round and every
+round's tok/s, the ratios line each round's own ratio.
 
 Run:  python3 bench/bench_serve.py [--levels 1,4,16,64] [--prompts-per-client 2]
                                    [--max-tokens 64] [--threads 2] [--rounds 3] [--no-llama]
@@ -80,21 +73,6 @@ PROMPTS = [
     "My grandmother kept the key to the attic",
 ]
 
-LLAMA_WRAPPER = r"""
-import sys
-import llama_cpp.llama_cpp as C
-orig = C.llama_model_default_params
-def params():
-    p = orig()
-    p.use_extra_bufts = False  # no AMX repack: it segfaults on batches > 1 token here
-    return p
-C.llama_model_default_params = params
-from llama_cpp.server.__main__ import main
-sys.argv = ["llama_cpp.server"] + sys.argv[1:]
-main()
-"""
-
-
 def pct(xs, p):
     if not xs:
         return float("nan")
@@ -114,20 +92,15 @@ def load_avg():
 
 
 class LlamaServer:
-    def __init__(self, gguf, threads, server_binary=None, slots=1):
+    def __init__(self, gguf, threads, server_binary, slots=1, extra=()):
         self.slots = slots
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        if server_binary:  # llama.cpp's C++ server: continuous batching over `slots` sequences
-            self.cmd = [str(server_binary), "-m", str(gguf), "-t", str(threads), "-tb", str(threads),
-                        "-np", str(slots), "-c", str(1024 * slots), "--host", "127.0.0.1", "--port", str(self.port),
-                        "-a", "smollm2", "--no-repack", "--no-webui"]
-        else:
-            self.cmd = [sys.executable, "-c", LLAMA_WRAPPER, "--model", str(gguf), "--n_threads", str(threads),
-                        "--n_threads_batch", str(threads), "--n_ctx", "2048", "--host", "127.0.0.1",
-                        "--port", str(self.port), "--model_alias", "smollm2",
-                        "--interrupt_requests", "False"]  # default True: a new request cuts the stream in progress
+        # llama.cpp's C++ server: continuous batching over `slots` sequences of 1024 tokens each
+        self.cmd = [str(server_binary), "-m", str(gguf), "-t", str(threads), "-tb", str(threads),
+                    "-np", str(slots), "-c", str(1024 * slots), "--host", "127.0.0.1", "--port", str(self.port),
+                    "-a", "smollm2", "--no-webui", *extra]
         self.log = open(os.devnull, "w")
         self.proc = None
 
@@ -313,16 +286,21 @@ def bench(url, levels, ppc, max_tokens, ingot, rounds=1, label="ingot"):
     return out
 
 
-def run_competitor(out, label, server, levels, a):
-    """Starts a competitor's server, runs the load against it into out[label] (one round: llama_cpp.server
-    serves one request at a time, so its figures are a floor, not a goal's comparison), stops it."""
+def start_llama_server(gguf, a, slots):
+    """llama-server at its defaults, answering a first request; if it dies on that request (the AMX
+    crash above), again with --no-repack, remembered in a.llama_extra for the rest of the run."""
+    server = LlamaServer(gguf, a.threads, a.llama_server, slots, a.llama_extra).start()
     try:
-        server.start()
-        out[label] = bench(server.url, levels, a.prompts_per_client, a.max_tokens, False, 1, label)
-    except Exception as e:
-        print(f"{label}: skipped: {e}")
-    finally:
+        one_request(server.url, PROMPTS[0] * 8, 8, 300)
+        return server
+    except Exception:
+        died = server.proc.poll()
         server.stop()
+        if a.llama_extra or died is None or died >= 0:
+            raise
+        print(f"  llama-server died of signal {-died} at its defaults: --no-repack from here on", flush=True)
+        a.llama_extra = ["--no-repack"]
+        return start_llama_server(gguf, a, slots)
 
 
 def alternate_with_llama_server(out, ingot_url, levels, gguf, a):
@@ -341,9 +319,8 @@ def alternate_with_llama_server(out, ingot_url, levels, gguf, a):
             if server is None or server.slots != slots:
                 if server:
                     server.stop()
-                server = LlamaServer(gguf, a.threads, a.llama_server, slots).start()
-                one_request(server.url, PROMPTS[0], 8, 300)
-                print(f"  llama-server -np {slots} -c {1024 * slots} up", flush=True)
+                server = start_llama_server(gguf, a, slots)
+                print(f"  llama-server -np {slots} -c {1024 * slots} {' '.join(a.llama_extra)} up", flush=True)
             ri, rl = [], []
             for k in range(a.rounds):
                 for name in (("ingot", "llama-server") if k % 2 == 0 else ("llama-server", "ingot")):
@@ -370,16 +347,24 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds per level; tables show the median round")
     ap.add_argument("--binary", help="an already built ingot SmolLM2 binary")
     ap.add_argument("--model", help="the SmolLM2 GGUF (default: scripts/fetch_smollm2.sh)")
-    ap.add_argument("--no-llama", action="store_true", help="skip llama_cpp.server (python)")
-    ap.add_argument("--llama-server", help="llama.cpp's llama-server binary (bench/build_llama_server.sh)")
+    ap.add_argument("--no-llama", action="store_true", help="ingot alone, no llama-server")
+    ap.add_argument("--llama-server", help="llama.cpp's llama-server binary (default: "
+                    "build/llama-cpp/bin/llama-server, built by bench/build_llama_cpp.sh when missing)")
     ap.add_argument("--llama-slots", choices=("level", "max"), default="level",
                     help="llama-server's -np: each level's clients (default) or the largest level")
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error("--rounds must be at least 1")
+    a.llama_extra = []
+    if not a.no_llama and not a.llama_server:
+        a.llama_server = ROOT / "build" / "llama-cpp" / "bin" / "llama-server"
+        if not a.llama_server.is_file():
+            print("building llama.cpp's tools (bench/build_llama_cpp.sh; minutes on 2 cores)", flush=True)
+            subprocess.run(["bash", str(ROOT / "bench" / "build_llama_cpp.sh")], check=True,
+                           stdout=subprocess.DEVNULL)
     if a.llama_server and not os.access(a.llama_server, os.X_OK):
-        ap.error(f"--llama-server {a.llama_server}: not an executable (bench/build_llama_server.sh builds one)")
+        ap.error(f"--llama-server {a.llama_server}: not an executable (bench/build_llama_cpp.sh builds one)")
     levels = [int(x) for x in a.levels.split(",")]
     gguf = a.model or subprocess.run([str(ROOT / "scripts" / "fetch_smollm2.sh")], capture_output=True, text=True,
                                      check=True).stdout.strip()
@@ -400,9 +385,9 @@ def main():
     srv = ServerProc(binary, "--weights", str(gguf), "--max-running", str(max(levels)), "--grace", "5",
                      env={"INGOT_THREADS": str(a.threads)}).start()
     try:
-        if a.llama_server:
+        if not a.no_llama:
             print(f"llama-server: {a.llama_server} -np {'<clients>' if a.llama_slots == 'level' else max(levels)} "
-                  f"-t {a.threads} --no-repack, alternated with ingot")
+                  f"-t {a.threads}, its defaults otherwise, alternated with ingot")
             try:
                 alternate_with_llama_server(out, srv.url, levels, gguf, a)
             except Exception as e:  # what was measured before it stopped is still printed below
@@ -411,17 +396,6 @@ def main():
             out["ingot"] = bench(srv.url, levels, a.prompts_per_client, a.max_tokens, True, a.rounds)
     finally:
         srv.stop()
-
-    if not a.no_llama:
-        try:
-            import llama_cpp.server  # noqa: F401  (needs llama-cpp-python[server]: uvicorn, fastapi, sse-starlette)
-        except ImportError as e:
-            print(f"\nllama.cpp: skipped: llama_cpp.server does not import ({e}); "
-                  "pip install 'llama-cpp-python[server]'")
-        else:
-            print(f"\nllama.cpp: python3 -m llama_cpp.server --model {gguf} --n_threads {a.threads} "
-                  "(use_extra_bufts=False through a wrapper)")
-            run_competitor(out, "llama.cpp", LlamaServer(gguf, a.threads), levels, a)
 
     print(f"\nload average at end: {load_avg()[0]:.2f}")
     if "ingot" in out and "llama-server" in out:
@@ -437,7 +411,10 @@ def main():
     if out.get("ingot") and not any(r.get("sched_p50") is not None for r in out["ingot"]):
         print("\nsched (step - forward): n/a: the server exposes only ingot_last_step_seconds; it needs "
               "ingot_last_forward_seconds (sched_stats.last_forward_seconds) or a histogram of step - forward")
+    if a.llama_extra:
+        print(f"\nllama-server ran with {' '.join(a.llama_extra)}: it crashed at its defaults on this CPU")
     if a.json:
+        out["llama_server_extra"] = a.llama_extra
         pathlib.Path(a.json).write_text(json.dumps(out, indent=1))
 
 

@@ -1,35 +1,37 @@
-#!/usr/bin/env python3
-"""Speed benchmark: ingot vs llama-cpp-python on SmolLM2-135M-Instruct (Q4_1 GGUF).
+"""Speed benchmark: ingot vs llama.cpp on one GGUF (default SmolLM2-135M-Instruct Q4_1).
 
 Not a test: it never asserts on time, and nothing under tests/ uses it.
 
 In one run it measures prefill of a fixed P-token prompt (default 128) and
-greedy decode of G tokens (default 128), in tokens/s, at each thread count
-(default 1 and 2), for four engines on the same GGUF:
+greedy decode of G tokens (default 128) after it, in tokens/s, at each thread
+count (default 1 and 2), for these engines on the same GGUF:
 
   fused      ingot default build                  build/bench-smollm2/bench-smollm2
-             (--act-quant auto = q16: 15-bit activations against weights
-             interleaved in groups of 16 rows in decode, f32 in prefill)
   nofuse     ingot --no-fuse                      build/bench-smollm2-nofuse/...
   f32        ingot --act-quant none (fused)       build/bench-smollm2-f32/...
              (f32 activations everywhere, row-major weights: the exact mode)
   a8         ingot --act-quant q8 (fused)         build/bench-smollm2-a8/...
-  llama.cpp  llama-cpp-python, n_threads = n_threads_batch = N
+  llama.cpp  llama.cpp's own llama-bench, built from source by
+             bench/build_llama_cpp.sh with every default kept (native code,
+             repacked weights, AMX where the CPU has it), -t N
 
 ingot's figures are the binaries' own timings (`generate -p PROMPT -n G
 --ignore-eos --threads N` prints `prefill: ...` and `decode: ...` on stderr;
 model load is not included). ingot's decode rate is (G-1) forward steps over
 the time from the end of prefill to the last token (sampling and printing
-included), i.e. per forward step. llama.cpp is timed here with
-time.perf_counter: one eval() of the whole prompt (one batch), then G
-single-token evals, each followed by an argmax of the last logits (greedy);
-decode rate = G / time, also per forward step. llama.cpp computes logits only
-for the last prompt token, as ingot does.
+included), i.e. per forward step. llama.cpp's are llama-bench's: `-p P -n 0`
+(one batch of P tokens) and `-p 0 -n G -d P` (G single-token steps after P
+positions filled untimed), each run with `-r 1` so that the reps, alternated
+with ingot's, are this script's; llama-bench does its own warm-up in each run.
+Only the thread count is set; were llama.cpp's defaults to crash on this CPU,
+the run falls back to `--repack 0` and says so in its header and in --json.
 
-The prompt is built by repeating a text, tokenizing it with llama.cpp's
+ingot's prompt is built by repeating a text, tokenizing it with llama.cpp's
 tokenizer (no BOS: the GGUF's add_bos_token is false), cutting to P tokens and
 detokenizing; the script checks that both llama.cpp and ingot (`tokenize -p`)
 turn that text back into exactly P tokens (and reports whether the ids agree).
+llama-bench runs random token ids of the same count: a dense model's speed does
+not depend on which tokens it reads.
 
 Every (engine, threads) pair is warmed up once, then measured --reps times
 (default 3), reps interleaved across engines so that drifting load from other
@@ -61,7 +63,6 @@ Llama of bench/make_synthetic_llama.py (--engines fused keeps it short).
 are not the benchmark's).
 """
 import argparse
-import ctypes
 import json
 import os
 import pathlib
@@ -70,8 +71,6 @@ import re
 import statistics
 import subprocess
 import time
-
-import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -96,65 +95,69 @@ BASE_TEXT = (
 
 
 # --------------------------------------------------------------------------
-# llama-cpp-python
+# llama.cpp: its own llama-bench, built from source at its defaults
 # --------------------------------------------------------------------------
 
-def no_extra_buffer_types():
-    """Loads llama.cpp models with use_extra_bufts = False (plain CPU buffers).
-
-    Copied from tests/fixtures/make_smollm2_greedy.py (not imported, so that
-    this benchmark and the test fixtures stay independent). Why: the
-    llama-cpp-python 0.3.36 build here segfaults in ggml_backend_amx_mul_mat
-    on any batch of more than one token on an AMX-capable CPU (this one), so a
-    128-token prefill would crash. Llama() has no argument for this, so the
-    default model params are patched. The consequence for this benchmark:
-    llama.cpp runs its ordinary CPU kernels (AVX-512/VNNI), not its AMX or
-    repacked ones.
-    """
-    import llama_cpp.llama_cpp as C
-    orig = C.llama_model_default_params
-    if getattr(orig, "_ingot_patched", False):
-        return
-
-    def params():
-        p = orig()
-        p.use_extra_bufts = False
-        return p
-    params._ingot_patched = True
-    C.llama_model_default_params = params
+LLAMA_BIN = ROOT / "build" / "llama-cpp" / "bin"
 
 
-def load_llama(path, threads, n_ctx):
+def llama_bench_path():
+    """build/llama-cpp/bin/llama-bench, built by bench/build_llama_cpp.sh when missing."""
+    exe = LLAMA_BIN / "llama-bench"
+    if not exe.is_file():
+        print("building llama.cpp's tools (bench/build_llama_cpp.sh; minutes on 2 cores)", flush=True)
+        subprocess.run(["bash", str(ROOT / "bench" / "build_llama_cpp.sh")], check=True,
+                       stdout=subprocess.DEVNULL)
+    return exe
+
+
+def llama_bench(gguf, threads, test, extra):
+    """tokens/s of one llama-bench test (-r 1: the reps are ours, alternated with ingot), or
+    raises with its exit status (a negative one is the signal that killed it)."""
+    cmd = [str(LLAMA_BIN / "llama-bench"), "-m", str(gguf), "-t", str(threads), "-r", "1",
+           "-o", "jsonl", *test, *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise LlamaBenchFailed(r.returncode, " ".join(cmd), r.stderr.strip()[-400:])
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    if len(rows) != 1:
+        raise RuntimeError(f"{' '.join(cmd)}: expected one result line, got: {r.stdout[-400:]}")
+    return float(rows[0]["avg_ts"]), rows[0]
+
+
+class LlamaBenchFailed(RuntimeError):
+    def __init__(self, status, cmd, tail):
+        super().__init__(f"{cmd} failed ({status}): {tail}")
+        self.status = status
+
+
+def run_llama(gguf, P, G, threads, extra):
+    """(prefill tokens/s of a P-token batch, decode tokens/s of G tokens after P positions), as
+    llama-bench measures them: `-p P -n 0` and `-p 0 -n G -d P` (the depth is filled untimed)."""
+    pf, _ = llama_bench(gguf, threads, ["-p", str(P), "-n", "0"], extra)
+    dc, _ = llama_bench(gguf, threads, ["-p", "0", "-n", str(G), "-d", str(P)], extra)
+    return pf, dc
+
+
+def llama_settings(gguf, threads):
+    """llama.cpp's settings for this run: its defaults ([]), unless they crash on this CPU
+    (llama-cpp-python 0.3.36's AMX kernels did on batches of more than one token on an Intel
+    Xeon), then with its repacked/AMX weights off (--repack 0), said in the report."""
+    try:
+        llama_bench(gguf, threads, ["-p", "32", "-n", "0"], [])
+        return [], "its defaults"
+    except LlamaBenchFailed as e:
+        if e.status >= 0:
+            raise
+        llama_bench(gguf, threads, ["-p", "32", "-n", "0"], ["--repack", "0"])
+        return ["--repack", "0"], (f"--repack 0: at its defaults llama-bench died of signal {-e.status} "
+                                   "on this CPU")
+
+
+def llama_tokenizer(gguf):
+    """llama.cpp's tokenizer for the prompt (llama-cpp-python, vocabulary only: no kernels run)."""
     import llama_cpp
-    no_extra_buffer_types()
-    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512,
-                           n_threads=threads, n_threads_batch=threads,
-                           logits_all=False, seed=0, verbose=False)
-
-
-def llama_last_logits(llm):
-    """The logits of the last evaluated token (eval() keeps no copy when
-    logits_all is False), as a numpy view without copying."""
-    import llama_cpp
-    ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
-    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
-                                 shape=(llm.n_vocab(),))
-
-
-def run_llama(llm, prompt_ids, n_gen):
-    """(prefill tokens/s, decode tokens/s, generated ids) for one run."""
-    llm.reset()
-    t0 = time.perf_counter()
-    llm.eval(prompt_ids)
-    nxt = int(np.argmax(llama_last_logits(llm)))
-    t1 = time.perf_counter()
-    gen = [nxt]
-    for _ in range(n_gen):
-        llm.eval([nxt])
-        nxt = int(np.argmax(llama_last_logits(llm)))
-        gen.append(nxt)
-    t2 = time.perf_counter()
-    return len(prompt_ids) / (t1 - t0), n_gen / (t2 - t1), gen
+    return llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)
 
 
 # --------------------------------------------------------------------------
@@ -318,8 +321,10 @@ def main():
     print(f"load average at start: {la_start}   (other jobs share these cores: "
           f"compare numbers only within one run)")
     gguf = a.model or default_gguf()
-    print(f"model:    {gguf.name}   ingot {git_rev()}   llama-cpp-python {llama_cpp.__version__} "
-          f"(use_extra_bufts=False)")
+    llama_bench_path()
+    llama_extra, llama_how = llama_settings(gguf, threads[0])
+    print(f"model:    {gguf.name}   ingot {git_rev()}   llama.cpp's llama-bench from llama-cpp-python "
+          f"{llama_cpp.__version__}'s tree, {llama_how}")
     print(f"work:     prefill {P} tokens, decode {G} tokens (greedy), threads {threads}, "
           f"warm-up 1 + {a.reps} reps, median", flush=True)
     bw = {t: dram_bandwidth(t) for t in threads}
@@ -355,8 +360,8 @@ def main():
         return bw[t] * 1e9 / (w_bytes + kv_bpt * pos) if w_bytes else None
 
     # ---- llama.cpp contexts (one per thread count) and the prompt
-    llms = {t: load_llama(gguf, t, n_ctx=max(512, P + G + 8)) for t in threads}
-    prompt, prompt_ids = make_prompt(llms[threads[0]], P)
+    vocab = llama_tokenizer(gguf)
+    prompt, prompt_ids = make_prompt(vocab, P)
     print(f"prompt:   {len(prompt)} chars -> {len(prompt_ids)} tokens (llama.cpp)", end="")
     for label, name in engines[:1]:
         ids = ingot_tokenize(name, prompt)
@@ -372,7 +377,7 @@ def main():
 
     def one(label, name, t):
         if label == LLAMA:
-            pf, dc, _ = run_llama(llms[t], prompt_ids, G)
+            pf, dc = run_llama(gguf, P, G, t, llama_extra)
         else:
             pf, dc, n = run_ingot(name, prompt, G, t)
             if n != P:
@@ -450,15 +455,14 @@ def main():
               f"{'ingot / llama.cpp':>17}")
         fused = engines[0]
         for L in long_ctx:
-            llm = load_llama(gguf, t, n_ctx=L + GL + 16)
-            text, ids = make_prompt(llm, L)
+            text, _ = make_prompt(vocab, L)
             ri, rl = [], []
             one_i = lambda: run_ingot(fused[1], text, GL, t)[1]  # noqa: E731
-            one_l = lambda: run_llama(llm, ids, GL)[1]  # noqa: E731
+            one_l = lambda: llama_bench(gguf, t, ["-p", "0", "-n", str(GL), "-d", str(L)],  # noqa: E731
+                                        llama_extra)[0]
             for _ in range(a.reps):
                 ri.append(one_i())
                 rl.append(one_l())
-            del llm
             mi_, ml_ = statistics.median(ri), statistics.median(rl)
             long_raw[L] = {"ingot": ri, "llama.cpp": rl}
             roof = roofline(t, L + GL / 2)
@@ -475,6 +479,7 @@ def main():
         a.json.write_text(json.dumps({
             "machine": mi, "load_start": la_start, "load_end": la_end, "model": gguf.name,
             "ingot_rev": git_rev(), "llama_cpp_python": llama_cpp.__version__,
+            "llama_bench_extra": llama_extra,
             "prompt_tokens": P, "gen_tokens": G, "reps": a.reps, "threads": threads,
             "dram_gbs": bw, "weight_bytes": w_bytes, "kv_bytes_per_position": kv_bpt, "long": long_raw,
             "build_failed": failed,

@@ -220,18 +220,23 @@ def test_attention_split_across_threads_is_bit_identical(smollm2, tmp_path):
     assert np.array_equal(run(2, "--chunk", "300"), whole)
 
 
-def test_weights_in_place_and_copied_agree(smollm2, tmp_path):
-    """The default copies the weights into huge pages; --mmap reads the
-    mapping. Same bytes, same kernels: the logits are bit-identical."""
+def test_every_way_to_the_weights_agrees(smollm2, tmp_path):
+    """The default reads the weights ./ingot build cast (smollm2.weights) into huge pages; --mmap
+    reads that file in place; --no-cast copies and interleaves the checkpoint's tensors at load,
+    and --no-cast --mmap reads the norms in place from the GGUF. Same bytes, same kernels: the
+    logits are bit-identical."""
     ids = json.loads((REF / "gpl3_reference.json").read_text())["tokens"][:24]
-    a = logits(smollm2, ids, tmp_path=tmp_path)
-    b = logits(smollm2, ids, "--mmap", tmp_path=tmp_path)
-    assert np.array_equal(a, b)
-    info = subprocess.run([str(smollm2), "--mmap", "--info"], capture_output=True, text=True, timeout=120)
-    assert info.returncode == 0, info.stderr
-    # the x16 weights (their own layout) are copies even with --mmap; the norms are read in place
-    assert re.search(r"weights: +\d+\.\d MiB in memory \(61 read in place from the file, 211 copied; 211 of them "
-                     r"interleaved in groups of 16 rows\)", info.stdout), info.stdout
+    origins = {(): r"all read from smollm2\.weights, cast at build time",
+               ("--mmap",): r"all read in place from smollm2\.weights, cast at build time",
+               ("--no-cast",): r"272 copied; 211 of them interleaved in groups of 16 rows",
+               # the x16 weights (their own layout) are copies even with --mmap
+               ("--no-cast", "--mmap"): r"61 read in place from the file, 211 copied; 211 of them interleaved"}
+    first = logits(smollm2, ids, tmp_path=tmp_path)
+    for opts, origin in origins.items():
+        assert np.array_equal(logits(smollm2, ids, *opts, tmp_path=tmp_path), first), opts
+        info = subprocess.run([str(smollm2), *opts, "--info"], capture_output=True, text=True, timeout=120)
+        assert info.returncode == 0, info.stderr
+        assert re.search(r"weights: +\d+\.\d MiB in memory \(" + origin, info.stdout), (opts, info.stdout)
 
 
 def test_generate_streams_text_and_reports_speed(smollm2):
@@ -266,6 +271,6 @@ def test_info_describes_the_model(smollm2):
     # fused: embed + 5 per layer + head
     assert "kernels:         152 launches per step" in out
     # every Q4_1 matrix and the Q8_0 embedding tied to the LM head: 210 + 1
-    assert re.search(r"weights: +\d+\.\d MiB in memory \(272 copied; 211 of them interleaved in groups of 16 rows\)",
+    assert re.search(r"weights: +\d+\.\d MiB in memory \(all read from smollm2\.weights, cast at build time\)",
                      out), out
     assert "activations:     q16: 15-bit integers per block of 32 against the 211 weight(s) interleaved" in out, out

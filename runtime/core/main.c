@@ -8,7 +8,8 @@
  * Common options: --weights PATH (default: the checkpoint it was built from),
  * --tokenizer PATH (tokenizer.json; default: the GGUF's own, or tokenizer.json
  * beside the safetensors), --threads N (default 2), --mmap (read the weights
- * in place from the file mapping instead of copying them into huge pages).
+ * in place from the file mapping instead of copying them into huge pages), --no-cast (convert
+ * the checkpoint at load even where the build cast its weights).
  */
 #include <errno.h>
 #include <math.h>
@@ -40,6 +41,7 @@ typedef struct {
     const char *tokenizer;
     int threads;
     int mmap;       /* --mmap: INGOT_LOAD_MMAP */
+    int no_cast;    /* --no-cast: INGOT_LOAD_NO_CAST */
     const char *draft_weights; /* --draft-weights: the draft model's (default: the checkpoint it was built from) */
 } cli_common;
 
@@ -66,9 +68,11 @@ static void die(const char *msg) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: %s [--weights PATH] [--tokenizer PATH] [--threads N] [--mmap] COMMAND [options]\n"
+            "usage: %s [--weights PATH] [--tokenizer PATH] [--threads N] [--mmap] [--no-cast] COMMAND [options]\n"
             "  --mmap                          read the weights in place from the file (less memory when\n"
             "                                  processes share it; decode is faster from huge pages, the default)\n"
+            "  --no-cast                       convert the checkpoint at load even where the build cast its\n"
+            "                                  weights (NAME.weights beside the binary, used when it matches)\n"
             "  --info                          print the model descriptor\n"
             "  generate -p TEXT [-n 64] [--temp 0] [--top-k 0] [--top-p 1] [--min-p 0] [--seed S]\n"
             "           [--repeat-penalty 1] [--ignore-eos] [--ids-out FILE]\n"
@@ -81,7 +85,8 @@ static void usage(FILE *f) {
             "       [--seed S] [--repeat-penalty 1]  (a conversation in the terminal: /help inside)\n"
             "  tokenize -p TEXT\n"
             "  batch -f REQUESTS.jsonl [--kv-blocks N] [--max-batch-tokens N] [--max-running N] [--no-prefix-cache]\n"
-            "        [--spec off|ngram|draft] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]\n" SRV_USAGE,
+            "        [--spec off|ngram|draft] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]\n"
+            "  cast-weights                    write NAME.weights beside the binary (./ingot build does)\n" SRV_USAGE,
             ingot_model_desc.name);
 }
 
@@ -163,12 +168,16 @@ static void seq_step(cli_seq *s, const int32_t *tokens, int n, int want) {
 
 /* ---- loading ----------------------------------------------------------- */
 
+static unsigned load_flags(const cli_common *c) {
+    return (c->mmap ? INGOT_LOAD_MMAP : 0) | (c->no_cast ? INGOT_LOAD_NO_CAST : 0);
+}
+
 static ingot_model *load_model(const cli_common *c) {
     char err[1024];
     const char *path = c->weights ? c->weights : ingot_model_desc.source;
     /* 0: the most tokens per step this build was planned for; every command
      * chunks longer inputs to ingot_model_max_tokens() */
-    ingot_model *m = ingot_model_load(path, 0, c->mmap ? INGOT_LOAD_MMAP : 0, err, sizeof err);
+    ingot_model *m = ingot_model_load(path, 0, load_flags(c), err, sizeof err);
     if (!m) die(err);
     return m;
 }
@@ -468,7 +477,7 @@ static void attach_draft(const cli_common *c, sched_config *cfg, const tok_token
     char err[1024];
     const char *path = c->draft_weights ? c->draft_weights : DRAFT_API->desc->source;
     cfg->draft = DRAFT_API;
-    cfg->draft_model = DRAFT_API->load(path, 0, c->mmap ? INGOT_LOAD_MMAP : 0, err, sizeof err);
+    cfg->draft_model = DRAFT_API->load(path, 0, load_flags(c), err, sizeof err);
     if (!cfg->draft_model) die(err);
     if (draft_vocabulary_differs(tok, DRAFT_API, cfg->draft_model, err, sizeof err)) die(err);
 }
@@ -850,8 +859,21 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
     return 0;
 }
 
+/* Loads the checkpoint the long way (every check, conversion and interleaving) and writes the
+ * weights as the kernels read them to the build's cast file; `./ingot build` runs it. */
+static int cmd_cast_weights(cli_common *c) {
+    c->no_cast = 1;
+    ingot_model *m = load_model(c);
+    char err[1024];
+    const int rc = ingot_model_cast(m, err, sizeof err);
+    if (rc == 0) printf("cast %.1f MiB of weights for %s\n", (double)ingot_model_weight_bytes(m) / (1 << 20), ingot_model_desc.name);
+    ingot_model_free(m);
+    if (rc != 0) die(err);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    cli_common c = {NULL, NULL, 2, 0, NULL};
+    cli_common c = {.threads = 2};
     const char *env_threads = getenv("INGOT_THREADS");
     if (env_threads) c.threads = (int)parse_long(env_threads, "INGOT_THREADS", 1, 64);
     int i = 1;
@@ -860,6 +882,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) c.tokenizer = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) c.threads = (int)parse_long(argv[++i], "--threads", 1, 64);
         else if (!strcmp(argv[i], "--mmap")) c.mmap = 1;
+        else if (!strcmp(argv[i], "--no-cast")) c.no_cast = 1;
         else if (!strcmp(argv[i], "--draft-weights") && i + 1 < argc) c.draft_weights = argv[++i];
         else break;
     }
@@ -880,6 +903,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[j], "--tokenizer") && j + 1 < argc) c.tokenizer = argv[++j];
         else if (!strcmp(argv[j], "--threads") && j + 1 < argc) c.threads = (int)parse_long(argv[++j], "--threads", 1, 64);
         else if (!strcmp(argv[j], "--mmap")) c.mmap = 1;
+        else if (!strcmp(argv[j], "--no-cast")) c.no_cast = 1;
         else if (!strcmp(argv[j], "--draft-weights") && j + 1 < argc) c.draft_weights = argv[++j];
         else argv[i + n_rest++] = argv[j];
     }
@@ -902,7 +926,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     if (!strcmp(cmd, "serve")) {
-        const srv_draft draft = {DRAFT_API, c.draft_weights, c.mmap ? INGOT_LOAD_MMAP : 0};
+        const srv_draft draft = {DRAFT_API, c.draft_weights, load_flags(&c)};
         const int pre = server_preflight(&draft, argc - i, argv + i); /* before the weights are mapped or copied */
         if (pre != 0) return pre < 0 ? 0 : pre; /* < 0: --print-memory answered */
         ingot_model *m = load_model(&c);
@@ -913,6 +937,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     if (!strcmp(cmd, "batch")) return cmd_batch(&c, argc - i, argv + i);
+    if (!strcmp(cmd, "cast-weights")) return cmd_cast_weights(&c);
     usage(stderr);
     return 2;
 }

@@ -88,7 +88,14 @@ ingot_model *ingot_model_load(const char *weights_path, int max_tokens, unsigned
  * out of the file mapping into huge pages (hugealloc.h: faster decode, a
  * slower start, memory of its own); INGOT_LOAD_MMAP reads them in place. */
 #define INGOT_LOAD_MMAP 1u
+/* A CPU build reads the weights `./ingot build` cast for its checkpoint (BUILD_NAME.weights beside
+ * the binary: templates/cpu/model_cast.h) when that file matches the checkpoint loaded;
+ * INGOT_LOAD_NO_CAST converts the checkpoint at load even then. */
+#define INGOT_LOAD_NO_CAST 2u
 void ingot_model_free(ingot_model *m);
+/* Writes a loaded model's weights, as its kernels read them, to the build's cast file (see
+ * INGOT_LOAD_NO_CAST): 0, or -1 with err filled (the CUDA backend has no cast: it uploads). */
+int ingot_model_cast(const ingot_model *m, char *err, size_t errlen);
 const wt_file *ingot_model_weights(const ingot_model *m);
 size_t ingot_model_weight_bytes(const ingot_model *m);
 /* How the load got the weights, counted by kind: "30 read in place from the

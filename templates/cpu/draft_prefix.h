@@ -5,6 +5,7 @@
 #define ingot_model_desc ingot_draft_model_desc
 #define ingot_model_load ingot_draft_model_load
 #define ingot_model_free ingot_draft_model_free
+#define ingot_model_cast ingot_draft_model_cast
 #define ingot_model_weights ingot_draft_model_weights
 #define ingot_model_weight_bytes ingot_draft_model_weight_bytes
 #define ingot_model_weight_origin ingot_draft_model_weight_origin

@@ -270,15 +270,9 @@ static int model_interleave_from(const weight_spec *s, const unsigned char *from
 
 const char *ingot_model_weight_origin(const ingot_model *m) { return m->weight_origin; }
 
-ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, char *err, size_t errlen) {
-    if (max_tokens > STEP_TOKENS) {
-        snprintf(err, errlen, "this build plans for at most %d tokens per step, %d requested", STEP_TOKENS, max_tokens);
-        return NULL;
-    }
-    ingot_model *m = calloc(1, sizeof *m);
-    if (!m) { snprintf(err, errlen, "out of memory"); return NULL; }
-    m->file = wt_open(path, err, errlen);
-    if (!m->file) { free(m); return NULL; }
+/* Checks, copies, converts and interleaves every weight of the checkpoint m->file into
+ * kernel-ready memory (m->w): 0, or -1 with err filled. */
+static int model_load_weights(ingot_model *m, unsigned flags, char *err, size_t errlen) {
     /* Pass 1: find and check every weight, and lay out the ones that get a
      * copy in one huge-page buffer (hugealloc.h): all of them by default,
      * only those converted to another dtype with INGOT_LOAD_MMAP (the rest
@@ -290,8 +284,7 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
     if (!src || !offset || !src_row) {
         free(src), free(offset), free(src_row);
         snprintf(err, errlen, "out of memory");
-        ingot_model_free(m);
-        return NULL;
+        return -1;
     }
     size_t wmem_bytes = 0;
     for (int i = 0; i < N_WEIGHTS; i++) {
@@ -420,12 +413,28 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
     free(src), free(offset), free(src_row);
     if (!ok) {
         if (progress && converted) fprintf(stderr, "\n");
-        ingot_model_free(m);
-        return NULL;
+        return -1;
     }
     if (progress && converted) fprintf(stderr, "\n");
     model_describe_origin(m, in_place_n, repacked, copied, converted, assembled, interleaved);
-    if (model_check_all_used(m->file, err, errlen) != 0) {
+    return model_check_all_used(m->file, err, errlen);
+}
+
+ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, char *err, size_t errlen) {
+    if (max_tokens > STEP_TOKENS) {
+        snprintf(err, errlen, "this build plans for at most %d tokens per step, %d requested", STEP_TOKENS, max_tokens);
+        return NULL;
+    }
+    ingot_model *m = calloc(1, sizeof *m);
+    if (!m) { snprintf(err, errlen, "out of memory"); return NULL; }
+    m->file = wt_open(path, err, errlen);
+    if (!m->file) { free(m); return NULL; }
+    int rc = 1;
+#ifdef MODEL_CAST_LOAD
+    rc = MODEL_CAST_LOAD(m, flags, err, errlen); /* 0: the weights cast at build time, 1: none applies */
+#endif
+    if (rc > 0) rc = model_load_weights(m, flags, err, errlen);
+    if (rc != 0) {
         ingot_model_free(m);
         return NULL;
     }
