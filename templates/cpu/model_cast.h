@@ -22,6 +22,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -142,6 +143,43 @@ static int model_cast_read_all(int fd, void *p, size_t n, uint64_t at) {
     return 0;
 }
 
+/* Reads [at, at + n) of fd into p in up to MODEL_CAST_READERS slices at once: one thread's copy out
+ * of the page cache (and the zeroing of each fresh huge page it lands on) runs at a few GB/s, well
+ * under what the memory does, so the threads of a start divide it. */
+#define MODEL_CAST_READERS 4
+typedef struct {
+    int fd, rc;
+    unsigned char *p;
+    size_t n;
+    uint64_t at;
+} model_cast_slice;
+static void *model_cast_read_slice(void *arg) {
+    model_cast_slice *s = arg;
+    s->rc = model_cast_read_all(s->fd, s->p, s->n, s->at);
+    return NULL;
+}
+static int model_cast_read_parallel(int fd, unsigned char *p, size_t n, uint64_t at) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const int k = n < ((size_t)64 << 20) || cpus < 2 ? 1 : cpus < MODEL_CAST_READERS ? (int)cpus : MODEL_CAST_READERS;
+    model_cast_slice sl[MODEL_CAST_READERS];
+    pthread_t th[MODEL_CAST_READERS];
+    int started[MODEL_CAST_READERS] = {0}, rc = 0;
+    const size_t step = (n / (size_t)k + HA_PAGE - 1) / HA_PAGE * HA_PAGE; /* whole huge pages per slice */
+    for (int i = 0; i < k; i++) {
+        const size_t from = step * (size_t)i < n ? step * (size_t)i : n;
+        sl[i] = (model_cast_slice){fd, 0, p + from, (i == k - 1 ? n : from + step < n ? from + step : n) - from,
+                                   at + from};
+        started[i] = i > 0 && pthread_create(&th[i], NULL, model_cast_read_slice, &sl[i]) == 0;
+        if (i > 0 && !started[i]) model_cast_read_slice(&sl[i]);
+    }
+    model_cast_read_slice(&sl[0]);
+    for (int i = 0; i < k; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        rc |= sl[i].rc;
+    }
+    return rc;
+}
+
 /* Writes the loaded model's weights to its cast file (a temporary name, then renamed: a reader
  * never sees half a file). 0, or -1 with err filled. */
 int ingot_model_cast(const ingot_model *m, char *err, size_t errlen) {
@@ -248,7 +286,7 @@ static int model_cast_load(ingot_model *m, unsigned flags, char *err, size_t err
             return -1;
         }
         m->wmem_bytes = (size_t)h.data_bytes;
-        const int rc = model_cast_read_all(fd, m->wmem, (size_t)h.data_bytes, h.data_offset);
+        const int rc = model_cast_read_parallel(fd, m->wmem, (size_t)h.data_bytes, h.data_offset);
         close(fd);
         if (rc != 0) {
             snprintf(err, errlen, "%s: read failed: %s", path, strerror(errno ? errno : EIO));
