@@ -346,22 +346,41 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
             }
             KC_UNROLL for (int j = 0; j < NT; j++) {
                 const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
-                __m256i ih = _mm256_setzero_si256(), il = _mm256_setzero_si256();
-                KC_UNROLL for (int c = 0; c < 8; c++) {
-                    int32_t xh, xl;
-                    memcpy(&xh, x->h + 4 * c, 4);
-                    memcpy(&xl, x->l + 4 * c, 4);
-                    const __m256i vh = _mm256_set1_epi32(xh), vl = _mm256_set1_epi32(xl);
-                    if (wt == KC_WQ8_0 && !KC_HAVE_VNNI) { /* |w| against x with w's sign: |w| <= 127 */
-                        const __m256i aw = _mm256_sign_epi8(w[c], w[c]);
-                        ih = kc__dot(ih, aw, _mm256_sign_epi8(vh, w[c]));
-                        if (!a8) il = kc__dot(il, aw, _mm256_sign_epi8(vl, w[c]));
-                    } else {
-                        ih = kc__dot(ih, w[c], vh);
-                        if (!a8) il = kc__dot(il, w[c], vl); /* a8: the low digits are 0 */
+                __m256i dot; /* per row of the half: 128 * dot(w, h) + dot(w, l) */
+                if (wt != KC_WQ8_0 && !KC_HAVE_VNNI) {
+                    /* Q4 without VNNI: a vpmaddubsw lane is two products of a code <= 15 and a digit
+                       <= 127 (<= 3810), so the 8 of a block add up exactly in 16 bits (<= 30480) and
+                       one vpmaddwd per digit widens them: 18 multiplies a block, not 32 (vpmaddubsw
+                       and vpmaddwd share the multiply ports; the same integers, so the same bits). */
+                    __m256i sh = _mm256_setzero_si256(), sl = _mm256_setzero_si256();
+                    KC_UNROLL for (int c = 0; c < 8; c++) {
+                        int32_t xh, xl;
+                        memcpy(&xh, x->h + 4 * c, 4);
+                        memcpy(&xl, x->l + 4 * c, 4);
+                        sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(w[c], _mm256_set1_epi32(xh)));
+                        if (!a8) sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(w[c], _mm256_set1_epi32(xl)));
                     }
+                    dot = _mm256_madd_epi16(sh, _mm256_set1_epi16(128));
+                    if (!a8) dot = _mm256_add_epi32(dot, _mm256_madd_epi16(sl, _mm256_set1_epi16(1)));
+                } else {
+                    __m256i ih = _mm256_setzero_si256(), il = _mm256_setzero_si256();
+                    KC_UNROLL for (int c = 0; c < 8; c++) {
+                        int32_t xh, xl;
+                        memcpy(&xh, x->h + 4 * c, 4);
+                        memcpy(&xl, x->l + 4 * c, 4);
+                        const __m256i vh = _mm256_set1_epi32(xh), vl = _mm256_set1_epi32(xl);
+                        if (wt == KC_WQ8_0 && !KC_HAVE_VNNI) { /* |w| against x with w's sign: |w| <= 127 */
+                            const __m256i aw = _mm256_sign_epi8(w[c], w[c]);
+                            ih = kc__dot(ih, aw, _mm256_sign_epi8(vh, w[c]));
+                            if (!a8) il = kc__dot(il, aw, _mm256_sign_epi8(vl, w[c]));
+                        } else {
+                            ih = kc__dot(ih, w[c], vh);
+                            if (!a8) il = kc__dot(il, w[c], vl); /* a8: the low digits are 0 */
+                        }
+                    }
+                    dot = _mm256_add_epi32(_mm256_slli_epi32(ih, 7), il);
                 }
-                const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(ih, 7), il));
+                const __m256 f = _mm256_cvtepi32_ps(dot);
                 if (wt == KC_WQ4_1) {
                     const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(t + 32 + 16 * half)));
                     acc[j] = _mm256_fmadd_ps(dw, _mm256_mul_ps(f, _mm256_set1_ps(x->d)), acc[j]);

@@ -77,6 +77,18 @@ KC_INLINE int kc_x16k_kquant(int wt) {
 }
 /* a scale per 16 weights (Q2_K, Q3_K, Q6_K): each half of a 32-block apart */
 KC_INLINE int kc__x16k_split(int wt) { return wt == KC_WQ2_K || wt == KC_WQ3_K || wt == KC_WQ6_K; }
+/* Without VNNI a code vector's products with a digit broadcast come from vpmaddubsw as 16-bit
+ * sums of two (code <= max, |digit| <= 127), and that many of them still add up exactly in 16
+ * bits before one vpmaddwd widens them: fewer multiplies for the same integers (so the same
+ * bits). 0: none (IQ4's signed table values reach 127, as Q8_0's codes). */
+KC_INLINE int kc__x16k_run16(int wt) {
+    switch (wt) {
+    case KC_WQ2_K: case KC_WQ3_K: case KC_WQ4_K: return 8;  /* codes <= 3, 7, 15: 8 * 2 * 15 * 127 = 30480 */
+    case KC_WQ5_0: case KC_WQ5_1: case KC_WQ5_K: return 4; /* codes <= 31: 4 * 2 * 31 * 127 = 31496 */
+    case KC_WQ6_K: return 2;                                /* codes <= 63: 2 * 2 * 63 * 127 = 32004 */
+    default: return 0;
+    }
+}
 /* the code offset folded through the half digit sums: w = d * (q - off) */
 KC_INLINE int kc__x16k_off(int wt) { return wt == KC_WQ6_K ? 32 : wt == KC_WQ3_K ? 4 : 0; }
 /* columns per tile */
@@ -509,6 +521,60 @@ KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[
     }
 }
 
+/* The integer chains of one group (or half group) of 32 columns for NT tokens: over code vectors
+ * k in [k0, k1), ih[j] = sum of w[k] times token j's high digits 4k..4k+3 (xh[j] + 4k), il[j]
+ * the same with the low digits (a8: the low digits are 0, il is left 0). Each code vector meets
+ * every token in turn: 2 NT independent chains keep the multiply ports busy where one token's
+ * 8-long chains waited on their latency (Q4_K prefill 211 -> 273 GFLOP/s, Q5_0 209 -> 249 on
+ * 2048->5632). */
+KC_INLINE void kc__x16k_chains(const kx_vi w[8], int k0, int k1, const int8_t *const xh[], const int8_t *const xl[],
+                               int NT, int wt, int a8, kx_vi ih[], kx_vi il[]) {
+    KC_UNROLL for (int j = 0; j < NT; j++) ih[j] = il[j] = kx_zero();
+#if KX_LANES == 8 && !KX_VNNI
+    /* AVX2 without VNNI: runs of kc__x16k_run16 vpmaddubsw results summed in 16 bits, then
+       widened by one vpmaddwd */
+    const int run = kc__x16k_run16(wt);
+    if (run) {
+        const kx_vi one = _mm256_set1_epi16(1);
+        kx_vi sh[KC_X16_NT], sl[KC_X16_NT];
+        KC_UNROLL for (int j = 0; j < NT; j++) sh[j] = sl[j] = kx_zero();
+        KC_UNROLL for (int k = 0; k < 8; k++) {
+            if (k < k0 || k >= k1) continue;
+            KC_UNROLL for (int j = 0; j < NT; j++) {
+                int32_t h, l;
+                memcpy(&h, xh[j] + 4 * k, 4);
+                memcpy(&l, xl[j] + 4 * k, 4);
+                sh[j] = _mm256_add_epi16(sh[j], _mm256_maddubs_epi16(w[k], kx_set1_32(h)));
+                if (!a8) sl[j] = _mm256_add_epi16(sl[j], _mm256_maddubs_epi16(w[k], kx_set1_32(l)));
+            }
+            if ((k - k0 + 1) % run == 0 || k == k1 - 1) {
+                KC_UNROLL for (int j = 0; j < NT; j++) {
+                    ih[j] = kx_add32(ih[j], _mm256_madd_epi16(sh[j], one));
+                    if (!a8) il[j] = kx_add32(il[j], _mm256_madd_epi16(sl[j], one));
+                    sh[j] = sl[j] = kx_zero();
+                }
+            }
+        }
+        return;
+    }
+#endif
+    KC_UNROLL for (int k = 0; k < 8; k++) {
+        if (k < k0 || k >= k1) continue;
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            int32_t h, l;
+            memcpy(&h, xh[j] + 4 * k, 4);
+            memcpy(&l, xl[j] + 4 * k, 4);
+            if ((wt == KC_WIQ4_NL || wt == KC_WIQ4_XS) && !KX_VNNI) { /* signed table values */
+                ih[j] = kx_dps(ih[j], w[k], kx_set1_32(h));
+                if (!a8) il[j] = kx_dps(il[j], w[k], kx_set1_32(l));
+            } else {
+                ih[j] = kx_dp(ih[j], w[k], kx_set1_32(h));
+                if (!a8) il[j] = kx_dp(il[j], w[k], kx_set1_32(l));
+            }
+        }
+    }
+}
+
 /* A row group's float sums for lanes lo.. out to Y: sum + bias, then + Y when accumulating. */
 KC_INLINE void kc__x16k_store(float *Y, int ldy, const kx_vf *acc, int NT, int lo, const float *bias, int accumulate) {
     const kx_vf bv = bias ? kx_fload(bias + lo) : kx_fzero();
@@ -532,35 +598,18 @@ KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X,
             kx_vf dA, dB = kx_fzero(), c = kx_fzero(), cB = kx_fzero();
             if (!lo) kc__x16_prefetch(G + (size_t)b * bpb, bpb); /* a K-quant tile: its eighths in turn */
             kc__x16k_unpack(G, wt, b, lo, w, &dA, &dB, &c, &cB);
-            /* Each code vector against every token of the tile in turn: 2 NT
-             * independent integer chains (tokens inside, as kc_x16.h) keep
-             * both vpdpbusd ports busy, where one token's 8-long chains at a
-             * time waited on their latency (Q4_K prefill 211 -> 273 GFLOP/s,
-             * Q5_0 209 -> 249 on 2048->5632). A type with a scale per 16
-             * (split) takes its halves one after the other, each folded into
-             * the accumulator as it ends: the same operations in the same
-             * order as before, so the same bits. */
+            /* A type with a scale per 16 (split) takes its halves one after the other, each
+             * folded into the accumulator as it ends. */
             const int split = kc__x16k_split(wt);
             KC_UNROLL for (int hf = 0; hf < 2; hf++) { /* constant trip counts, so that the loops unroll */
                 if (hf && !split) break;
                 kx_vi ih[KC_X16_NT], il[KC_X16_NT];
-                KC_UNROLL for (int j = 0; j < NT; j++) ih[j] = il[j] = kx_zero();
-                KC_UNROLL for (int k = 0; k < 8; k++) {
-                    if (split && k / 4 != hf) continue;
-                    KC_UNROLL for (int j = 0; j < NT; j++) {
-                        const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
-                        int32_t xh, xl;
-                        memcpy(&xh, x->h + 4 * k, 4);
-                        memcpy(&xl, x->l + 4 * k, 4);
-                        if ((wt == KC_WIQ4_NL || wt == KC_WIQ4_XS) && !KX_VNNI) { /* signed table values */
-                            ih[j] = kx_dps(ih[j], w[k], kx_set1_32(xh));
-                            if (!a8) il[j] = kx_dps(il[j], w[k], kx_set1_32(xl));
-                        } else {
-                            ih[j] = kx_dp(ih[j], w[k], kx_set1_32(xh));
-                            if (!a8) il[j] = kx_dp(il[j], w[k], kx_set1_32(xl)); /* a8: the low digits are 0 */
-                        }
-                    }
+                const int8_t *xh[KC_X16_NT], *xl[KC_X16_NT];
+                KC_UNROLL for (int j = 0; j < NT; j++) {
+                    xh[j] = X[(size_t)j * (size_t)ldxb + (size_t)b].h;
+                    xl[j] = X[(size_t)j * (size_t)ldxb + (size_t)b].l;
                 }
+                kc__x16k_chains(w, split ? 4 * hf : 0, split ? 4 * hf + 4 : 8, xh, xl, NT, wt, a8, ih, il);
                 KC_UNROLL for (int j = 0; j < NT; j++) {
                     const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
                     const kx_vf xd = kx_fset1(x->d);

@@ -165,18 +165,12 @@ KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X
                     const kx_vi sc = q6 ? kx_i8i(t + KC_X16K_Q6_SC + 16 * (2 * g + hf) + lo)
                                         : kx_u8i(t + KC_X16K_K4_SC + 16 * g + lo);
                     kx_vi ih[KC_X16S_NT], il[KC_X16S_NT];
-                    KC_UNROLL for (int j = 0; j < NT; j++) ih[j] = il[j] = kx_zero();
-                    KC_UNROLL for (int k = 0; k < 8; k++) {
-                        if (q6 && k / 4 != hf) continue;
-                        KC_UNROLL for (int j = 0; j < NT; j++) {
-                            const kc_q16s *x = &X[(size_t)j * (size_t)ldxs + (size_t)s];
-                            int32_t xh, xl;
-                            memcpy(&xh, x->h + 32 * g + 4 * k, 4);
-                            memcpy(&xl, x->l + 32 * g + 4 * k, 4);
-                            ih[j] = kx_dp(ih[j], w[k], kx_set1_32(xh));
-                            il[j] = kx_dp(il[j], w[k], kx_set1_32(xl));
-                        }
+                    const int8_t *xh[KC_X16S_NT], *xl[KC_X16S_NT];
+                    KC_UNROLL for (int j = 0; j < NT; j++) {
+                        xh[j] = X[(size_t)j * (size_t)ldxs + (size_t)s].h + 32 * g;
+                        xl[j] = X[(size_t)j * (size_t)ldxs + (size_t)s].l + 32 * g;
                     }
+                    kc__x16k_chains(w, q6 ? 4 * hf : 0, q6 ? 4 * hf + 4 : 8, xh, xl, NT, wt, 0, ih, il);
                     KC_UNROLL for (int j = 0; j < NT; j++) {
                         if (q6) { /* sum((q - 32) * digit) over the half */
                             const kc_q16s *x = &X[(size_t)j * (size_t)ldxs + (size_t)s];
