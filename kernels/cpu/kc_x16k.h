@@ -394,6 +394,9 @@ KC_INLINE __m512i kx_dps(__m512i acc, __m512i w, __m512i x) {
     return kc__x16_dp(acc, _mm512_abs_epi8(w), _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x));
 }
 #define kx_srli32 _mm512_srli_epi32
+#define kx_add16 _mm512_add_epi16
+#define kx_maddubs _mm512_maddubs_epi16
+#define kx_widen16(v) _mm512_madd_epi16(v, _mm512_set1_epi16(1))
 #else
 typedef __m256i kx_vi;
 typedef __m256 kx_vf;
@@ -429,6 +432,9 @@ KC_INLINE __m256i kx_dps(__m256i acc, __m256i w, __m256i x) {
     return kc__dot(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 #define kx_srli32 _mm256_srli_epi32
+#define kx_add16 _mm256_add_epi16
+#define kx_maddubs _mm256_maddubs_epi16
+#define kx_widen16(v) _mm256_madd_epi16(v, _mm256_set1_epi16(1))
 #endif
 /* a 16-bit shift left by s (right by -s): used to move one bit of each
  * byte to bit 4 (or two to bits 4-5) without crossing into the next byte */
@@ -529,47 +535,34 @@ KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[
  * 2048->5632). */
 KC_INLINE void kc__x16k_chains(const kx_vi w[8], int k0, int k1, const int8_t *const xh[], const int8_t *const xl[],
                                int NT, int wt, int a8, kx_vi ih[], kx_vi il[]) {
-    KC_UNROLL for (int j = 0; j < NT; j++) ih[j] = il[j] = kx_zero();
-#if KX_LANES == 8 && !KX_VNNI
-    /* AVX2 without VNNI: runs of kc__x16k_run16 vpmaddubsw results summed in 16 bits, then
-       widened by one vpmaddwd */
-    const int run = kc__x16k_run16(wt);
-    if (run) {
-        const kx_vi one = _mm256_set1_epi16(1);
-        kx_vi sh[KC_X16_NT], sl[KC_X16_NT];
-        KC_UNROLL for (int j = 0; j < NT; j++) sh[j] = sl[j] = kx_zero();
-        KC_UNROLL for (int k = 0; k < 8; k++) {
-            if (k < k0 || k >= k1) continue;
-            KC_UNROLL for (int j = 0; j < NT; j++) {
-                int32_t h, l;
-                memcpy(&h, xh[j] + 4 * k, 4);
-                memcpy(&l, xl[j] + 4 * k, 4);
-                sh[j] = _mm256_add_epi16(sh[j], _mm256_maddubs_epi16(w[k], kx_set1_32(h)));
-                if (!a8) sl[j] = _mm256_add_epi16(sl[j], _mm256_maddubs_epi16(w[k], kx_set1_32(l)));
-            }
-            if ((k - k0 + 1) % run == 0 || k == k1 - 1) {
-                KC_UNROLL for (int j = 0; j < NT; j++) {
-                    ih[j] = kx_add32(ih[j], _mm256_madd_epi16(sh[j], one));
-                    if (!a8) il[j] = kx_add32(il[j], _mm256_madd_epi16(sl[j], one));
-                    sh[j] = sl[j] = kx_zero();
-                }
-            }
-        }
-        return;
-    }
-#endif
+    /* AVX2 without VNNI: runs of kc__x16k_run16 vpmaddubsw results summed in 16 bits (sh, sl),
+       each run widened into ih, il by one vpmaddwd */
+    const int run = KX_LANES == 8 && !KX_VNNI ? kc__x16k_run16(wt) : 0;
+    kx_vi sh[KC_X16_NT], sl[KC_X16_NT];
+    KC_UNROLL for (int j = 0; j < NT; j++) ih[j] = il[j] = sh[j] = sl[j] = kx_zero();
     KC_UNROLL for (int k = 0; k < 8; k++) {
         if (k < k0 || k >= k1) continue;
         KC_UNROLL for (int j = 0; j < NT; j++) {
             int32_t h, l;
             memcpy(&h, xh[j] + 4 * k, 4);
             memcpy(&l, xl[j] + 4 * k, 4);
-            if ((wt == KC_WIQ4_NL || wt == KC_WIQ4_XS) && !KX_VNNI) { /* signed table values */
-                ih[j] = kx_dps(ih[j], w[k], kx_set1_32(h));
-                if (!a8) il[j] = kx_dps(il[j], w[k], kx_set1_32(l));
+            const kx_vi vh = kx_set1_32(h), vl = kx_set1_32(l);
+            if (run) {
+                sh[j] = kx_add16(sh[j], kx_maddubs(w[k], vh));
+                if (!a8) sl[j] = kx_add16(sl[j], kx_maddubs(w[k], vl));
+            } else if ((wt == KC_WIQ4_NL || wt == KC_WIQ4_XS) && !KX_VNNI) { /* signed table values */
+                ih[j] = kx_dps(ih[j], w[k], vh);
+                if (!a8) il[j] = kx_dps(il[j], w[k], vl);
             } else {
-                ih[j] = kx_dp(ih[j], w[k], kx_set1_32(h));
-                if (!a8) il[j] = kx_dp(il[j], w[k], kx_set1_32(l));
+                ih[j] = kx_dp(ih[j], w[k], vh);
+                if (!a8) il[j] = kx_dp(il[j], w[k], vl); /* a8: the low digits are 0 */
+            }
+        }
+        if (run && ((k - k0 + 1) % (run ? run : 1) == 0 || k == k1 - 1)) { /* (run ? : 1): no /0 where run is 0 */
+            KC_UNROLL for (int j = 0; j < NT; j++) {
+                ih[j] = kx_add32(ih[j], kx_widen16(sh[j]));
+                if (!a8) il[j] = kx_add32(il[j], kx_widen16(sl[j]));
+                sh[j] = sl[j] = kx_zero();
             }
         }
     }

@@ -111,16 +111,6 @@ static int model_cast_path(char *path, size_t cap) {
     return w > 0 && (size_t)w < cap ? 0 : -1;
 }
 
-/* The bytes weight i takes as the kernels read it (what pass 1 of the load lays out). */
-static int model_cast_weight_bytes(int i, size_t *bytes) {
-    const weight_spec *s = &WEIGHTS[i];
-    size_t row = 0;
-    if (dtype_row_bytes(s->dtype, s->shape[s->n_dims - 1], &row) != 0) return -1;
-    if (s->n_parts > 0 || s->n_dims == 1) *bytes = row * (size_t)(s->n_dims == 1 ? 1 : s->shape[0]);
-    else *bytes = s->x16 ? model_x16_bytes(s, row) : row * (size_t)s->shape[0];
-    return 0;
-}
-
 static int model_cast_write_all(int fd, const void *p, size_t n) {
     const unsigned char *b = p;
     while (n > 0) {
@@ -193,7 +183,7 @@ int ingot_model_cast(const ingot_model *m, char *err, size_t errlen) {
         size_t b = 0;
         offset[i] = bytes[i] = 0;
         if (WEIGHTS[i].same_as >= 0) continue;
-        if (model_cast_weight_bytes(i, &b) != 0) {
+        if (model_weight_bytes(i, &b) != 0) {
             snprintf(err, errlen, "weight '%s': no row size for %s", WEIGHTS[i].name, dtype_name(WEIGHTS[i].dtype));
             return -1;
         }
@@ -256,7 +246,7 @@ static int model_cast_load(ingot_model *m, unsigned flags, char *err, size_t err
     for (int i = 0; !why && i < N_WEIGHTS; i++) {
         size_t want = 0;
         const int same = WEIGHTS[i].same_as >= 0;
-        if (!same && model_cast_weight_bytes(i, &want) != 0) want = SIZE_MAX;
+        if (!same && model_weight_bytes(i, &want) != 0) want = SIZE_MAX;
         if (same ? bytes[i] != 0 : bytes[i] != want || offset[i] % 64 || offset[i] < h.data_offset ||
                                        offset[i] > (uint64_t)st.st_size || bytes[i] > (uint64_t)st.st_size - offset[i])
             why = "truncated or damaged";

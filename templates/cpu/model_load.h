@@ -270,6 +270,18 @@ static int model_interleave_from(const weight_spec *s, const unsigned char *from
 
 const char *ingot_model_weight_origin(const ingot_model *m) { return m->weight_origin; }
 
+/* The bytes weight i takes as the kernels read it: its rows in its dtype, or its x16 tiles (what
+ * the load lays out for it, and what a cast file holds for it). 0, or -1 for a row size the dtype
+ * cannot store. */
+static int model_weight_bytes(int i, size_t *bytes) {
+    const weight_spec *s = &WEIGHTS[i];
+    size_t row = 0;
+    if (dtype_row_bytes(s->dtype, s->shape[s->n_dims - 1], &row) != 0) return -1;
+    if (s->n_parts > 0 || s->n_dims == 1) *bytes = row * (size_t)(s->n_dims == 1 ? 1 : s->shape[0]);
+    else *bytes = s->x16 ? model_x16_bytes(s, row) : row * (size_t)s->shape[0];
+    return 0;
+}
+
 /* Checks, copies, converts and interleaves every weight of the checkpoint m->file into
  * kernel-ready memory (m->w): 0, or -1 with err filled. */
 static int model_load_weights(ingot_model *m, unsigned flags, char *err, size_t errlen) {
@@ -316,7 +328,7 @@ static int model_load_weights(ingot_model *m, unsigned flags, char *err, size_t 
             break;
         }
         if (wt_check_scales(m->file, t, err, errlen) != 0) break;
-        const int64_t rows = s->n_dims == 1 ? 1 : s->shape[0], cols = t->shape[t->n_dims - 1];
+        const int64_t cols = t->shape[t->n_dims - 1];
         size_t out_row = 0;
         if (dtype_row_bytes(t->dtype, cols, &src_row[i]) != 0 || dtype_row_bytes(s->dtype, cols, &out_row) != 0) {
             snprintf(err, errlen, "%s: tensor '%s': rows of %lld cannot be stored as %s", wt_path(m->file), name,
@@ -324,7 +336,8 @@ static int model_load_weights(ingot_model *m, unsigned flags, char *err, size_t 
             break;
         }
         src[i] = t;
-        const size_t stored = s->x16 ? model_x16_bytes(s, out_row) : out_row * (size_t)rows;
+        size_t stored = 0;
+        (void)model_weight_bytes(i, &stored); /* out_row exists, so the weight's size does */
         m->weight_bytes += stored;
         /* repacked at open (GPTQ/AWQ/FP8): already the process's own memory, used as it is */
         if (t->dtype == s->dtype && (in_place || t->repacked) && !s->x16) continue;
