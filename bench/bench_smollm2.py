@@ -11,6 +11,8 @@ count (default 1 and 2), for these engines on the same GGUF:
   f32        ingot --act-quant none (fused)       build/bench-smollm2-f32/...
              (f32 activations everywhere, row-major weights: the exact mode)
   a8         ingot --act-quant q8 (fused)         build/bench-smollm2-a8/...
+  q16        ingot --act-quant q16 (fused)        build/bench-smollm2-q16/...
+             (15-bit activations for the K-quant matmuls too: the default before k8)
   llama.cpp  llama.cpp's own llama-bench, built from source by
              bench/build_llama_cpp.sh with every default kept (native code,
              repacked weights, AMX where the CPU has it), -t N
@@ -80,6 +82,7 @@ INGOT_ENGINES = [
     ("ingot nofuse", "bench-smollm2-nofuse", ["--no-fuse"]),
     ("ingot f32", "bench-smollm2-f32", ["--act-quant", "none"]),
     ("ingot a8", "bench-smollm2-a8", ["--act-quant", "q8"]),
+    ("ingot q16", "bench-smollm2-q16", ["--act-quant", "q16"]),
 ]
 LLAMA = "llama.cpp"
 
@@ -429,7 +432,8 @@ def main():
     print("ratios of medians (>1: the first is faster)")
     print(f"{'':<28}{'thr':>4}  {'prefill':>8}  {'decode':>8}")
     pairs = [("ingot fused", LLAMA), ("ingot nofuse", LLAMA), ("ingot f32", LLAMA), ("ingot a8", LLAMA),
-             ("ingot fused", "ingot nofuse"), ("ingot fused", "ingot f32"), ("ingot a8", "ingot fused")]
+             ("ingot q16", LLAMA), ("ingot fused", "ingot nofuse"), ("ingot fused", "ingot f32"),
+             ("ingot a8", "ingot fused"), ("ingot fused", "ingot q16")]
     for t in threads:
         for x, y in pairs:
             if x not in all_labels or y not in all_labels:

@@ -78,7 +78,11 @@ typedef void (*mm_fn)(const void *W, const void *X, float *Y, int ldy, int T, in
     FLOAT_WRAP(mmx_iq4_xs, kc_mmx_iq4_xs, block_iq4_xs, IN) \
     Q16_WRAP(mmp_iq4_xs, kc_mmp_iq4_xs, IN)                \
     S16_WRAP(mms_q4_k, kc_mms_q4_k, IN)                    \
-    S16_WRAP(mms_q6_k, kc_mms_q6_k, IN)
+    S16_WRAP(mms_q6_k, kc_mms_q6_k, IN)                    \
+    Q16_WRAP(mmp8_q4_k, kc_mmp8_q4_k, IN)                  \
+    Q16_WRAP(mmp8_q6_k, kc_mmp8_q6_k, IN)                  \
+    S16_WRAP(mms8_q4_k, kc_mms8_q4_k, IN)                  \
+    S16_WRAP(mms8_q6_k, kc_mms8_q6_k, IN)
 WRAPS(576)
 WRAPS(1536)
 KWRAPS(1536)
@@ -91,32 +95,38 @@ KWRAPS(1536)
  * interleaved ones (p5_0, p4_k, p6_k, p3_k, p2_k, pi4nl, pi4xs); the K-quants need IN a multiple of 256 (1536 here; 576 is not,
  * which is why SmolLM2's Q4_K_M file keeps q5_0 for those rows). 26-27 are p4_k and p6_k's weights
  * through kc_x16s.h's kc_mms_* (kc_q16s activations, one scale per 256; AMX for 16+ tokens
- * where the CPU has it, INGOT_AMX=0 to measure the vector path). */
-#define NTYPES 28
+ * where the CPU has it, INGOT_AMX=0 to measure the vector path). 28-29 (a4_k, a6_k) are p4_k and
+ * p6_k's weights through kc_mmp8_* against kc_quantize_q16a8's int8 activations (--act-quant q8:
+ * one integer chain per weight); 30-31 (k4_k, k6_k) the same weights through kc_mms8_* against
+ * kc_quantize_q16s_a8's (int8, one scale per 256: llama.cpp's Q8_K rounding, one chain). */
+#define NTYPES 32
 static const char *names[NTYPES] = {"f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1", "x8_0", "x4_0", "x4_1",
-                                    "p8_0", "p4_0", "p4_1", "x5_0", "p5_0", "x4_k", "p4_k", "x6_k", "p6_k", "x3_k", "p3_k", "x2_k", "p2_k", "xi4nl", "pi4nl", "xi4xs", "pi4xs", "s4_k", "s6_k"};
+                                    "p8_0", "p4_0", "p4_1", "x5_0", "p5_0", "x4_k", "p4_k", "x6_k", "p6_k", "x3_k", "p3_k", "x2_k", "p2_k", "xi4nl", "pi4nl", "xi4xs", "pi4xs", "s4_k", "s6_k", "a4_k", "a6_k", "k4_k", "k6_k"};
 static const double bytes_per_elem[NTYPES] = {4,         2,         2,         34.0 / 32,   18.0 / 32,  20.0 / 32,
                                               34.0 / 32, 18.0 / 32, 20.0 / 32, 34.0 / 32,   18.0 / 32,  20.0 / 32,
                                               22.0 / 32, 22.0 / 32, 144.0 / 256, 148.0 / 256, 210.0 / 256, 210.0 / 256,
                                               110.0 / 256, 114.0 / 256, 84.0 / 256, 84.0 / 256,
                                               18.0 / 32,   18.0 / 32,   136.0 / 256, 138.0 / 256,
+                                              148.0 / 256, 210.0 / 256, 148.0 / 256, 210.0 / 256,
                                               148.0 / 256, 210.0 / 256};
 /* the kc_kquant.h type of types 12-17 (their row-major blocks) */
 static const int ktype[NTYPES] = {[12] = KC_WQ5_0, [13] = KC_WQ5_0, [14] = KC_WQ4_K, [15] = KC_WQ4_K, [16] = KC_WQ6_K, [17] = KC_WQ6_K,
                                   [18] = KC_WQ3_K, [19] = KC_WQ3_K, [20] = KC_WQ2_K, [21] = KC_WQ2_K,
                                   [22] = KC_WIQ4_NL, [23] = KC_WIQ4_NL, [24] = KC_WIQ4_XS, [25] = KC_WIQ4_XS,
-                                  [26] = KC_WQ4_K, [27] = KC_WQ6_K};
+                                  [26] = KC_WQ4_K, [27] = KC_WQ6_K, [28] = KC_WQ4_K, [29] = KC_WQ6_K,
+                                  [30] = KC_WQ4_K, [31] = KC_WQ6_K};
 static mm_fn fns576[NTYPES] = {mm_f32_576,   mm_f16_576,   mm_bf16_576,  mm_q8_0_576,  mm_q4_0_576,  mm_q4_1_576,
                                mmx_q8_0_576, mmx_q4_0_576, mmx_q4_1_576, mmp_q8_0_576, mmp_q4_0_576, mmp_q4_1_576,
                                mmx_q5_0_576, mmp_q5_0_576, NULL,         NULL,         NULL,         NULL,
                                NULL,         NULL,         NULL,         NULL,
-                               mmx_iq4_nl_576, mmp_iq4_nl_576, NULL,     NULL, NULL, NULL};
+                               mmx_iq4_nl_576, mmp_iq4_nl_576, NULL,     NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 static mm_fn fns1536[NTYPES] = {mm_f32_1536,   mm_f16_1536,   mm_bf16_1536,  mm_q8_0_1536,  mm_q4_0_1536,  mm_q4_1_1536,
                                 mmx_q8_0_1536, mmx_q4_0_1536, mmx_q4_1_1536, mmp_q8_0_1536, mmp_q4_0_1536, mmp_q4_1_1536,
                                 mmx_q5_0_1536, mmp_q5_0_1536, mmx_q4_k_1536, mmp_q4_k_1536, mmx_q6_k_1536, mmp_q6_k_1536,
                                 mmx_q3_k_1536, mmp_q3_k_1536, mmx_q2_k_1536, mmp_q2_k_1536,
                                 mmx_iq4_nl_1536, mmp_iq4_nl_1536, mmx_iq4_xs_1536, mmp_iq4_xs_1536,
-                                mms_q4_k_1536, mms_q6_k_1536};
+                                mms_q4_k_1536, mms_q6_k_1536, mmp8_q4_k_1536, mmp8_q6_k_1536,
+                                mms8_q4_k_1536, mms8_q6_k_1536};
 
 typedef struct {
     mm_fn fn;
@@ -228,8 +238,12 @@ int main(int argc, char **argv) {
         kc_quantize_q8(xf, xq, T * IN);
         kc_q16 *x16 = malloc(sizeof(kc_q16) * (size_t)T * (IN / 32));
         kc_quantize_q16(xf, x16, T * IN);
+        kc_q16 *x16a8 = malloc(sizeof(kc_q16) * (size_t)T * (IN / 32));
+        kc_quantize_q16a8(xf, x16a8, T * IN);
         kc_q16s *x16s = IN % 256 ? NULL : malloc(sizeof(kc_q16s) * (size_t)T * (IN / 256));
         if (x16s) kc_quantize_q16s(xf, x16s, T * IN);
+        kc_q16s *x16s8 = IN % 256 ? NULL : malloc(sizeof(kc_q16s) * (size_t)T * (IN / 256));
+        if (x16s8) kc_quantize_q16s_a8(xf, x16s8, T * IN);
         float *Y = malloc(sizeof(float) * (size_t)T * OUT);
         for (int dt = 0; dt < NTYPES; dt++) {
             if (only && !strstr(names[dt], only)) continue;
@@ -253,7 +267,7 @@ int main(int argc, char **argv) {
                 W = P;
             }
             job j = {fn, W,
-                     dt >= 26 ? (const void *)x16s : interleaved ? (const void *)x16 : dt < 3 || dt >= 6 ? (const void *)xf : (const void *)xq,
+                     dt >= 30 ? (const void *)x16s8 : dt >= 28 ? (const void *)x16a8 : dt >= 26 ? (const void *)x16s : interleaved ? (const void *)x16 : dt < 3 || dt >= 6 ? (const void *)xf : (const void *)xq,
                      Y, OUT, T};
             printf("%-20s %-5s", shapes[si].what, names[dt]);
             double per_call = 0;
@@ -272,7 +286,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
             free(W);
         }
-        free(xf), free(xq), free(x16), free(x16s), free(Y);
+        free(xf), free(xq), free(x16), free(x16a8), free(x16s), free(x16s8), free(Y);
     }
     tp_free(pools[1]);
     tp_free(pools[2]);

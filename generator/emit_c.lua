@@ -185,9 +185,9 @@ local function phase_matmul(ctx, s, name, grp)
     if w.x16 and not plan_mod.quantized(w.dtype) then -- kernels/cpu/kc_x16f.h: interleaved float weights, f32 activations
       x, ldx, ctype = s.buf(l.inputs[1].node), string.format("%d", IN), "const void"
       fn = "kc_mm16_" .. w.dtype
-    elseif w.x16 and grp.q16s then -- kernels/cpu/kc_x16s.h: 15-bit activations with a scale per 256 (AMX for 16+ tokens)
+    elseif w.x16 and grp.q16s then -- kernels/cpu/kc_x16s.h: 15-bit (a8: int8) activations with a scale per 256 (AMX for 16+ tokens)
       x, ldx, ctype = "(const kc_q16s *)a->q8", string.format("%d", IN // 256), "const void"
-      fn = "kc_mms_" .. w.dtype
+      fn = (grp.a8 and "kc_mms8_" or "kc_mms_") .. w.dtype
     elseif w.x16 then -- kernels/cpu/kc_x16.h: the interleaved layout against 15-bit activations (q8: their high digits)
       x, ldx, ctype = "(const kc_q16 *)a->q8", string.format("%d", IN // 32), "const void"
       fn = (grp.a8 and "kc_mmp8_" or "kc_mmp_") .. w.dtype
@@ -567,7 +567,7 @@ function emit.kernels(ctx, groups, final_node)
         local x = grp.linears[1].inputs[1]
         local kind = grp.q16s and "q16s" or grp.q16 and "q16" or "q8"
         q8_line = string.format("kc_quantize_%s(%s, (kc_%s *)a->q8 + (size_t)t * %d, %d); /* activations quantized once for every linear below */",
-          grp.a8 and "q16a8" or kind, row(s.buf(x.node), "t", x.width), kind, x.width // (grp.q16s and 256 or 32), x.width)
+          grp.a8 and kind .. (grp.q16s and "_a8" or "a8") or kind, row(s.buf(x.node), "t", x.width), kind, x.width // (grp.q16s and 256 or 32), x.width)
       end
       for _, l in ipairs(grp.linears) do
         if l.perm_buffer then -- the activations in the order of the weight's reordered inputs

@@ -2,7 +2,7 @@
 --
 -- usage: lua5.4 generator/main.lua --inspect INSPECT.json --source PATH --name NAME --out DIR
 --            [--hf-config config.json] [--dtype native|f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]
---            [--backend cpu] [--no-fuse] [--act-quant none|q8] [--max-tokens N]
+--            [--backend cpu] [--no-fuse] [--act-quant none|q8|q16|k8] [--max-tokens N]
 --            [--models models.lua] [--dry-run] [--allow-unused]
 --
 -- INSPECT.json is what `ingot-inspect` prints for the checkpoint (GGUF
@@ -23,7 +23,7 @@ local emit_cuda = require("emit_cuda")
 
 local VERSION = "ingot-generator 0.1"
 
--- --act-quant q16 (the CPU default) and q8: which weights are stored in the 16-row
+-- --act-quant k8 (the CPU default), q16 and q8: which weights are stored in the 16-row
 -- interleaved layout (kernels/cpu/kc_x16.h), rewritten once at load. A
 -- weight qualifies when its type has x16 kernels, its rows come in whole
 -- groups of 16, and every node that reads it is a linear (a matmul phase,
@@ -39,7 +39,7 @@ local VERSION = "ingot-generator 0.1"
 local X16_TYPES = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, iq4_nl = 32, q2_k = 256, q3_k = 256,
   q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256, f32 = 32, f16 = 32, bf16 = 32}
 local function choose_x16_layouts(g, weights, opts)
-  if opts.backend ~= "cpu" or (opts.act_quant ~= "q16" and opts.act_quant ~= "q8") then return end
+  if opts.backend ~= "cpu" or opts.act_quant == "none" then return end
   local readers_ok = {}
   for _, n in ipairs(g.nodes) do
     for i, inp in ipairs(n.inputs) do
@@ -67,19 +67,24 @@ local function act_info(opts, weights)
   if opts.backend ~= "cpu" then return "NULL" end
   local text
   -- interleaved weights: block-quantized ones (integer kernels) and float ones (f32 activations)
-  local nq, nf = 0, 0
+  local nq, nf, nk = 0, 0, 0
   for _, w in ipairs(weights) do
     if w.x16 and w.same_as < 0 then
       if plan.quantized(w.dtype) then nq = nq + 1 else nf = nf + 1 end
+      if w.dtype == "q4_k" or w.dtype == "q5_k" or w.dtype == "q6_k" then nk = nk + 1 end
     end
   end
   local floats = nf == 0 and "" or string.format("; f32 against the %d float weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16f.h)", nf)
-  if opts.act_quant == "q16" and nq == 0 then
+  local q16s_text = "per 256 where a matmul's weights are all Q4_K/Q5_K/Q6_K (kc_x16s.h: AMX tiles for steps of 16+ tokens where the CPU has them, INGOT_AMX=0 to turn them off; the same bits)"
+  if opts.act_quant ~= "q8" and nq == 0 then
     text = nf == 0 and "f32 (no weight here has the x16 layout's type and shape)" or string.format(
       "f32, against the %d float weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16f.h) and the rest in the file's layout", nf)
-  elseif opts.act_quant == "q16" then
+  elseif opts.act_quant == "k8" and nk > 0 then
     text = string.format(
-      "q16: 15-bit integers per block of 32 against the %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h), per 256 where a matmul's weights are all Q4_K/Q5_K/Q6_K (kc_x16s.h: AMX tiles for steps of 16+ tokens where the CPU has them, INGOT_AMX=0 to turn them off; the same bits)%s; f32 for the rest", nq, floats)
+      "k8: int8 per 256 (llama.cpp's Q8_K rounding) where a matmul's weights are all Q4_K/Q5_K/Q6_K (kc_x16s.h), 15-bit integers per block of 32 against the other interleaved weights (kc_x16.h); %d weight(s) interleaved in groups of 16 rows%s; f32 for the rest", nq, floats)
+  elseif opts.act_quant == "q16" or opts.act_quant == "k8" then
+    text = string.format(
+      (opts.act_quant == "k8" and "k8 (no Q4_K/Q5_K/Q6_K weight here: as q16)" or "q16") .. ": 15-bit integers per block of 32 against the %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h), %s%s; f32 for the rest", nq, q16s_text, floats)
   elseif opts.act_quant == "q8" then
     text = string.format("q8: int8 per block of 32 against every block-quantized weight (llama.cpp's numerics); %d weight(s) interleaved in groups of 16 rows (kernels/cpu/kc_x16.h)%s", nq, floats)
   else
@@ -137,17 +142,21 @@ local function parse_args(argv)
     if not o[k] then util.die("--" .. k .. " is required") end
   end
   if o.backend ~= "cpu" and o.backend ~= "cuda" then util.die("unknown --backend " .. o.backend .. " (cpu or cuda)") end
-  -- auto: on the CPU, 15-bit activations for the matmuls of the interleaved weights
-  -- (kernels/cpu/kc_x16.h, kc_x16k.h; SmolLM2's perplexity within 0.01% of f32 activations,
-  -- bench/RESULTS.md); the CUDA kernels take f32 activations
-  if o.act_quant == "auto" then o.act_quant = o.backend == "cpu" and "q16" or "none" end
+  -- auto: on the CPU, k8: int8 activations per 256 for the matmuls whose weights are all
+  -- Q4_K/Q5_K/Q6_K (llama.cpp's Q8_K rounding: one integer chain per weight, half the multiplies
+  -- of 15 bits; perplexity no worse than llama.cpp's on the same file, bench/RESULTS.md) and
+  -- 15-bit activations for the other interleaved weights (kernels/cpu/kc_x16.h, kc_x16k.h;
+  -- SmolLM2's perplexity within 0.01% of f32 activations); the CUDA kernels take f32 activations
+  if o.act_quant == "auto" then o.act_quant = o.backend == "cpu" and "k8" or "none" end
   if o.backend == "cuda" and o.act_quant ~= "none" then util.die("--act-quant " .. o.act_quant .. " is a CPU option") end
   -- the dtypes a weight can be converted to at load (runtime/load/dtype.c has a quantizer for each)
   local ok = {native = 1, f32 = 1, f16 = 1, bf16 = 1, q8_0 = 1, q4_0 = 1, q4_1 = 1, q5_0 = 1, q5_1 = 1,
               q2_k = 1, q3_k = 1, q4_k = 1, q5_k = 1, q6_k = 1, q3_k_s = 1, q3_k_m = 1, q3_k_l = 1, q4_k_m = 1,
               q5_k_m = 1, iq4_nl = 1, iq4_xs = 1}
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
-  if o.act_quant ~= "none" and o.act_quant ~= "q8" and o.act_quant ~= "q16" then util.die("--act-quant is none, q8 or q16") end
+  if o.act_quant ~= "none" and o.act_quant ~= "q8" and o.act_quant ~= "q16" and o.act_quant ~= "k8" then
+    util.die("--act-quant is none, q8, q16 or k8")
+  end
   -- auto: f16 (half the memory and the bytes attention reads; SmolLM2's
   -- perplexity moves by 0.01%, bench/RESULTS.md)
   if o.kv_dtype == "auto" then o.kv_dtype = "f16" end

@@ -153,14 +153,15 @@ function plan.run(g, groups, final_node, act_quant, backend)
         if l.inputs[2].x16 and plan.quantized(l.inputs[2].dtype) then needs_q16 = true
         elseif plan.int8_activations(l.inputs[2].dtype, act_quant) then needs_q8 = true end
       end
-      grp.a8 = needs_q16 and act_quant == "q8"
-      -- a q16 group whose every weight is an interleaved Q4_K, Q5_K or Q6_K: one scale per
+      -- a group whose every weight is an interleaved Q4_K, Q5_K or Q6_K: one scale per
       -- 256 activations (kc_x16s.h kc_q16s, the same 80 bytes per 32), so that a super-block's
       -- sum stays an integer and steps of 16 tokens or more can take AMX tiles
-      grp.q16s = needs_q16 and act_quant == "q16"
+      grp.q16s = needs_q16 and (act_quant == "q16" or act_quant == "k8")
       for _, l in ipairs(grp.linears) do
         if not (l.inputs[2].x16 and Q16S_DTYPES[l.inputs[2].dtype] and not l.perm_buffer) then grp.q16s = false end
       end
+      -- int8 activations (the high digit alone): every q8 group (per 32); a k8 group where it is per 256
+      grp.a8 = needs_q16 and (act_quant == "q8" or (act_quant == "k8" and grp.q16s))
       if needs_q8 or needs_q16 then
         local w = grp.linears[1].inputs[1].width
         grp.q8 = new_buffer({bytes = align(w // 32 * (needs_q16 and Q16_BLOCK_BYTES or Q8_BLOCK_BYTES)),

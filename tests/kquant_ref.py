@@ -14,6 +14,13 @@ IQ4_XS) a scale from the block's largest magnitude and int8 codes. Attention
 
 forward(model, tokens, act_quant="ingot") rounds them as ingot's
 --act-quant q8 does (kc_quantize_q8): blocks of 32 for every type, f32 scale.
+
+forward(model, tokens, act_quant="k8") rounds them as ingot's default (k8) does
+where it rounds to int8: the input of a matmul whose weights (those sharing the
+input in a fused build: q/k/v, gate/up) are all interleaved Q4_K/Q5_K/Q6_K
+(rows a multiple of 16, row length of 256) is rounded per 256 with Q8_K's codes
+and scale (kc_quantize_q16s_a8: the same integers, the same scale); every other
+input stays in float (ingot's 15-bit rounding there is 128 times finer).
 """
 import numpy as np
 
@@ -95,10 +102,16 @@ def forward(m, tokens, act_quant=False):
     theta = float(meta.get("llama.rope.freq_base", 10000.0))
     hd = int(meta["llama.embedding_length"]) // H
 
-    def mm(h, name):
+    def k8_group(names):
+        return all(m.types[n] in (QT.Q4_K, QT.Q5_K, QT.Q6_K) and m.w[n].shape[0] % 16 == 0
+                   and m.w[n].shape[1] % 256 == 0 for n in names)
+
+    def mm(h, name, group=None):
         kind = VEC_DOT.get(m.types[name]) if act_quant else None
         if kind and act_quant == "ingot":
             kind = "ingot"
+        if act_quant == "k8":
+            kind = "q8_k" if k8_group(group or [name]) else None
         if kind is None:
             return h @ m.w[name].T
         hq, s_fix = quant_q8(h, kind)
@@ -115,9 +128,10 @@ def forward(m, tokens, act_quant=False):
         p = f"blk.{i}."
         h = rmsnorm(x, m.w[p + "attn_norm.weight"], eps)
         # GGUF llama rows pair (2i, 2i+1) for RoPE: regroup them into halves
-        q = mm(h, p + "attn_q.weight").reshape(n, H, hd // 2, 2).swapaxes(2, 3).reshape(n, H, hd)
-        k = mm(h, p + "attn_k.weight").reshape(n, KV, hd // 2, 2).swapaxes(2, 3).reshape(n, KV, hd)
-        v = mm(h, p + "attn_v.weight").reshape(n, KV, hd)
+        qkv = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+        q = mm(h, p + "attn_q.weight", qkv).reshape(n, H, hd // 2, 2).swapaxes(2, 3).reshape(n, H, hd)
+        k = mm(h, p + "attn_k.weight", qkv).reshape(n, KV, hd // 2, 2).swapaxes(2, 3).reshape(n, KV, hd)
+        v = mm(h, p + "attn_v.weight", qkv).reshape(n, KV, hd)
         q, k = rope_halves(q, pos, theta), rope_halves(k, pos, theta)
         k, v = np.repeat(k, H // KV, axis=1), np.repeat(v, H // KV, axis=1)
         s = np.einsum("thd,shd->hts", q, k) / np.sqrt(hd) + mask
@@ -125,6 +139,7 @@ def forward(m, tokens, act_quant=False):
         s /= s.sum(-1, keepdims=True)
         x = x + mm(np.einsum("hts,shd->thd", s, v).reshape(n, H * hd), p + "attn_output.weight")
         h = rmsnorm(x, m.w[p + "ffn_norm.weight"], eps)
-        g, u = mm(h, p + "ffn_gate.weight"), mm(h, p + "ffn_up.weight")
+        gu = [p + "ffn_gate.weight", p + "ffn_up.weight"]
+        g, u = mm(h, p + "ffn_gate.weight", gu), mm(h, p + "ffn_up.weight", gu)
         x = x + mm(g / (1 + np.exp(-g)) * u, p + "ffn_down.weight")
     return mm(rmsnorm(x, m.w["output_norm.weight"], eps), "output.weight")

@@ -273,4 +273,5 @@ def test_info_describes_the_model(smollm2):
     # every Q4_1 matrix and the Q8_0 embedding tied to the LM head: 210 + 1
     assert re.search(r"weights: +\d+\.\d MiB in memory \(all read from smollm2\.weights, cast at build time\)",
                      out), out
-    assert "activations:     q16: 15-bit integers per block of 32 against the 211 weight(s) interleaved" in out, out
+    assert ("activations:     k8 (no Q4_K/Q5_K/Q6_K weight here: as q16): 15-bit integers per block of 32 against the "
+            "211 weight(s) interleaved") in out, out

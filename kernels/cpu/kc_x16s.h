@@ -102,6 +102,34 @@ static inline void kc_quantize_q16s(const float *x, kc_q16s *out, int n) {
     }
 }
 
+/* Quantizes n floats (a multiple of 256) into n/256 kc_q16s blocks of int8 activations, one
+ * scale per super-block: llama.cpp's Q8_K rounding (|q| <= 127, nearest-even here), carried in
+ * the high digits with the low digits 0 (x ~= d * 128 * q, d = amax / (127 * 128): exact powers
+ * of two apart from Q8_K's), so that every kernel below reads them as it reads kc_quantize_q16s's
+ * and the a8 vector path skips the low digits' chain (one integer chain per weight: half the
+ * multiplies; bench/RESULTS.md measures the speed and the perplexity). */
+static inline void kc_quantize_q16s_a8(const float *x, kc_q16s *out, int n) {
+    for (int s = 0; s < n / 256; s++, x += 256) {
+        kc_q16s *o = &out[s];
+        float amax = 0.0f;
+        for (int i = 0; i < 256; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        memset(o->l, 0, sizeof o->l);
+        for (int b = 0; b < 16; b++) {
+            int sh = 0;
+            for (int i = 16 * b; i < 16 * b + 16; i++) {
+                const int q = (int)nearbyintf(x[i] * id);
+                o->h[i] = (int8_t)q;
+                sh += q;
+            }
+            o->sh[b] = (int16_t)sh, o->sl[b] = 0;
+            o->sq[b / 2] = b % 2 ? o->sq[b / 2] + (float)(128 * sh) : (float)(128 * sh);
+        }
+        o->d = amax / (127.0f * 128.0f);
+        memset(o->pad, 0, sizeof o->pad);
+    }
+}
+
 /* tokens per vector step: their integer sums (two per token) and chains (two per token) with the
  * group's code vectors fit 32 zmm registers at 4 (at 8, kc_x16k.h's tile, the sums went to the
  * stack: 0.75-0.85x kc_mmp_ per matmul on bench/kernels_bench.c, where 4 measures level or faster) */
@@ -144,7 +172,7 @@ KC_INLINE kx_vf kc__x16s_fold(kx_vf acc, kx_vi vh, kx_vi vl, const kc_q16s *x, k
 
 /* One group of 16 rows, NT (<= KC_X16S_NT) tokens: Y[t][0..16). */
 KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X, int ldxs, int NT, float *Y, int ldy,
-                              const float *bias, int accumulate) {
+                              const float *bias, int accumulate, int a8) {
     const size_t tb = kc_x16k_tile_bytes(wt);
     const int q6 = wt == KC_WQ6_K;
     for (int lo = 0; lo < KC_X16_ROWS; lo += KX_LANES) {
@@ -170,15 +198,15 @@ KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X
                         xh[j] = X[(size_t)j * (size_t)ldxs + (size_t)s].h + 32 * g;
                         xl[j] = X[(size_t)j * (size_t)ldxs + (size_t)s].l + 32 * g;
                     }
-                    kc__x16k_chains(w, q6 ? 4 * hf : 0, q6 ? 4 * hf + 4 : 8, xh, xl, NT, wt, 0, ih, il);
+                    kc__x16k_chains(w, q6 ? 4 * hf : 0, q6 ? 4 * hf + 4 : 8, xh, xl, NT, wt, a8, ih, il); /* a8: il 0 */
                     KC_UNROLL for (int j = 0; j < NT; j++) {
                         if (q6) { /* sum((q - 32) * digit) over the half */
                             const kc_q16s *x = &X[(size_t)j * (size_t)ldxs + (size_t)s];
                             ih[j] = kx_sub32(ih[j], kx_set1_32(32 * x->sh[2 * g + hf]));
-                            il[j] = kx_sub32(il[j], kx_set1_32(32 * x->sl[2 * g + hf]));
+                            if (!a8) il[j] = kx_sub32(il[j], kx_set1_32(32 * x->sl[2 * g + hf]));
                         }
                         vh[j] = kx_add32(vh[j], kx_mullo32(ih[j], sc));
-                        vl[j] = kx_add32(vl[j], kx_mullo32(il[j], sc));
+                        if (!a8) vl[j] = kx_add32(vl[j], kx_mullo32(il[j], sc));
                     }
                 }
             }
@@ -196,9 +224,11 @@ KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X
     }
 }
 #else
-/* Portable: the same integers and the same float steps, one (token, row) at a time. */
+/* Portable: the same integers and the same float steps, one (token, row) at a time (a8's low
+ * digits are 0 and add nothing: one loop serves both). */
 KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X, int ldxs, int NT, float *Y, int ldy,
-                              const float *bias, int accumulate) {
+                              const float *bias, int accumulate, int a8) {
+    (void)a8;
     const size_t tb = kc_x16k_tile_bytes(wt);
     const int q6 = wt == KC_WQ6_K;
     for (int j = 0; j < NT; j++) {
@@ -394,9 +424,10 @@ KC_AMX_TARGET static void kc__x16s_amx(const void *W, int wt, const kc_q16s *X, 
 
 /* Y[t*ldy + r] = (accumulate ? Y : 0) + W[r] . X[t] (+ bias[r]) for rows r0 <= r < r1
  * (multiples of 16), T tokens of kc_q16s activations (ldxs blocks apart). Whole tiles of 16
- * tokens take AMX where the process has it, the rest the vector path: the same bits. */
+ * tokens take AMX where the process has it, the rest the vector path: the same bits. a8: the
+ * activations of kc_quantize_q16s_a8 (AMX multiplies their zero low digits as it does any). */
 KC_INLINE void kc__x16s_mms(const void *W, int wt, const kc_q16s *X, int ldxs, float *Y, int ldy, int T, int IN, int r0,
-                            int r1, const float *bias, int accumulate) {
+                            int r1, const float *bias, int accumulate, int a8) {
     const int NS = IN / 256;
     const size_t gb = (size_t)NS * kc_x16k_tile_bytes(wt);
     int t = 0;
@@ -416,16 +447,21 @@ KC_INLINE void kc__x16s_mms(const void *W, int wt, const kc_q16s *X, int ldxs, f
         const float *bi = bias ? bias + r : NULL;
         int u = t;
 #define KC__X16S_STEP(u, nt) \
-    kc__x16s_group(G, wt, NS, X + (size_t)(u) * (size_t)ldxs, ldxs, nt, Y + (size_t)(u) * (size_t)ldy + r, ldy, bi, accumulate)
+    kc__x16s_group(G, wt, NS, X + (size_t)(u) * (size_t)ldxs, ldxs, nt, Y + (size_t)(u) * (size_t)ldy + r, ldy, bi, accumulate, a8)
         KC_X16_TOKEN_TILES(u, T, KC_X16S_NT, KC__X16S_STEP);
 #undef KC__X16S_STEP
     }
 }
 
+/* kc_mms_TYPE: against kc_quantize_q16s's activations; kc_mms8_TYPE: against kc_quantize_q16s_a8's. */
 #define KC_X16S_MMS(name, WT)                                                                                          \
     static inline void kc_mms_##name(const void *W, const kc_q16s *X, int ldxs, float *Y, int ldy, int T, int IN, int r0, \
                                      int r1, const float *bias, int accumulate) {                                      \
-        kc__x16s_mms(W, WT, X, ldxs, Y, ldy, T, IN, r0, r1, bias, accumulate);                                        \
+        kc__x16s_mms(W, WT, X, ldxs, Y, ldy, T, IN, r0, r1, bias, accumulate, 0);                                     \
+    }                                                                                                                  \
+    static inline void kc_mms8_##name(const void *W, const kc_q16s *X, int ldxs, float *Y, int ldy, int T, int IN,      \
+                                      int r0, int r1, const float *bias, int accumulate) {                             \
+        kc__x16s_mms(W, WT, X, ldxs, Y, ldy, T, IN, r0, r1, bias, accumulate, 1);                                     \
     }
 KC_X16S_MMS(q4_k, KC_WQ4_K)
 KC_X16S_MMS(q5_k, KC_WQ5_K)

@@ -250,14 +250,16 @@ static void test_quantize_q16a8(void) {
     check(bad == 0, "kc_quantize_q16a8: %d values differ from kc_quantize_q8's", bad);
 }
 
-/* kc_mms_ (kc_x16s.h): Q4_K, Q5_K and Q6_K against kc_q16s activations, one scale per 256.
- * Against double-precision sums of the row-major weights and the activations' digits (only
- * float rounding apart), each token bit for bit the token alone (T >= 16 runs the AMX path
- * where the CPU has it, a token alone the vector path: the same bits by construction), and
- * within the rounding bound of x (half a step, d / 2, per value) of the unquantized product. */
+/* kc_mms_ (kc_x16s.h): Q4_K, Q5_K and Q6_K against kc_q16s activations, one scale per 256
+ * (a8: kc_mms8_ against kc_quantize_q16s_a8's int8 ones). Against double-precision sums of the
+ * row-major weights and the activations' digits (only float rounding apart), each token bit for
+ * bit the token alone (T >= 16 runs the AMX path where the CPU has it, a token alone the vector
+ * path: the same bits by construction), and within the rounding bound of x (half a step per
+ * value: d / 2, a8's 128 d / 2) of the unquantized product. */
 typedef void (*mms_fn)(const void *, const kc_q16s *, int, float *, int, int, int, int, int, const float *, int);
-static void mms_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias, int acc) {
-    const mms_fn fn = WT[ty] == KC_WQ4_K ? kc_mms_q4_k : WT[ty] == KC_WQ5_K ? kc_mms_q5_k : kc_mms_q6_k;
+static void mms_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bias, int acc, int a8) {
+    const mms_fn fn = a8 ? (WT[ty] == KC_WQ4_K ? kc_mms8_q4_k : WT[ty] == KC_WQ5_K ? kc_mms8_q5_k : kc_mms8_q6_k)
+                         : (WT[ty] == KC_WQ4_K ? kc_mms_q4_k : WT[ty] == KC_WQ5_K ? kc_mms_q5_k : kc_mms_q6_k);
     const int ldx = IN / 256 + 1, ldy = OUT + 5;
     void *w = rnd_blocks(ty, OUT, IN);
     size_t rb = 0;
@@ -271,7 +273,7 @@ static void mms_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bia
     for (int r = 0; r < OUT; r++) bias[r] = rndf();
     kc_q16s *xq = malloc(sizeof(kc_q16s) * (size_t)T * ldx);
     for (int t = 0; t < T; t++) {
-        kc_quantize_q16s(X + (size_t)t * IN, xq + (size_t)t * ldx, IN);
+        (a8 ? kc_quantize_q16s_a8 : kc_quantize_q16s)(X + (size_t)t * IN, xq + (size_t)t * ldx, IN);
         xq[(size_t)t * ldx + IN / 256].d = NAN; /* padding: must never be read */
         for (int g = 0; g < 8; g++) xq[(size_t)t * ldx + IN / 256].sq[g] = NAN;
     }
@@ -306,7 +308,7 @@ static void mms_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bia
                     dot += wrow[k] * xs;
                     exact += wrow[k] * (double)X[(size_t)t * IN + k];
                     mag += (fabs((kk < 16 ? dA : dB) * q[kk]) + fabs(kk < 16 ? c : cB) + 32.0 * fabs(kk < 16 ? dA : dB)) * fabs(xs);
-                    rbound += fabs(wrow[k]) * xb->d * 0.5;
+                    rbound += fabs(wrow[k]) * xb->d * (a8 ? 64.0 : 0.5);
                 }
             }
             const double extra = (acc ? Y0[yi] : 0.0) + (use_bias ? bias[r] : 0.0);
@@ -316,9 +318,9 @@ static void mms_case(int ty, int IN, int OUT, int T, int r0, int r1, int use_bia
     }
     bad += padding_changed(Y, Y0, T, OUT, ldy);
     check(bad == 0 && bad_round == 0 && bad_alone == 0,
-          "kc_mms_%s (AMX %s) IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d beyond the rounding bound, "
+          "kc_mms%s_%s (AMX %s) IN=%d OUT=%d T=%d rows [%d,%d) bias=%d acc=%d: %d wrong, %d beyond the rounding bound, "
           "%d tokens differ from the token alone",
-          NAME[ty], kc_amx_ready() ? "on" : "off", IN, OUT, T, r0, r1, use_bias, acc, bad, bad_round, bad_alone);
+          a8 ? "8" : "", NAME[ty], kc_amx_ready() ? "on" : "off", IN, OUT, T, r0, r1, use_bias, acc, bad, bad_round, bad_alone);
     free(w), free(x16), free(X), free(Y), free(Y0), free(Y1), free(bias), free(xq), free(wrow);
 }
 
@@ -326,14 +328,50 @@ static void test_matmul_q16s(void) {
     for (int ty = 0; ty < NTYPES; ty++) {
         if (!kc_x16s_type(WT[ty])) continue;
         const int Ts[] = {1, 7, 16, 17, 40};
-        for (int ti = 0; ti < 5; ti++) {
-            mms_case(ty, 512, 48, Ts[ti], 0, 48, 0, 0);
-            mms_case(ty, 768, 64, Ts[ti], 16, 64, 1, 1);
-            mms_case(ty, 256, 32, Ts[ti], 16, 32, 1, 0);
+        for (int a8 = 0; a8 < 2; a8++) {
+            for (int ti = 0; ti < 5; ti++) {
+                mms_case(ty, 512, 48, Ts[ti], 0, 48, 0, 0, a8);
+                mms_case(ty, 768, 64, Ts[ti], 16, 64, 1, 1, a8);
+                mms_case(ty, 256, 32, Ts[ti], 16, 32, 1, 0, a8);
+            }
+            mms_case(ty, 2048, 48, 1, 0, 32, 0, 1, a8);
+            mms_case(ty, 1024, 96, 130, 0, 96, 1, 1, a8);
         }
-        mms_case(ty, 2048, 48, 1, 0, 32, 0, 1);
-        mms_case(ty, 1024, 96, 130, 0, 96, 1, 1);
     }
+}
+
+/* kc_quantize_q16s_a8: llama.cpp's Q8_K codes (round(x * 127 / amax), the largest |x| of a
+ * super-block exactly +-127) as high digits, low digits 0, scale amax / (127 * 128), and the
+ * sums of the codes. */
+static void test_quantize_q16s_a8(void) {
+    float x[768];
+    kc_q16s q[3];
+    int bad = 0;
+    for (int it = 0; it < 50; it++) {
+        for (int k = 0; k < 768; k++) x[k] = rndf() * (k < 256 ? 1e-3f : k < 512 ? 1.0f : 3e4f) * (k % 97 == 5 ? 40.0f : 1.0f);
+        if (it == 0) memset(x, 0, sizeof(float) * 256);
+        kc_quantize_q16s_a8(x, q, 768);
+        for (int s = 0; s < 3; s++) {
+            float amax = 0;
+            int top = 0;
+            for (int k = 0; k < 256; k++) amax = fabsf(x[256 * s + k]) > amax ? fabsf(x[256 * s + k]) : amax;
+            const float iscale = amax > 0 ? 127.0f / amax : 0.0f; /* Q8_K's, up to its sign */
+            bad += q[s].d != amax / 127.0f / 128.0f;
+            for (int b = 0; b < 16; b++) {
+                long sh = 0;
+                for (int k = 16 * b; k < 16 * b + 16; k++) {
+                    const int h = q[s].h[k];
+                    bad += h != (int)nearbyintf(iscale * x[256 * s + k]) || q[s].l[k] != 0 || h < -127 || h > 127;
+                    sh += h;
+                    top |= abs(h) == 127;
+                }
+                bad += q[s].sh[b] != sh || q[s].sl[b] != 0;
+                if (b % 2) bad += q[s].sq[b / 2] != (float)(128 * (sh + q[s].sh[b - 1]));
+            }
+            bad += amax > 0 && !top;
+        }
+    }
+    check(bad == 0, "kc_quantize_q16s_a8: codes, scale and sums (%d wrong)", bad);
 }
 
 /* kc_quantize_q16s: kc_quantize_q16's digits with one scale per 256 (the largest |x| of a
@@ -498,6 +536,7 @@ int main(void) {
     /* tests/test_kernels.py reads this line: AMX must be on where the CPU has it */
     printf("kc_x16s: AMX tiles %s\n", kc_amx_ready() ? "on" : "off");
     test_quantize_q16s();
+    test_quantize_q16s_a8();
     test_matmul_q16s();
     test_quantize_q16();
     test_quantize_q16a8();
