@@ -579,48 +579,67 @@ KC_INLINE void kc__x16k_store(float *Y, int ldy, const kx_vf *acc, int NT, int l
     }
 }
 
+/* Block b (32 columns) of lanes [lo, lo + KX_LANES) of a row group against NT tokens, into
+ * acc[0..NT). */
+KC_INLINE void kc__x16k_block(const uint8_t *G, int wt, int b, int lo, const kc_q16 *X, int ldxb, int NT, kx_vf acc[],
+                              int a8) {
+    kx_vi w[8];
+    kx_vf dA, dB = kx_fzero(), c = kx_fzero(), cB = kx_fzero();
+    kc__x16k_unpack(G, wt, b, lo, w, &dA, &dB, &c, &cB);
+    /* A type with a scale per 16 (split) takes its halves one after the other, each
+     * folded into the accumulator as it ends. */
+    const int split = kc__x16k_split(wt);
+    KC_UNROLL for (int hf = 0; hf < 2; hf++) { /* constant trip counts, so that the loops unroll */
+        if (hf && !split) break;
+        kx_vi ih[KC_X16_NT], il[KC_X16_NT];
+        const int8_t *xh[KC_X16_NT], *xl[KC_X16_NT];
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            xh[j] = X[(size_t)j * (size_t)ldxb + (size_t)b].h;
+            xl[j] = X[(size_t)j * (size_t)ldxb + (size_t)b].l;
+        }
+        kc__x16k_chains(w, split ? 4 * hf : 0, split ? 4 * hf + 4 : 8, xh, xl, NT, wt, a8, ih, il);
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
+            const kx_vf xd = kx_fset1(x->d);
+            if (split) {
+                const kx_vi a = kx_sub32(kx_add32(kx_slli32(ih[j], 7), il[j]),
+                                         kx_set1_32(kc__x16k_off(wt) * x->s16[hf]));
+                acc[j] = kx_fmadd(hf ? dB : dA, kx_fmul(kx_cvt(a), xd), acc[j]);
+                if (wt == KC_WQ2_K && hf) { /* -dmin*m per half against the half's sum */
+                    acc[j] = kx_fmadd(c, kx_fset1((float)x->s16[0] * x->d), acc[j]);
+                    acc[j] = kx_fmadd(cB, kx_fset1((float)x->s16[1] * x->d), acc[j]);
+                }
+            } else {
+                const kx_vf f = kx_cvt(kx_add32(kx_slli32(ih[j], 7), il[j]));
+                acc[j] = kx_fmadd(dA, kx_fmul(f, xd), acc[j]);
+                acc[j] = kx_fmadd(c, kx_fset1(x->s), acc[j]);
+            }
+        }
+    }
+}
+
 /* One group of 16 rows, NT tokens (at most KC_X16_NT): Y[t][0..16). */
 KC_INLINE void kc__x16k_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
                               const float *bias, int accumulate, int a8) {
+    const size_t bpb = kc_x16k_tile_bytes(wt) / (size_t)(kc_x16k_cols(wt) / 32); /* bytes per 32 columns */
+    if (KX_LANES < KC_X16_ROWS && NT == 1) {
+        /* one token (decode) on 8-lane vectors: both halves of each block in turn, a prefetch per
+         * block throughout (as kc_x16.h's kc__x16_group) */
+        kx_vf acc[KC_X16_ROWS / KX_LANES];
+        KC_UNROLL for (int h = 0; h < KC_X16_ROWS / KX_LANES; h++) acc[h] = kx_fzero();
+        for (int b = 0; b < NB; b++) {
+            kc__x16_prefetch(G + (size_t)b * bpb, bpb);
+            KC_UNROLL for (int h = 0; h < KC_X16_ROWS / KX_LANES; h++) kc__x16k_block(G, wt, b, KX_LANES * h, X, ldxb, 1, &acc[h], a8);
+        }
+        KC_UNROLL for (int h = 0; h < KC_X16_ROWS / KX_LANES; h++) kc__x16k_store(Y, ldy, &acc[h], 1, KX_LANES * h, bias, accumulate);
+        return;
+    }
     for (int lo = 0; lo < KC_X16_ROWS; lo += KX_LANES) {
         kx_vf acc[KC_X16_NT];
         KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = kx_fzero();
-        const size_t bpb = kc_x16k_tile_bytes(wt) / (size_t)(kc_x16k_cols(wt) / 32); /* bytes per 32 columns */
         for (int b = 0; b < NB; b++) {
-            kx_vi w[8];
-            kx_vf dA, dB = kx_fzero(), c = kx_fzero(), cB = kx_fzero();
             if (!lo) kc__x16_prefetch(G + (size_t)b * bpb, bpb); /* a K-quant tile: its eighths in turn */
-            kc__x16k_unpack(G, wt, b, lo, w, &dA, &dB, &c, &cB);
-            /* A type with a scale per 16 (split) takes its halves one after the other, each
-             * folded into the accumulator as it ends. */
-            const int split = kc__x16k_split(wt);
-            KC_UNROLL for (int hf = 0; hf < 2; hf++) { /* constant trip counts, so that the loops unroll */
-                if (hf && !split) break;
-                kx_vi ih[KC_X16_NT], il[KC_X16_NT];
-                const int8_t *xh[KC_X16_NT], *xl[KC_X16_NT];
-                KC_UNROLL for (int j = 0; j < NT; j++) {
-                    xh[j] = X[(size_t)j * (size_t)ldxb + (size_t)b].h;
-                    xl[j] = X[(size_t)j * (size_t)ldxb + (size_t)b].l;
-                }
-                kc__x16k_chains(w, split ? 4 * hf : 0, split ? 4 * hf + 4 : 8, xh, xl, NT, wt, a8, ih, il);
-                KC_UNROLL for (int j = 0; j < NT; j++) {
-                    const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
-                    const kx_vf xd = kx_fset1(x->d);
-                    if (split) {
-                        const kx_vi a = kx_sub32(kx_add32(kx_slli32(ih[j], 7), il[j]),
-                                                 kx_set1_32(kc__x16k_off(wt) * x->s16[hf]));
-                        acc[j] = kx_fmadd(hf ? dB : dA, kx_fmul(kx_cvt(a), xd), acc[j]);
-                        if (wt == KC_WQ2_K && hf) { /* -dmin*m per half against the half's sum */
-                            acc[j] = kx_fmadd(c, kx_fset1((float)x->s16[0] * x->d), acc[j]);
-                            acc[j] = kx_fmadd(cB, kx_fset1((float)x->s16[1] * x->d), acc[j]);
-                        }
-                    } else {
-                        const kx_vf f = kx_cvt(kx_add32(kx_slli32(ih[j], 7), il[j]));
-                        acc[j] = kx_fmadd(dA, kx_fmul(f, xd), acc[j]);
-                        acc[j] = kx_fmadd(c, kx_fset1(x->s), acc[j]);
-                    }
-                }
-            }
+            kc__x16k_block(G, wt, b, lo, X, ldxb, NT, acc, a8);
         }
         kc__x16k_store(Y, ldy, acc, NT, lo, bias, accumulate);
     }

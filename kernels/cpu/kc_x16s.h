@@ -170,11 +170,65 @@ KC_INLINE kx_vf kc__x16s_fold(kx_vf acc, kx_vi vh, kx_vi vl, const kc_q16s *x, k
     return kx_fmadd(u, kx_fset1(x->d), acc);
 }
 
+#if KX_LANES == 8
+/* One token (decode) on 8-lane vectors: both halves of the 16 rows in the same pass over the
+ * tiles, each code vector's broadcast of the token's digits serving both, two independent chains
+ * in flight (the same integers and float steps as kc__x16s_group, so the same bits). */
+KC_INLINE void kc__x16s_group1(const uint8_t *G, int wt, int NS, const kc_q16s *x0, float *Y, const float *bias,
+                               int accumulate, int a8) {
+    const size_t tb = kc_x16k_tile_bytes(wt);
+    const int q6 = wt == KC_WQ6_K;
+    kx_vf acc[2] = {kx_fzero(), kx_fzero()};
+    for (int s = 0; s < NS; s++) {
+        const uint8_t *t = G + (size_t)s * tb;
+        const kc_q16s *x = &x0[s];
+        kx_vi vh[2] = {kx_zero(), kx_zero()}, vl[2] = {kx_zero(), kx_zero()};
+        for (int g = 0; g < 8; g++) {
+            const int b = 8 * s + g;
+            kc__x16_prefetch(t + (size_t)g * (tb / 8), tb / 8);
+            const int8_t *xh[1] = {x->h + 32 * g}, *xl[1] = {x->l + 32 * g};
+            KC_UNROLL for (int h = 0; h < 2; h++) {
+                kx_vi w[8];
+                kx_vf dA, dB = kx_fzero(), c = kx_fzero(), cB = kx_fzero();
+                kc__x16k_unpack(G, wt, b, 8 * h, w, &dA, &dB, &c, &cB);
+                KC_UNROLL for (int hf = 0; hf < 2; hf++) {
+                    if (hf && !q6) break;
+                    const kx_vi sc = q6 ? kx_i8i(t + KC_X16K_Q6_SC + 16 * (2 * g + hf) + 8 * h)
+                                        : kx_u8i(t + KC_X16K_K4_SC + 16 * g + 8 * h);
+                    kx_vi ih[1], il[1];
+                    kc__x16k_chains(w, q6 ? 4 * hf : 0, q6 ? 4 * hf + 4 : 8, xh, xl, 1, wt, a8, ih, il);
+                    if (q6) {
+                        ih[0] = kx_sub32(ih[0], kx_set1_32(32 * x->sh[2 * g + hf]));
+                        if (!a8) il[0] = kx_sub32(il[0], kx_set1_32(32 * x->sl[2 * g + hf]));
+                    }
+                    vh[h] = kx_add32(vh[h], kx_mullo32(ih[0], sc));
+                    if (!a8) vl[h] = kx_add32(vl[h], kx_mullo32(il[0], sc));
+                }
+            }
+        }
+        KC_UNROLL for (int h = 0; h < 2; h++) {
+            const kx_vf d = kx_f16(t + 16 * h), dmin = q6 ? kx_fzero() : kx_f16(t + 32 + 16 * h);
+            kx_vf m[8];
+            KC_UNROLL for (int g = 0; g < 8; g++) m[g] = q6 ? kx_fzero() : kx_u8f(t + KC_X16K_K4_M + 16 * g + 8 * h);
+            acc[h] = kc__x16s_fold(acc[h], vh[h], vl[h], x, d, dmin, q6 ? kx_fzero() : kc__x16s_mins(m, x), !q6);
+        }
+    }
+    kc__x16k_store(Y, 0, &acc[0], 1, 0, bias, accumulate);
+    kc__x16k_store(Y, 0, &acc[1], 1, 8, bias, accumulate);
+}
+#endif
+
 /* One group of 16 rows, NT (<= KC_X16S_NT) tokens: Y[t][0..16). */
 KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X, int ldxs, int NT, float *Y, int ldy,
                               const float *bias, int accumulate, int a8) {
     const size_t tb = kc_x16k_tile_bytes(wt);
     const int q6 = wt == KC_WQ6_K;
+#if KX_LANES == 8
+    if (NT == 1) {
+        kc__x16s_group1(G, wt, NS, X, Y, bias, accumulate, a8);
+        return;
+    }
+#endif
     for (int lo = 0; lo < KC_X16_ROWS; lo += KX_LANES) {
         kx_vf acc[KC_X16S_NT];
         KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = kx_fzero();
