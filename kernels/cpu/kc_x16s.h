@@ -219,20 +219,18 @@ KC_INLINE void kc__x16s_group1(const uint8_t *G, int wt, int NS, const kc_q16s *
 #endif
 
 /* One group of 16 rows, NT (<= KC_X16S_NT) tokens: Y[t][0..16). */
-KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X, int ldxs, int NT, float *Y, int ldy,
-                              const float *bias, int accumulate, int a8) {
+/* Super-blocks [s0, s1) of a group of 16 rows for NT (<= KC_X16S_NT) tokens. U: NULL, or the
+ * groups' code vectors unpacked (kc__x16s_unpacked) for s0..s1; accm: NULL (the sums start at 0
+ * and end in Y, with bias and accumulate), or the NT tokens' float sums, 16 apiece, carried
+ * in and out (so that a row group taken in pieces adds the same floats in the same order). */
+KC_INLINE void kc__x16s_part(const uint8_t *G, int wt, int s0, int s1, const uint8_t *U, const kc_q16s *X, int ldxs,
+                             int NT, float *accm, float *Y, int ldy, const float *bias, int accumulate, int a8) {
     const size_t tb = kc_x16k_tile_bytes(wt);
     const int q6 = wt == KC_WQ6_K;
-#if KX_LANES == 8
-    if (NT == 1) {
-        kc__x16s_group1(G, wt, NS, X, Y, bias, accumulate, a8);
-        return;
-    }
-#endif
     for (int lo = 0; lo < KC_X16_ROWS; lo += KX_LANES) {
         kx_vf acc[KC_X16S_NT];
-        KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = kx_fzero();
-        for (int s = 0; s < NS; s++) {
+        KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = accm ? kx_fload(accm + 16 * j + lo) : kx_fzero();
+        for (int s = s0; s < s1; s++) {
             const uint8_t *t = G + (size_t)s * tb;
             kx_vi vh[KC_X16S_NT], vl[KC_X16S_NT];
             KC_UNROLL for (int j = 0; j < NT; j++) vh[j] = vl[j] = kx_zero();
@@ -240,8 +238,13 @@ KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X
                 const int b = 8 * s + g;
                 kx_vi w[8];
                 kx_vf dA, dB = kx_fzero(), c = kx_fzero(), cB = kx_fzero();
-                if (!lo) kc__x16_prefetch(t + (size_t)g * (tb / 8), tb / 8);
-                kc__x16k_unpack(G, wt, b, lo, w, &dA, &dB, &c, &cB);
+                if (U) {
+                    const uint8_t *u = U + (((size_t)(s - s0) * 8 + (size_t)g) * (KC_X16_ROWS / KX_LANES) + (size_t)(lo / KX_LANES)) * 8 * sizeof(kx_vi);
+                    KC_UNROLL for (int k = 0; k < 8; k++) w[k] = kx_load(u + k * sizeof(kx_vi));
+                } else {
+                    if (!lo) kc__x16_prefetch(t + (size_t)g * (tb / 8), tb / 8);
+                    kc__x16k_unpack(G, wt, b, lo, w, &dA, &dB, &c, &cB);
+                }
                 KC_UNROLL for (int hf = 0; hf < 2; hf++) {
                     if (hf && !q6) break;
                     const kx_vi sc = q6 ? kx_i8i(t + KC_X16K_Q6_SC + 16 * (2 * g + hf) + lo)
@@ -274,9 +277,69 @@ KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X
                 acc[j] = kc__x16s_fold(acc[j], vh[j], vl[j], x, d, dmin, q6 ? kx_fzero() : kc__x16s_mins(m, x), !q6);
             }
         }
-        kc__x16k_store(Y, ldy, acc, NT, lo, bias, accumulate);
+        if (accm) KC_UNROLL for (int j = 0; j < NT; j++) kx_fstore(accm + 16 * j + lo, acc[j]);
+        else kc__x16k_store(Y, ldy, acc, NT, lo, bias, accumulate);
     }
 }
+
+/* The code vectors of super-blocks [s0, s1) of a row group, unpacked once into U in the order
+ * kc__x16s_part reads them: (s, group, lanes, k). */
+KC_INLINE void kc__x16s_unpacked(const uint8_t *G, int wt, int s0, int s1, uint8_t *U) {
+    for (int s = s0; s < s1; s++)
+        for (int g = 0; g < 8; g++)
+            for (int lo = 0; lo < KC_X16_ROWS; lo += KX_LANES) {
+                kx_vi w[8];
+                kx_vf dA, dB = kx_fzero(), c = kx_fzero(), cB = kx_fzero();
+                kc__x16k_unpack(G, wt, 8 * s + g, lo, w, &dA, &dB, &c, &cB);
+                uint8_t *u = U + (((size_t)(s - s0) * 8 + (size_t)g) * (KC_X16_ROWS / KX_LANES) + (size_t)(lo / KX_LANES)) * 8 * sizeof(kx_vi);
+                KC_UNROLL for (int k = 0; k < 8; k++) memcpy(u + k * sizeof(kx_vi), &w[k], sizeof(kx_vi));
+            }
+}
+
+/* One group of 16 rows, NT (<= KC_X16S_NT) tokens: Y[t][0..16). */
+KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X, int ldxs, int NT, float *Y, int ldy,
+                              const float *bias, int accumulate, int a8) {
+#if KX_LANES == 8
+    if (NT == 1) {
+        kc__x16s_group1(G, wt, NS, X, Y, bias, accumulate, a8);
+        return;
+    }
+#endif
+    kc__x16s_part(G, wt, 0, NS, NULL, X, ldxs, NT, NULL, Y, ldy, bias, accumulate, a8);
+}
+
+#if KX_LANES == 8
+#define KC_X16S_PRE_TOKENS 64 /* tokens per piece: their float sums (4 KiB) on the stack */
+#define KC_X16S_PRE_SUPER 4   /* super-blocks per piece: their unpacked code vectors (16 KiB) stay in L1 */
+/* A row group against many tokens on 8-lane vectors (no VNNI to hide the unpacking: Q6_K's
+ * codes take five operations a vector, about as many as the multiplies for two tokens): the code
+ * vectors of 4 super-blocks are unpacked once and read by every token tile of a piece of 64
+ * tokens, whose float sums wait in memory between pieces. The same integers and float steps in
+ * the same order as kc__x16s_group: the same bits. */
+KC_INLINE void kc__x16s_group_many(const uint8_t *G, int wt, int NS, const kc_q16s *X, int ldxs, int T, float *Y,
+                                   int ldy, const float *bias, int accumulate, int a8) {
+    _Alignas(64) uint8_t U[KC_X16S_PRE_SUPER * 8 * (KC_X16_ROWS / KX_LANES) * 8 * sizeof(kx_vi)];
+    _Alignas(64) float accm[KC_X16S_PRE_TOKENS * 16];
+    for (int tc = 0; tc < T; tc += KC_X16S_PRE_TOKENS) {
+        const int nt = T - tc < KC_X16S_PRE_TOKENS ? T - tc : KC_X16S_PRE_TOKENS;
+        memset(accm, 0, sizeof(float) * 16 * (size_t)nt);
+        for (int s0 = 0; s0 < NS; s0 += KC_X16S_PRE_SUPER) {
+            const int s1 = NS - s0 < KC_X16S_PRE_SUPER ? NS : s0 + KC_X16S_PRE_SUPER;
+            kc__x16s_unpacked(G, wt, s0, s1, U);
+            int u = 0;
+#define KC__X16S_PRE_STEP(u, n) \
+    kc__x16s_part(G, wt, s0, s1, U, X + (size_t)(tc + (u)) * (size_t)ldxs, ldxs, n, accm + 16 * (u), NULL, 0, NULL, 0, a8)
+            KC_X16_TOKEN_TILES(u, nt, KC_X16S_NT, KC__X16S_PRE_STEP);
+#undef KC__X16S_PRE_STEP
+        }
+        for (int lo = 0; lo < KC_X16_ROWS; lo += KX_LANES)
+            for (int j = 0; j < nt; j++) {
+                const kx_vf a = kx_fload(accm + 16 * j + lo);
+                kc__x16k_store(Y + (size_t)(tc + j) * (size_t)ldy, ldy, &a, 1, lo, bias, accumulate);
+            }
+    }
+}
+#endif
 #else
 /* Portable: the same integers and the same float steps, one (token, row) at a time (a8's low
  * digits are 0 and add nothing: one loop serves both). */
@@ -500,6 +563,13 @@ KC_INLINE void kc__x16s_mms(const void *W, int wt, const kc_q16s *X, int ldxs, f
         const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * gb;
         const float *bi = bias ? bias + r : NULL;
         int u = t;
+#if KX_LANES == 8
+        if (T - u >= KC_X16S_NT * 4) { /* enough token tiles to share the unpacking */
+            kc__x16s_group_many(G, wt, NS, X + (size_t)u * (size_t)ldxs, ldxs, T - u, Y + (size_t)u * (size_t)ldy + r, ldy,
+                                bi, accumulate, a8);
+            continue;
+        }
+#endif
 #define KC__X16S_STEP(u, nt) \
     kc__x16s_group(G, wt, NS, X + (size_t)(u) * (size_t)ldxs, ldxs, nt, Y + (size_t)(u) * (size_t)ldy + r, ldy, bi, accumulate, a8)
         KC_X16_TOKEN_TILES(u, T, KC_X16S_NT, KC__X16S_STEP);
