@@ -340,6 +340,13 @@ static void test_matmul_q16s(void) {
     }
 }
 
+/* Three super-blocks of test activations for the per-256 quantizers: tiny, unit and large
+ * magnitudes with outliers; the first all zero on the first iteration. */
+static void q16s_input(float x[768], int it) {
+    for (int k = 0; k < 768; k++) x[k] = rndf() * (k < 256 ? 1e-3f : k < 512 ? 1.0f : 3e4f) * (k % 97 == 5 ? 40.0f : 1.0f);
+    if (it == 0) memset(x, 0, sizeof(float) * 256);
+}
+
 /* kc_quantize_q16s_a8: llama.cpp's Q8_K codes (round(x * 127 / amax), the largest |x| of a
  * super-block exactly +-127) as high digits, low digits 0, scale amax / (127 * 128), and the
  * sums of the codes. */
@@ -348,8 +355,7 @@ static void test_quantize_q16s_a8(void) {
     kc_q16s q[3];
     int bad = 0;
     for (int it = 0; it < 50; it++) {
-        for (int k = 0; k < 768; k++) x[k] = rndf() * (k < 256 ? 1e-3f : k < 512 ? 1.0f : 3e4f) * (k % 97 == 5 ? 40.0f : 1.0f);
-        if (it == 0) memset(x, 0, sizeof(float) * 256);
+        q16s_input(x, it);
         kc_quantize_q16s_a8(x, q, 768);
         for (int s = 0; s < 3; s++) {
             float amax = 0;
@@ -381,8 +387,7 @@ static void test_quantize_q16s(void) {
     kc_q16s q[3];
     int bad = 0;
     for (int it = 0; it < 50; it++) {
-        for (int k = 0; k < 768; k++) x[k] = rndf() * (k < 256 ? 1e-3f : k < 512 ? 1.0f : 3e4f) * (k % 97 == 5 ? 40.0f : 1.0f);
-        if (it == 0) memset(x, 0, sizeof(float) * 256);
+        q16s_input(x, it);
         kc_quantize_q16s(x, q, 768);
         for (int s = 0; s < 3; s++) {
             double amax = 0;
