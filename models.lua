@@ -6,16 +6,19 @@
 -- terms) and write `layer` (and `embed`, `head`) with the ops of
 -- generator/graph.lua:
 --   embedding(tokens, W)  rmsnorm(x, W, eps [, {offset = 1, heads = n}])  linear(x, W [, bias])
---   rope(x, {heads, head_dim, theta, scaling})  attention(q, k, v, {heads, kv_heads, head_dim,
+--   layernorm(x, W, bias or nil, eps [, {heads = n}])
+--   rope(x, {heads, head_dim, theta, scaling, rot_dim})  attention(q, k, v, {heads, kv_heads, head_dim,
 --   window, softcap, scale})  moe(x, router, {gate, up, down}, {experts, top_k, normalize})
---   silu(x)  gelu_tanh(x)  softcap(x, cap)  x + y  x * y  x * number
+--   columns(x, first, count [, {heads = n}])  concat(a, b [, {heads = n}])  head_linear(x, W, {...})
+--   silu(x)  gelu(x)  gelu_tanh(x)  softcap(x, cap)  x + y  x * y  x * number
+-- An unknown op or option is an error that lists what exists.
 -- Every entry is validated (generator/describe.lua): unknown or missing keys
 -- and shapes that do not divide are reported as models.lua:LINE: error: ...
 --
 -- Config values are read from HF config.json (`hf`: a key, a dotted path, or
 -- a list of those tried in order) or from GGUF metadata (`gguf`, where %s is
 -- the GGUF architecture name); `default` may be a number, a boolean, an
--- expression over other config values, "tensor_rows:WEIGHT" (the stored
+-- expression over other config values (with floor, ceil, min, max), "tensor_rows:WEIGHT" (the stored
 -- tensor's row count) or "has_tensor:WEIGHT" (whether the checkpoint stores
 -- it; layer 0's for a per-layer weight); `by_format` gives a constant that
 -- depends on the checkpoint's format ({hf = ..., gguf = ...}; a format it
@@ -305,6 +308,70 @@ M.phi3 = {
   embed = embed_tokens,
   layer = M.llama.layer,
   head = lm_head,
+}
+
+-- GPT-NeoX (Pythia): LayerNorm with biases, partial rotary (the first rot_dim columns of each
+-- head), exact GELU, and by default the parallel residual x + attn(ln1(x)) + mlp(ln2(x)). Q, K
+-- and V come from one projection whose rows hold each head's q, k and v rows in turn;
+-- llama.cpp's converter regroups them as every head's q rows, then k, then v.
+M.gptneox = {
+  hf = {"GPTNeoXForCausalLM"},
+  gguf = "gptneox",
+  config = merge(ROPE_CONFIG, {
+    dim        = {hf = "hidden_size",             gguf = "%s.embedding_length"},
+    layers     = {hf = "num_hidden_layers",       gguf = "%s.block_count"},
+    heads      = {hf = "num_attention_heads",     gguf = "%s.attention.head_count"},
+    head_dim   = {default = "dim / heads"},
+    ffn        = {hf = "intermediate_size",       gguf = "%s.feed_forward_length"},
+    eps        = {hf = "layer_norm_eps",          gguf = "%s.attention.layer_norm_epsilon"},
+    vocab      = {hf = "vocab_size",              gguf = "%s.vocab_size", default = "tensor_rows:embed"},
+    ctx        = {hf = "max_position_embeddings", gguf = "%s.context_length", default = 2048},
+    rope_theta = {hf = {"rope_parameters.rope_theta", "rotary_emb_base"}, gguf = "%s.rope.freq_base", default = 10000},
+    rotary_pct = {hf = {"rope_parameters.partial_rotary_factor", "rotary_pct"}, default = 1},
+    rot_dim    = {gguf = "%s.rope.dimension_count", default = "floor(head_dim * rotary_pct)"},
+    parallel   = {hf = "use_parallel_residual", gguf = "%s.use_parallel_residual", default = true},
+    attention_bias = {hf = "attention_bias", default = "has_tensor:qkv_bias"},
+    act        = {hf = "hidden_act", default = "gelu"},
+    qkv_per_head = {by_format = {hf = true, gguf = false}},
+  }),
+  rope_pairs = {hf = "halves", gguf = "halves"},
+  weights = {
+    embed        = {hf = "gpt_neox.embed_in.weight", gguf = "token_embd.weight", shape = {"vocab", "dim"}},
+    final_norm   = {hf = "gpt_neox.final_layer_norm.weight", gguf = "output_norm.weight", shape = {"dim"}},
+    final_norm_b = {hf = "gpt_neox.final_layer_norm.bias",   gguf = "output_norm.bias",   shape = {"dim"}},
+    lm_head      = {hf = "embed_out.weight", gguf = "output.weight", shape = {"vocab", "dim"}, tied = "embed"},
+    attn_norm    = {hf = "gpt_neox.layers.%d.input_layernorm.weight", gguf = "blk.%d.attn_norm.weight", shape = {"dim"}},
+    attn_norm_b  = {hf = "gpt_neox.layers.%d.input_layernorm.bias",   gguf = "blk.%d.attn_norm.bias",   shape = {"dim"}},
+    qkv          = {hf = "gpt_neox.layers.%d.attention.query_key_value.weight", gguf = "blk.%d.attn_qkv.weight",
+                    shape = {"3 * dim", "dim"}},
+    qkv_bias     = {hf = "gpt_neox.layers.%d.attention.query_key_value.bias", gguf = "blk.%d.attn_qkv.bias", shape = {"3 * dim"}},
+    o            = {hf = "gpt_neox.layers.%d.attention.dense.weight", gguf = "blk.%d.attn_output.weight", shape = {"dim", "dim"}},
+    o_bias       = {hf = "gpt_neox.layers.%d.attention.dense.bias",   gguf = "blk.%d.attn_output.bias",   shape = {"dim"}},
+    ffn_norm     = {hf = "gpt_neox.layers.%d.post_attention_layernorm.weight", gguf = "blk.%d.ffn_norm.weight", shape = {"dim"}},
+    ffn_norm_b   = {hf = "gpt_neox.layers.%d.post_attention_layernorm.bias",   gguf = "blk.%d.ffn_norm.bias",   shape = {"dim"}},
+    up           = {hf = "gpt_neox.layers.%d.mlp.dense_h_to_4h.weight", gguf = "blk.%d.ffn_up.weight",   shape = {"ffn", "dim"}},
+    up_bias      = {hf = "gpt_neox.layers.%d.mlp.dense_h_to_4h.bias",   gguf = "blk.%d.ffn_up.bias",     shape = {"ffn"}},
+    down         = {hf = "gpt_neox.layers.%d.mlp.dense_4h_to_h.weight", gguf = "blk.%d.ffn_down.weight", shape = {"dim", "ffn"}},
+    down_bias    = {hf = "gpt_neox.layers.%d.mlp.dense_4h_to_h.bias",   gguf = "blk.%d.ffn_down.bias",   shape = {"dim"}},
+  },
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local H, D, ab = c.heads, c.head_dim, c.attention_bias
+    local act = ({gelu = gelu, gelu_new = gelu_tanh, gelu_pytorch_tanh = gelu_tanh})[c.act]
+    if not act then error("gptneox: hidden_act '" .. tostring(c.act) .. "' is not supported (gelu, gelu_new)") end
+    local qkv = linear(layernorm(x, w.attn_norm, w.attn_norm_b, c.eps), w.qkv, ab and w.qkv_bias)
+    local function part(i) -- of [head][q | k | v] rows, or [q of every head | k ... | v ...]
+      return c.qkv_per_head and columns(qkv, i * D, D, {heads = H}) or columns(qkv, i * H * D, H * D)
+    end
+    local function rope_of(t) return rope(t, merge(rope_opts(c, H), {rot_dim = c.rot_dim})) end
+    local a = attention(rope_of(part(0)), rope_of(part(1)), part(2), {heads = H, kv_heads = H, head_dim = D})
+    a = linear(a, w.o, ab and w.o_bias)
+    local function mlp(h) return linear(act(linear(h, w.up, w.up_bias)), w.down, w.down_bias) end
+    if c.parallel then return x + a + mlp(layernorm(x, w.ffn_norm, w.ffn_norm_b, c.eps)) end
+    x = x + a
+    return x + mlp(layernorm(x, w.ffn_norm, w.ffn_norm_b, c.eps))
+  end,
+  head = function(x, w, c) return linear(layernorm(x, w.final_norm, w.final_norm_b, c.eps), w.lm_head) end,
 }
 
 -- A GGUF keeps a layer's experts stacked in one tensor [experts, rows, cols].

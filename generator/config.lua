@@ -12,8 +12,13 @@ local describe = require("describe")
 
 local config = {}
 
+-- What an expression may call besides the config values: floor(head_dim * factor) is
+-- transformers' int(head_dim * partial_rotary_factor).
+local EXPR_FUNCTIONS = {floor = math.floor, ceil = math.ceil, min = math.min, max = math.max}
+
 local function eval_expr(d, e, key, expr, values)
   local env = setmetatable({}, {__index = function(_, k)
+    if EXPR_FUNCTIONS[k] then return EXPR_FUNCTIONS[k] end
     if values[k] == nil then error({pending = k}) end
     return values[k]
   end})
@@ -38,7 +43,8 @@ end
 function config.resolve(d, e, src)
   local values, pending = {}, {}
   local arch = src.meta and src.meta["general.architecture"]
-  for key, spec in pairs(e.config) do
+  for _, key in ipairs(util.sorted_keys(e.config)) do -- in name order: the same error every run
+    local spec = e.config[key]
     local raw
     local from_default = false
     -- by_format's constant for this format wins; a format it does not name reads hf/gguf
@@ -177,7 +183,8 @@ end
 
 -- Evaluates each declared weight's shape in this model's config.
 function config.weight_dims(d, e, values)
-  for wname, spec in pairs(e.weights) do
+  for _, wname in ipairs(util.sorted_keys(e.weights)) do
+    local spec = e.weights[wname]
     spec.dims = {}
     for i, expr in ipairs(spec.shape) do
       local v = type(expr) == "number" and expr or eval_expr(d, e, wname, expr, values)

@@ -210,15 +210,31 @@ function describe.load(path)
   local env = setmetatable({}, {__index = function(_, k)
     local v = ops[k]
     if v ~= nil then return v end
-    return _G[k]
+    v = _G[k]
+    -- while a model is traced the ops are known: a name that is neither one nor Lua's is a
+    -- misspelled or missing op, reported at the line that used it with the ops there are
+    if v == nil and next(ops) ~= nil then
+      local names = {}
+      for name, f in pairs(ops) do
+        if type(f) == "function" and _G[name] == nil then names[#names + 1] = name end
+      end
+      table.sort(names)
+      error(string.format("unknown op or name '%s' (ops: %s)", tostring(k), table.concat(names, ", ")), 2)
+    end
+    return v
   end})
   local chunk, perr = load(text, "@" .. path, "t", env)
   if not chunk then util.die(perr) end
   local ok, entries, locals = run_chunk(chunk)
   if not ok then util.die(tostring(entries)) end
   if type(entries) ~= "table" then util.die(path .. ":1: error: must return a table of entries") end
-  local d = {path = path, text = text, entries = entries, ops = ops, lines = key_lines(text, entries, locals)}
-  for name, entry in pairs(entries) do describe.validate(d, name, entry) end
+  local d = {path = path, text = text, entries = entries, ops = ops, lines = key_lines(text, entries, locals),
+             broken = {}}
+  -- one entry's mistake is reported when a checkpoint of that entry is cast, and breaks no other
+  for _, name in ipairs(util.sorted_keys(entries)) do
+    local ok, err = util.try(describe.validate, d, name, entries[name])
+    if not ok then d.broken[name] = err end
+  end
   return d
 end
 
@@ -246,12 +262,19 @@ function describe.validate(d, name, e)
   for _, k in ipairs(REQUIRED) do
     if e[k] == nil then describe.fail(d, name, nil, string.format("entry '%s' is missing '%s'", name, k)) end
   end
-  for key, spec in pairs(e.config) do
+  if type(e.config) ~= "table" or type(e.weights) ~= "table" then
+    describe.fail(d, name, nil, "entry '" .. name .. "': config and weights must be tables")
+  end
+  -- in name order, so that an entry with several mistakes reports the same one every run
+  for _, key in ipairs(util.sorted_keys(e.config)) do
+    local spec = e.config[key]
     if type(spec) ~= "table" then describe.fail(d, name, key, "config '" .. key .. "' must be a table", "config") end
     check_keys(d, name, spec, CONFIG_KEYS, "config '" .. key .. "'", key, "config")
-    local from_checkpoint = type(spec.default) == "string" and spec.default:match("^has_tensor:") ~= nil
-    if not spec.hf and not spec.gguf and not spec.by_format and not from_checkpoint then
-      describe.fail(d, name, key, "config '" .. key .. "' needs an hf, gguf or by_format key", "config")
+    -- a value with no key of its own is derived: an expression over other values
+    -- ("dim / heads") or read from the checkpoint's tensors (has_tensor:, tensor_rows:)
+    local derived = type(spec.default) == "string"
+    if not spec.hf and not spec.gguf and not spec.by_format and not derived then
+      describe.fail(d, name, key, "config '" .. key .. "' needs an hf, gguf or by_format key, or a default expression", "config")
     end
   end
   -- entries may share weight tables (models.lua builds them with merge):
@@ -259,7 +282,8 @@ function describe.validate(d, name, e)
   local weights = {}
   for wname, spec in pairs(e.weights) do weights[wname] = util.shallow_copy(spec) end
   e.weights = weights
-  for wname, spec in pairs(e.weights) do
+  for _, wname in ipairs(util.sorted_keys(e.weights)) do
+    local spec = e.weights[wname]
     local function fail(msg) describe.fail(d, name, wname, msg, "weights") end
     check_keys(d, name, spec, WEIGHT_KEYS, "weight '" .. wname .. "'", wname, "weights")
     if not spec.shape then fail("weight '" .. wname .. "' is missing 'shape'") end
@@ -313,20 +337,26 @@ end
 -- writes Mixtral as "llama" with llama.expert_count); that match is more
 -- specific than the entry whose gguf is A, so it is tried first.
 function describe.select(d, hf_archs, gguf_arch, meta)
+  local function chosen(name)
+    if d.broken[name] then util.die(d.broken[name]) end -- the entry this checkpoint needs is wrong
+    return d.entries[name]
+  end
+  local function field(e, k) return type(e) == "table" and e[k] or nil end
   if gguf_arch then
     for _, name in ipairs(util.sorted_keys(d.entries)) do
-      local also = d.entries[name].gguf_also
-      if also and also.arch == gguf_arch then
+      local also = field(d.entries[name], "gguf_also")
+      if type(also) == "table" and also.arch == gguf_arch and type(also.when) == "string" then
         local v = (meta or {})[string.format(also.when, gguf_arch)]
-        if type(v) == "number" and v > 0 then return d.entries[name] end
+        if type(v) == "number" and v > 0 then return chosen(name) end
       end
     end
   end
   for _, name in ipairs(util.sorted_keys(d.entries)) do
     local e = d.entries[name]
-    if gguf_arch and e.gguf == gguf_arch then return e end
+    if gguf_arch and field(e, "gguf") == gguf_arch then return chosen(name) end
+    local hf = field(e, "hf")
     for _, a in ipairs(hf_archs or {}) do
-      for _, h in ipairs(e.hf) do if h == a then return e end end
+      for _, h in ipairs(type(hf) == "table" and hf or {}) do if h == a then return chosen(name) end end
     end
   end
   local what = gguf_arch and ("GGUF architecture '" .. gguf_arch .. "'")

@@ -79,6 +79,18 @@ local function row_op(ctx, s, n)
     return string.format("for (int g = 0; g < %d; g++) kc_rmsnorm(%s + g * %d, (const float *)%s, %s + g * %d, %d, %s, %s); /* each head */",
       W // G, row(inp(1), "t", W), G, s.weight(n.inputs[2]), row(out, "t", W), G, G, util.cfloat(n.attrs.eps),
       util.cfloat(n.attrs.offset))
+  elseif op == "layernorm" then
+    local G, a = n.attrs.group, n.attrs
+    local b = n.inputs[3] and "(const float *)" .. s.weight(n.inputs[3]) or "NULL"
+    if G == W then
+      return string.format("kc_layernorm(%s, (const float *)%s, %s, %s, %d, %s);", row(inp(1), "t", W),
+        s.weight(n.inputs[2]), b, row(out, "t", W), W, util.cfloat(a.eps))
+    end
+    -- each head: its own weight and bias (per_head) or the group's one, shared
+    local step = a.per_head and " + g * " .. G or ""
+    return string.format("for (int g = 0; g < %d; g++) kc_layernorm(%s + g * %d, (const float *)%s%s, %s%s, %s + g * %d, %d, %s); /* each head */",
+      W // G, row(inp(1), "t", W), G, s.weight(n.inputs[2]), step, b, n.inputs[3] and step or "", row(out, "t", W), G, G,
+      util.cfloat(a.eps))
   elseif op == "softcap" then
     return string.format("{ const float *x = %s; float *y = %s; for (int i = 0; i < %d; i++) y[i] = %s * tanhf(x[i] / %s); }",
       row(inp(1), "t", W), row(out, "t", W), W, util.cfloat(n.attrs.cap), util.cfloat(n.attrs.cap))
@@ -92,7 +104,7 @@ local function row_op(ctx, s, n)
     local tbl = (a.table_offset or 0) > 0 and string.format(" + %d /* RoPE table %d */", a.table_offset, a.table) or ""
     return pre .. string.format("kc_rope(%s, %d, %d, %d, a->m->rope%s, b->pos[t], %d);", row(out, "t", W),
       a.heads, a.head_dim, a.rot_dim, tbl, a.pairs == "adjacent" and 1 or 0)
-  elseif op == "silu" or op == "gelu_tanh" then
+  elseif op == "silu" or op == "gelu_tanh" or op == "gelu" then
     return string.format("kc_%s_row(%s, %s, %d);", op, row(inp(1), "t", W), row(out, "t", W), W)
   elseif op == "add" or op == "mul" then
     return string.format("{ const float *x = %s, *y = %s; float *z = %s; for (int i = 0; i < %d; i++) z[i] = x[i] %s y[i]; }",

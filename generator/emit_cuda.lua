@@ -70,6 +70,11 @@ local function row_stmt(ctx, s, n, t, NT)
   elseif op == "rmsnorm" then
     return string.format("ig_row_rmsnorm<%d, %d, %d>(%s, (const float *)%s, %s, %s, %s, scratch);", W,
       n.attrs.group or W, NT, row(inp(1), t, W), s.weight(n.inputs[2]), row(out, t, W), cf(n.attrs.eps), cf(n.attrs.offset))
+  elseif op == "layernorm" then
+    local a = n.attrs
+    return string.format("ig_row_layernorm<%d, %d, %d, %s>(%s, (const float *)%s, %s, %s, %s, scratch);", W, a.group, NT,
+      a.per_head and "true" or "false", row(inp(1), t, W), s.weight(n.inputs[2]),
+      n.inputs[3] and "(const float *)" .. s.weight(n.inputs[3]) or "nullptr", row(out, t, W), cf(a.eps))
   elseif op == "softcap" then
     local c = cf(n.attrs.cap)
     return loop(string.format("{ const float *x = %s; %s[i] = %s * tanhf(x[i] / %s); }", row(inp(1), t, W),
@@ -82,7 +87,7 @@ local function row_stmt(ctx, s, n, t, NT)
     local tbl = (a.table_offset or 0) > 0 and string.format("%d /* RoPE table %d */ + ", a.table_offset, a.table) or ""
     return string.format("ig_row_rope<%d, %d, %d, %s>(%s, %s, st.rope + %s(long long)st.pos[%s] * %d);", a.heads,
       a.head_dim, a.rot_dim, a.pairs == "adjacent" and "true" or "false", row(inp(1), t, W), row(out, t, W), tbl, t, a.rot_dim)
-  elseif op == "silu" or op == "gelu_tanh" then
+  elseif op == "silu" or op == "gelu_tanh" or op == "gelu" then
     return loop(string.format("(%s)[i] = ig_%s((%s)[i]);", row(out, t, W), op, row(inp(1), t, W)))
   elseif op == "add" or op == "mul" then
     return loop(string.format("(%s)[i] = (%s)[i] %s (%s)[i];", row(out, t, W), row(inp(1), t, W),
@@ -574,7 +579,7 @@ function emit.decode_cost(calls, kv_bytes_per_pos, ctx_len)
           total = weights + act + kv_bytes_per_pos * ctx_len}
 end
 
-local HEADERS = {"common.cuh", "embed.cuh", "rmsnorm.cuh", "rope_kv.cuh", "elementwise.cuh", "gemv_q.cuh", "gemm_q.cuh",
+local HEADERS = {"common.cuh", "embed.cuh", "norm.cuh", "rope_kv.cuh", "elementwise.cuh", "gemv_q.cuh", "gemm_q.cuh",
                  "pack.cuh", "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh", "moe.cuh", "head_linear.cuh"}
 
 -- The distinct cuBLASLt GEMM shapes (weight type, IN, OUT, bias) of the calls, each linear's index

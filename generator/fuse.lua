@@ -101,19 +101,19 @@ function fuse.run(g, fused)
         -- their kernel; any other norm of a matmul output (Gemma's
         -- post-norms, Qwen3's per-head q/k norms) joins the epilogue: it
         -- runs after every linear of the kernel, on whole rows.
-        if graph.ROW_OPS[n.op] and last.kind == "matmul" and (n.op ~= "rmsnorm" or only_linears_consume(n.out)) then
+        if graph.ROW_OPS[n.op] and last.kind == "matmul" and (not graph.NORMS[n.op] or only_linears_consume(n.out)) then
           joins = false
         end
         if n.op == "select_rows" then joins = false end
         -- A norm starts its own kernel unless it follows row ops only: it may
         -- become the prologue of the matmul kernel that reads it.
-        if graph.ROW_OPS[n.op] and last.kind == "rows" and (n.op ~= "rmsnorm" or only_linears_consume(n.out)) then
+        if graph.ROW_OPS[n.op] and last.kind == "rows" and (not graph.NORMS[n.op] or only_linears_consume(n.out)) then
           for _, m in ipairs(last.nodes) do
             if not graph.ROW_OPS[m.op] then joins = false end
           end
         end
       end
-      if joins and last.kind == "matmul" and (graph.ELEMENTWISE[n.op] or n.op == "rmsnorm") then
+      if joins and last.kind == "matmul" and (graph.ELEMENTWISE[n.op] or graph.NORMS[n.op]) then
         add(last, n, "epilogue")
       elseif joins and last.kind == "moe" and graph.ELEMENTWISE[n.op] then
         add(last, n, "epilogue")

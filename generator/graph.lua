@@ -17,9 +17,11 @@ Tensor.__index = Tensor
 
 -- The ops every backend implements. Elementwise ops work per row and can be
 -- fused into the epilogue of the kernel that produces their input.
-graph.ELEMENTWISE = {add = true, mul = true, scale = true, silu = true, gelu_tanh = true,
+graph.ELEMENTWISE = {add = true, mul = true, scale = true, silu = true, gelu_tanh = true, gelu = true,
                      rope = true, kv_store = true, softcap = true, columns = true, concat = true}
-graph.ROW_OPS = {rmsnorm = true, select_rows = true}
+graph.ROW_OPS = {rmsnorm = true, layernorm = true, select_rows = true}
+-- Norms: a reduction over the row (or each head's group of it) before the elementwise part.
+graph.NORMS = {rmsnorm = true, layernorm = true}
 
 local G = {}
 G.__index = G
@@ -79,6 +81,40 @@ local function check_weight(g, w, what)
   end
 end
 
+-- An option an op does not read is an error (a misspelled or unsupported one would otherwise be
+-- ignored, and a weight named in it would count as used).
+local function check_opts(g, opts, what, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then g:fail(caller_line(g.desc.path), what .. ": options must be a table") end
+  local names = {}
+  for k in pairs(allowed) do names[#names + 1] = k end
+  table.sort(names)
+  for k in pairs(opts) do
+    if not allowed[k] then
+      g:fail(caller_line(g.desc.path), string.format("%s: unknown option '%s' (options: %s)", what, tostring(k),
+        table.concat(names, ", ")))
+    end
+  end
+  return opts
+end
+
+local function set(...)
+  local t = {}
+  for _, k in ipairs({...}) do t[k] = true end
+  return t
+end
+
+-- The norm weight (and bias) of `what` over x in `groups` equal groups: one value per column of
+-- a group (shared by the groups: Qwen3's per-head q/k norm) or per column of the row.
+local function check_norm_weight(g, what, x, w, groups)
+  local n = #w.shape == 1 and w.shape[1] or -1
+  if x.width % groups ~= 0 or (n ~= x.width // groups and n ~= x.width) then
+    g:fail(caller_line(g.desc.path), string.format("%s: weight %s has shape [%s], input has width %d in %d group(s)",
+      what, w.logical, table.concat(w.shape, ", "), x.width, groups))
+  end
+  return n == x.width and groups > 1
+end
+
 -- Weight handles: w.NAME inside embed/layer/head resolves the declared
 -- weight for the current layer (or the model) and records it once.
 function G:weight_table()
@@ -98,7 +134,7 @@ function G:weight_table()
       local w = g.weights[key]
       if not w then
         w = {kind = "weight", logical = name, key = key, layer = per_layer and g.layer or nil,
-             expert = expert, decl = decl, shape = decl.dims}
+             expert = expert, decl = decl, shape = decl.dims, line = caller_line(g.desc.path)}
         g.weights[key] = w
         g.weight_list[#g.weight_list + 1] = w
       end
@@ -126,15 +162,37 @@ function G:env()
   -- group's size shared by all (Qwen3's per-head q/k norm).
   function env.rmsnorm(x, w, eps, opts)
     check_tensor(g, x, "rmsnorm"); check_weight(g, w, "rmsnorm")
-    opts = opts or {}
+    opts = check_opts(g, opts, "rmsnorm", set("heads", "offset"))
     local groups = opts.heads or 1
-    if x.width % groups ~= 0 or #w.shape ~= 1 or w.shape[1] ~= x.width // groups then
+    local n = #w.shape == 1 and w.shape[1] or -1
+    if x.width % groups ~= 0 or n ~= x.width // groups then
       g:fail(caller_line(g.desc.path), string.format("rmsnorm: weight %s has shape [%s], input has width %d in %d group(s)",
         w.logical, table.concat(w.shape, ", "), x.width, groups))
     end
     if type(eps) ~= "number" then g:fail(caller_line(g.desc.path), "rmsnorm: eps must be a number") end
     return g:node("rmsnorm", {x, w}, x.width, x.rows, {eps = eps, offset = opts.offset or 0,
       group = x.width // groups})
+  end
+  -- LayerNorm: (x - mean) / sqrt(var + eps) * w + b, the variance the biased one (transformers'
+  -- nn.LayerNorm); b may be nil (no bias). opts.heads: each of that many equal groups of the row
+  -- normalized separately (per-head q/k norms), w and b one value per column of a group (shared
+  -- by the groups) or per column of the row (each head its own).
+  function env.layernorm(x, w, b, eps, opts)
+    check_tensor(g, x, "layernorm"); check_weight(g, w, "layernorm")
+    opts = check_opts(g, opts, "layernorm", set("heads"))
+    local groups = opts.heads or 1
+    local per_head = check_norm_weight(g, "layernorm", x, w, groups)
+    if not b then b = nil end -- `cond and w.b` gives false when a description has no bias
+    if b then
+      check_weight(g, b, "layernorm bias")
+      if check_norm_weight(g, "layernorm bias", x, b, groups) ~= per_head then
+        g:fail(caller_line(g.desc.path), string.format("layernorm: weight %s and bias %s differ in shape",
+          w.logical, b.logical))
+      end
+    end
+    if type(eps) ~= "number" or eps < 0 then g:fail(caller_line(g.desc.path), "layernorm: eps must be a number >= 0") end
+    return g:node("layernorm", {x, w, b}, x.width, x.rows, {eps = eps, group = x.width // groups,
+      per_head = per_head})
   end
   -- cap * tanh(x / cap): Gemma 2's final-logit soft-capping.
   function env.softcap(x, cap)
@@ -152,16 +210,30 @@ function G:env()
     if bias then check_weight(g, bias, "linear bias") end
     return g:node("linear", {x, w, bias}, w.shape[1], x.rows)
   end
+  -- o.rot_dim: partial rotary, only the first rot_dim columns of each head rotate (transformers:
+  -- int(head_dim * partial_rotary_factor)), the frequencies theta^(-2i / rot_dim). An odd rot_dim
+  -- rotates rot_dim + 1 columns at those frequencies, as transformers does (its cos/sin tables
+  -- have 2 * ceil(rot_dim / 2) columns). Default: the whole head.
+  local SCALING = set("type", "factor", "low_freq", "high_freq", "orig_ctx", "beta_fast", "beta_slow", "attn_factor")
   function env.rope(x, o)
     check_tensor(g, x, "rope")
-    if o.heads * o.head_dim ~= x.width then
-      g:fail(caller_line(g.desc.path), string.format("rope: %d heads x %d != width %d", o.heads, o.head_dim, x.width))
+    local line = caller_line(g.desc.path)
+    o = check_opts(g, o, "rope", set("heads", "head_dim", "theta", "scaling", "freq_factors", "rot_dim"))
+    if type(o.heads) ~= "number" or type(o.head_dim) ~= "number" or o.heads * o.head_dim ~= x.width then
+      g:fail(line, string.format("rope: %s heads x %s != width %d", tostring(o.heads), tostring(o.head_dim), x.width))
+    end
+    if type(o.theta) ~= "number" or o.theta <= 0 then g:fail(line, "rope: theta must be a positive number") end
+    if o.scaling ~= nil then check_opts(g, o.scaling, "rope scaling", SCALING) end
+    local freq_dim = o.rot_dim or o.head_dim
+    if math.type(freq_dim) ~= "integer" or freq_dim < 1 or freq_dim + freq_dim % 2 > o.head_dim then
+      g:fail(line, string.format("rope: rot_dim %s does not fit heads of %d (an integer in 1..%d; an odd width rotates "
+        .. "one column more)", tostring(o.rot_dim), o.head_dim, o.head_dim))
     end
     -- o.freq_factors: a weight of rot_dim / 2 values dividing each frequency (GGUF rope_freqs)
     if o.freq_factors then check_weight(g, o.freq_factors, "rope freq_factors") end
     return g:node("rope", {x}, x.width, x.rows, {heads = o.heads, head_dim = o.head_dim,
-      rot_dim = o.rot_dim or o.head_dim, theta = o.theta, pairs = g.cfg.rope_pairs, scaling = o.scaling,
-      freq_factors = o.freq_factors or nil})
+      rot_dim = freq_dim + freq_dim % 2, freq_dim = freq_dim, theta = o.theta, pairs = g.cfg.rope_pairs,
+      scaling = o.scaling, freq_factors = o.freq_factors or nil})
   end
   -- What the KV cache holds is what attention is given: k and v rows of
   -- kv_heads x head_dim each, or, with v = nil and o.value_dim, the k rows
@@ -172,6 +244,7 @@ function G:env()
   function env.attention(q, k, v, o)
     check_tensor(g, q, "attention"); check_tensor(g, k, "attention")
     local line = caller_line(g.desc.path)
+    o = check_opts(g, o, "attention", set("heads", "kv_heads", "head_dim", "window", "softcap", "scale", "value_dim"))
     if v == nil then
       if type(o.value_dim) ~= "number" or o.value_dim < 1 or o.value_dim > o.head_dim then
         g:fail(line, "attention: without v, value_dim (the key columns that are the values) must be in 1..head_dim")
@@ -198,7 +271,7 @@ function G:env()
   -- row (one group by default): the RoPE part of every query head.
   function env.columns(x, first, count, opts)
     check_tensor(g, x, "columns")
-    local heads = (opts or {}).heads or 1
+    local heads = check_opts(g, opts, "columns", set("heads")).heads or 1
     local group = x.width // heads
     if x.width % heads ~= 0 or first < 0 or count < 1 or first + count > group then
       g:fail(caller_line(g.desc.path), string.format("columns: [%d, %d) is not inside groups of %d (width %d, %d group(s))",
@@ -209,7 +282,7 @@ function G:env()
   -- Each of opts.heads groups of a followed by the same group of b.
   function env.concat(a, b, opts)
     check_tensor(g, a, "concat"); check_tensor(g, b, "concat")
-    local heads = (opts or {}).heads or 1
+    local heads = check_opts(g, opts, "concat", set("heads")).heads or 1
     if a.width % heads ~= 0 or b.width % heads ~= 0 or a.rows ~= b.rows then
       g:fail(caller_line(g.desc.path), string.format("concat: widths %d and %d do not split into %d group(s)", a.width,
         b.width, heads))
@@ -225,6 +298,7 @@ function G:env()
   function env.head_linear(x, w, o)
     check_tensor(g, x, "head_linear"); check_weight(g, w, "head_linear")
     local line = caller_line(g.desc.path)
+    o = check_opts(g, o, "head_linear", set("heads", "first", "rows", "transpose"))
     local heads, first, rows = o.heads, o.first or 0, o.rows
     if #w.shape ~= 2 or w.shape[1] % heads ~= 0 or first < 0 or rows < 1 or first + rows > w.shape[1] // heads then
       g:fail(line, string.format("head_linear: rows [%d, %d) of each of %d heads do not fit weight %s [%s]", first,
@@ -245,6 +319,11 @@ function G:env()
   function env.moe(x, router, experts, o)
     check_tensor(g, x, "moe"); check_weight(g, router, "moe router")
     local line = caller_line(g.desc.path)
+    o = check_opts(g, o, "moe", set("experts", "top_k", "normalize", "groups", "top_groups", "activation"))
+    check_opts(g, experts, "moe experts", set("gate", "up", "down"))
+    if o.activation ~= nil and o.activation ~= "silu" and o.activation ~= "gelu_tanh" then
+      g:fail(line, "moe: activation must be \"silu\" or \"gelu_tanh\", not " .. tostring(o.activation))
+    end
     local gate, up, down = experts.gate, experts.up, experts.down
     for _, list in ipairs({gate, up, down}) do
       if type(list) ~= "table" or list.kind ~= "experts" or #list ~= o.experts then
@@ -277,7 +356,8 @@ function G:env()
     return function(x) check_tensor(g, x, op); return g:node(op, {x}, x.width, x.rows) end
   end
   env.silu = unary("silu")
-  env.gelu_tanh = unary("gelu_tanh")
+  env.gelu_tanh = unary("gelu_tanh") -- GELU's tanh approximation (gelu_pytorch_tanh, gelu_new)
+  env.gelu = unary("gelu")           -- GELU exactly: x * Phi(x), through erf (transformers' "gelu")
   env.math = math
   env.string = string
   env.ipairs, env.pairs, env.type, env.error = ipairs, pairs, type, error
@@ -310,8 +390,9 @@ function G:trace()
   -- An error the description raises itself (error() or assert() refusing a
   -- config it does not support, or a Lua mistake in it) becomes
   -- models.lua:LINE: error: ...; any other is the generator's, with a traceback.
-  local prefix = self.desc.path .. ":"
   local function call(fn, ...)
+    -- Lua names the file in its messages by its short form (a long path is cut at the front)
+    local prefix = debug.getinfo(fn, "S").short_src .. ":"
     tracing.fn_line = debug.getinfo(fn, "S").linedefined
     tracing.last_line = 0
     local out = table.pack(xpcall(fn, function(err)
@@ -349,6 +430,15 @@ function G:trace()
   self.logits = logits.node
   self.logits.output = "logits"
   self:trace_hidden(x.node)
+  -- a weight read (w.NAME) but given to no op would pass the unused-tensor check unused
+  local used = {}
+  for _, n in ipairs(self.nodes) do
+    for _, t in pairs(n.inputs) do used[t] = true end
+    if n.attrs.freq_factors then used[n.attrs.freq_factors] = true end
+  end
+  for _, w in ipairs(self.weight_list) do
+    if not used[w] then self:fail(w.line, string.format("weight '%s' is read but no op uses it", w.logical)) end
+  end
   return self
 end
 

@@ -326,14 +326,15 @@ local function rope_params(g, d)
       end
       local p = {type = kind, theta = n.attrs.theta, factor = sc.factor or 1, low_freq = sc.low_freq or 1,
                  high_freq = sc.high_freq or 4, orig_ctx = sc.orig_ctx or 0, beta_fast = sc.beta_fast or 32,
-                 beta_slow = sc.beta_slow or 1, attn_factor = sc.attn_factor or 0, rot_dim = n.attrs.rot_dim}
+                 beta_slow = sc.beta_slow or 1, attn_factor = sc.attn_factor or 0, rot_dim = n.attrs.rot_dim,
+                 freq_dim = n.attrs.freq_dim or n.attrs.rot_dim}
       p.factors = n.attrs.freq_factors
       if p.factors and p.factors.shape[1] * 2 ~= p.rot_dim then
         util.die(string.format("%s:%d: error: rope freq_factors %s has %d values, not rot_dim / 2 = %d", d.path,
           n.line, p.factors.logical, p.factors.shape[1], p.rot_dim // 2))
       end
       local key = table.concat({p.type, p.theta, p.factor, p.low_freq, p.high_freq, p.orig_ctx, p.beta_fast,
-                                p.beta_slow, p.attn_factor, p.rot_dim, p.factors and p.factors.key or "-"}, ",")
+                                p.beta_slow, p.attn_factor, p.rot_dim, p.freq_dim, p.factors and p.factors.key or "-"}, ",")
       if found and found.rot_dim ~= p.rot_dim then
         util.die(string.format("%s:%d: error: every rope op of a model must rotate the same width", d.path, n.line))
       end
@@ -351,14 +352,14 @@ local function rope_params(g, d)
   if found then
     local list, slots = {}, {}
     for _, t in ipairs(tables) do
-      list[#list + 1] = string.format("{%s, %s, %s, %s, %s, %s, %s, %s, %s}", t.type, t.theta, t.factor, t.low_freq,
-        t.high_freq, t.orig_ctx, t.beta_fast, t.beta_slow, t.attn_factor)
+      list[#list + 1] = string.format("{%s, %s, %s, %s, %s, %s, %s, %s, %s, %d}", t.type, t.theta, t.factor, t.low_freq,
+        t.high_freq, t.orig_ctx, t.beta_fast, t.beta_slow, t.attn_factor, t.freq_dim)
       slots[#slots + 1] = t.factors and tostring(t.factors.slot) or "-1"
     end
     found.count, found.list, found.factor_slots = #tables, table.concat(list, ", "), table.concat(slots, ", ")
     return found
   end
-  return {count = 1, list = "{KC_ROPE_DEFAULT, 10000, 1, 1, 4, 0, 32, 1, 0}", factor_slots = "-1", type = "KC_ROPE_DEFAULT", theta = 10000, factor = 1, low_freq = 1, high_freq = 4, orig_ctx = 0,
+  return {count = 1, list = "{KC_ROPE_DEFAULT, 10000, 1, 1, 4, 0, 32, 1, 0, 0}", factor_slots = "-1", type = "KC_ROPE_DEFAULT", theta = 10000, factor = 1, low_freq = 1, high_freq = 4, orig_ctx = 0,
                    beta_fast = 32, beta_slow = 1, attn_factor = 0, rot_dim = 2}
 end
 
@@ -491,6 +492,15 @@ local function main(argv)
     if w.decl.slice then
       w.stored_shape = {w.decl.stored_rows, w.shape[2]}
     end
+    -- the declared shape against the stored one, here rather than when the binary loads
+    local expect = w.stacked > 0 and {w.stacked, w.shape[1], w.shape[2]} or w.stored_shape
+    local have = {}
+    for k, v in ipairs(stored.shape or {}) do have[k] = math.tointeger(v) or v end
+    if not w.parts and stored.shape and table.concat(have, ", ") ~= table.concat(expect, ", ") then
+      util.die(string.format("%s:%d: error: weight '%s' is [%s] by its shape in models.lua, but tensor '%s' is [%s] in %s",
+        d.path, w.decl.line, w.logical, table.concat(expect, ", "), stored.name or w.tensor, table.concat(have, ", "),
+        opts.source))
+    end
     consumed[stored.name or w.tensor] = true
     w.dtype = compiled_dtype(opts, w, stored.dtype, (stored.name or w.tensor) == head_tensor, mix_model)
     w.dtype_enum = "INGOT_" .. w.dtype:upper()
@@ -588,8 +598,13 @@ local function main(argv)
   for _, n in ipairs(g.nodes) do
     if n.op == "attention" and n.attrs.heads > attn_heads then attn_heads = n.attrs.heads end
   end
+  -- the config as the model descriptor (--info) shows it: values an entry need not name (its
+  -- attention's KV heads, an MoE model's FFN width) from what the graph says
+  local shown = setmetatable({kv_heads = c.kv_heads or kv.heads, head_dim = c.head_dim or kv.head_dim,
+                              ffn = c.ffn or c.moe_ffn or 0, rope_theta = c.rope_theta or 0, eps = c.eps or 0},
+                             {__index = c})
   local env = {
-    _escape = "@", kv = kv, model_name = opts.name, c = c, arch = entry.name, rope = rope,
+    _escape = "@", kv = kv, model_name = opts.name, c = shown, arch = entry.name, rope = rope,
     -- the arena is planned for a multiple of 4 tokens (every buffer 16-byte
     -- aligned); a step takes at most what --max-tokens said
     max_tokens = (opts.max_tokens + 3) // 4 * 4, step_tokens = opts.max_tokens, n_kv_layers = kv_layers, plan = p, kv_window = kv_window or 0,

@@ -8,6 +8,18 @@ function util.die(msg)
   os.exit(1)
 end
 
+-- Runs fn(...) with util.die raising instead of exiting: true, results or false, the message it
+-- would have printed. Any other error propagates.
+function util.try(fn, ...)
+  local die = util.die
+  util.die = function(msg) error({die = msg}, 0) end
+  local out = table.pack(pcall(fn, ...))
+  util.die = die
+  if out[1] then return true, table.unpack(out, 2, out.n) end
+  if type(out[2]) == "table" and out[2].die then return false, out[2].die end
+  error(out[2], 0)
+end
+
 function util.read_file(path)
   local f, err = io.open(path, "rb")
   if not f then return nil, err end

@@ -25,6 +25,7 @@ Exit status 0 when every case passes, 1 when one fails, 2 on a usage error.
   ingot check llama                     # every architecture of the llama entry, 3 seeds
   ingot check qwen3 --seeds 8 --cudasim
   ingot check gemma2 --keep /tmp/g2     # keep the checkpoints to look at
+  ingot check gptneox --models my.lua   # an entry of a copy being worked on
 """
 import argparse
 import json
@@ -42,12 +43,12 @@ BOUND = 1e-4
 MODES = {"prefill": [], "chunked": ["--chunk", "7"], "decode": ["--decode"]}
 
 
-def entries():
+def entries(models):
     """{entry name: [HF architectures]} read from models.lua by Lua itself."""
     lua = ('local M = dofile(os.getenv("INGOT_MODELS")); for name, e in pairs(M) do '
            'io.write(name, "\\t", table.concat(e.hf or {}, ","), "\\n") end')
     r = subprocess.run(["lua5.4", "-e", lua], capture_output=True, text=True,
-                       env=dict(os.environ, INGOT_MODELS=str(ROOT / "models.lua")))
+                       env=dict(os.environ, INGOT_MODELS=str(models)))
     if r.returncode != 0:
         sys.exit(f"ingot check: cannot read models.lua: {r.stderr.strip()}")
     out = {}
@@ -82,11 +83,20 @@ def random_config(cfg_cls, rng):
               bos_token_id=1, eos_token_id=2, pad_token_id=None)
     if "head_dim" in base:
         kw["head_dim"] = head_dim
+    if "num_key_value_heads" not in base:  # every head has its own K and V
+        kw["num_key_value_heads"] = heads
     theta = rng.choice([10000.0, 500000.0])
     if "rope_parameters" in base:
         kw["rope_parameters"] = rope_variant(rng, theta)
         if kw["rope_parameters"]["rope_type"] == "yarn":
             kw["max_position_embeddings"] = 256
+        if "partial_rotary_factor" in (base["rope_parameters"] or {}):
+            # partial rotary: a quarter, a half or all of each head; an odd width where the head
+            # size makes one (transformers' default RoPE rotates it; its yarn needs an even one)
+            factors = [0.25, 0.5, 1.0] if kw["rope_parameters"]["rope_type"] != "yarn" else [0.5, 1.0]
+            kw["rope_parameters"]["partial_rotary_factor"] = rng.choice(factors)
+            if kw["rope_parameters"]["rope_type"] == "yarn" and int(head_dim * 0.5) % 2:
+                kw["rope_parameters"]["partial_rotary_factor"] = 1.0
     elif "rope_theta" in base:
         kw["rope_theta"] = theta
     if "sliding_window" in base:
@@ -94,9 +104,13 @@ def random_config(cfg_cls, rng):
             else rng.randrange(8, 24)
     if "use_sliding_window" in base:
         kw["use_sliding_window"] = False
-    for key in ("attention_bias", "mlp_bias"):
+    for key in ("attention_bias", "mlp_bias", "use_parallel_residual"):
         if key in base:
             kw[key] = rng.random() < 0.5
+    if "layer_norm_eps" in base:
+        kw["layer_norm_eps"] = rng.choice([1e-5, 1e-6])
+    if base.get("hidden_act") in ("gelu", "gelu_new"):  # the exact GELU or its tanh form
+        kw["hidden_act"] = rng.choice(["gelu", "gelu_new"])
     if "num_local_experts" in base:
         kw["num_local_experts"] = rng.choice([4, 8])
         kw["num_experts_per_tok"] = 2
@@ -136,8 +150,12 @@ def randomize(model, torch):
             if "norm" in name and name.endswith("weight"):
                 neutral = 0.0 if float(p.mean()) == 0.0 else 1.0  # (1 + w) norms start at 0
                 p.copy_(neutral + 0.25 * torch.randn_like(p))
-            elif name.endswith(".bias"):
+            elif name.endswith("bias"):  # .bias and every *_bias parameter
                 p.copy_(0.1 * torch.randn_like(p))
+
+
+def head_dim_of(kw):
+    return kw["hidden_size"] // kw["num_attention_heads"]
 
 
 def ingot_logits(binary, tokens, mode, out):
@@ -150,10 +168,12 @@ def ingot_logits(binary, tokens, mode, out):
 
 
 def build(model_dir, name, opts):
+    """./ingot build: (the binary, None), or (None, the whole error) with its build folder removed."""
     r = subprocess.run([str(ROOT / "ingot"), "build", str(model_dir), "--name", name, *opts],
                        capture_output=True, text=True, timeout=1800, env=dict(os.environ, INGOT_PROGRESS="0"))
     if r.returncode != 0:
-        return None, r.stderr.strip()
+        shutil.rmtree(ROOT / "build" / name, ignore_errors=True)
+        return None, r.stderr.strip() or f"exit status {r.returncode}"
     return pathlib.Path(r.stdout.strip().splitlines()[-1]), None
 
 
@@ -165,9 +185,11 @@ def main():
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--cudasim", action="store_true", help="also the CUDA backend on cudasim (slow)")
     ap.add_argument("--no-unfused", action="store_true", help="skip the --no-fuse builds")
+    ap.add_argument("--models", metavar="FILE", default=str(ROOT / "models.lua"),
+                    help="the descriptions to check (default: the tree's models.lua)")
     ap.add_argument("--keep", metavar="DIR", help="keep the checkpoints and logits in DIR (and the builds, build/check-*)")
     args = ap.parse_args()
-    known = entries()
+    known = entries(args.models)
     if args.entry not in known:
         print(f"ingot check: no entry '{args.entry}' in models.lua (entries: {', '.join(sorted(known))})",
               file=sys.stderr)
@@ -188,7 +210,7 @@ def main():
     work = pathlib.Path(args.keep) if args.keep else pathlib.Path(tempfile.mkdtemp(prefix="ingot-check-"))
     work.mkdir(parents=True, exist_ok=True)
     # the KV cache in f32: the bound is for f32 arithmetic on both sides
-    exact = ["--kv-dtype", "f32"]
+    exact = ["--kv-dtype", "f32", "--models", os.path.abspath(args.models)]
     backends = [("cpu", exact, "fused")] + ([] if args.no_unfused else [("cpu", ["--no-fuse", *exact], "unfused")])
     if args.cudasim:
         cuda = ["--backend", "cuda", "--cudasim", *exact]
@@ -217,7 +239,10 @@ def main():
             with torch.no_grad():
                 ref = model(torch.tensor([tokens])).logits[0].float().numpy()
             bound = BOUND * max(1.0, float(np.abs(ref).max()) / 8)
-            summary = (f"h{cfg.num_attention_heads}/kv{cfg.num_key_value_heads} d{kw.get('head_dim', '-')} "
+            rp = kw.get("rope_parameters") or {}
+            summary = (f"h{cfg.num_attention_heads}/kv{kw['num_key_value_heads']} d{kw.get('head_dim', head_dim_of(kw))} "
+                       f"{'rot' + str(rp['partial_rotary_factor']) + ' ' if rp.get('partial_rotary_factor', 1) != 1 else ''}"
+                       f"{'par ' if kw.get('use_parallel_residual') else ''}"
                        f"L{cfg.num_hidden_layers} "
                        f"{(kw.get('rope_parameters') or {}).get('rope_type', '')} "
                        f"{'win' + str(kw['sliding_window']) if kw.get('sliding_window') else ''} "
@@ -228,7 +253,7 @@ def main():
                 binary, err = build(d, name, opts)
                 cells, verdict = [], "PASS"
                 if binary is None:
-                    verdict, cells = "FAIL (build: " + err.splitlines()[-1][:120] + ")", ["-"] * 3
+                    verdict, cells = "FAIL (build)", ["-"] * 3
                 else:
                     for mode in MODES:
                         got, err = ingot_logits(binary, tokens, mode, work / f"{name}-{mode}.f32")
@@ -245,6 +270,8 @@ def main():
                     shutil.rmtree(binary.parent, ignore_errors=True)
                 print(f"{arch:24s} {seed:4d}  {summary[:44]:44s} {backend:8s} {fusion:8s} "
                       f"{cells[0]:>9s} {cells[1]:>9s} {cells[2]:>9s}  {bound:.1e}  {verdict}", flush=True)
+                if binary is None:  # the whole error: the generator's line, or the compiler's messages
+                    print("".join("    " + line + "\n" for line in err.splitlines()[-40:]), end="", flush=True)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{'all passed' if failures == 0 else f'{failures} failed'}")

@@ -62,3 +62,20 @@ def test_entry_sizes_in_the_docs_are_true():
     table = {m.group(1): int(m.group(2)) for m in re.finditer(r"^\| (\w+) \| (\d+) \|$", doc, re.M)}
     assert table == sizes
     assert set(sizes) == set(entries()) and max(sizes.values()) <= 60, sizes
+
+
+@needs_oracles
+def test_failed_build_shows_its_error_and_leaves_nothing(built, tmp_path):
+    """An entry that does not build (here: a misspelled op, in a copy given by --models) fails
+    the check with the generator's whole message under its row, and leaves no build folder."""
+    text = (ROOT / "models.lua").read_text()
+    old = "local qkv = linear(layernorm(x,"
+    assert text.count(old) == 1
+    bad = tmp_path / "models.lua"
+    bad.write_text(text.replace(old, "local qkv = linear(layer_norm(x,"))
+    before = {p.name for p in (ROOT / "build").glob("check-*")}
+    r = subprocess.run([str(ROOT / "ingot"), "check", "gptneox", "--seeds", "1", "--no-unfused", "--models", str(bad)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "FAIL (build)" in r.stdout, r.stdout + r.stderr
+    assert "unknown op or name 'layer_norm' (ops: " in r.stdout, r.stdout
+    assert {p.name for p in (ROOT / "build").glob("check-*")} == before

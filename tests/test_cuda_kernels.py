@@ -49,8 +49,9 @@ INSTANCES = {
                   "embed_kernel<IG_Q8_0, 576>", "embed_kernel<IG_Q4_0, 4096>", "embed_kernel<IG_Q4_1, 576>",
                   "embed_kernel<IG_Q5_0, 576>", "embed_kernel<IG_IQ4_NL, 2304>"]
                  + ["embed_kernel<IG_%s, 4096>" % dt for dt in KQUANTS],
-    "rmsnorm.cuh": ["rmsnorm_kernel<576>", "rmsnorm_kernel<4096, 4096, 1024>", "rmsnorm_kernel<4096, 128, 256>",
-                    "rmsnorm_kernel<2304, 256, 256>"],
+    "norm.cuh": ["rmsnorm_kernel<576>", "rmsnorm_kernel<4096, 4096, 1024>", "rmsnorm_kernel<4096, 128, 256>",
+                 "rmsnorm_kernel<2304, 256, 256>", "layernorm_kernel<2560>", "layernorm_kernel<4096, 4096, 1024>",
+                 "layernorm_kernel<4096, 128, 256, true>"],
     "gemv_q.cuh": ["gemv_q_kernel<IG_%s, %d, %d>" % (dt, k, t)
                    for dt in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL")
                    for (k, t) in ((576, 1), (1536, 8), (4096, 1), (14336, 4))]
@@ -104,7 +105,7 @@ def instances(header, defines):
 # KC_KV_Q8, the kernels and the CPU reference over a q8_0 KV pool)
 KVQ8_SUFFIX = "_kvq8"
 PROGRAMS = {
-    "t_pointwise": ["embed.cuh", "rmsnorm.cuh", "elementwise.cuh", "argmax.cuh"],
+    "t_pointwise": ["embed.cuh", "norm.cuh", "elementwise.cuh", "argmax.cuh"],
     "t_gemv": ["gemv_q.cuh"],
     "t_rope_kv": ["rope_kv.cuh"],
     "t_rope_kv_kvq8": ["rope_kv.cuh"],

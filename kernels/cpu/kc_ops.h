@@ -162,6 +162,11 @@ static inline void kc_gather(const float *x, const int32_t *perm, int n, float *
     for (int i = 0; i < n; i++) y[i] = x[perm[i]];
 }
 
+/* 8 partial sums added in one fixed order (the norms' reductions). */
+static inline double kc__sum8(const double part[8]) {
+    return ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+}
+
 /* out = x / rms(x) * (w + weight_offset). Sum of squares in double: the
  * references (transformers f32) are more accurate than a naive f32 sum over
  * long rows. The sum runs in 8 interleaved partial sums (element i into sum
@@ -176,10 +181,31 @@ static inline void kc_rmsnorm(const float *x, const float *w, float *out, int n,
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++) part[j] += (double)x[i + j] * x[i + j];
     for (int j = 0; j < 8 && i + j < n; j++) part[j] += (double)x[i + j] * x[i + j];
-    const double ss =
-        ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+    const double ss = kc__sum8(part);
     const float r = (float)(1.0 / sqrt(ss / n + (double)eps));
     for (i = 0; i < n; i++) out[i] = (x[i] * r) * (w[i] + weight_offset);
+}
+
+/* LayerNorm: out = (x - mean) / sqrt(var + eps) * w + b (b may be NULL), var the mean of the
+ * squared deviations (transformers' nn.LayerNorm, which is biased). Mean and variance in double
+ * over two passes, in kc_rmsnorm's 8 interleaved partial sums (the same bits on every ISA path):
+ * the one-pass E[x^2] - E[x]^2 cancels where the mean is large against the spread. */
+static inline void kc_layernorm(const float *x, const float *w, const float *b, float *out, int n, float eps) {
+    double part[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) part[j] += x[i + j];
+    for (int j = 0; j < 8 && i + j < n; j++) part[j] += x[i + j];
+    const double mean = kc__sum8(part) / n;
+    for (int j = 0; j < 8; j++) part[j] = 0;
+    for (i = 0; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) part[j] += (x[i + j] - mean) * (x[i + j] - mean);
+    for (int j = 0; j < 8 && i + j < n; j++) part[j] += (x[i + j] - mean) * (x[i + j] - mean);
+    const double r = 1.0 / sqrt(kc__sum8(part) / n + (double)eps);
+    for (i = 0; i < n; i++) {
+        const float y = (float)((x[i] - mean) * r) * w[i];
+        out[i] = b ? y + b[i] : y;
+    }
 }
 
 /* Rotates one token's `heads` heads of head_dim in place by position pos.
@@ -286,6 +312,14 @@ static inline void kc_silu_row(const float *x, float *y, int n) {
 static inline float kc_gelu_tanh(float x) {
     const float m2k = -2.0f * 0.7978845608028654f; /* -2 sqrt(2/pi) */
     return x / (1.0f + expf(m2k * fmaf(0.044715f * x, x * x, x)));
+}
+
+/* GELU exactly, x Phi(x) = x/2 (1 + erf(x / sqrt 2)), written with erfc: the same function
+ * without 1 + erf's cancellation for negative x (transformers' "gelu"). */
+static inline float kc_gelu(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
+
+static inline void kc_gelu_row(const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = kc_gelu(x[i]);
 }
 
 /* y[i] = gelu_tanh(x[i]) for a row of n (in place allowed); the AVX-512 path 16 at a time on

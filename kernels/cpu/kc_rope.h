@@ -18,13 +18,17 @@ typedef struct {
     double original_max_pos;    /* llama3, yarn: the context the model was trained on */
     double beta_fast, beta_slow;/* yarn: rotation counts bounding the blend */
     double attention_factor;    /* yarn: cos/sin scale; <= 0 derives 0.1 ln(factor) + 1 */
+    int freq_dim;               /* the frequencies' dimension, theta^(-2i / freq_dim); 0: rot_dim. An
+                                   odd partial rotary width d rotates d + 1 columns at d's frequencies
+                                   (transformers' tables have 2 ceil(d / 2) columns) */
 } kc_rope_params;
 
 /* inv_freq[i] for i < rot_dim/2, in f32 as the reference rounds it. */
 static inline void kc_rope_inv_freq(const kc_rope_params *p, int rot_dim, float *inv_freq) {
     const int half = rot_dim / 2;
+    const int freq_dim = p->freq_dim > 0 ? p->freq_dim : rot_dim;
     for (int i = 0; i < half; i++) {
-        const float expo = (float)(2 * i) / (float)rot_dim;
+        const float expo = (float)(2 * i) / (float)freq_dim;
         inv_freq[i] = 1.0f / powf((float)p->theta, expo);
     }
     if (p->type == KC_ROPE_LINEAR) {
@@ -49,7 +53,7 @@ static inline void kc_rope_inv_freq(const kc_rope_params *p, int rot_dim, float 
         /* dimensions rotating fewer than beta_slow times over the original
          * context are interpolated (divided by factor), more than beta_fast
          * extrapolated (kept), with a linear ramp between */
-        const double base = p->theta, dim = rot_dim, ctx = p->original_max_pos;
+        const double base = p->theta, dim = freq_dim, ctx = p->original_max_pos;
         const double beta_fast = p->beta_fast > 0 ? p->beta_fast : 32.0;
         const double beta_slow = p->beta_slow > 0 ? p->beta_slow : 1.0;
         double low = floor(dim * log(ctx / (beta_fast * 2 * M_PI)) / (2 * log(base)));
@@ -58,7 +62,7 @@ static inline void kc_rope_inv_freq(const kc_rope_params *p, int rot_dim, float 
         if (high > dim - 1) high = dim - 1;
         if (low == high) high += 0.001;
         for (int i = 0; i < half; i++) {
-            const float pos_freq = powf((float)base, (float)(2 * i) / (float)rot_dim);
+            const float pos_freq = powf((float)base, (float)(2 * i) / (float)freq_dim);
             const float extrap = 1.0f / pos_freq;
             const float interp = 1.0f / ((float)p->factor * pos_freq);
             float ramp = ((float)i - (float)low) / (float)(high - low);

@@ -12,6 +12,9 @@ __device__ __forceinline__ float ig_gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+// GELU exactly, x/2 erfc(-x / sqrt 2) (transformers' "gelu"; kernels/cpu's kc_gelu)
+__device__ __forceinline__ float ig_gelu(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
+
 #define IG_ELEMENTWISE_LOOP(N, T)                                                                      \
   for (long long i_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; i_ < (long long)(T) * (N);  \
        i_ += (long long)gridDim.x * blockDim.x)

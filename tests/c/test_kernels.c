@@ -186,9 +186,68 @@ static void act_row_case(const char *name, void (*row)(const float *, float *, i
     check(bad == 0, "kc_%s_row against double precision, %d values: %d outside the bound", name, cases, bad);
 }
 
+/* GELU exactly, x/2 erfc(-x / sqrt 2), against the same in double precision. Bound: 8 f32 ulps
+ * of the result plus what the rounding of erfc's argument carries (z = -x / sqrt 2: the constant
+ * and the product each rounded, 2^-23 relative; d(log erfc z)/dz is at most 2|z| + 2 for the z
+ * that matter), 1e-37 absolute where the result leaves f32's normal range (x below about -13). */
+static void test_gelu_row(void) {
+    float x[40], y[40];
+    int bad = 0, cases = 0;
+    for (int rep = 0; rep < 2000; rep++) {
+        const int n = 1 + rep % 40;
+        for (int i = 0; i < n; i++) {
+            const int k = (int)(rnd() % 4);
+            x[i] = k == 0 ? rndf() * 30.0f : k == 1 ? rndf() * 1e-6f : rndf() * 4.0f;
+        }
+        kc_gelu_row(x, y, n);
+        for (int i = 0; i < n; i++, cases++) {
+            const double v = x[i], z = -v / sqrt(2.0), want = 0.5 * v * erfc(z);
+            const double tol = fabs(want) * (8 * 0x1p-23 + (2 * fabs(z) + 2) * fabs(z) * 0x1p-23) + 1e-37;
+            if (!(fabs((double)y[i] - want) <= tol)) {
+                if (bad++ < 5) printf("  gelu(%.9g): got %.9g want %.9g\n", x[i], y[i], want);
+            }
+        }
+    }
+    check(bad == 0, "kc_gelu_row against double precision, %d values: %d outside the bound", cases, bad);
+}
+
 static void test_activation_rows(void) {
     act_row_case("silu", kc_silu_row, 0, 120.0f);
     act_row_case("gelu_tanh", kc_gelu_tanh_row, 1, 60.0f);
+    test_gelu_row();
+}
+
+/* ---- norms ---- */
+/* kc_layernorm against LayerNorm in long double (two passes), with and without a bias, for rows
+ * whose mean is 0, and 1000 times their spread (where E[x^2] - E[x]^2 in float loses every digit).
+ * Bound: the normalized value is rounded to f32 once, times w once, plus b once: 3 ulps of
+ * |t w| + |b| (t the normalized value), and 1e-12 relative for the double sums. */
+static void test_layernorm(void) {
+    int bad = 0, cases = 0;
+    for (int rep = 0; rep < 300; rep++) {
+        const int n = 1 + (rep * 37) % 700;
+        const float mean = rep % 3 == 0 ? 1000.0f : rep % 3 == 1 ? 0.0f : -3.0f;
+        const float spread = rep % 3 == 0 ? 1.0f : rep % 5 == 0 ? 1e-3f : 2.0f;
+        float *x = malloc(sizeof(float) * n * 4), *w = x + n, *b = w + n, *y = b + n;
+        for (int i = 0; i < n; i++) x[i] = mean + rndf() * spread, w[i] = 1.0f + rndf() * 0.5f, b[i] = rndf() * 0.3f;
+        const int with_bias = rep % 2;
+        const float eps = rep % 4 < 2 ? 1e-5f : 1e-6f;
+        kc_layernorm(x, w, with_bias ? b : NULL, y, n, eps);
+        long double m = 0, v = 0;
+        for (int i = 0; i < n; i++) m += x[i];
+        m /= n;
+        for (int i = 0; i < n; i++) v += (x[i] - m) * (x[i] - m);
+        const long double r = 1.0L / sqrtl(v / n + eps);
+        for (int i = 0; i < n; i++, cases++) {
+            const long double t = (x[i] - m) * r, want = t * w[i] + (with_bias ? b[i] : 0);
+            const double tol = (double)(fabsl(t * w[i]) + (with_bias ? fabsf(b[i]) : 0)) * (3 * 0x1p-24 + 1e-12) + 1e-30;
+            if (!(fabs((double)y[i] - (double)want) <= tol)) {
+                if (bad++ < 5) printf("  layernorm n=%d mean %g [%d]: got %.9g want %.9Lg\n", n, mean, i, y[i], want);
+            }
+        }
+        free(x);
+    }
+    check(bad == 0, "kc_layernorm against long double, %d values: %d outside the bound", cases, bad);
 }
 
 /* ---- activation quantization ---- */
@@ -823,6 +882,7 @@ static void test_kv_q4(void) {
 int main(void) {
     test_half();
     test_activation_rows();
+    test_layernorm();
     test_quantize();
     test_embed();
     test_matmul();

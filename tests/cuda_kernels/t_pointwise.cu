@@ -1,9 +1,10 @@
-// t_pointwise.cu — embed, rmsnorm, elementwise and argmax kernels against kernels/cpu (kc_embed_row, kc_rmsnorm, kc_silu, kc_gelu_tanh) and plain loops.
+// t_pointwise.cu — embed, norm, elementwise and argmax kernels against kernels/cpu (kc_embed_row, kc_rmsnorm,
+// kc_layernorm, kc_silu, kc_gelu_tanh, kc_gelu) and plain loops.
 #include "harness.h"
 #include "argmax.cuh"
 #include "elementwise.cuh"
 #include "embed.cuh"
-#include "rmsnorm.cuh"
+#include "norm.cuh"
 
 template <int DT, int N> static void embed_case(const char* name, int vocab, unsigned seed) {
   const std::vector<unsigned char> table = rnd_matrix(DT, vocab, N, seed);
@@ -38,6 +39,50 @@ template <int N, int GS, int NT> static void rmsnorm_case(const char* name, int 
   expect_close(name, got.data(), want.data(), got.size(), 1e-5f);
   cudaFree(dX), cudaFree(dW);
   if (!in_place) cudaFree(dO);
+}
+
+// GS < N: groups (heads) of GS, the weight and bias one per group (PER_HEAD) or shared. The rows
+// have a mean far from 0 (the second pass's reason). BIAS false: no bias (nullptr).
+template <int N, int GS, int NT, bool PER_HEAD, bool BIAS> static void layernorm_case(const char* name, int T, bool in_place) {
+  const int ldx = N + 4, WN = PER_HEAD ? N : GS;
+  std::vector<float> x = rnd((size_t)T * ldx, 31 + N, -2.0f, 2.0f);
+  for (float& v : x) v += 5.0f;
+  const std::vector<float> w = rnd(WN, 32 + GS), b = rnd(WN, 33 + GS, -0.5f, 0.5f);
+  std::vector<float> want = x;
+  for (int t = 0; t < T; t++)
+    for (int g = 0; g < N / GS; g++) {
+      const int at = PER_HEAD ? g * GS : 0;
+      kc_layernorm(x.data() + (size_t)t * ldx + g * GS, w.data() + at, BIAS ? b.data() + at : nullptr,
+                   want.data() + (size_t)t * ldx + g * GS, GS, 1e-5f);
+    }
+  float *dX = to_dev(x), *dW = to_dev(w), *dB = BIAS ? to_dev(b) : nullptr, *dO = in_place ? dX : to_dev(x);
+  layernorm_kernel<N, GS, NT, PER_HEAD><<<T, NT>>>(dX, ldx, dW, dB, dO, ldx, 1e-5f);
+  CHECK(cudaGetLastError());
+  const std::vector<float> got = from_dev(dO, x.size());
+  // f32 tree sums vs the reference's double sums: ~1e-6 relative of values up to ~5
+  expect_close(name, got.data(), want.data(), got.size(), 2e-5f);
+  cudaFree(dX), cudaFree(dW);
+  if (BIAS) cudaFree(dB);
+  if (!in_place) cudaFree(dO);
+}
+
+// ig_gelu (exact, through erfc) against kc_gelu, in a one-thread-per-element loop
+__global__ void gelu_kernel(const float* x, float* y, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = ig_gelu(x[i]);
+}
+
+static void gelu_case() {
+  const int n = 1000;
+  const std::vector<float> x = rnd(n, 41, -12.0f, 12.0f);
+  std::vector<float> want(n);
+  for (int i = 0; i < n; i++) want[i] = kc_gelu(x[i]);
+  float *dX = to_dev(x), *dY = to_dev(std::vector<float>(n));
+  gelu_kernel<<<2, 128>>>(dX, dY, n);
+  CHECK(cudaGetLastError());
+  const std::vector<float> got = from_dev(dY, n);
+  // the same erfcf under cudasim; CUDA's erfcf is within 4 ulps
+  expect_close("gelu (erf)", got.data(), want.data(), n, 1e-6f);
+  cudaFree(dX), cudaFree(dY);
 }
 
 static void elementwise_cases() {
@@ -125,6 +170,13 @@ int main() {
   rmsnorm_case<96, 96, 32>("rmsnorm N96 one warp", 2, 0.0f, false);
   rmsnorm_case<192, 64, 64>("rmsnorm per-head 3x64 (2 warps)", 3, 0.0f, true);
   rmsnorm_case<256, 32, 128>("rmsnorm per-head 8x32 offset1", 2, 1.0f, false);
+  layernorm_case<200, 200, 128, false, true>("layernorm N200 bias", 3, false);
+  layernorm_case<576, 576, 256, false, false>("layernorm N576 no bias in-place", 2, true);
+  layernorm_case<96, 96, 32, false, true>("layernorm N96 one warp", 2, false);
+  layernorm_case<192, 64, 64, false, true>("layernorm per-head 3x64 shared weight", 3, true);
+  layernorm_case<256, 32, 128, true, true>("layernorm per-head 8x32, a weight and bias per head", 2, false);
+  layernorm_case<72, 12, 64, true, false>("layernorm per-head 6x12, a weight per head, no bias", 2, false);
+  gelu_case();
   elementwise_cases();
   argmax_case<1000, 256>("argmax V1000", 3);
   argmax_case<50, 64>("argmax V50 (idle threads)", 3);

@@ -1,0 +1,132 @@
+"""The description language refuses what it cannot trust, at the models.lua line that wrote it.
+
+Each case edits a copy of models.lua and runs the generator on a fixture checkpoint (a dry run
+where the mistake is one the generator must name; a full build through `ingot build --models`
+where it is one only the logits show). What is checked:
+
+- an unknown op, an unknown option of an op, or a weight read but given to no op is an error that
+  names the line (and lists the ops or options there are), not a Lua traceback and not silence;
+- partial rotary widths outside the head are refused; a declared weight shape that the checkpoint
+  does not have is refused by the generator, not first by the binary at load;
+- one entry's mistake breaks no other entry's build, and is reported when its own checkpoint is
+  cast;
+- a config value derived from others (`head_dim = {default = "dim / heads"}`) needs no key;
+- a deliberately wrong GPT-NeoX entry (each of the mistakes a researcher could make with its new
+  ops: RMSNorm for LayerNorm, a dropped norm bias, the tanh GELU for the exact one, an even
+  rotary width for an odd one, the serial residual for the parallel one) fails against
+  transformers' logits: by an error, or by more than the check's bound (1e-4).
+"""
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from modelbuild import FIXTURES, logits, reference
+
+FAMILIES = FIXTURES / "families"
+MODELS_LUA = (ROOT / "models.lua").read_text()
+BOUND = 1e-4  # scripts/check_entry.py's bound for logits of this scale
+
+
+def edited(tmp_path, old, new, count=1):
+    assert MODELS_LUA.count(old) == count, f"{old!r} occurs {MODELS_LUA.count(old)} times"
+    path = tmp_path / "models.lua"
+    path.write_text(MODELS_LUA.replace(old, new))
+    return path
+
+
+def line_of(text, at):
+    return text[:text.index(at)].count("\n") + 1
+
+
+def dry_run(built, tmp_path, fixture, models):
+    """The generator alone on a fixture: (exit status, stderr)."""
+    d = FAMILIES / fixture
+    inspect = tmp_path / f"{fixture}-inspect.json"
+    with open(inspect, "w") as f:
+        subprocess.run([str(ROOT / "build" / "_obj" / "tools" / "ingot-inspect"), str(d)], stdout=f, check=True,
+                       timeout=60)
+    r = subprocess.run(["lua5.4", str(ROOT / "generator" / "main.lua"), "--inspect", str(inspect), "--source", str(d),
+                        "--hf-config", str(d / "config.json"), "--name", "x", "--out", str(tmp_path / "out"),
+                        "--models", str(models), "--dry-run"], capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stderr
+
+
+NEOX_LAYER = "local a = attention(rope_of(q), rope_of(k), v, {heads = H, kv_heads = H, head_dim = D})"
+
+
+@pytest.mark.parametrize("old, new, at, words", [
+    ("local qkv = linear(layernorm(x,", "local qkv = linear(layer_norm(x,", "local qkv = linear(layernorm(x,",
+     ["unknown op or name 'layer_norm'", "ops: ", "layernorm", "rmsnorm", "gelu"]),
+    (NEOX_LAYER, NEOX_LAYER.replace("head_dim = D}", "head_dim = D, sinks = w.o_bias}"), NEOX_LAYER,
+     ["attention: unknown option 'sinks'", "kv_heads", "window"]),
+    # (rope_of's `return rope(...)` is a tail call: the error names the line that called rope_of)
+    ("o.rot_dim = c.rot_dim", "o.rot_dim = c.rot_dim; o.rotary = 0.5", NEOX_LAYER,
+     ["rope: unknown option 'rotary'", "rot_dim"]),
+    ("o.rot_dim = c.rot_dim", "o.rot_dim = 2 * c.head_dim", NEOX_LAYER,
+     ["rope: rot_dim 24 does not fit heads of 12 (an integer in 1..12"]),
+    ("local H, D, ab = c.heads, c.head_dim, c.attention_bias",
+     "local H, D, ab = c.heads, c.head_dim, c.attention_bias; local unused = w.o_bias",
+     "local H, D, ab = c.heads, c.head_dim, c.attention_bias", ["weight 'o_bias' is read but no op uses it"]),
+    ('embed        = {hf = "gpt_neox.embed_in.weight", gguf = "token_embd.weight", shape = {"vocab", "dim"}}',
+     'embed        = {hf = "gpt_neox.embed_in.weight", gguf = "token_embd.weight", shape = {"vocab + 1", "dim"}}',
+     'embed        = {hf = "gpt_neox.embed_in.weight"',
+     ["weight 'embed' is [421, 72] by its shape in models.lua", "'gpt_neox.embed_in.weight' is [420, 72]"]),
+], ids=["unknown-op", "unknown-attention-option", "unknown-rope-option", "rot-dim-too-wide", "read-unused",
+        "shape-mismatch"])
+def test_mistakes_are_errors_at_their_line(built, tmp_path, old, new, at, words):
+    models = edited(tmp_path, old, new)
+    rc, err = dry_run(built, tmp_path, "gptneox_serial_odd", models)
+    assert rc != 0 and f"models.lua:{line_of(MODELS_LUA, at)}: error:" in err, err
+    assert "traceback" not in err.lower(), err
+    for w in words:
+        assert w in err, err
+
+
+def test_one_broken_entry_breaks_no_other(built, tmp_path):
+    """A mistake in the Qwen2 entry: GPT-NeoX still builds; a Qwen2 checkpoint gets the mistake."""
+    old = 'M.qwen2 = {\n  hf = {"Qwen2ForCausalLM"},'
+    models = edited(tmp_path, old, old + "\n  typo_key = 1,")
+    rc, err = dry_run(built, tmp_path, "gptneox_serial_odd", models)
+    assert rc == 0, err
+    rc, err = dry_run(built, tmp_path, "qwen2_gqa", models)
+    assert rc != 0 and "entry 'qwen2': unknown key 'typo_key'" in err, err
+
+
+def neox_build(tmp_path, models, name, *opts):
+    r = subprocess.run([str(ROOT / "ingot"), "build", str(FAMILIES / "gptneox_serial_odd"), "--name", name,
+                        "--kv-dtype", "f32", "--models", str(models), *opts],
+                       capture_output=True, text=True, timeout=900)
+    return r.returncode, r.stdout.strip().splitlines()[-1] if r.returncode == 0 else r.stderr
+
+
+NEOX_HEAD = "return linear(layernorm(x, w.final_norm, w.final_norm_b, c.eps), w.lm_head)"
+
+
+@pytest.mark.parametrize("old, new, error", [
+    (NEOX_HEAD, "return linear(rmsnorm(x, w.final_norm, c.eps), w.lm_head)",
+     "not used by models.lua entry 'gptneox'"),
+    (NEOX_HEAD, "return linear(layernorm(x, w.final_norm, nil, c.eps), w.lm_head)",
+     "not used by models.lua entry 'gptneox'"),
+    ("({gelu = gelu, gelu_new", "({gelu = gelu_tanh, gelu_new", None),
+    ("o.rot_dim = c.rot_dim", "o.rot_dim = c.rot_dim + c.rot_dim % 2", None),
+    ("if c.parallel then return", "if not c.parallel then return", None),
+], ids=["rmsnorm-for-layernorm", "dropped-norm-bias", "gelu-tanh-for-gelu", "even-rotary-width", "residual-form"])
+def test_wrong_neox_entry_fails_against_transformers(built, tmp_path, old, new, error):
+    """gptneox_serial_odd (odd rotary width, serial residual, exact GELU; transformers' logits):
+    the right entry is within 2e-6 (test_families); each wrong one fails, by an error or beyond
+    the bound. A mistake that leaves a tensor unread is an error unless --allow-unused, and then
+    the logits still show it."""
+    models = edited(tmp_path, old, new)
+    name = "t-wrong-neox-" + str(abs(hash(new)) % 10 ** 6)
+    rc, out = neox_build(tmp_path, models, name)
+    if error:
+        assert rc != 0 and error in out, out
+        rc, out = neox_build(tmp_path, models, name, "--allow-unused")
+    assert rc == 0, out
+    tokens, want = reference(FAMILIES / "gptneox_serial_odd")
+    got = logits(out, tokens, tmp_path=tmp_path)
+    err = float(np.abs(got - want).max())
+    assert err > BOUND, f"a wrong entry passes: max |delta| = {err:.3g}"
+    subprocess.run(["rm", "-rf", str(ROOT / "build" / name)])
