@@ -77,6 +77,9 @@ local ROPE_CONFIG = {
   rope_attn_factor = {hf = {"rope_scaling.attention_factor", "rope_parameters.attention_factor"}, default = 0},
   rope_mscale     = {hf = {"rope_scaling.mscale", "rope_parameters.mscale"}, default = 0},
   rope_mscale_all = {hf = {"rope_scaling.mscale_all_dim", "rope_parameters.mscale_all_dim"}, default = 0},
+  -- partial rotary: the first rot_dim columns of each head rotate (transformers' int(head_dim * factor))
+  rotary_pct      = {hf = {"rope_parameters.partial_rotary_factor", "partial_rotary_factor", "rotary_pct"}, default = 1},
+  rot_dim         = {gguf = "%s.rope.dimension_count", default = "floor(head_dim * rotary_pct)"},
 }
 
 -- YaRN's magnitude correction for a context `factor` times the original.
@@ -94,7 +97,7 @@ local function rope_opts(c, heads, freq_factors)
   if attn_factor == 0 and c.rope_mscale ~= 0 and c.rope_mscale_all ~= 0 then
     attn_factor = yarn_mscale(c.rope_factor, c.rope_mscale) / yarn_mscale(c.rope_factor, c.rope_mscale_all)
   end
-  return {heads = heads, head_dim = c.head_dim, theta = c.rope_theta, freq_factors = freq_factors or nil,
+  return {heads = heads, head_dim = c.head_dim, rot_dim = c.rot_dim, theta = c.rope_theta, freq_factors = freq_factors or nil,
           scaling = {type = c.rope_type, factor = c.rope_factor, low_freq = c.rope_low_freq,
                      high_freq = c.rope_high_freq, orig_ctx = c.rope_orig_ctx, beta_fast = c.rope_beta_fast,
                      beta_slow = c.rope_beta_slow, attn_factor = attn_factor}}
@@ -327,8 +330,6 @@ M.gptneox = {
     vocab      = {hf = "vocab_size",              gguf = "%s.vocab_size", default = "tensor_rows:embed"},
     ctx        = {hf = "max_position_embeddings", gguf = "%s.context_length", default = 2048},
     rope_theta = {hf = {"rope_parameters.rope_theta", "rotary_emb_base"}, gguf = "%s.rope.freq_base", default = 10000},
-    rotary_pct = {hf = {"rope_parameters.partial_rotary_factor", "rotary_pct"}, default = 1},
-    rot_dim    = {gguf = "%s.rope.dimension_count", default = "floor(head_dim * rotary_pct)"},
     parallel   = {hf = "use_parallel_residual", gguf = "%s.use_parallel_residual", default = true},
     attention_bias = {hf = "attention_bias", default = "has_tensor:qkv_bias"},
     act        = {hf = "hidden_act", default = "gelu"},
@@ -363,8 +364,8 @@ M.gptneox = {
     local function part(i) -- of [head][q | k | v] rows, or [q of every head | k ... | v ...]
       return c.qkv_per_head and columns(qkv, i * D, D, {heads = H}) or columns(qkv, i * H * D, H * D)
     end
-    local function rope_of(t) return rope(t, merge(rope_opts(c, H), {rot_dim = c.rot_dim})) end
-    local a = attention(rope_of(part(0)), rope_of(part(1)), part(2), {heads = H, kv_heads = H, head_dim = D})
+    local q, k = rope(part(0), rope_opts(c, H)), rope(part(1), rope_opts(c, H)) -- rot_dim: partial rotary
+    local a = attention(q, k, part(2), {heads = H, kv_heads = H, head_dim = D})
     a = linear(a, w.o, ab and w.o_bias)
     local function mlp(h) return linear(act(linear(h, w.up, w.up_bias)), w.down, w.down_bias) end
     if c.parallel then return x + a + mlp(layernorm(x, w.ffn_norm, w.ffn_norm_b, c.eps)) end

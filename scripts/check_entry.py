@@ -7,17 +7,26 @@ exercise every branch the config offers: odd head counts and GQA ratios,
 several head sizes, tied and untied embeddings, a sliding window shorter than
 the sequence where the config has one, RoPE scaling (linear, llama3, yarn)
 where it has rope parameters, biases and expert counts where it has them —
-fills every weight, norm and bias with random non-zero values (transformers'
-zeros and ones would hide a missing one), takes transformers' float32 logits
+every other option the entry reads from config.json varied (a switch either
+way, a scale halved, kept or doubled: the keys come from the entry's config,
+so a new entry's options are varied without a list here), partial rotary
+widths (odd ones too), the residual form, the activation where the config
+names one; fills every weight, norm and bias (and every *_bias parameter) with
+random non-zero values (transformers' zeros and ones would hide a missing one),
+saves it as f32, bf16 or f16, takes transformers' float32 logits
 for a random token sequence, casts the checkpoint with ./ingot build (fused
 and --no-fuse, KV cache in f32; --cudasim adds the CUDA backend on cudasim, fused
 and --no-fuse), and prints
 max |Δlogits| for the prompt in one step (prefill), in chunks of 7 (chunked)
 and token by token (decode), with the verdict against the bound:
 
-  1e-4 absolute, for f32 weights and f32 arithmetic on both sides (the engines
-  differ only in summation order, observed about 1e-5), scaled by
-  max(1, max|logit| / 8) for models whose logits are large.
+  1e-4 absolute, for f32 arithmetic on both sides (the engines differ only in
+  summation order, observed about 1e-5), scaled by max(1, max|logit| / 8) for
+  models whose logits are large, and at most 1e-3 max|logit| for models whose
+  logits are small.
+
+Each random model is saved in f32, bf16 or f16 (chosen with the config); the
+reference runs in f32 on the stored values, so the bound is the same.
 
 Needs torch and transformers (scripts/setup.sh --check).
 Exit status 0 when every case passes, 1 when one fails, 2 on a usage error.
@@ -40,21 +49,30 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 N_TOKENS = 40
 BOUND = 1e-4
+REL_BOUND = 1e-3  # of max|logit|: what keeps the absolute bound meaningful for logits of a small scale
+# checkpoints in each dtype transformers writes (a 2-D weight stored as bf16 and read as floats,
+# or a bf16 norm read as f16, fails)
+CHECKPOINT_DTYPES = {"f32": lambda torch: torch.float32, "bf16": lambda torch: torch.bfloat16,
+                     "f16": lambda torch: torch.float16}
 MODES = {"prefill": [], "chunked": ["--chunk", "7"], "decode": ["--decode"]}
 
 
 def entries(models):
-    """{entry name: [HF architectures]} read from models.lua by Lua itself."""
+    """{entry name: ([HF architectures], {the top-level config.json keys its config reads})}, read
+    from models.lua by Lua itself."""
     lua = ('local M = dofile(os.getenv("INGOT_MODELS")); for name, e in pairs(M) do '
-           'io.write(name, "\\t", table.concat(e.hf or {}, ","), "\\n") end')
+           'local keys = {} for _, spec in pairs(type(e.config) == "table" and e.config or {}) do '
+           'local hf = type(spec) == "table" and spec.hf or nil '
+           'for _, k in ipairs(type(hf) == "table" and hf or {hf}) do keys[#keys + 1] = k end end '
+           'io.write(name, "\\t", table.concat(e.hf or {}, ","), "\\t", table.concat(keys, ","), "\\n") end')
     r = subprocess.run(["lua5.4", "-e", lua], capture_output=True, text=True,
                        env=dict(os.environ, INGOT_MODELS=str(models)))
     if r.returncode != 0:
         sys.exit(f"ingot check: cannot read models.lua: {r.stderr.strip()}")
     out = {}
     for line in r.stdout.splitlines():
-        name, archs = line.split("\t")
-        out[name] = [a for a in archs.split(",") if a]
+        name, archs, keys = line.split("\t")
+        out[name] = ([a for a in archs.split(",") if a], {k for k in keys.split(",") if k and "." not in k})
     return out
 
 
@@ -70,8 +88,9 @@ def rope_variant(rng, theta):
     return p
 
 
-def random_config(cfg_cls, rng):
-    """A small config of cfg_cls with random values for every key it has."""
+def random_config(cfg_cls, rng, reads=frozenset()):
+    """A small config of cfg_cls with random values for every key it has; reads: the config.json
+    keys the entry reads."""
     base = cfg_cls().to_dict()
     heads = rng.choice([2, 3, 4, 6])
     kv = rng.choice([k for k in range(1, heads + 1) if heads % k == 0])
@@ -140,6 +159,14 @@ def random_config(cfg_cls, rng):
                   topk_method="group_limited_greedy" if groups > 1 else "greedy")
     if "layer_types" in base:
         kw.pop("layer_types", None)  # derived from the window and the layer count
+    # every other option the entry reads, varied: a switch either way, a scale halved, kept or
+    # doubled (what the entry reads, so a new entry's options are varied without a list here)
+    for key in sorted(reads - set(kw)):
+        v = base.get(key)
+        if isinstance(v, bool):
+            kw[key] = rng.random() < 0.5
+        elif isinstance(v, float) and v != 0:
+            kw[key] = v * rng.choice([0.5, 1.0, 2.0])
     return kw
 
 
@@ -220,25 +247,34 @@ def main():
     failures = 0
     print(f"{'architecture':24s} {'seed':>4s}  {'config':44s} {'backend':8s} {'fusion':8s} "
           f"{'prefill':>9s} {'chunked':>9s} {'decode':>9s}  bound     verdict")
-    for arch in known[args.entry]:
+    archs, reads = known[args.entry]
+    for arch in archs:
+        print(f"{arch}: the config.json keys {args.entry} reads (each switch and scale among them varied): "
+              f"{', '.join(sorted(reads)) or '-'}")
         model_cls = getattr(transformers, arch, None)
         if model_cls is None:
             print(f"{arch:24s} transformers {transformers.__version__} has no such class: skipped")
             continue
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             rng = random.Random(seed * 7919 + len(arch))
-            kw = random_config(model_cls.config_class, rng)
+            kw = random_config(model_cls.config_class, rng, reads)
             torch.manual_seed(seed)
             cfg = model_cls.config_class(attn_implementation="eager", **kw)
             model = model_cls(cfg).eval()
             randomize(model, torch)
             d = work / f"{arch}-{seed}"
             shutil.rmtree(d, ignore_errors=True)
-            model.save_pretrained(d, safe_serialization=True)
+            # the checkpoint's dtype: the reference runs in f32 on the very values stored, read
+            # back from the file (a model cast to bf16 and back would keep bf16-rounded buffers,
+            # RoPE's inv_freq among them)
+            ckpt = rng.choice(list(CHECKPOINT_DTYPES))
+            model.to(CHECKPOINT_DTYPES[ckpt](torch)).save_pretrained(d, safe_serialization=True)
+            model = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
             tokens = [rng.randrange(cfg.vocab_size) for _ in range(N_TOKENS)]
             with torch.no_grad():
                 ref = model(torch.tensor([tokens])).logits[0].float().numpy()
-            bound = BOUND * max(1.0, float(np.abs(ref).max()) / 8)
+            top = float(np.abs(ref).max())
+            bound = min(BOUND * max(1.0, top / 8), REL_BOUND * top)
             rp = kw.get("rope_parameters") or {}
             summary = (f"h{cfg.num_attention_heads}/kv{kw['num_key_value_heads']} d{kw.get('head_dim', head_dim_of(kw))} "
                        f"{'rot' + str(rp['partial_rotary_factor']) + ' ' if rp.get('partial_rotary_factor', 1) != 1 else ''}"
@@ -247,7 +283,7 @@ def main():
                        f"{(kw.get('rope_parameters') or {}).get('rope_type', '')} "
                        f"{'win' + str(kw['sliding_window']) if kw.get('sliding_window') else ''} "
                        f"{'bias' if kw.get('attention_bias') or kw.get('mlp_bias') else ''}"
-                       f"{'tied' if kw['tie_word_embeddings'] else ''}").strip()
+                       f"{'tied' if kw['tie_word_embeddings'] else ''} {ckpt}").strip()
             for backend, opts, fusion in backends:
                 name = f"check-{arch.lower()}-{seed}-{backend}-{fusion}"
                 binary, err = build(d, name, opts)

@@ -402,10 +402,11 @@ NVCC_MODELS += [(TINY / m, f"cuda-{m}-nf", ("--no-fuse",)) for m in ("mha_untied
 NVCC_MODELS += [(FAMILY_DIR / "mixtral_4e_top2", "cuda-mixtral_4e_top2", ())]  # the moe kernels
 NVCC_MODELS += [(FAMILY_DIR / "deepseek2_qlora_yarn", "cuda-deepseek2_qlora_yarn", ())]  # MLA: head_linear, shared values
 # one model per kernel kind: f32 GEMV/GEMM and head_dim 16 attention, the generic attention kernel
-# (head_dim 40), f16 and bf16 weights, unfused kernels, the moe kernels, MLA's per-head linears and
+# (head_dim 40), half weights (f16; bf16 is the same template with another conversion: full tier),
+# unfused kernels, the moe kernels, MLA's per-head linears and
 # attention over shared K/V rows with group-limited routing (SmolLM2 adds Q4_1/Q8_0 and head_dim
 # 64); the rest of NVCC_MODELS repeats these kinds with other shapes
-NVCC_KINDS = {"cuda-gqa_tied_hd16", "cuda-gqa_tied_hd40", "cuda-mha_untied_hd32-f16", "cuda-mha_untied_hd32-bf16",
+NVCC_KINDS = {"cuda-gqa_tied_hd16", "cuda-gqa_tied_hd40", "cuda-mha_untied_hd32-f16",
               "cuda-mha_untied_hd32-nf", "cuda-mixtral_4e_top2", "cuda-deepseek2_qlora_yarn"}
 
 

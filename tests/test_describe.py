@@ -53,7 +53,8 @@ def dry_run(built, tmp_path, fixture, models):
     return r.returncode, r.stderr
 
 
-NEOX_LAYER = "local a = attention(rope_of(q), rope_of(k), v, {heads = H, kv_heads = H, head_dim = D})"
+NEOX_LAYER = "local a = attention(q, k, part(2), {heads = H, kv_heads = H, head_dim = D})"
+NEOX_ROPE = "local q, k = rope(part(0), rope_opts(c, H)), rope(part(1), rope_opts(c, H))"
 
 
 @pytest.mark.parametrize("old, new, at, words", [
@@ -61,10 +62,8 @@ NEOX_LAYER = "local a = attention(rope_of(q), rope_of(k), v, {heads = H, kv_head
      ["unknown op or name 'layer_norm'", "ops: ", "layernorm", "rmsnorm", "gelu"]),
     (NEOX_LAYER, NEOX_LAYER.replace("head_dim = D}", "head_dim = D, sinks = w.o_bias}"), NEOX_LAYER,
      ["attention: unknown option 'sinks'", "kv_heads", "window"]),
-    # (rope_of's `return rope(...)` is a tail call: the error names the line that called rope_of)
-    ("o.rot_dim = c.rot_dim", "o.rot_dim = c.rot_dim; o.rotary = 0.5", NEOX_LAYER,
-     ["rope: unknown option 'rotary'", "rot_dim"]),
-    ("o.rot_dim = c.rot_dim", "o.rot_dim = 2 * c.head_dim", NEOX_LAYER,
+    ("rot_dim = c.rot_dim,", "rot_dim = c.rot_dim, rotary = 0.5,", NEOX_ROPE, ["rope: unknown option 'rotary'", "rot_dim"]),
+    ("rot_dim = c.rot_dim,", "rot_dim = 2 * c.head_dim,", NEOX_ROPE,
      ["rope: rot_dim 24 does not fit heads of 12 (an integer in 1..12"]),
     ("local H, D, ab = c.heads, c.head_dim, c.attention_bias",
      "local H, D, ab = c.heads, c.head_dim, c.attention_bias; local unused = w.o_bias",
@@ -110,7 +109,7 @@ NEOX_HEAD = "return linear(layernorm(x, w.final_norm, w.final_norm_b, c.eps), w.
     (NEOX_HEAD, "return linear(layernorm(x, w.final_norm, nil, c.eps), w.lm_head)",
      "not used by models.lua entry 'gptneox'"),
     ("({gelu = gelu, gelu_new", "({gelu = gelu_tanh, gelu_new", None),
-    ("o.rot_dim = c.rot_dim", "o.rot_dim = c.rot_dim + c.rot_dim % 2", None),
+    ("rot_dim = c.rot_dim,", "rot_dim = c.rot_dim + c.rot_dim % 2,", None),
     ("if c.parallel then return", "if not c.parallel then return", None),
 ], ids=["rmsnorm-for-layernorm", "dropped-norm-bias", "gelu-tanh-for-gelu", "even-rotary-width", "residual-form"])
 def test_wrong_neox_entry_fails_against_transformers(built, tmp_path, old, new, error):
