@@ -133,7 +133,8 @@ local function row_op(ctx, s, n)
       a.heads, a.stride, a.first, a.rows, a.cols, a.transpose and 1 or 0, row(inp(1), "t", n.inputs[1].width),
       row(out, "t", W))
   end
-  error("no CPU emitter for op " .. op)
+  -- an op graph.lua traces but this backend cannot emit: the description's line, not a traceback
+  util.die(string.format("%s:%d: error: op '%s' has no CPU emitter (generator/emit_c.lua)", ctx.desc_path, n.line, op))
 end
 
 local function phase_rows(ctx, s, name, nodes, extra)

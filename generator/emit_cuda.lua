@@ -115,7 +115,8 @@ local function row_stmt(ctx, s, n, t, NT)
       a.first, a.rows, a.cols, a.transpose and "true" or "false", s.weight(w), row(inp(1), t, n.inputs[1].width),
       row(out, t, W))
   end
-  error("no CUDA emitter for op " .. op)
+  -- an op graph.lua traces but this backend cannot emit: the description's line, not a traceback
+  util.die(string.format("%s:%d: error: op '%s' has no CUDA emitter (generator/emit_cuda.lua)", ctx.desc_path, n.line, op))
 end
 
 -- Statements of a list of row ops at row t, a barrier after each (the next op may read what

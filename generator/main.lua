@@ -552,7 +552,7 @@ local function main(argv)
 
   local groups = fuse.run(g, opts.fused)
   local p = plan.run(g, groups, g.logits, opts.act_quant, opts.backend)
-  local ctx = {desc_lines = {}, act_quant = opts.act_quant}
+  local ctx = {desc_lines = {}, act_quant = opts.act_quant, desc_path = d.path}
   for line in (d.text .. "\n"):gmatch("(.-)\n") do ctx.desc_lines[#ctx.desc_lines + 1] = line end
   local kernels, calls
   local rope = rope_params(g, d) -- before the kernels: each rope op's table is part of its kernel's text

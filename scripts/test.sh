@@ -5,7 +5,7 @@
 #                             pytest file optimized, then the C-heavy paths again under
 #                             AddressSanitizer + UndefinedBehaviorSanitizer (loaders, tokenizer, Jinja,
 #                             server, HTTP edges, grammars, scheduler (and the tight-pool serving test), bad
-#                             models, stop ids, K-quant kernels and loading, cudasim, one cudasim forward; the
+#                             models, stop ids, K-quant kernels and loading, one cudasim forward; the
 #                             attention split across threads under them is test_kernels' chunks run apart);
 #                             tests marked `full` (the same checks on more inputs) are skipped by name
 #   scripts/test.sh --full    every test at full breadth, both passes over every file (`make test-full`)
@@ -22,9 +22,10 @@ case "$mode" in default|--full|--fast) ;; *) echo "usage: scripts/test.sh [--ful
 [ "$mode" = --full ] && export INGOT_TEST_FULL=1
 
 # The sanitizer pass of the default tier: the files whose C handles untrusted bytes or
-# concurrency (plus one CUDA model forward on cudasim under ASan).
+# concurrency (plus one CUDA model forward on cudasim under ASan). tests/test_cudasim.py is not
+# among them: it builds the simulator in each of its modes, ASan included, whatever the pass.
 SAN_FILES="tests/test_loaders.py tests/test_tokenizer.py tests/test_jinja.py tests/test_server.py
-           tests/test_http_edges.py tests/test_scheduler.py tests/test_bad_models.py tests/test_cudasim.py
+           tests/test_http_edges.py tests/test_scheduler.py tests/test_bad_models.py
            tests/test_stop_ids.py tests/test_kernels.py tests/test_grammar.py"
 # test_kquants: the dequantization and kernels of every type, bad K-quant tensors and files, and one
 # preset model each way (the optimized pass builds every preset; its kernels are the unit test's).
