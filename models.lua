@@ -375,6 +375,40 @@ M.gptneox = {
   head = function(x, w, c) return linear(layernorm(x, w.final_norm, w.final_norm_b, c.eps), w.lm_head) end,
 }
 
+-- StableLM (StableLM 2, Zephyr): Llama's projections and SwiGLU with LayerNorms (and their
+-- biases), partial rotary, optional q/k/v biases, and optionally the parallel residual
+-- x + attn(ln1(x)) + mlp(ln1(x)) (one norm: post_attention_layernorm is absent). Its per-head q/k
+-- LayerNorms (qk_layernorm, StableLM 2 12B) are separate tensors per head: such a checkpoint is
+-- refused by its unused tensors.
+M.stablelm = {
+  hf = {"StableLmForCausalLM"},
+  gguf = "stablelm",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {
+    head_dim  = {default = "dim / heads"},
+    eps       = {hf = "layer_norm_eps", gguf = "%s.attention.layer_norm_epsilon"},
+    qkv_bias  = {hf = "use_qkv_bias", default = "has_tensor:q_bias"},
+    -- the parallel residual has no post_attention_layernorm (llama.cpp decides the same way)
+    serial    = {default = "has_tensor:ffn_norm"},
+  }),
+  rope_pairs = {hf = "halves", gguf = "halves"},
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, {
+    final_norm_b = {hf = "model.norm.bias", gguf = "output_norm.bias", shape = {"dim"}},
+    attn_norm_b  = {hf = "model.layers.%d.input_layernorm.bias", gguf = "blk.%d.attn_norm.bias", shape = {"dim"}},
+    ffn_norm_b   = {hf = "model.layers.%d.post_attention_layernorm.bias", gguf = "blk.%d.ffn_norm.bias", shape = {"dim"}},
+  }),
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local b = c.qkv_bias
+    local h = layernorm(x, w.attn_norm, w.attn_norm_b, c.eps)
+    local q, k, v = linear(h, w.q, b and w.q_bias), linear(h, w.k, b and w.k_bias), linear(h, w.v, b and w.v_bias)
+    q, k = rope(q, rope_opts(c, c.heads)), rope(k, rope_opts(c, c.kv_heads))
+    x = x + linear(attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim}), w.o)
+    if c.serial then h = layernorm(x, w.ffn_norm, w.ffn_norm_b, c.eps) end
+    return x + linear(silu(linear(h, w.gate)) * linear(h, w.up), w.down)
+  end,
+  head = function(x, w, c) return linear(layernorm(x, w.final_norm, w.final_norm_b, c.eps), w.lm_head) end,
+}
+
 -- A GGUF keeps a layer's experts stacked in one tensor [experts, rows, cols].
 local EXPS = {gate = "blk.%d.ffn_gate_exps.weight", up = "blk.%d.ffn_up_exps.weight",
               down = "blk.%d.ffn_down_exps.weight"}
