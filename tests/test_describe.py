@@ -29,10 +29,12 @@ MODELS_LUA = (ROOT / "models.lua").read_text()
 BOUND = 1e-4  # scripts/check_entry.py's bound for logits of this scale
 
 
-def edited(tmp_path, old, new, count=1):
-    assert MODELS_LUA.count(old) == count, f"{old!r} occurs {MODELS_LUA.count(old)} times"
+def edited(tmp_path, old, new):
+    """models.lua with the first occurrence of old replaced (the gptneox entry's, where StableLM
+    shares a line: gptneox comes first)."""
+    assert old in MODELS_LUA, f"{old!r} is not in models.lua"
     path = tmp_path / "models.lua"
-    path.write_text(MODELS_LUA.replace(old, new))
+    path.write_text(MODELS_LUA.replace(old, new, 1))
     return path
 
 
