@@ -77,6 +77,8 @@ local ROPE_CONFIG = {
   rope_attn_factor = {hf = {"rope_scaling.attention_factor", "rope_parameters.attention_factor"}, default = 0},
   rope_mscale     = {hf = {"rope_scaling.mscale", "rope_parameters.mscale"}, default = 0},
   rope_mscale_all = {hf = {"rope_scaling.mscale_all_dim", "rope_parameters.mscale_all_dim"}, default = 0},
+  -- YaRN's ramp bounds rounded out (transformers' default; llama.cpp always rounds) or kept fractional
+  rope_truncate   = {hf = {"rope_scaling.truncate", "rope_parameters.truncate"}, default = true},
   -- partial rotary: the first rot_dim columns of each head rotate (transformers' int(head_dim * factor))
   rotary_pct      = {hf = {"rope_parameters.partial_rotary_factor", "partial_rotary_factor", "rotary_pct"}, default = 1},
   rot_dim         = {gguf = "%s.rope.dimension_count", default = "floor(head_dim * rotary_pct)"},
@@ -100,7 +102,7 @@ local function rope_opts(c, heads, freq_factors)
   return {heads = heads, head_dim = c.head_dim, rot_dim = c.rot_dim, theta = c.rope_theta, freq_factors = freq_factors or nil,
           scaling = {type = c.rope_type, factor = c.rope_factor, low_freq = c.rope_low_freq,
                      high_freq = c.rope_high_freq, orig_ctx = c.rope_orig_ctx, beta_fast = c.rope_beta_fast,
-                     beta_slow = c.rope_beta_slow, attn_factor = attn_factor}}
+                     beta_slow = c.rope_beta_slow, attn_factor = attn_factor, truncate = c.rope_truncate}}
 end
 
 local LLAMA_WEIGHTS = {
@@ -681,6 +683,67 @@ M.deepseek2 = {
     local routed = moe(h, w.router, {gate = w.expert_gate, up = w.expert_up, down = w.expert_down}, {experts = c.experts, top_k = c.top_k,
                        normalize = c.norm_topk, groups = limited and c.groups or 1, top_groups = limited and c.top_groups or 1}) * c.routed_scale
     return x + (c.shared > 0 and routed + mlp("shared_") or routed)
+  end,
+  head = lm_head,
+}
+
+-- gpt-oss: Llama's attention with biases and a learned sink logit per query
+-- head in each softmax (it joins the sum and weighs no value), sliding and
+-- full layers alternating (layer_types), YaRN RoPE on halves; in every layer
+-- a MoE with a router bias, a softmax over the top-k logits (the same as
+-- renormalizing their probabilities), and experts with biases whose SwiGLU
+-- clamps the gate to <= limit and up to [-limit, limit] and gives
+-- gate sigmoid(alpha gate) (up + 1). transformers keeps a layer's experts
+-- stacked and transposed, gate and up interleaved (gate_up_proj [experts,
+-- dim, 2 ffn]: gate the even columns, up the odd); llama.cpp's converter
+-- splits and transposes them into ffn_*_exps, and llama.cpp fixes alpha and
+-- limit and always rounds YaRN's ramp bounds (transformers: truncate false).
+M.gptoss = {
+  hf = {"GptOssForCausalLM"},
+  gguf = "gpt-oss",
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}, {
+    rope_theta   = {hf = {"rope_theta", "rope_parameters.rope_theta"}, gguf = "%s.rope.freq_base", default = 150000},
+    ffn          = {hf = "intermediate_size", gguf = "%s.expert_feed_forward_length"},
+    experts      = {hf = "num_local_experts", gguf = "%s.expert_count"},
+    top_k        = {hf = "num_experts_per_tok", gguf = "%s.expert_used_count"},
+    swiglu_alpha = {hf = "swiglu_alpha", default = 1.702},
+    swiglu_limit = {hf = "swiglu_limit", default = 7},
+    layer_types  = {hf = "layer_types", default = false},
+  }),
+  rope_pairs = {hf = "halves", gguf = "halves"},
+  weights = merge(LLAMA_WEIGHTS, ATTN_BIAS_WEIGHTS, {
+    ffn_norm    = {hf = "model.layers.%d.post_attention_layernorm.weight", gguf = "blk.%d.post_attention_norm.weight", shape = {"dim"}},
+    sinks       = {hf = "model.layers.%d.self_attn.sinks", gguf = "blk.%d.attn_sinks.weight", shape = {"heads"}},
+    router      = {hf = "model.layers.%d.mlp.router.weight", gguf = "blk.%d.ffn_gate_inp.weight", shape = {"experts", "dim"}},
+    router_bias = {hf = "model.layers.%d.mlp.router.bias", gguf = "blk.%d.ffn_gate_inp.bias", shape = {"experts"}},
+    expert_gate = {hf = {{"model.layers.%d.mlp.experts.gate_up_proj", rows = "ffn", every = 2, transposed = true}},
+                   gguf = EXPS.gate, shape = {"ffn", "dim"}, experts = "experts"},
+    expert_up   = {hf = {{"model.layers.%d.mlp.experts.gate_up_proj", rows = "ffn", first = 1, every = 2, transposed = true}},
+                   gguf = EXPS.up, shape = {"ffn", "dim"}, experts = "experts"},
+    expert_down = {hf = {{"model.layers.%d.mlp.experts.down_proj", rows = "dim", transposed = true}},
+                   gguf = EXPS.down, shape = {"dim", "ffn"}, experts = "experts"},
+    gate_bias   = {hf = {{"model.layers.%d.mlp.experts.gate_up_proj_bias", rows = "ffn", every = 2}},
+                   gguf = "blk.%d.ffn_gate_exps.bias", shape = {"ffn"}, experts = "experts"},
+    up_bias     = {hf = {{"model.layers.%d.mlp.experts.gate_up_proj_bias", rows = "ffn", first = 1, every = 2}},
+                   gguf = "blk.%d.ffn_up_exps.bias", shape = {"ffn"}, experts = "experts"},
+    down_bias   = {hf = "model.layers.%d.mlp.experts.down_proj_bias", gguf = "blk.%d.ffn_down_exps.bias", shape = {"dim"},
+                   experts = "experts"},
+  }),
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local ab = c.attention_bias
+    local sliding = c.layer_types and c.layer_types[c.layer + 1] == "sliding_attention" or not c.layer_types and c.layer % 2 == 0
+    local h = rmsnorm(x, w.attn_norm, c.eps)
+    local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
+    q, k = rope(q, rope_opts(c, c.heads)), rope(k, rope_opts(c, c.kv_heads))
+    local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim,
+                                  window = sliding and c.window or 0, sinks = w.sinks})
+    x = x + linear(a, w.o, ab and w.o_bias)
+    h = rmsnorm(x, w.ffn_norm, c.eps)
+    return x + moe(h, w.router, {gate = w.expert_gate, up = w.expert_up, down = w.expert_down, gate_bias = w.gate_bias,
+                                 up_bias = w.up_bias, down_bias = w.down_bias},
+                   {experts = c.experts, top_k = c.top_k, router_bias = w.router_bias, alpha = c.swiglu_alpha,
+                    limit = c.swiglu_limit, up_offset = 1})
   end,
   head = lm_head,
 }

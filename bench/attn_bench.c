@@ -59,7 +59,7 @@ static void merge_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
         float *o = j->out + h * GROUP * HD;
         for (int c = 0; c < j->chunks; c++)
             kc_attend_merge(GROUP, HD, c, j->parts + ((size_t)h * j->chunks + c) * KC_ATTN_PART(GROUP, HD), o, ml);
-        kc_attend_finish(GROUP, HD, 0, o, ml);
+        kc_attend_finish(GROUP, HD, 0, NULL, o, ml);
     }
 }
 

@@ -154,26 +154,41 @@ end
 -- `heads` blocks, each the rows of every part in turn (head h: part 1's
 -- rows for h, part 2's, ...; one block without `heads`). A part is stored as
 -- [heads, rows, cols] ([rows, cols] without `heads`), or as [heads, cols,
--- rows] when `transposed`. The loader assembles the weight in the
--- description's layout once, at load. Returns {heads = n, {name, rows = n,
--- transposed = bool}, ...} with the expressions evaluated and the rows
--- checked against the weight's shape.
+-- rows] when `transposed`; `of` rows of which it takes `rows`, from `first`
+-- on, every `every`-th (defaults: all of them). An expert weight's parts hold
+-- the layer's experts stacked, [experts, ...]. A vector's part is a matrix
+-- of one column. The loader assembles the weight in the description's layout
+-- once, at load. Returns {heads = n, {name, rows = n, transposed = bool,
+-- first, every, of}, ...} with the expressions evaluated and the rows checked
+-- against the weight's shape.
 function config.weight_parts(d, e, wname, spec, parts, values)
-  local function eval(expr)
+  local function eval(expr, zero_ok)
     local v = type(expr) == "number" and expr or eval_expr(d, e, wname, expr, values)
-    if math.type(v) ~= "integer" or v <= 0 then
-      describe.fail(d, e.name, wname, string.format("weight '%s' parts: '%s' = %s is not a positive integer", wname,
-        tostring(expr), tostring(v)))
+    if math.type(v) ~= "integer" or v < (zero_ok and 0 or 1) then
+      describe.fail(d, e.name, wname, string.format("weight '%s' parts: '%s' = %s is not a %s integer", wname,
+        tostring(expr), tostring(v), zero_ok and "non-negative" or "positive"))
     end
     return v
   end
   local out = {heads = parts.heads and eval(parts.heads)}
   local rows = 0
   for i, part in ipairs(parts) do
-    out[i] = {name = part[1], rows = eval(part.rows), transposed = part.transposed == true}
-    rows = rows + out[i].rows
+    -- `every`/`first`: the part's rows are rows first, first + every, ... of the `of` it stores
+    -- (gpt-oss's gate_up_proj interleaves gate and up: every = 2, first 0 or 1)
+    local p = {name = part[1], rows = eval(part.rows), transposed = part.transposed == true,
+               first = part.first and eval(part.first, true) or 0, every = part.every and eval(part.every) or 1}
+    p.of = part.of and eval(part.of) or p.rows * p.every
+    if p.first + (p.rows - 1) * p.every >= p.of then
+      describe.fail(d, e.name, wname, string.format("weight '%s' part '%s': rows %d, %d, ... (%d of them) do not fit in %d",
+        wname, p.name, p.first, p.first + p.every, p.rows, p.of))
+    end
+    if p.transposed and #spec.dims ~= 2 then
+      describe.fail(d, e.name, wname, "weight '" .. wname .. "': a vector cannot be stored transposed")
+    end
+    out[i] = p
+    rows = rows + p.rows
   end
-  if #spec.dims ~= 2 then describe.fail(d, e.name, wname, "weight '" .. wname .. "': only a matrix can be stored in parts") end
+  if #spec.dims > 2 then describe.fail(d, e.name, wname, "weight '" .. wname .. "': only a matrix or a vector can be stored in parts") end
   if not spec.absent and rows * (out.heads or 1) ~= spec.dims[1] then
     describe.fail(d, e.name, wname, string.format("weight '%s': %d heads of %d rows in parts, %d rows declared", wname,
       out.heads or 1, rows, spec.dims[1]))

@@ -15,7 +15,7 @@ local REQUIRED = {"hf", "config", "weights", "embed", "layer", "head"}
 local CONFIG_KEYS = {hf = "any", gguf = "string", default = "any", by_format = "table"}
 local WEIGHT_KEYS = {hf = "any", gguf = "any", shape = "table", tied = "string", optional = "boolean",
                      slice = "table", experts = "string"}
-local PART_KEYS = {[1] = "string", rows = "any", transposed = "boolean"}
+local PART_KEYS = {[1] = "string", rows = "any", transposed = "boolean", first = "any", every = "any", of = "any"}
 
 -- Skips a long bracket (`[[...]]`, `[==[...]==]`) that opens at i; returns
 -- the position after it and the newlines it holds, or nil if none opens there.
@@ -290,8 +290,9 @@ function describe.validate(d, name, e)
     if spec.tied and not e.weights[spec.tied] then
       fail("weight '" .. wname .. "' is tied to undeclared '" .. spec.tied .. "'")
     end
-    -- a checkpoint that stores the weight in parts: {heads = EXPR, {NAME, rows = EXPR [, transposed = true]}, ...}
-    -- (see config.weight_parts); the first part's name stands for the weight where one name is asked for
+    -- a checkpoint that stores the weight in parts: {heads = EXPR, {NAME, rows = EXPR [, transposed = true]
+    -- [, first = EXPR, every = EXPR, of = EXPR]}, ...} (see config.weight_parts); the first part's name
+    -- stands for the weight where one name is asked for
     spec.parts = {}
     for _, fmt in ipairs({"hf", "gguf"}) do
       local v = spec[fmt]
@@ -307,7 +308,15 @@ function describe.validate(d, name, e)
           check_keys(d, name, part, PART_KEYS, "weight '" .. wname .. "' " .. fmt .. " part", wname, "weights")
           if not part[1] or not part.rows then fail("weight '" .. wname .. "': each " .. fmt .. " part is {NAME, rows = EXPR}") end
         end
-        if spec.experts or spec.slice then fail("weight '" .. wname .. "': stored in parts, it cannot be an expert or a slice") end
+        if spec.slice then fail("weight '" .. wname .. "': stored in parts, it cannot also be a slice") end
+        if spec.experts then -- each part holds the layer's experts stacked: [experts, ...]
+          if v.heads then fail("weight '" .. wname .. "': an expert weight's parts cannot have heads") end
+          for _, part in ipairs(v) do
+            if select(2, part[1]:gsub("%%d", "")) ~= 1 then
+              fail("weight '" .. wname .. "': an expert weight's part '" .. part[1] .. "' needs one %d (the layer): its experts stacked")
+            end
+          end
+        end
         spec.parts[fmt], spec[fmt] = v, v[1][1]
       elseif v ~= nil and type(v) ~= "string" then
         fail("weight '" .. wname .. "': '" .. fmt .. "' must be a name or a list of parts, not a " .. type(v))
@@ -317,12 +326,13 @@ function describe.validate(d, name, e)
     if spec.slice and #spec.slice ~= 2 then
       fail("weight '" .. wname .. "': slice is {first_row, rows_of_the_stored_tensor}")
     end
-    if spec.experts and spec.hf and select(2, spec.hf:gsub("%%d", "")) ~= 2 then
-      fail("weight '" .. wname .. "': an expert weight's hf name needs two %d (layer, expert)")
-    end
-    -- a GGUF name with one %d holds the layer's experts stacked in one tensor
-    if spec.experts and spec.gguf and select(2, spec.gguf:gsub("%%d", "")) == 0 then
-      fail("weight '" .. wname .. "': an expert weight's gguf name needs %d (layer), or two (layer, expert)")
+    -- a name with one %d holds the layer's experts stacked in one tensor (GGUF's ffn_*_exps, gpt-oss's
+    -- safetensors), two name each expert's tensor
+    for _, fmt in ipairs({"hf", "gguf"}) do
+      local n = spec.experts and spec[fmt] and select(2, spec[fmt]:gsub("%%d", ""))
+      if n and n ~= 1 and n ~= 2 then
+        fail("weight '" .. wname .. "': an expert weight's " .. fmt .. " name needs %d (layer), or two (layer, expert)")
+      end
     end
     spec.line = describe.line(d, name, wname, "weights")
   end

@@ -257,6 +257,8 @@ local function phase_attention(ctx, s, name, n)
   local items = a.heads // G -- work items per token: (KV head, chunk of its query heads)
   local first = a.window > 0 and string.format("pos >= %d ? pos - %d : 0", a.window - 1, a.window - 1) or "0"
   local part = string.format("KC_ATTN_PART(%d, %d)", G, a.value_dim)
+  -- the item's query heads' sink logits (gpt-oss), or none
+  local sinks = n.inputs[3] and string.format("(const float *)%s + h0", s.weight(n.inputs[3])) or "NULL"
   local function item(lines, t_expr)
     lines[#lines + 1] = string.format("        const int k = (int)(i / %d), h0 = (int)(i %% %d) * %d, kvh = h0 / %d;", items, items, G,
       a.heads // a.kv_heads)
@@ -286,8 +288,8 @@ local function phase_attention(ctx, s, name, n)
   lines[#lines + 1] = "         * a prefill's attention */"
   item(lines, "k % 2 == 0 ? k / 2 : a->rows - 1 - k / 2")
   lines[#lines + 1] = "        kc_attend_kv(" .. kv_args()
-  lines[#lines + 1] = string.format("                  %s + h0 * %d, %s, %s, scratch, %s + h0 * %d);", row(q, "t", n.inputs[1].width),
-    a.head_dim, util.cfloat(a.scale), util.cfloat(a.softcap), row(out, "t", W), a.value_dim)
+  lines[#lines + 1] = string.format("                  %s + h0 * %d, %s, %s, %s, scratch, %s + h0 * %d);", row(q, "t", n.inputs[1].width),
+    a.head_dim, util.cfloat(a.scale), util.cfloat(a.softcap), sinks, row(out, "t", W), a.value_dim)
   lines[#lines + 1] = "    }"
   lines[#lines + 1] = "}"
   local whole = lines
@@ -309,7 +311,7 @@ local function phase_attention(ctx, s, name, n)
   lines[#lines + 1] = "        const int nc = kc_attn_chunks(first, pos);"
   lines[#lines + 1] = string.format("        for (int c = 0; c < nc; c++) kc_attend_merge(%d, %d, c, ATTN_SPLIT(a) + ((size_t)i * a->attn_chunks + c) * %s, o, ml);",
     G, a.value_dim, part)
-  lines[#lines + 1] = string.format("        kc_attend_finish(%d, %d, %d, o, ml);", G, a.value_dim, a.shared_value and 1 or 0)
+  lines[#lines + 1] = string.format("        kc_attend_finish(%d, %d, %d, %s, o, ml);", G, a.value_dim, a.shared_value and 1 or 0, sinks)
   lines[#lines + 1] = "    }"
   lines[#lines + 1] = "}"
   return {whole, split, lines}
@@ -379,6 +381,13 @@ local function moe_kernel(ctx, s, n, grp)
     return p0
   end
   local gp, up, dp = perms_of(3), perms_of(3 + E), perms_of(3 + 2 * E)
+  -- biases (gpt-oss): the router's and each expert family's, their slots consecutive after the
+  -- expert weights (input i's slot is gw + i - 3)
+  local function bias_of(name, per_expert)
+    local i = a.at and a.at[name]
+    if not i then return "NULL" end
+    return string.format("(const float *)a->w[%d%s]", gw + i - 3, per_expert and " + e" or "")
+  end
   local C = {}
   local function L(fmt, ...) C[#C + 1] = string.format(fmt, ...) end
   L("static void @NAME@_route(void *vp, int64_t t0, int64_t t1, int tid) {")
@@ -389,8 +398,8 @@ local function moe_kernel(ctx, s, n, grp)
   L("        float logit[%d], best[%d];", E, K)
   L("        int32_t *ids = (int32_t *)(%s + (size_t)t * %d);", slot.route, 3 * K)
   L("        float *weights = %s + (size_t)t * %d + %d;", slot.route, 3 * K, K)
-  L("        %s((%s *)%s, %s + (size_t)t * %d, %d, logit, %d, 1, %d, 0, %d, NULL, 0);", mm(router.dtype),
-    DT_CTYPE[router.dtype], rw, x, D, D, E, D, E)
+  L("        %s((%s *)%s, %s + (size_t)t * %d, %d, logit, %d, 1, %d, 0, %d, %s, 0);", mm(router.dtype),
+    DT_CTYPE[router.dtype], rw, x, D, D, E, D, E, bias_of("router_bias"))
   L("        float maxv = logit[0], sum = 0.0f;")
   L("        for (int e = 1; e < %d; e++) maxv = logit[e] > maxv ? logit[e] : maxv;", E)
   L("        for (int e = 0; e < %d; e++) { logit[e] = expf(logit[e] - maxv); sum += logit[e]; }", E)
@@ -447,10 +456,10 @@ local function moe_kernel(ctx, s, n, grp)
   L("    const int e = st->expert;")
   L("    const float *xs_gate = %s + (size_t)st->row0 * %d, *xs_up = %s + (size_t)st->row0 * %d;", slot.xg_gate or slot.xg, D,
     slot.xg_up or slot.xg, D)
-  L("    if (r0 < %d) %s((%s *)a->w[%d + e], xs_gate, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)r0, (int)(r1 < %d ? r1 : %d), NULL, 0);",
-    F, mm(gdt), DT_CTYPE[gdt], gw, D, slot.gate, F, F, D, F, F)
-  L("    if (r1 > %d) %s((%s *)a->w[%d + e], xs_up, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 - %d), NULL, 0);",
-    F, mm(udt), DT_CTYPE[udt], gw + E, D, slot.up, F, F, D, F, F, F)
+  L("    if (r0 < %d) %s((%s *)a->w[%d + e], xs_gate, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)r0, (int)(r1 < %d ? r1 : %d), %s, 0);",
+    F, mm(gdt), DT_CTYPE[gdt], gw, D, slot.gate, F, F, D, F, F, bias_of("gate_bias", true))
+  L("    if (r1 > %d) %s((%s *)a->w[%d + e], xs_up, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)(r0 > %d ? r0 - %d : 0), (int)(r1 - %d), %s, 0);",
+    F, mm(udt), DT_CTYPE[udt], gw + E, D, slot.up, F, F, D, F, F, F, bias_of("up_bias", true))
   L("}")
   L("")
   L("static void @NAME@_act(void *vp, int64_t i0, int64_t i1, int tid) {")
@@ -458,7 +467,12 @@ local function moe_kernel(ctx, s, n, grp)
   L("@DECLS@")
   L("    for (int64_t i = st->row0 + i0; i < st->row0 + i1; i++) {")
   L("        float *g = %s + (size_t)i * %d; const float *u = %s + (size_t)i * %d;", slot.gate, F, slot.up, F)
-  L("        for (int j = 0; j < %d; j++) g[j] = kc_%s(g[j]) * u[j];", F, a.act)
+  if a.alpha ~= 1 or a.limit ~= 0 or a.up_offset ~= 0 then
+    L("        kc_swiglu_row(g, u, %d, %s, %s, %s); /* clamped SwiGLU: alpha, limit, up offset */", F, util.cfloat(a.alpha),
+      util.cfloat(a.limit), util.cfloat(a.up_offset))
+  else
+    L("        for (int j = 0; j < %d; j++) g[j] = kc_%s(g[j]) * u[j];", F, a.act)
+  end
   L("    }")
   L("}")
   L("")
@@ -475,8 +489,9 @@ local function moe_kernel(ctx, s, n, grp)
   L("static void @NAME@_down(void *vp, int64_t r0, int64_t r1, int tid) {")
   L("    const kargs *a = vp; const moe_state *st = a->moe; (void)tid;")
   L("@DECLS@")
-  L("    %s((%s *)a->w[%d + st->expert], %s + (size_t)st->row0 * %d, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)r0, (int)r1, NULL, 0);",
-    mm(ddt), DT_CTYPE[ddt], gw + 2 * E, slot.act_down or slot.gate, F, F, slot.down, D, D, F)
+  L("    const int e = st->expert;")
+  L("    %s((%s *)a->w[%d + e], %s + (size_t)st->row0 * %d, %d, %s + (size_t)st->row0 * %d, %d, st->rows, %d, (int)r0, (int)r1, %s, 0);",
+    mm(ddt), DT_CTYPE[ddt], gw + 2 * E, slot.act_down or slot.gate, F, F, slot.down, D, D, F, bias_of("down_bias", true))
   L("}")
   L("")
   L("static void @NAME@_combine(void *vp, int64_t t0, int64_t t1, int tid) {")

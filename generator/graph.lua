@@ -214,7 +214,8 @@ function G:env()
   -- int(head_dim * partial_rotary_factor)), the frequencies theta^(-2i / rot_dim). An odd rot_dim
   -- rotates rot_dim + 1 columns at those frequencies, as transformers does (its cos/sin tables
   -- have 2 * ceil(rot_dim / 2) columns). Default: the whole head.
-  local SCALING = set("type", "factor", "low_freq", "high_freq", "orig_ctx", "beta_fast", "beta_slow", "attn_factor")
+  local SCALING = set("type", "factor", "low_freq", "high_freq", "orig_ctx", "beta_fast", "beta_slow", "attn_factor",
+                      "truncate")
   function env.rope(x, o)
     check_tensor(g, x, "rope")
     local line = caller_line(g.desc.path)
@@ -224,6 +225,9 @@ function G:env()
     end
     if type(o.theta) ~= "number" or o.theta <= 0 then g:fail(line, "rope: theta must be a positive number") end
     if o.scaling ~= nil then check_opts(g, o.scaling, "rope scaling", SCALING) end
+    if o.scaling and o.scaling.truncate ~= nil and type(o.scaling.truncate) ~= "boolean" then
+      g:fail(line, "rope: scaling.truncate must be a boolean")
+    end
     local freq_dim = o.rot_dim or o.head_dim
     if math.type(freq_dim) ~= "integer" or freq_dim < 1 or freq_dim + freq_dim % 2 > o.head_dim then
       g:fail(line, string.format("rope: rot_dim %s does not fit heads of %d (an integer in 1..%d; an odd width rotates "
@@ -244,7 +248,7 @@ function G:env()
   function env.attention(q, k, v, o)
     check_tensor(g, q, "attention"); check_tensor(g, k, "attention")
     local line = caller_line(g.desc.path)
-    o = check_opts(g, o, "attention", set("heads", "kv_heads", "head_dim", "window", "softcap", "scale", "value_dim"))
+    o = check_opts(g, o, "attention", set("heads", "kv_heads", "head_dim", "window", "softcap", "scale", "value_dim", "sinks"))
     if v == nil then
       if type(o.value_dim) ~= "number" or o.value_dim < 1 or o.value_dim > o.head_dim then
         g:fail(line, "attention: without v, value_dim (the key columns that are the values) must be in 1..head_dim")
@@ -258,14 +262,23 @@ function G:env()
       g:fail(line, string.format("attention: q/k/v widths %d/%d/%s do not match %d heads, %d kv heads of %d",
         q.width, k.width, v and tostring(v.width) or "-", o.heads, o.kv_heads, o.head_dim))
     end
+    -- sinks (gpt-oss): one learned logit per query head that joins the softmax's denominator and
+    -- attends to nothing
+    if o.sinks ~= nil then
+      check_weight(g, o.sinks, "attention sinks")
+      if #o.sinks.shape ~= 1 or o.sinks.shape[1] ~= o.heads then
+        g:fail(line, string.format("attention: sinks %s has shape [%s], expected [%d] (one per query head)", o.sinks.logical,
+          table.concat(o.sinks.shape, ", "), o.heads))
+      end
+    end
     local slot = g.n_attn
     g.n_attn = g.n_attn + 1
     local attrs = {heads = o.heads, kv_heads = o.kv_heads, head_dim = o.head_dim, kv_layer = slot,
                    window = o.window or 0, softcap = o.softcap or 0,
                    scale = o.scale or 1 / math.sqrt(o.head_dim),
-                   value_dim = v and o.head_dim or o.value_dim, shared_value = v == nil}
+                   value_dim = v and o.head_dim or o.value_dim, shared_value = v == nil, sinks = o.sinks ~= nil}
     local store = g:node("kv_store", {k, v}, nil, k.rows, attrs)
-    return g:node("attention", {q, store}, o.heads * attrs.value_dim, q.rows, attrs)
+    return g:node("attention", {q, store, o.sinks}, o.heads * attrs.value_dim, q.rows, attrs)
   end
   -- Columns [first, first + count) of each of opts.heads equal groups of a
   -- row (one group by default): the RoPE part of every query head.
@@ -312,18 +325,33 @@ function G:env()
     return g:node("head_linear", {x, w}, heads * per_out, x.rows, {heads = heads, first = first, rows = rows,
       stride = w.shape[1] // heads, cols = w.shape[2], transpose = o.transpose and true or false})
   end
-  -- Sparse mixture of experts: router logits -> softmax -> top_k experts per
-  -- token, their SwiGLU MLP outputs weighted by the top-k probabilities,
+  -- Sparse mixture of experts: router logits (plus router_bias) -> softmax -> top_k experts per
+  -- token, their gated MLP outputs weighted by the top-k probabilities,
   -- renormalized to sum to 1 (Mixtral) unless o.normalize is false (the
   -- softmax probabilities as they are: Qwen3-MoE's norm_topk_prob = false).
+  -- An expert's MLP is down(act(gate(x)) * up(x)), each linear with its
+  -- expert's bias where the experts table names one (gate_bias, up_bias,
+  -- down_bias). gpt-oss's SwiGLU: alpha (silu(x) = x sigmoid(alpha x)), limit
+  -- (gate clamped to <= limit, up to [-limit, limit]) and up_offset (added to
+  -- up after the clamp).
   function env.moe(x, router, experts, o)
     check_tensor(g, x, "moe"); check_weight(g, router, "moe router")
     local line = caller_line(g.desc.path)
-    o = check_opts(g, o, "moe", set("experts", "top_k", "normalize", "groups", "top_groups", "activation"))
-    check_opts(g, experts, "moe experts", set("gate", "up", "down"))
+    o = check_opts(g, o, "moe", set("experts", "top_k", "normalize", "groups", "top_groups", "activation", "router_bias",
+      "alpha", "limit", "up_offset"))
+    check_opts(g, experts, "moe experts", set("gate", "up", "down", "gate_bias", "up_bias", "down_bias"))
     if o.activation ~= nil and o.activation ~= "silu" and o.activation ~= "gelu_tanh" then
       g:fail(line, "moe: activation must be \"silu\" or \"gelu_tanh\", not " .. tostring(o.activation))
     end
+    for _, k in ipairs({"alpha", "limit", "up_offset"}) do
+      if o[k] ~= nil and (type(o[k]) ~= "number" or o[k] ~= o[k] or math.abs(o[k]) == math.huge) then
+        g:fail(line, "moe: " .. k .. " must be a finite number")
+      end
+    end
+    if (o.alpha ~= nil or o.limit ~= nil or o.up_offset ~= nil) and (o.activation or "silu") ~= "silu" then
+      g:fail(line, "moe: alpha, limit and up_offset shape a SwiGLU: activation must be silu")
+    end
+    if o.limit ~= nil and o.limit <= 0 then g:fail(line, "moe: limit must be positive") end
     local gate, up, down = experts.gate, experts.up, experts.down
     for _, list in ipairs({gate, up, down}) do
       if type(list) ~= "table" or list.kind ~= "experts" or #list ~= o.experts then
@@ -332,6 +360,24 @@ function G:env()
     end
     if router.shape[1] ~= o.experts or router.shape[2] ~= x.width then
       g:fail(line, string.format("moe: router has shape [%s], expected [%d, %d]", table.concat(router.shape, ", "), o.experts, x.width))
+    end
+    if o.router_bias ~= nil then
+      check_weight(g, o.router_bias, "moe router_bias")
+      if #o.router_bias.shape ~= 1 or o.router_bias.shape[1] ~= o.experts then
+        g:fail(line, string.format("moe: router_bias has shape [%s], expected [%d]", table.concat(o.router_bias.shape, ", "), o.experts))
+      end
+    end
+    -- each bias: expert weights of one row per output of its linear
+    local biases = {}
+    for _, b in ipairs({{"gate_bias", gate}, {"up_bias", up}, {"down_bias", down}}) do
+      local list, of = experts[b[1]], b[2]
+      if list ~= nil then
+        if type(list) ~= "table" or list.kind ~= "experts" or #list ~= o.experts or #list[1].shape ~= 1
+           or list[1].shape[1] ~= of[1].shape[1] then
+          g:fail(line, string.format("moe: %s must be expert weights of shape [%d] with %d experts", b[1], of[1].shape[1], o.experts))
+        end
+        biases[#biases + 1] = b[1]
+      end
     end
     if o.top_k < 1 or o.top_k > o.experts then g:fail(line, "moe: top_k must be in [1, experts]") end
     if o.normalize ~= nil and type(o.normalize) ~= "boolean" then g:fail(line, "moe: normalize must be a boolean") end
@@ -343,14 +389,22 @@ function G:env()
       g:fail(line, string.format("moe: %d experts in %d groups, %d of them eligible, cannot give top_k %d", o.experts,
         groups, top_groups, o.top_k))
     end
-    local inputs = {x, router}
+    -- inputs: x, router, E gate, E up, E down weights, then the router bias and each named
+    -- expert bias family (E each), in that order; attrs.inputs says where each begins
+    local inputs, at = {x, router}, {}
     for _, list in ipairs({gate, up, down}) do
       for _, w in ipairs(list) do inputs[#inputs + 1] = w end
+    end
+    if o.router_bias then at.router_bias = #inputs + 1; inputs[#inputs + 1] = o.router_bias end
+    for _, b in ipairs(biases) do
+      at[b] = #inputs + 1
+      for _, w in ipairs(experts[b]) do inputs[#inputs + 1] = w end
     end
     g.n_moe = (g.n_moe or 0) + 1
     return g:node("moe", inputs, down[1].shape[1], x.rows, {experts = o.experts, top_k = o.top_k,
       ffn = gate[1].shape[1], act = o.activation or "silu", moe_layer = g.n_moe - 1,
-      normalize = o.normalize ~= false, groups = groups, top_groups = top_groups})
+      normalize = o.normalize ~= false, groups = groups, top_groups = top_groups, at = at,
+      alpha = o.alpha or 1, limit = o.limit or 0, up_offset = o.up_offset or 0})
   end
   local function unary(op)
     return function(x) check_tensor(g, x, op); return g:node(op, {x}, x.width, x.rows) end

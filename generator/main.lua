@@ -284,6 +284,7 @@ local function stored_parts(d, w, tensors, consumed, source)
       w.decl.line, w.logical, #w.parts, MAX_WEIGHT_PARTS))
   end
   local names, dtype, regrouped = {}, nil, false
+  local cols, experts = w.shape[2] or 1, w.expert and w.decl.n_experts
   for j, part in ipairs(w.parts) do
     part.tensor = w.layer and string.format(part.name, w.layer) or part.name
     local t = tensors[part.tensor]
@@ -291,12 +292,26 @@ local function stored_parts(d, w, tensors, consumed, source)
       util.die(string.format("%s:%d: error: weight '%s' (part '%s') is not in %s", d.path, w.decl.line, w.logical,
         part.tensor, source))
     end
+    -- its shape: [experts,] [heads,] then [of, cols] ([cols, of] transposed; [of] for a vector)
+    local expect = {}
+    if experts then expect[#expect + 1] = experts end
+    if w.parts.heads then expect[#expect + 1] = w.parts.heads end
+    if not w.shape[2] then expect[#expect + 1] = part.of
+    elseif part.transposed then expect[#expect + 1] = cols; expect[#expect + 1] = part.of
+    else expect[#expect + 1] = part.of; expect[#expect + 1] = cols end
+    local have = {}
+    for k, v in ipairs(t.shape or {}) do have[k] = math.tointeger(v) or v end
+    if t.shape and table.concat(have, ", ") ~= table.concat(expect, ", ") then
+      util.die(string.format("%s:%d: error: weight '%s' part '%s' is [%s] in %s, but models.lua says [%s]", d.path,
+        w.decl.line, w.logical, part.tensor, table.concat(have, ", "), source, table.concat(expect, ", ")))
+    end
     consumed[part.tensor] = true
-    names[j] = part.tensor
+    -- what tells this weight's parts from another's: the rows it takes, and the expert
+    names[j] = string.format("%s[%d::%d]%s", part.tensor, part.first, part.every, experts and ("@" .. w.expert) or "")
     dtype = (dtype == nil or dtype == t.dtype) and t.dtype or "f32"
     if part.transposed and plan.block_elems(t.dtype) > 1 then regrouped = true end
   end
-  if regrouped or w.shape[2] % plan.block_elems(dtype) ~= 0 then dtype = "f32" end
+  if regrouped or cols % plan.block_elems(dtype) ~= 0 then dtype = "f32" end
   return {name = table.concat(names, "+"), dtype = dtype}
 end
 
@@ -327,14 +342,14 @@ local function rope_params(g, d)
       local p = {type = kind, theta = n.attrs.theta, factor = sc.factor or 1, low_freq = sc.low_freq or 1,
                  high_freq = sc.high_freq or 4, orig_ctx = sc.orig_ctx or 0, beta_fast = sc.beta_fast or 32,
                  beta_slow = sc.beta_slow or 1, attn_factor = sc.attn_factor or 0, rot_dim = n.attrs.rot_dim,
-                 freq_dim = n.attrs.freq_dim or n.attrs.rot_dim}
+                 freq_dim = n.attrs.freq_dim or n.attrs.rot_dim, no_truncate = sc.truncate == false and 1 or 0}
       p.factors = n.attrs.freq_factors
       if p.factors and p.factors.shape[1] * 2 ~= p.rot_dim then
         util.die(string.format("%s:%d: error: rope freq_factors %s has %d values, not rot_dim / 2 = %d", d.path,
           n.line, p.factors.logical, p.factors.shape[1], p.rot_dim // 2))
       end
       local key = table.concat({p.type, p.theta, p.factor, p.low_freq, p.high_freq, p.orig_ctx, p.beta_fast,
-                                p.beta_slow, p.attn_factor, p.rot_dim, p.freq_dim, p.factors and p.factors.key or "-"}, ",")
+                                p.beta_slow, p.attn_factor, p.rot_dim, p.freq_dim, p.no_truncate, p.factors and p.factors.key or "-"}, ",")
       if found and found.rot_dim ~= p.rot_dim then
         util.die(string.format("%s:%d: error: every rope op of a model must rotate the same width", d.path, n.line))
       end
@@ -352,14 +367,14 @@ local function rope_params(g, d)
   if found then
     local list, slots = {}, {}
     for _, t in ipairs(tables) do
-      list[#list + 1] = string.format("{%s, %s, %s, %s, %s, %s, %s, %s, %s, %d}", t.type, t.theta, t.factor, t.low_freq,
-        t.high_freq, t.orig_ctx, t.beta_fast, t.beta_slow, t.attn_factor, t.freq_dim)
+      list[#list + 1] = string.format("{%s, %s, %s, %s, %s, %s, %s, %s, %s, %d, %d}", t.type, t.theta, t.factor, t.low_freq,
+        t.high_freq, t.orig_ctx, t.beta_fast, t.beta_slow, t.attn_factor, t.freq_dim, t.no_truncate)
       slots[#slots + 1] = t.factors and tostring(t.factors.slot) or "-1"
     end
     found.count, found.list, found.factor_slots = #tables, table.concat(list, ", "), table.concat(slots, ", ")
     return found
   end
-  return {count = 1, list = "{KC_ROPE_DEFAULT, 10000, 1, 1, 4, 0, 32, 1, 0, 0}", factor_slots = "-1", type = "KC_ROPE_DEFAULT", theta = 10000, factor = 1, low_freq = 1, high_freq = 4, orig_ctx = 0,
+  return {count = 1, list = "{KC_ROPE_DEFAULT, 10000, 1, 1, 4, 0, 32, 1, 0, 0, 0}", factor_slots = "-1", type = "KC_ROPE_DEFAULT", theta = 10000, factor = 1, low_freq = 1, high_freq = 4, orig_ctx = 0,
                    beta_fast = 32, beta_slow = 1, attn_factor = 0, rot_dim = 2}
 end
 
@@ -485,8 +500,9 @@ local function main(argv)
     -- a row slice is checked against the whole stored tensor
     w.first_row = w.decl.first_row or 0
     w.stacked = 0
-    if w.expert and config.stacked_experts(entry, w.logical, cfg.format) then
-      w.stacked, w.first_row = w.decl.n_experts, w.expert * w.shape[1]
+    if w.expert and not w.parts and config.stacked_experts(entry, w.logical, cfg.format) then
+      -- expert j: rows j * rows .. of the [experts, rows, cols] tensor, row j of a vector's [experts, n]
+      w.stacked, w.first_row = w.decl.n_experts, w.expert * (w.shape[2] and w.shape[1] or 1)
     end
     w.stored_shape = w.shape
     if w.decl.slice then
@@ -506,13 +522,15 @@ local function main(argv)
     w.dtype_enum = "INGOT_" .. w.dtype:upper()
     w.slot = i - 1
     local key = (stored.name or w.tensor) .. "/" .. w.dtype .. "/" .. w.first_row
-    w.parts_c = "0, 0, {{NULL, 0, 0}}"
+    w.parts_c = "0, 0, 0, 0, {{NULL, 0, 0, 0, 1, 0}}"
     if w.parts then
       local list = {}
       for j, part in ipairs(w.parts) do
-        list[j] = string.format('{"%s", %d, %d}', part.tensor, part.rows, part.transposed and 1 or 0)
+        list[j] = string.format('{"%s", %d, %d, %d, %d, %d}', part.tensor, part.rows, part.transposed and 1 or 0, part.first,
+          part.every, part.of)
       end
-      w.parts_c = string.format("%d, %d, {%s}", #w.parts, w.parts.heads or 0, table.concat(list, ", "))
+      w.parts_c = string.format("%d, %d, %d, %d, {%s}", #w.parts, w.parts.heads or 0, w.expert and w.decl.n_experts or 0,
+        w.expert or 0, table.concat(list, ", "))
     end
     w.same_as = by_tensor[key] or -1
     by_tensor[key] = by_tensor[key] or w.slot

@@ -62,8 +62,10 @@ NEOX_ROPE = "local q, k = rope(part(0), rope_opts(c, H)), rope(part(1), rope_opt
 @pytest.mark.parametrize("old, new, at, words", [
     ("local qkv = linear(layernorm(x,", "local qkv = linear(layer_norm(x,", "local qkv = linear(layernorm(x,",
      ["unknown op or name 'layer_norm'", "ops: ", "layernorm", "rmsnorm", "gelu"]),
+    (NEOX_LAYER, NEOX_LAYER.replace("head_dim = D}", "head_dim = D, sink = w.o_bias}"), NEOX_LAYER,
+     ["attention: unknown option 'sink'", "kv_heads", "sinks", "window"]),
     (NEOX_LAYER, NEOX_LAYER.replace("head_dim = D}", "head_dim = D, sinks = w.o_bias}"), NEOX_LAYER,
-     ["attention: unknown option 'sinks'", "kv_heads", "window"]),
+     ["attention: sinks o_bias has shape [72], expected [6] (one per query head)"]),
     ("rot_dim = c.rot_dim,", "rot_dim = c.rot_dim, rotary = 0.5,", NEOX_ROPE, ["rope: unknown option 'rotary'", "rot_dim"]),
     ("rot_dim = c.rot_dim,", "rot_dim = 2 * c.head_dim,", NEOX_ROPE,
      ["rope: rot_dim 24 does not fit heads of 12 (an integer in 1..12"]),
@@ -74,7 +76,7 @@ NEOX_ROPE = "local q, k = rope(part(0), rope_opts(c, H)), rope(part(1), rope_opt
      'embed        = {hf = "gpt_neox.embed_in.weight", gguf = "token_embd.weight", shape = {"vocab + 1", "dim"}}',
      'embed        = {hf = "gpt_neox.embed_in.weight"',
      ["weight 'embed' is [421, 72] by its shape in models.lua", "'gpt_neox.embed_in.weight' is [420, 72]"]),
-], ids=["unknown-op", "unknown-attention-option", "unknown-rope-option", "rot-dim-too-wide", "read-unused",
+], ids=["unknown-op", "unknown-attention-option", "sinks-shape", "unknown-rope-option", "rot-dim-too-wide", "read-unused",
         "shape-mismatch"])
 def test_mistakes_are_errors_at_their_line(built, tmp_path, old, new, at, words):
     models = edited(tmp_path, old, new)

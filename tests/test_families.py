@@ -1,7 +1,9 @@
 """Every family in models.lua against transformers: Qwen2, Qwen3, Mistral (sliding
 window), Gemma 2, Phi-3, Mixtral, Llama with linear / llama3 / yarn rope scaling,
-OLMo 2, Granite 3, SmolLM3 (NoPE layers), Qwen3-MoE, Gemma 3 (two RoPE tables) and
-DeepSeek-V2 (multi-head latent attention, tests/test_mla.py has the rest).
+OLMo 2, Granite 3, SmolLM3 (NoPE layers), Qwen3-MoE, Gemma 3 (two RoPE tables),
+DeepSeek-V2 (multi-head latent attention, tests/test_mla.py has the rest), GPT-NeoX, StableLM and
+gpt-oss (attention sinks, biased routers and experts, the clamped SwiGLU, experts stacked and
+transposed in the checkpoint).
 
 Fixtures: tests/fixtures/families/ (tests/fixtures/make_tiny_families.py),
 two tiny random models per family, 64 teacher-forced tokens, windows shorter
@@ -35,7 +37,7 @@ def test_every_family_has_fixtures():
     assert {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Gemma2ForCausalLM",
             "Phi3ForCausalLM", "MixtralForCausalLM", "LlamaForCausalLM", "Olmo2ForCausalLM",
             "GraniteForCausalLM", "SmolLM3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM",
-            "DeepseekV2ForCausalLM"} <= families
+            "DeepseekV2ForCausalLM", "GPTNeoXForCausalLM", "StableLmForCausalLM", "GptOssForCausalLM"} <= families
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
@@ -53,7 +55,7 @@ def test_family_logits_match_transformers(model, mode, fused, tmp_path, built):
     assert err <= 1e-4, f"{model} {mode}: max |delta| {err:.3g}"
 
 
-@pytest.mark.parametrize("model", [m for m in MODELS if m.startswith(("mixtral", "qwen3moe"))])
+@pytest.mark.parametrize("model", [m for m in MODELS if m.startswith(("mixtral", "qwen3moe", "gptoss"))])
 def test_moe_routing_matches_transformers(model, tmp_path, built):
     """The experts each token chose, per MoE layer (routing[j]: the j-th layer with a router)."""
     ref, _ = reference(model)
@@ -109,7 +111,7 @@ def test_smollm3_nope_interval_without_list(tmp_path, built):
 # one fixture of every models.lua entry (DeepSeek-V2 also in test_mla)
 BATCH_MODELS = ["qwen2_gqa", "qwen3_hd24", "mistral_4h2kv_sw16", "gemma2_gqa", "gemma3_gqa", "phi3_gqa", "mixtral_8e_top2",
                 "llama_rope_yarn", "qwen3moe_16e_top4", "olmo2_gqa", "granite_gqa", "smollm3_interval",
-                "deepseek2_mha_greedy"]
+                "deepseek2_mha_greedy", "gptoss_sinks"]
 
 
 @pytest.mark.parametrize("model", BATCH_MODELS)

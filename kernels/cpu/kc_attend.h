@@ -422,10 +422,20 @@ static inline void kc_attend_merge(int group, int value_dim, int c, const float 
 }
 
 /* The merged result divided by the softmax's sum: the attention output (for
- * shared values in a q4 cache, rotated back each 32 values). */
-static inline void kc_attend_finish(int group, int value_dim, int shared_value, float *out, const float *ml) {
+ * shared values in a q4 cache, rotated back each 32 values). sinks (one
+ * logit per head of the group, or NULL): gpt-oss's attention sinks, a logit
+ * that joins the softmax's sum and weighs no value: with the maximum
+ * M' = max(M, sink), out = acc e^(M - M') / (L e^(M - M') + e^(sink - M')),
+ * as the reference's softmax over the scores and the sink together. */
+static inline void kc_attend_finish(int group, int value_dim, int shared_value, const float *sinks, float *out,
+                                    const float *ml) {
     for (int g = 0; g < group; g++) {
-        const float inv = 1.0f / ml[group + g];
+        float inv = 1.0f / ml[group + g];
+        if (sinks) {
+            const float m = ml[g], mx = sinks[g] > m ? sinks[g] : m;
+            const float a = kc__softmax_exp(m - mx);
+            inv = a / (ml[group + g] * a + kc__softmax_exp(sinks[g] - mx));
+        }
         for (int d = 0; d < value_dim; d++) out[(size_t)g * value_dim + d] *= inv;
 #if KC_KV_Q4
         if (shared_value) kc_kv_q4_unrotate_row(out + (size_t)g * value_dim, value_dim);
@@ -437,12 +447,13 @@ static inline void kc_attend_finish(int group, int value_dim, int shared_value, 
 }
 
 /* The whole attention of one token and KV head group, chunk after chunk:
- * out is [group][value_dim]; scratch holds KC_ATTN_SCRATCH(group, head_dim, value_dim)
+ * out is [group][value_dim]; sinks: as kc_attend_finish; scratch holds KC_ATTN_SCRATCH(group, head_dim, value_dim)
  * floats. */
 KC_OPS_INLINE void kc_attend_kv(const kc_kv_t *kv, int n_layers, int layer, int n_blocks, int kv_heads,
                                 int block_size, int head_dim, int value_dim, int shared_value,
                                 const int32_t *block_table, int kv_head, int group, int first, int pos,
-                                const float *q, float scale, float softcap, float *scratch, float *out) {
+                                const float *q, float scale, float softcap, const float *sinks, float *scratch,
+                                float *out) {
     float *scores = scratch, *part = scores + KC_ATTN_SCORES(group, head_dim), *ml = part + KC_ATTN_PART(group, value_dim);
     const int nc = kc_attn_chunks(first, pos);
     for (int c = 0; c < nc; c++) {
@@ -450,7 +461,7 @@ KC_OPS_INLINE void kc_attend_kv(const kc_kv_t *kv, int n_layers, int layer, int 
                         block_table, kv_head, group, first, pos, c, q, scale, softcap, scores, part);
         kc_attend_merge(group, value_dim, c, part, out, ml);
     }
-    kc_attend_finish(group, value_dim, shared_value, out, ml);
+    kc_attend_finish(group, value_dim, shared_value, sinks, out, ml);
 }
 
 /* Attention with separate K and V rows of head_dim each (every family but MLA). */
@@ -459,7 +470,7 @@ KC_OPS_INLINE void kc_attend(const kc_kv_t *kv, int n_layers, int layer, int n_b
                              int group, int first, int pos, const float *q, float scale,
                              float softcap, float *scratch, float *out) {
     kc_attend_kv(kv, n_layers, layer, n_blocks, kv_heads, block_size, head_dim, head_dim, 0, block_table, kv_head,
-                 group, first, pos, q, scale, softcap, scratch, out);
+                 group, first, pos, q, scale, softcap, NULL, scratch, out);
 }
 
 #endif

@@ -322,6 +322,21 @@ static inline void kc_gelu_row(const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = kc_gelu(x[i]);
 }
 
+/* gpt-oss's gated activation, in place over the gate row g of n: with the gate clamped to
+ * <= limit and up to [-limit, limit] (limit <= 0: not clamped), g[i] = g sigmoid(alpha g) (up +
+ * up_offset), the order of transformers' GptOssExperts. alpha 1, limit 0, up_offset 0 is
+ * silu(g) up. */
+static inline void kc_swiglu_row(float *g, const float *up, int n, float alpha, float limit, float up_offset) {
+    for (int i = 0; i < n; i++) {
+        float x = g[i], u = up[i];
+        if (limit > 0.0f) {
+            x = x < limit ? x : limit;
+            u = u < -limit ? -limit : (u > limit ? limit : u);
+        }
+        g[i] = x / (1.0f + expf(-alpha * x)) * (u + up_offset);
+    }
+}
+
 /* y[i] = gelu_tanh(x[i]) for a row of n (in place allowed); the AVX-512 path 16 at a time on
  * kc__exp16. */
 static inline void kc_gelu_tanh_row(const float *x, float *y, int n) {

@@ -21,6 +21,8 @@ typedef struct {
     int freq_dim;               /* the frequencies' dimension, theta^(-2i / freq_dim); 0: rot_dim. An
                                    odd partial rotary width d rotates d + 1 columns at d's frequencies
                                    (transformers' tables have 2 ceil(d / 2) columns) */
+    int no_truncate;            /* yarn: 1 keeps the ramp's bounds fractional (transformers' truncate =
+                                   false, as gpt-oss's config says); 0 rounds them out (floor, ceil) */
 } kc_rope_params;
 
 /* inv_freq[i] for i < rot_dim/2, in f32 as the reference rounds it. */
@@ -56,8 +58,9 @@ static inline void kc_rope_inv_freq(const kc_rope_params *p, int rot_dim, float 
         const double base = p->theta, dim = freq_dim, ctx = p->original_max_pos;
         const double beta_fast = p->beta_fast > 0 ? p->beta_fast : 32.0;
         const double beta_slow = p->beta_slow > 0 ? p->beta_slow : 1.0;
-        double low = floor(dim * log(ctx / (beta_fast * 2 * M_PI)) / (2 * log(base)));
-        double high = ceil(dim * log(ctx / (beta_slow * 2 * M_PI)) / (2 * log(base)));
+        double low = dim * log(ctx / (beta_fast * 2 * M_PI)) / (2 * log(base));
+        double high = dim * log(ctx / (beta_slow * 2 * M_PI)) / (2 * log(base));
+        if (!p->no_truncate) low = floor(low), high = ceil(high);
         if (low < 0) low = 0;
         if (high > dim - 1) high = dim - 1;
         if (low == high) high += 0.001;

@@ -57,11 +57,13 @@ static uint64_t model_cast_layout(void) {
         const weight_spec *s = &WEIGHTS[i];
         h = model_cast_mix_str(model_cast_mix_str(h, s->name), s->tied_to);
         const int64_t v[] = {s->n_dims, s->shape[0], s->shape[1], s->first_row, s->stored_rows, s->stacked,
-                             s->n_parts, s->part_heads, s->dtype, s->same_as, s->x16};
+                             s->n_parts, s->part_heads, s->part_experts, s->part_expert, s->dtype, s->same_as, s->x16};
         h = model_cast_mix(h, v, sizeof v);
-        for (int p = 0; p < s->n_parts; p++)
-            h = model_cast_mix_u64(model_cast_mix_str(h, s->parts[p].name),
-                                   (uint64_t)s->parts[p].rows * 2 + (uint64_t)s->parts[p].transposed);
+        for (int p = 0; p < s->n_parts; p++) {
+            const weight_part *part = &s->parts[p];
+            const int64_t pv[] = {part->rows, part->transposed, part->first, part->every, part->of};
+            h = model_cast_mix(model_cast_mix_str(h, part->name), pv, sizeof pv);
+        }
     }
     return h;
 }

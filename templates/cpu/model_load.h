@@ -41,16 +41,26 @@ static int model_convert(const wt_tensor *t, int64_t first, int64_t rows, ingot_
     return 0;
 }
 
+/* A weight's columns: a vector is a matrix of one column. */
+static int64_t model_weight_cols(const weight_spec *s) { return s->n_dims == 1 ? 1 : s->shape[1]; }
+
 /* Finds and checks the parts of a weight the checkpoint stores split
- * (weight_part): each [heads][rows][cols], or [heads][cols][rows] when
- * transposed (2-D without heads). Returns the first part, NULL with err set. */
+ * (weight_part): each [experts][heads][of][cols], or [..][cols][of] when
+ * transposed, without the experts or heads dimension where there are none,
+ * and [..][of] for a vector. Returns the first part, NULL with err set. */
 static const wt_tensor *model_expect_parts(const wt_file *f, const weight_spec *s, char *err, size_t errlen) {
     const wt_tensor *first = NULL;
+    const int64_t cols = model_weight_cols(s);
     for (int p = 0; p < s->n_parts; p++) {
         const weight_part *part = &s->parts[p];
-        const int64_t inner[2] = {part->transposed ? s->shape[1] : part->rows, part->transposed ? part->rows : s->shape[1]};
-        const int64_t shape[3] = {s->part_heads ? s->part_heads : inner[0], s->part_heads ? inner[0] : inner[1], inner[1]};
-        const wt_tensor *t = wt_expect(f, part->name, s->part_heads ? 3 : 2, shape, ~0u, err, errlen);
+        const int64_t inner[2] = {part->transposed ? cols : part->of, part->transposed ? part->of : cols};
+        int64_t shape[4];
+        int n_dims = 0;
+        if (s->part_experts) shape[n_dims++] = s->part_experts;
+        if (s->part_heads) shape[n_dims++] = s->part_heads;
+        shape[n_dims++] = inner[0];
+        if (s->n_dims == 2) shape[n_dims++] = inner[1];
+        const wt_tensor *t = wt_expect(f, part->name, n_dims, shape, ~0u, err, errlen);
         size_t row;
         if (t && dtype_row_bytes(t->dtype, inner[1], &row) != 0) {
             snprintf(err, errlen, "%s: tensor '%s': rows of %lld cannot be %s", wt_path(f), part->name,
@@ -68,40 +78,43 @@ static const wt_tensor *model_expect_parts(const wt_file *f, const weight_spec *
 }
 
 /* Assembles a weight stored in parts into dst (rows of dtype s->dtype):
- * head by head, the head's rows of each part in turn. A part stored in
- * s->dtype and not transposed gives its rows' bytes as they are (the file's
- * blocks: dequantized and quantized again they could change, and some types
- * have no quantizer). Otherwise its head block is dequantized whole; a
- * transposed one ([cols][rows]) gives its columns as the rows (the generator
- * makes such a weight f32 when the part is block-quantized). -1 on
- * allocation failure or a dtype with no quantizer. */
+ * head by head, the head's rows of each part in turn (of an expert weight,
+ * its expert's block of each part). A part stored in s->dtype and not
+ * transposed gives its rows' bytes as they are (the file's blocks:
+ * dequantized and quantized again they could change, and some types have no
+ * quantizer). Otherwise its head block is dequantized whole; a transposed one
+ * ([cols][of]) gives its columns as the rows (the generator makes such a
+ * weight f32 when the part is block-quantized). -1 on allocation failure or
+ * a dtype with no quantizer. */
 static int model_assemble(const wt_file *f, const weight_spec *s, unsigned char *dst) {
-    const int64_t cols = s->shape[1], heads = s->part_heads ? s->part_heads : 1;
+    const int64_t cols = model_weight_cols(s), heads = s->part_heads ? s->part_heads : 1;
     size_t out_row;
     if (dtype_row_bytes(s->dtype, cols, &out_row) != 0) return -1;
-    int64_t max_rows = 0;
-    for (int p = 0; p < s->n_parts; p++) max_rows = s->parts[p].rows > max_rows ? s->parts[p].rows : max_rows;
-    float *block = malloc(sizeof(float) * (size_t)(max_rows * cols)), *row = malloc(sizeof(float) * (size_t)cols);
+    int64_t max_of = 0;
+    for (int p = 0; p < s->n_parts; p++) max_of = s->parts[p].of > max_of ? s->parts[p].of : max_of;
+    float *block = malloc(sizeof(float) * (size_t)(max_of * cols)), *row = malloc(sizeof(float) * (size_t)cols);
     int rc = block && row ? 0 : -1;
     for (int64_t h = 0; rc == 0 && h < heads; h++) {
         for (int p = 0; rc == 0 && p < s->n_parts; p++) {
             const weight_part *part = &s->parts[p];
             const wt_tensor *t = wt_find(f, part->name);
             /* the head's stored rows: how many and how long */
-            const int64_t n_in = part->transposed ? cols : part->rows, len = part->transposed ? part->rows : cols;
+            const int64_t n_in = part->transposed ? cols : part->of, len = part->transposed ? part->of : cols;
             size_t in_row;
             if (!t || dtype_row_bytes(t->dtype, len, &in_row) != 0) { rc = -1; break; }
-            const unsigned char *from = (const unsigned char *)t->data + (size_t)(h * n_in) * in_row;
+            const int64_t block_index = s->part_expert * heads + h; /* part_expert is 0 without experts */
+            const unsigned char *from = (const unsigned char *)t->data + (size_t)(block_index * n_in) * in_row;
             if (!part->transposed && t->dtype == s->dtype) { /* in_row == out_row: the rows as stored */
-                memcpy(dst, from, (size_t)part->rows * out_row);
-                dst += (size_t)part->rows * out_row;
+                for (int64_t r = 0; r < part->rows; r++, dst += out_row)
+                    memcpy(dst, from + (size_t)(part->first + r * part->every) * in_row, out_row);
                 continue;
             }
             for (int64_t r = 0; r < n_in; r++) dtype_dequantize_row(t->dtype, from + (size_t)r * in_row, block + r * len, len);
             for (int64_t r = 0; rc == 0 && r < part->rows; r++) {
-                const float *src = block + r * cols;
+                const int64_t at = part->first + r * part->every; /* the stored row (column, transposed) */
+                const float *src = block + at * cols;
                 if (part->transposed) {
-                    for (int64_t c = 0; c < cols; c++) row[c] = block[c * part->rows + r];
+                    for (int64_t c = 0; c < cols; c++) row[c] = block[c * part->of + at];
                     src = row;
                 }
                 rc = dtype_quantize_row(s->dtype, src, dst, cols);
@@ -305,9 +318,9 @@ static int model_load_weights(ingot_model *m, unsigned flags, char *err, size_t 
         if (s->n_parts > 0) { /* assembled: always a copy of its own */
             size_t out_row = 0;
             if (!(src[i] = model_expect_parts(m->file, s, err, errlen))) break;
-            if (dtype_row_bytes(s->dtype, s->shape[1], &out_row) != 0) {
+            if (dtype_row_bytes(s->dtype, model_weight_cols(s), &out_row) != 0) {
                 snprintf(err, errlen, "%s: weight '%s': rows of %lld cannot be stored as %s", wt_path(m->file), s->name,
-                         (long long)s->shape[1], dtype_name(s->dtype));
+                         (long long)model_weight_cols(s), dtype_name(s->dtype));
                 src[i] = NULL;
                 break;
             }
@@ -320,7 +333,8 @@ static int model_load_weights(ingot_model *m, unsigned flags, char *err, size_t 
         if (!wt_find(m->file, name) && s->tied_to) name = s->tied_to;
         int64_t shape[3] = {s->stored_rows ? s->stored_rows : s->shape[0], s->shape[1], 0};
         int n_dims = s->n_dims;
-        if (s->stacked) shape[0] = s->stacked, shape[1] = s->shape[0], shape[2] = s->shape[1], n_dims = 3;
+        if (s->stacked) /* [experts][rows][cols], or [experts][n] for a vector */
+            shape[0] = s->stacked, shape[1] = s->shape[0], shape[2] = s->shape[1], n_dims = s->n_dims + 1;
         const wt_tensor *t = wt_expect(m->file, name, n_dims, shape, ~0u, err, errlen);
         if (!t) {
             size_t used = strlen(err);

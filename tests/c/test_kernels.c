@@ -211,7 +211,34 @@ static void test_gelu_row(void) {
     check(bad == 0, "kc_gelu_row against double precision, %d values: %d outside the bound", cases, bad);
 }
 
+/* kc_swiglu_row against double precision: values across the clamp (limit 7, as gpt-oss) and without
+ * it. Bound: 4 ulps of |result| (f32 exp, a sum, a division and a product, each within one),
+ * from alpha x in f32. */
+static void test_swiglu_row(void) {
+    float g[40], u[40], out[40];
+    int bad = 0, cases = 0;
+    for (int rep = 0; rep < 2000; rep++) {
+        const int n = 1 + rep % 40;
+        const float alpha = rep % 2 ? 1.702f : 1.0f, limit = rep % 3 ? 7.0f : 0.0f, off = rep % 4 < 2 ? 1.0f : 0.0f;
+        for (int i = 0; i < n; i++) g[i] = rndf() * 20.0f, u[i] = rndf() * 20.0f, out[i] = g[i];
+        kc_swiglu_row(out, u, n, alpha, limit, off);
+        for (int i = 0; i < n; i++, cases++) {
+            double x = g[i], y = u[i];
+            if (limit > 0) x = x < limit ? x : limit, y = y < -limit ? -limit : (y > limit ? limit : y);
+            /* alpha x rounded to f32 first, as the kernel and the reference (a tensor product) do:
+             * its rounding moves exp(-alpha x) by up to |alpha x| ulps */
+            const double ax = (float)((double)alpha * x);
+            const double want = x / (1.0 + exp(-ax)) * (y + off);
+            if (!(fabs((double)out[i] - want) <= fabs(want) * 8 * 0x1p-24 + 1e-37)) {
+                if (bad++ < 5) printf("  swiglu(%.9g, %.9g): got %.9g want %.9g\n", g[i], u[i], out[i], want);
+            }
+        }
+    }
+    check(bad == 0, "kc_swiglu_row against double precision, %d values: %d outside the bound", cases, bad);
+}
+
 static void test_activation_rows(void) {
+    test_swiglu_row();
     act_row_case("silu", kc_silu_row, 0, 120.0f);
     act_row_case("gelu_tanh", kc_gelu_tanh_row, 1, 60.0f);
     test_gelu_row();
@@ -480,6 +507,9 @@ static void q4_check_row(const float *x, const kc_kv_t *row, int n, int is_key) 
     for (int i = 0; i < n; i++) q4_err2 += ((double)back[i] - x[i]) * ((double)back[i] - x[i]), q4_norm2 += (double)x[i] * x[i];
 }
 #endif
+/* 1: attend_case_kv gives every query head a random sink logit (gpt-oss), some above every score */
+static int attend_with_sinks;
+
 static int attend_case_kv(int head_dim, int value_dim, int shared, int group, int kv_heads, int n_layers, int layer,
                           int pos, int first, float softcap) {
     const int BS = 16, n_blocks = (pos + BS) / BS + 3;
@@ -535,9 +565,14 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
     float *scores = malloc(sizeof(float) * KC_ATTN_SCRATCH(group, head_dim, value_dim));
     for (int i = 0; i < group * head_dim; i++) q[i] = rndf() * 2.0f;
     const float scale = 1.0f / sqrtf((float)head_dim);
-    if (shared || value_dim != head_dim)
+    float *sinks = NULL;
+    if (attend_with_sinks) {
+        sinks = malloc(sizeof(float) * group);
+        for (int g = 0; g < group; g++) sinks[g] = rndf() * 6.0f;
+    }
+    if (shared || value_dim != head_dim || sinks)
         kc_attend_kv(kv, n_layers, layer, n_blocks, kv_heads, BS, head_dim, value_dim, shared, bt, kvh, group, first,
-                     pos, q, scale, softcap, scores, out);
+                     pos, q, scale, softcap, sinks, scores, out);
     else
         kc_attend(kv, n_layers, layer, n_blocks, kv_heads, BS, head_dim, bt, kvh, group, first, pos, q, scale,
                   softcap, scores, out);
@@ -552,7 +587,7 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
             kc_attend_chunk(kv, n_layers, layer, n_blocks, kv_heads, BS, head_dim, value_dim, shared, bt, kvh, group, first,
                             pos, c, q, scale, softcap, sc, parts + KC_ATTN_PART(group, value_dim) * c);
         for (int c = 0; c < nc; c++) kc_attend_merge(group, value_dim, c, parts + KC_ATTN_PART(group, value_dim) * c, o2, ml);
-        kc_attend_finish(group, value_dim, shared, o2, ml);
+        kc_attend_finish(group, value_dim, shared, sinks, o2, ml);
         check(memcmp(o2, out, sizeof(float) * group * value_dim) == 0,
               "kc_attend hd=%d vd=%d group=%d pos=%d first=%d: chunks run apart and merged give the same bits", head_dim,
               value_dim, group, pos, first);
@@ -572,7 +607,9 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
             pr[p - first] = s;
             if (s > mx) mx = s;
         }
+        if (sinks && sinks[g] > mx) mx = sinks[g]; /* the sink joins the softmax and weighs no value */
         for (int i = 0; i < n; i++) sum += (pr[i] = exp(pr[i] - mx));
+        if (sinks) sum += exp(sinks[g] - mx);
         for (int d = 0; d < value_dim; d++) {
             double ref = 0, mag = 0;
             for (int p = first; p <= pos; p++) {
@@ -597,10 +634,10 @@ static int attend_case_kv(int head_dim, int value_dim, int shared, int group, in
 #if KC_KV_Q4
     check(q4_kv_bad == 0, "q4 KV store takes each value's nearest level: %d values not", q4_kv_bad);
 #endif
-    check(bad == 0, "kc_attend (%s KV) hd=%d vd=%d%s group=%d kv_heads=%d layer %d/%d pos=%d first=%d softcap=%g: %d bad (worst %.2g)",
+    check(bad == 0, "kc_attend (%s KV) hd=%d vd=%d%s group=%d kv_heads=%d layer %d/%d pos=%d first=%d softcap=%g%s: %d bad (worst %.2g)",
           KC_KV_Q4 ? "q4" : KC_KV_Q8 ? "q8_0" : KC_KV_F16 ? "f16" : "f32", head_dim, value_dim, shared ? " shared" : "", group, kv_heads, layer, n_layers,
-          pos, first, softcap, bad, worst);
-    free(kv), free(kvf), free(bt), free(q), free(out), free(scores), free(pr);
+          pos, first, softcap, sinks ? " sinks" : "", bad, worst);
+    free(kv), free(kvf), free(bt), free(q), free(out), free(scores), free(pr), free(sinks);
     return bad == 0;
 }
 
@@ -621,6 +658,21 @@ static void test_attend_shared_values(void) {
                 attend_case_kv(shapes[si][0], shapes[si][1], 1, groups[gi], 1, 2, 1, poss[pi], 0, 0.0f);
                 attend_case_kv(shapes[si][0], shapes[si][1], 0, groups[gi], 2, 1, 0, poss[pi], 0, 0.0f);
             }
+}
+
+/* Attention sinks (gpt-oss): a logit per query head in the softmax's sum, on the vector shapes and
+ * the plain loops, one chunk and several (the sink is folded in once, after every chunk's merge),
+ * with a sliding window. */
+static void test_attend_sinks(void) {
+    attend_with_sinks = 1;
+    const int hds[] = {64, 24}, groups[] = {1, 4}, poss[] = {0, 15, 130, 300};
+    for (int hi = 0; hi < 2; hi++)
+        for (int gi = 0; gi < 2; gi++)
+            for (int pi = 0; pi < 4; pi++) {
+                attend_case(hds[hi], groups[gi], 2, 2, 1, poss[pi], 0, 0.0f);
+                if (poss[pi] > 3) attend_case(hds[hi], groups[gi], 2, 1, 0, poss[pi], poss[pi] / 2, 0.0f);
+            }
+    attend_with_sinks = 0;
 }
 
 /* ---- per-head linear (kc_head_linear) ---- */
@@ -888,6 +940,7 @@ int main(void) {
     test_matmul();
     test_attend();
     test_attend_shared_values();
+    test_attend_sinks();
 #if KC_KV_Q4
     test_kv_q4();
 #endif
