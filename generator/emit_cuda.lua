@@ -524,26 +524,28 @@ function emit.call(ctx, c, kid)
   local qa, oa = args[tonumber(q:sub(2)) + 1], args[tonumber(out:sub(2)) + 1]
   local W = n.width
   local common = string.format("st.kv, N_KV_LAYERS, %d, st.n_blocks, st.block_tables, BT_STRIDE", a.kv_layer)
+  -- the layer's sink logits (gpt-oss), one per query head
+  local sinks = n.inputs[3] and string.format("(const float *)d->w[%d]", n.inputs[3].slot) or "nullptr"
   local L = {"    " .. emit_c.src(ctx, n)}
   local lead = "    "
   if p.decode then
     L[#L + 1] = "    if (si.decode_only) {"
-    L[#L + 1] = string.format("        LAUNCH(%d, (attn_decode_kernel<%d, %d, %d>), dim3(%d, st.n_seqs, si.splits), dim3(128), %s, %d, %s, st.dec_pos, %d, %s, %s, si.chunk, %s, %d, d->part_o, d->part_ml);",
-      c.k_decode, p.HD, p.GROUP, p.KVH, p.KVH, qa, W, common, a.window, cf(a.scale), cf(a.softcap), oa, W)
-    L[#L + 1] = string.format("        if (si.splits > 1) LAUNCH(%d, (attn_decode_combine_kernel<%d, %d>), dim3(%d, st.n_seqs), dim3(%d), d->part_o, d->part_ml, si.splits, %s, %d);",
-      c.k_combine, p.HD, p.HEADS, p.HEADS, p.HD, oa, W)
+    L[#L + 1] = string.format("        LAUNCH(%d, (attn_decode_kernel<%d, %d, %d>), dim3(%d, st.n_seqs, si.splits), dim3(128), %s, %d, %s, st.dec_pos, %d, %s, %s, %s, si.chunk, %s, %d, d->part_o, d->part_ml);",
+      c.k_decode, p.HD, p.GROUP, p.KVH, p.KVH, qa, W, common, a.window, cf(a.scale), cf(a.softcap), sinks, oa, W)
+    L[#L + 1] = string.format("        if (si.splits > 1) LAUNCH(%d, (attn_decode_combine_kernel<%d, %d>), dim3(%d, st.n_seqs), dim3(%d), d->part_o, d->part_ml, si.splits, %s, %s, %d);",
+      c.k_combine, p.HD, p.HEADS, p.HEADS, p.HD, sinks, oa, W)
     L[#L + 1] = "    } else {"
     lead = "        "
   end
   if p.prefill_bq then
-    L[#L + 1] = string.format("%sLAUNCH(%d, (attn_prefill_kernel<%d, %d, %d, %d>), dim3((si.max_ntok + %d) / %d, %d, st.n_seqs), dim3(128), %s, %d, %s, st.tok0, st.pos0, st.ntok, %d, %s, %s, %s, %d);",
+    L[#L + 1] = string.format("%sLAUNCH(%d, (attn_prefill_kernel<%d, %d, %d, %d>), dim3((si.max_ntok + %d) / %d, %d, st.n_seqs), dim3(128), %s, %d, %s, st.tok0, st.pos0, st.ntok, %d, %s, %s, %s, %s, %d);",
       lead, c.k_prefill, p.HD, p.GROUP, p.KVH, p.prefill_bq, p.prefill_bq - 1, p.prefill_bq, p.KVH, qa, W, common,
-      a.window, cf(a.scale), cf(a.softcap), oa, W)
+      a.window, cf(a.scale), cf(a.softcap), sinks, oa, W)
   else
     local tmpl = p.SHARED and string.format("%d, %d, %d, %d, true", p.HD, p.GROUP, p.KVH, p.VD)
       or string.format("%d, %d, %d", p.HD, p.GROUP, p.KVH)
-    L[#L + 1] = string.format("%sLAUNCH(%d, (attn_rows_kernel<%s>), dim3(T, %d), dim3(32), %s, %d, %s, st.pos, st.seq, %d, %s, %s, %s, %d);",
-      lead, c.k_rows, tmpl, p.HEADS, qa, n.inputs[1].width, common, a.window, cf(a.scale), cf(a.softcap), oa, W)
+    L[#L + 1] = string.format("%sLAUNCH(%d, (attn_rows_kernel<%s>), dim3(T, %d), dim3(32), %s, %d, %s, st.pos, st.seq, %d, %s, %s, %s, %s, %d);",
+      lead, c.k_rows, tmpl, p.HEADS, qa, n.inputs[1].width, common, a.window, cf(a.scale), cf(a.softcap), sinks, oa, W)
   end
   if p.decode then L[#L + 1] = "    }" end
   return L

@@ -73,6 +73,23 @@ local function expert_perms(s, n, first, E)
   return table.concat(names, ", ")
 end
 
+-- The bias argument of an expert family's linears (gpt-oss: input index a.at[name], E of them), as
+-- the expert's pick among them; nullptr when the model has none.
+local function expert_bias(s, n, name)
+  local first = n.attrs.at and n.attrs.at[name]
+  if not first then return "nullptr" end
+  return string.format("(const float *)ig_moe_pick(e, %s)", (expert_weights(s, n, first, n.attrs.experts)))
+end
+
+-- The activation of the gate/up tile: its IG_ACT_* and the trailing arguments (gpt-oss's SwiGLU's
+-- alpha, limit and up offset).
+local function activation(a)
+  if a.alpha ~= 1 or a.limit ~= 0 or a.up_offset ~= 0 then
+    return "IG_ACT_SWIGLU", string.format(", %s, %s, %s", util.cfloat(a.alpha), util.cfloat(a.limit), util.cfloat(a.up_offset))
+  end
+  return ACT[a.act], ""
+end
+
 -- The template flag and trailing argument of ig_gemv_warp / ig_gemm_tile for a family's orders.
 local function perm_args(perms)
   if not perms then return "", "" end
@@ -108,9 +125,10 @@ function moe.call(ctx, grp, final_node, lib)
       src,
       string.format("__shared__ float logit[%d];", E),
       "const int t = blockIdx.x; /* one block per token */",
-      string.format("ig_moe_route<%s, %d, %d, %d, %d, %s, %d, %d>(%s, %s + (long long)t * %d, ig_moe_rec<%d>(%s, t), logit);",
+      string.format("ig_moe_route<%s, %d, %d, %d, %d, %s, %d, %d>(%s, %s + (long long)t * %d, ig_moe_rec<%d>(%s, t), logit%s);",
         dt_name(router.dtype), D, E, K, ROUTE_NT, a.normalize and "true" or "false", a.groups, a.top_groups,
-        s.weight(router), x, D, K, slot.route),
+        s.weight(router), x, D, K, slot.route,
+        a.at and a.at.router_bias and (", (const float *)" .. s.weight(n.inputs[a.at.router_bias])) or ""),
       "if (!ig_last_block(st.done)) return; /* every token is routed: the last block numbers the rows */",
       string.format("ig_moe_assign_rows<%d, %d, %d>(%s, %s);", E, K, ROUTE_NT, slot.route, T),
     }), "route")
@@ -157,19 +175,21 @@ function moe.call(ctx, grp, final_node, lib)
       local gflag, gperm = perm_args(expert_perms(s, n, 3, E))
       local uflag, uperm = perm_args(expert_perms(s, n, 3 + E, E))
       local map = string.format("ig_moe_row_token<%d>(%s, %s) + first", K, slot.route, T)
+      local gb, ub = expert_bias(s, n, "gate_bias"), expert_bias(s, n, "up_bias")
+      local act, act_args = activation(a)
       local body
       if gemm then
         body = cat(expert_rows(slot), gemm_tile, {
           src .. " /* gate and up */",
           string.format("const int r0 = blockIdx.x * IG_GEMM_BN; float *gate = %s + (long long)(first + tb) * %d, *up = %s + (long long)(first + tb) * %d;",
             slot.gate, F, slot.up, F),
-          string.format("ig_gemm_tile<%s, %d%s>(ig_moe_pick(e, %s), r0, %d, %s, %d, %s, tb, n, nullptr, 0.0f, nullptr, gate, %d, nullptr%s);",
-            dt_name(gdt), D, gflag, gw, F, x, D, map, F, gperm),
-          string.format("ig_gemm_tile<%s, %d%s>(ig_moe_pick(e, %s), r0, %d, %s, %d, %s, tb, n, nullptr, 0.0f, nullptr, up, %d, nullptr%s);",
-            dt_name(udt), D, uflag, uw, F, x, D, map, F, uperm),
+          string.format("ig_gemm_tile<%s, %d%s>(ig_moe_pick(e, %s), r0, %d, %s, %d, %s, tb, n, nullptr, 0.0f, nullptr, gate, %d, %s%s);",
+            dt_name(gdt), D, gflag, gw, F, x, D, map, F, gb, gperm),
+          string.format("ig_gemm_tile<%s, %d%s>(ig_moe_pick(e, %s), r0, %d, %s, %d, %s, tb, n, nullptr, 0.0f, nullptr, up, %d, %s%s);",
+            dt_name(udt), D, uflag, uw, F, x, D, map, F, ub, uperm),
           "__syncthreads(); /* the activation reads what other threads of the block wrote */",
-          string.format("ig_moe_act_tile<%s, %d, IG_GEMM_BN, 256>(gate, up, n, r0, threadIdx.x); /* %s(gate) * up */",
-            ACT[a.act], F, a.act),
+          string.format("ig_moe_act_tile<%s, %d, IG_GEMM_BN, 256>(gate, up, n, r0, threadIdx.x%s); /* %s(gate) * up */",
+            act, F, act_args, a.act),
         })
       else
         body = cat(expert_rows(slot), {
@@ -179,14 +199,14 @@ function moe.call(ctx, grp, final_node, lib)
           string.format("const void *wg = ig_moe_pick(e, %s), *wu = ig_moe_pick(e, %s);", gw, uw),
           string.format("for (int c0 = 0; c0 < count; c0 += %d) {", lib.TMAX),
           string.format("    const int n = min(%d, count - c0);", lib.TMAX),
-          string.format("    ig_gemv_warp<%s, %d, %d%s>(wg, r, %s, %d, %s + c0, n, nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, nullptr, 0%s);",
-            dt_name(gdt), D, lib.TMAX, gflag, x, D, map, slot.gate, F, F, gperm),
-          string.format("    ig_gemv_warp<%s, %d, %d%s>(wu, r, %s, %d, %s + c0, n, nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, nullptr, 0%s);",
-            dt_name(udt), D, lib.TMAX, uflag, x, D, map, slot.up, F, F, uperm),
+          string.format("    ig_gemv_warp<%s, %d, %d%s>(wg, r, %s, %d, %s + c0, n, nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, %s, 0%s);",
+            dt_name(gdt), D, lib.TMAX, gflag, x, D, map, slot.gate, F, F, gb, gperm),
+          string.format("    ig_gemv_warp<%s, %d, %d%s>(wu, r, %s, %d, %s + c0, n, nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, %s, 0%s);",
+            dt_name(udt), D, lib.TMAX, uflag, x, D, map, slot.up, F, F, ub, uperm),
           "}",
           "__syncwarp(); /* the activation reads what other lanes wrote */",
-          string.format("ig_moe_act_tile<%s, %d, 1, 32>(%s + (long long)first * %d, %s + (long long)first * %d, count, r, threadIdx.x & 31); /* %s(gate) * up */",
-            ACT[a.act], F, slot.gate, F, slot.up, F, a.act),
+          string.format("ig_moe_act_tile<%s, %d, 1, 32>(%s + (long long)first * %d, %s + (long long)first * %d, count, r, threadIdx.x & 31%s); /* %s(gate) * up */",
+            act, F, slot.gate, F, slot.up, F, act_args, a.act),
         })
       end
       return add(s, kernel(lib, s, gemm and gemm_head or gemv_head, body), gemm and "gateup_gemm" or "gateup", gdt)
@@ -200,12 +220,13 @@ function moe.call(ctx, grp, final_node, lib)
       local slot = scratch_slots(s, grp, {"route", "gate", "down"})
       local dw, ddt = expert_weights(s, n, 3 + 2 * E, E)
       local dflag, dperm = perm_args(expert_perms(s, n, 3 + 2 * E, E))
+      local db = expert_bias(s, n, "down_bias")
       local body
       if gemm then
         body = cat(expert_rows(slot), gemm_tile, {
           src .. " /* down */",
-          string.format("ig_gemm_tile<%s, %d%s>(ig_moe_pick(e, %s), blockIdx.x * IG_GEMM_BN, %d, %s + (long long)first * %d, %d, nullptr, tb, n, nullptr, 0.0f, nullptr, %s + (long long)(first + tb) * %d, %d, nullptr%s);",
-            dt_name(ddt), F, dflag, dw, D, slot.gate, F, F, slot.down, D, D, dperm),
+          string.format("ig_gemm_tile<%s, %d%s>(ig_moe_pick(e, %s), blockIdx.x * IG_GEMM_BN, %d, %s + (long long)first * %d, %d, nullptr, tb, n, nullptr, 0.0f, nullptr, %s + (long long)(first + tb) * %d, %d, %s%s);",
+            dt_name(ddt), F, dflag, dw, D, slot.gate, F, F, slot.down, D, D, db, dperm),
         })
       else
         body = cat(expert_rows(slot), {
@@ -214,8 +235,8 @@ function moe.call(ctx, grp, final_node, lib)
           string.format("if (r < %d && count > 0) { /* no return: every thread reaches ig_last_block */", D),
           string.format("    const void *wd = ig_moe_pick(e, %s);", dw),
           string.format("    for (int c0 = 0; c0 < count; c0 += %d)", lib.TMAX),
-          string.format("        ig_gemv_warp<%s, %d, %d%s>(wd, r, %s + (long long)(first + c0) * %d, %d, nullptr, min(%d, count - c0), nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, nullptr, 0%s);",
-            dt_name(ddt), F, lib.TMAX, dflag, slot.gate, F, F, lib.TMAX, slot.down, D, D, dperm),
+          string.format("        ig_gemv_warp<%s, %d, %d%s>(wd, r, %s + (long long)(first + c0) * %d, %d, nullptr, min(%d, count - c0), nullptr, 0.0f, nullptr, %s + (long long)(first + c0) * %d, %d, %s, 0%s);",
+            dt_name(ddt), F, lib.TMAX, dflag, slot.gate, F, F, lib.TMAX, slot.down, D, D, db, dperm),
           "}",
           "if (!ig_last_block(st.done)) return; /* the combine: the last block, every token of the step */",
           string.format("for (int t = 0; t < %s; t++) {", T),

@@ -12,7 +12,8 @@
 //   l holds dims [l*HD/32, (l+1)*HD/32): one vector load per lane), the group's scores come from
 //   warp-shuffle dot products, and each warp keeps its own running max / sum / output for the
 //   group in registers. The NW warp states are merged through shared memory (NW*GROUP*HD floats).
-//   score = q.k * scale, then softcap*tanh(score/softcap) when softcap > 0.
+//   score = q.k * scale, then softcap*tanh(score/softcap) when softcap > 0. sinks: a logit per
+//   query head in the softmax's sum (gpt-oss; nullptr: none), folded in by ig_attn_out.
 //   n_splits == 1: out[s*ldo + head*HD + d] = normalized output.
 //   n_splits  > 1: unnormalized partials part_o[((s*HEADS + head)*n_splits + z)*HD + d] and
 //                  part_ml[((s*HEADS + head)*n_splits + z)*2 + {0: max, 1: sum}], merged by
@@ -25,8 +26,8 @@ template <int HD, int GROUP, int KVH, int NW = 4>
 __global__ void __launch_bounds__(NW * 32, 1) // min 1 block/SM: lets ptxas keep the per-row state in registers (sm_90 otherwise caps at 64 and spills)
 attn_decode_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict__ kv, int n_layers, int layer,
                    int n_blocks, const int* __restrict__ block_tables, int bt_stride, const int* __restrict__ pos,
-                   int window, float scale, float softcap, int chunk, float* __restrict__ out, int ldo,
-                   float* __restrict__ part_o, float* __restrict__ part_ml) {
+                   int window, float scale, float softcap, const float* __restrict__ sinks, int chunk,
+                   float* __restrict__ out, int ldo, float* __restrict__ part_o, float* __restrict__ part_ml) {
   static_assert(HD % 32 == 0 && HD <= 256, "head_dim");
   static_assert(NW * GROUP * HD * 4 <= 48 * 1024, "shared memory");
   constexpr int E = HD / 32, HEADS = KVH * GROUP;
@@ -92,7 +93,7 @@ attn_decode_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restri
     }
     const int head = h * GROUP + g;
     if (nz == 1) {
-      out[(long long)s * ldo + head * HD + d] = A / L;
+      out[(long long)s * ldo + head * HD + d] = ig_attn_out(A, L, M, sinks, head);
     } else {
       const long long pi = ((long long)s * HEADS + head) * nz + z;
       part_o[pi * HD + d] = A;
@@ -105,7 +106,7 @@ attn_decode_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restri
 template <int HD, int HEADS>
 __global__ void __launch_bounds__(HD)
 attn_decode_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_ml, int n_splits,
-                           float* __restrict__ out, int ldo) {
+                           const float* __restrict__ sinks, float* __restrict__ out, int ldo) {
   const int head = blockIdx.x, s = blockIdx.y, d = threadIdx.x;
   const long long p0 = ((long long)s * HEADS + head) * n_splits;
   float M = ig_neg_inf();
@@ -118,5 +119,5 @@ attn_decode_combine_kernel(const float* __restrict__ part_o, const float* __rest
     L = fmaf(part_ml[(p0 + z) * 2 + 1], f, L);
     A = fmaf(part_o[(p0 + z) * HD + d], f, A);
   }
-  out[(long long)s * ldo + head * HD + d] = A / L;
+  out[(long long)s * ldo + head * HD + d] = ig_attn_out(A, L, M, sinks, head);
 }

@@ -11,7 +11,8 @@
 //   rounded up) and keeps each row's running max, sum and output slice (lane l: dims l + 32e) in
 //   registers. Per key tile of BK keys (K rows padded to HD+1 floats: lane j reads key j's row
 //   without bank conflicts; V rows unpadded: lane l reads dim l + 32e):
-//     scores: lane j = key j, dot(q_row, K[j]) from shared memory; *scale, softcap, masks;
+//     scores: lane j = key j, dot(q_row, K[j]) from shared memory; *scale, softcap, masks (a sink
+//     logit per query head, gpt-oss, joins the sum at the end: ig_attn_out);
 //     online softmax: tile max and sum by warp shuffles; p_j broadcast with __shfl_sync for P.V.
 //   q rows at q + row*ldq ([HEADS*HD]); out rows at out + row*ldo.
 //   Limits: BK == 32 (one key per lane); HD % 32 == 0; shared memory
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(NW * 32, 1) // min 1 block/SM: lets ptxas keep
 attn_prefill_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict__ kv, int n_layers, int layer,
                     int n_blocks, const int* __restrict__ block_tables, int bt_stride, const int* __restrict__ tok0,
                     const int* __restrict__ pos0, const int* __restrict__ ntok, int window, float scale, float softcap,
-                    float* __restrict__ out, int ldo) {
+                    const float* __restrict__ sinks, float* __restrict__ out, int ldo) {
   static_assert(BK == 32, "one key per lane");
   static_assert(HD % 32 == 0, "head_dim");
   static_assert(attn_prefill_smem_bytes<HD, GROUP, BQ, BK>() <= 48 * 1024, "shared memory: lower BQ");
@@ -103,8 +104,7 @@ attn_prefill_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restr
     const int r = warp + k * NW;
     if (r >= R || r / GROUP >= nq) continue;
     float* orow = out + (long long)(row0 + r / GROUP) * ldo + (h * GROUP + r % GROUP) * HD;
-    const float inv = 1.0f / l[k];
 #pragma unroll
-    for (int e = 0; e < E; e++) orow[lane + 32 * e] = o[k][e] * inv;
+    for (int e = 0; e < E; e++) orow[lane + 32 * e] = ig_attn_out(o[k][e], l[k], m[k], sinks, h * GROUP + r % GROUP);
   }
 }

@@ -8,7 +8,8 @@
 //   j against the query row held in shared memory (no shuffles per key), the tile's max and sum
 //   come from two warp reductions (online softmax), and the probabilities go through shared
 //   memory so that lane l accumulates output dims l, l+32, ... over the tile's values.
-//   score = q.k * scale, then softcap*tanh(score/softcap) when softcap > 0.
+//   score = q.k * scale, then softcap*tanh(score/softcap) when softcap > 0; sinks (nullptr: none)
+//   as attn_decode.cuh.
 //   q rows at q + t*ldq (head h at h*HD), out rows at out + t*ldo (head h at h*VD).
 //   VD: the values' width (default HD); SHARED: no V half in the pool, the values are the first VD
 //   columns of the key rows (MLA's cached latent, the absorbed form).
@@ -21,8 +22,8 @@ template <int HD, int GROUP, int KVH, int VD = HD, bool SHARED = false>
 __global__ void __launch_bounds__(32)
 attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict__ kv, int n_layers, int layer,
                  int n_blocks, const int* __restrict__ block_tables, int bt_stride, const int* __restrict__ pos,
-                 const int* __restrict__ seq, int window, float scale, float softcap, float* __restrict__ out,
-                 int ldo) {
+                 const int* __restrict__ seq, int window, float scale, float softcap,
+                 const float* __restrict__ sinks, float* __restrict__ out, int ldo) {
   constexpr int E = (VD + 31) / 32;
   __shared__ float qs[HD];
   __shared__ float ps[32];
@@ -96,6 +97,6 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict
 #pragma unroll
   for (int e = 0; e < E; e++) {
     const int d = lane + 32 * e;
-    if (d < VD) out[(long long)t * ldo + head * VD + d] = acc(e) / l;
+    if (d < VD) out[(long long)t * ldo + head * VD + d] = ig_attn_out(acc(e), l, m, sinks, head);
   }
 }

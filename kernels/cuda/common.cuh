@@ -80,6 +80,15 @@ __device__ __forceinline__ float ig_f16_to_f32(unsigned short h) {
   return __uint_as_float(sign | ((ex + 112u) << 23) | (man << 13));
 #endif
 }
+
+// The attention output from an unnormalized sum A, the softmax's sum L and its maximum M: A / L, or
+// with a sink logit (gpt-oss: one per query head, in the softmax's sum, weighing no value; sinks
+// nullptr when the model has none) A e^(M - M') / (L e^(M - M') + e^(sink - M')), M' = max(M, sink).
+__device__ __forceinline__ float ig_attn_out(float A, float L, float M, const float* __restrict__ sinks, int head) {
+  if (!sinks) return A / L;
+  const float sink = sinks[head], mx = fmaxf(M, sink), a = __expf(M - mx);
+  return A * a / (L * a + __expf(sink - mx));
+}
 __device__ __forceinline__ float ig_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 // binary32 -> binary16 bits, round to nearest even (one cvt on the GPU; also the KV cache's f16 store).
 __device__ __forceinline__ unsigned short ig_f32_to_f16(float f) {

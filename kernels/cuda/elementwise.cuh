@@ -7,6 +7,12 @@
 #include "common.cuh"
 
 __device__ __forceinline__ float ig_silu(float x) { return x / (1.0f + expf(-x)); }
+// gpt-oss's gated activation (kc_swiglu_row): the gate clamped to <= limit and up to [-limit, limit]
+// (limit <= 0: not clamped), g sigmoid(alpha g) (up + up_offset)
+__device__ __forceinline__ float ig_swiglu(float g, float u, float alpha, float limit, float up_offset) {
+  if (limit > 0.0f) g = fminf(g, limit), u = fminf(fmaxf(u, -limit), limit);
+  return g / (1.0f + expf(-alpha * g)) * (u + up_offset);
+}
 __device__ __forceinline__ float ig_gelu_tanh(float x) {
   const float k = 0.7978845608028654f; // sqrt(2/pi)
   return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));

@@ -11,14 +11,16 @@
 // Library kernels (generated models compose the pieces with their own weights and epilogue,
 // generator/emit_cuda_moe.lua):
 //   moe_route_kernel<DT, D, E, K>  grid T, block 128: routes token rows x[T][D] through router
-//                                  [E][D] and numbers the rows; done: a device word, 0 at launch
+//                                  [E][D] (plus router_bias[E] if given) and numbers the rows;
+//                                  done: a device word, 0 at launch
 //   moe_combine_kernel<D, E, K>    grid T, block 256: out[t] from the down rows [T*K][D]
 #pragma once
 #include "common.cuh"
 #include "elementwise.cuh"
 #include "gemv_q.cuh"
 
-enum { IG_ACT_SILU = 0, IG_ACT_GELU_TANH = 1 };
+// IG_ACT_SWIGLU: ig_swiglu with the alpha, limit and up offset the call passes (gpt-oss)
+enum { IG_ACT_SILU = 0, IG_ACT_GELU_TANH = 1, IG_ACT_SWIGLU = 2 };
 
 template <int K, class F> __device__ __forceinline__ F* ig_moe_rec(F* route, int t) { return route + (long long)t * 3 * K; }
 template <int K> __device__ __forceinline__ int* ig_moe_row_token(float* route, int T) {
@@ -42,11 +44,12 @@ template <typename... P> __device__ __forceinline__ const void* ig_moe_pick(int 
 // float[E] of the caller. All NT threads call it. GROUPS > 1 (DeepSeek-V2's group-limited
 // routing): the experts form GROUPS equal groups and only the TOP_GROUPS groups with the highest
 // best probability are eligible (the others' probabilities set to 0, as the reference masks them).
+// router_bias (gpt-oss; nullptr: none) is added to the logits.
 template <int DT, int D, int E, int K, int NT, bool NORM = true, int GROUPS = 1, int TOP_GROUPS = 1>
 __device__ __forceinline__ void ig_moe_route(const void* __restrict__ router, const float* __restrict__ x, float* rec,
-                                             float* logit) {
+                                             float* logit, const float* __restrict__ router_bias = nullptr) {
   for (int e = threadIdx.x >> 5; e < E; e += NT / 32)
-    ig_gemv_warp<DT, D, 1>(router, e, x, D, nullptr, 1, nullptr, 0.0f, nullptr, logit, E, nullptr, 0);
+    ig_gemv_warp<DT, D, 1>(router, e, x, D, nullptr, 1, nullptr, 0.0f, nullptr, logit, E, router_bias, 0);
   __syncthreads();
   if (threadIdx.x != 0) return; // E is small (8 for Mixtral): one thread, in the CPU's order
   int* ids = reinterpret_cast<int*>(rec);
@@ -123,14 +126,17 @@ template <int E, int K, int NT> __device__ __forceinline__ void ig_moe_assign_ro
 // gate[i][c] = act(gate[i][c]) * up[i][c] for rows i < n and columns c0 <= c < min(c0 + NC, F)
 // (rows of F floats): the gated activation of the tile a block (or warp) just wrote; its
 // threads' global writes are visible to the caller after __syncthreads (__syncwarp for a warp).
-// ACT: IG_ACT_SILU or IG_ACT_GELU_TANH. Element i of the tile goes to thread `lane` == i % NT.
+// ACT: IG_ACT_SILU, IG_ACT_GELU_TANH or IG_ACT_SWIGLU (with alpha, limit, up_offset). Element i of
+// the tile goes to thread `lane` == i % NT.
 template <int ACT, int F, int NC, int NT>
-__device__ __forceinline__ void ig_moe_act_tile(float* gate, const float* up, int n, int c0, int lane) {
+__device__ __forceinline__ void ig_moe_act_tile(float* gate, const float* up, int n, int c0, int lane, float alpha = 1.0f,
+                                                float limit = 0.0f, float up_offset = 0.0f) {
   for (int i = lane; i < n * NC; i += NT) {
     const int c = c0 + i % NC;
     if (c >= F) continue;
     const long long at = (long long)(i / NC) * F + c;
-    gate[at] = (ACT == IG_ACT_SILU ? ig_silu(gate[at]) : ig_gelu_tanh(gate[at])) * up[at];
+    if constexpr (ACT == IG_ACT_SWIGLU) gate[at] = ig_swiglu(gate[at], up[at], alpha, limit, up_offset);
+    else gate[at] = (ACT == IG_ACT_SILU ? ig_silu(gate[at]) : ig_gelu_tanh(gate[at])) * up[at];
   }
 }
 
@@ -152,9 +158,11 @@ __device__ __forceinline__ void ig_moe_combine(const float* rec, const float* __
 
 template <int DT, int D, int E, int K>
 __global__ void __launch_bounds__(128) moe_route_kernel(const void* __restrict__ router, const float* __restrict__ x,
-                                                        float* route, int T, unsigned* done) {
+                                                        float* route, int T, unsigned* done,
+                                                        const float* __restrict__ router_bias = nullptr) {
   __shared__ float logit[E];
-  ig_moe_route<DT, D, E, K, 128>(router, x + (long long)blockIdx.x * D, ig_moe_rec<K>(route, blockIdx.x), logit);
+  ig_moe_route<DT, D, E, K, 128>(router, x + (long long)blockIdx.x * D, ig_moe_rec<K>(route, blockIdx.x), logit,
+                                 router_bias);
   if (!ig_last_block(done)) return;
   ig_moe_assign_rows<E, K, 128>(route, T);
 }
