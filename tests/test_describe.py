@@ -14,7 +14,9 @@ where it is one only the logits show). What is checked:
 - a deliberately wrong GPT-NeoX entry (each of the mistakes a researcher could make with its new
   ops: RMSNorm for LayerNorm, a dropped norm bias, the tanh GELU for the exact one, an even
   rotary width for an odd one, the serial residual for the parallel one) fails against
-  transformers' logits: by an error, or by more than the check's bound (1e-4).
+  transformers' logits: by an error, or by more than the check's bound (1e-4); and so does a wrong
+  gpt-oss entry (sinks or router bias dropped, the SwiGLU without its clamp or its up + 1, up read
+  from gate's columns, a transposed expert tensor read as stored).
 """
 import subprocess
 
@@ -97,11 +99,28 @@ def test_one_broken_entry_breaks_no_other(built, tmp_path):
     assert rc != 0 and "entry 'qwen2': unknown key 'typo_key'" in err, err
 
 
-def neox_build(tmp_path, models, name, *opts):
-    r = subprocess.run([str(ROOT / "ingot"), "build", str(FAMILIES / "gptneox_serial_odd"), "--name", name,
+def fixture_build(fixture, models, name, *opts):
+    r = subprocess.run([str(ROOT / "ingot"), "build", str(FAMILIES / fixture), "--name", name,
                         "--kv-dtype", "f32", "--models", str(models), *opts],
                        capture_output=True, text=True, timeout=900)
     return r.returncode, r.stdout.strip().splitlines()[-1] if r.returncode == 0 else r.stderr
+
+
+def assert_wrong_entry_fails(tmp_path, fixture, old, new, error):
+    """The entry with `old` edited to `new`, cast from `fixture`: an error containing `error` (a
+    tensor left unread, when given), then with --allow-unused logits beyond the bound."""
+    models = edited(tmp_path, old, new)
+    name = "t-wrong-" + str(abs(hash(new)) % 10 ** 6)
+    rc, out = fixture_build(fixture, models, name)
+    if error:
+        assert rc != 0 and error in out, out
+        rc, out = fixture_build(fixture, models, name, "--allow-unused")
+    assert rc == 0, out
+    tokens, want = reference(FAMILIES / fixture)
+    got = logits(out, tokens, tmp_path=tmp_path)
+    err = float(np.abs(got - want).max())
+    assert err > BOUND, f"a wrong entry passes: max |delta| = {err:.3g}"
+    subprocess.run(["rm", "-rf", str(ROOT / "build" / name)])
 
 
 NEOX_HEAD = "return linear(layernorm(x, w.final_norm, w.final_norm_b, c.eps), w.lm_head)"
@@ -121,15 +140,25 @@ def test_wrong_neox_entry_fails_against_transformers(built, tmp_path, old, new, 
     the right entry is within 2e-6 (test_families); each wrong one fails, by an error or beyond
     the bound. A mistake that leaves a tensor unread is an error unless --allow-unused, and then
     the logits still show it."""
-    models = edited(tmp_path, old, new)
-    name = "t-wrong-neox-" + str(abs(hash(new)) % 10 ** 6)
-    rc, out = neox_build(tmp_path, models, name)
-    if error:
-        assert rc != 0 and error in out, out
-        rc, out = neox_build(tmp_path, models, name, "--allow-unused")
-    assert rc == 0, out
-    tokens, want = reference(FAMILIES / "gptneox_serial_odd")
-    got = logits(out, tokens, tmp_path=tmp_path)
-    err = float(np.abs(got - want).max())
-    assert err > BOUND, f"a wrong entry passes: max |delta| = {err:.3g}"
-    subprocess.run(["rm", "-rf", str(ROOT / "build" / name)])
+    assert_wrong_entry_fails(tmp_path, "gptneox_serial_odd", old, new, error)
+
+
+@pytest.mark.parametrize("old, new, error", [
+    ("window = sliding and c.window or 0, sinks = w.sinks}", "window = sliding and c.window or 0}",
+     "not used by models.lua entry 'gptoss'"),
+    ("router_bias = w.router_bias, alpha", "alpha", "not used by models.lua entry 'gptoss'"),
+    ("limit = c.swiglu_limit, up_offset = 1}", "up_offset = 1}", None),
+    ("limit = c.swiglu_limit, up_offset = 1}", "limit = c.swiglu_limit}", None),
+    ('rows = "ffn", first = 1, every = 2, transposed = true', 'rows = "ffn", first = 0, every = 2, transposed = true', None),
+    ('rows = "dim", transposed = true}}', 'rows = "dim"}}', "is [4, 48, 64] in"),
+], ids=["dropped-sinks", "dropped-router-bias", "no-clamp", "no-up-offset", "up-as-gate", "down-not-transposed"])
+def test_wrong_gptoss_entry_fails_against_transformers(built, tmp_path, old, new, error):
+    """gptoss_sinks (sinks, router and expert biases, the clamp crossed, experts stacked and
+    transposed with gate and up interleaved; transformers' logits): each wrong entry fails, by an
+    error or beyond the bound. A stored tensor read in the wrong orientation is an error at build."""
+    if error and error.startswith("is ["):
+        models = edited(tmp_path, old, new)
+        rc, out = fixture_build("gptoss_sinks", models, "t-wrong-oss-shape")
+        assert rc != 0 and error in out and "down_proj" in out, out
+        return
+    assert_wrong_entry_fails(tmp_path, "gptoss_sinks", old, new, error)
