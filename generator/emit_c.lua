@@ -20,7 +20,8 @@ local DT_CTYPE = {f32 = "const float", f16 = "const uint16_t", bf16 = "const uin
 -- The GGUF types whose matmuls are in kernels/cpu/kc_kquant.h, and the types
 -- GPTQ/AWQ/FP8 checkpoints are repacked into: block struct names follow
 -- dtype.h (block_q4_K for q4_k), enums INGOT_Q4_K.
-for _, dt in ipairs({"q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "q4_z", "q8_z", "f8_b32"}) do
+for _, dt in ipairs({"q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "q4_z", "q8_z", "f8_b32",
+                     "mxfp4"}) do
   DT_ENUM[dt] = "INGOT_" .. dt:upper()
   DT_CTYPE[dt] = "const block_" .. dt:gsub("_k$", "_K")
 end

@@ -31,12 +31,12 @@ emit.ROWS_NT = 256   -- threads of a rows kernel block
 local DT = {f32 = "IG_F32", f16 = "IG_F16", bf16 = "IG_BF16", q8_0 = "IG_Q8_0", q4_0 = "IG_Q4_0", q4_1 = "IG_Q4_1",
             q5_0 = "IG_Q5_0", q5_1 = "IG_Q5_1", q2_k = "IG_Q2_K", q3_k = "IG_Q3_K", q4_k = "IG_Q4_K", q5_k = "IG_Q5_K",
             q6_k = "IG_Q6_K", iq4_nl = "IG_IQ4_NL", iq4_xs = "IG_IQ4_XS",
-            q4_z = "IG_Q4_Z", q8_z = "IG_Q8_Z", f8_b32 = "IG_F8_B32",
+            q4_z = "IG_Q4_Z", q8_z = "IG_Q8_Z", f8_b32 = "IG_F8_B32", mxfp4 = "IG_MXFP4",
             i32 = "IG_I32"} -- i32: an act-order weight's input order (read by the matmul, never multiplied)
 local DT_BYTES = {f32 = {1, 4}, f16 = {1, 2}, bf16 = {1, 2}, q8_0 = {32, 34}, q4_0 = {32, 18}, q4_1 = {32, 20},
                   q5_0 = {32, 22}, q5_1 = {32, 24}, q2_k = {256, 84}, q3_k = {256, 110}, q4_k = {256, 144},
                   q5_k = {256, 176}, q6_k = {256, 210}, iq4_nl = {32, 18}, iq4_xs = {256, 136},
-                  q4_z = {32, 20}, q8_z = {32, 36}, f8_b32 = {32, 36}, i32 = {1, 4}}
+                  q4_z = {32, 20}, q8_z = {32, 36}, f8_b32 = {32, 36}, mxfp4 = {32, 17}, i32 = {1, 4}}
 
 -- A weight of a dtype the kernels do not read stops the build rather than emit wrong code.
 function emit.check_dtypes(weights)

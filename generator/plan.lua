@@ -27,7 +27,9 @@ local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end
 plan.BLOCK = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, iq4_nl = 32,
               q2_k = 256, q3_k = 256, q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256,
               -- what GPTQ/AWQ (zero-point int4/int8) and FP8 checkpoints are repacked into at load
-              q4_z = 32, q8_z = 32, f8_b32 = 32}
+              q4_z = 32, q8_z = 32, f8_b32 = 32,
+              -- OCP microscaling FP4 (gpt-oss's experts in GGUF)
+              mxfp4 = 32}
 
 -- The dtypes with integer-dot kernels for int8 activations (kc_mm_*: every
 -- GGUF block type; kc_kquant.h for those beyond Q8_0/Q4_0/Q4_1). The

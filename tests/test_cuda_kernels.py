@@ -53,7 +53,7 @@ INSTANCES = {
                  "rmsnorm_kernel<2304, 256, 256>", "layernorm_kernel<2560>", "layernorm_kernel<4096, 4096, 1024>",
                  "layernorm_kernel<4096, 128, 256, true>"],
     "gemv_q.cuh": ["gemv_q_kernel<IG_%s, %d, %d>" % (dt, k, t)
-                   for dt in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL")
+                   for dt in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4")
                    for (k, t) in ((576, 1), (1536, 8), (4096, 1), (14336, 4))]
                   + ["gemv_q_kernel<IG_%s, %d, %d>" % (dt, k, t) for dt in KQUANTS + REPACKED
                      for (k, t) in ((1536, 8), (4096, 1), (14336, 4))],
@@ -70,7 +70,8 @@ INSTANCES = {
                         "softcap_kernel<256000>", "scale_kernel<2304>"],
     "argmax.cuh": ["argmax_kernel<49152>", "argmax_kernel<128256, 512>"],
     "gemm_q.cuh": ["gemm_q_kernel<IG_%s, %d>" % (dt, k) for dt in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
-                                                                     "Q5_0", "Q5_1", "IQ4_NL") for k in (576, 4096)]
+                                                                     "Q5_0", "Q5_1", "IQ4_NL", "MXFP4")
+                                                for k in (576, 4096)]
                   + ["gemm_q_kernel<IG_%s, 4096>" % dt for dt in KQUANTS + REPACKED],
     "pack.cuh": ["pack_kernel<576, IG_F16>", "pack_kernel<4096, IG_BF16>", "pack_kernel<2304, IG_F32>"],
     "attn_rows.cuh": ["attn_rows_kernel<64, 3, 3>", "attn_rows_kernel<12, 4, 2>", "attn_rows_kernel<40, 2, 1>",

@@ -80,6 +80,50 @@ def test_q8_0_gguf_matches_llamacpp(name, tmp_path, built):
     modelbuild.assert_greedy_near_ties(q8, llama, delta.max(), f"{name} ")
 
 
+MXFP4_NAMES = [n for n in NAMES if "mxfp4" in json.loads((FIXTURES / n / "reference.json").read_text())["files"]]
+
+
+@pytest.mark.parametrize("name", MXFP4_NAMES)
+def test_mxfp4_gguf_matches_llamacpp(name, tmp_path, built):
+    """llama.cpp's MXFP4_MOE preset (the experts in MXFP4, as the gpt-oss files published): the
+    MXFP4 kernels compute what the dequantized file means (the same file cast with --dtype f32,
+    dequantized at load by dtype.c, which equals gguf-py bit for bit: test_kquants) within 1e-4, in
+    prefill and decode; and against llama.cpp the Q8_0 test's triangle bound through transformers,
+    greedy tokens agreeing but at near-ties."""
+    d, ref, logits = fixture(name)
+    mx = modelbuild.build(d / ref["files"]["mxfp4"], f"gg-{name}-mxfp4", "--act-quant", "none")
+    info = run([mx, "--info"]).stdout
+    assert "mxfp4 (" in info, info
+    deq = modelbuild.logits(modelbuild.build(d / ref["files"]["mxfp4"], f"gg-{name}-mxfp4-f32", "--dtype", "f32"),
+                            ref["tokens"], tmp_path=tmp_path)
+    for mode in ((), ("--decode",)):
+        got = modelbuild.logits(mx, ref["tokens"], *mode, tmp_path=tmp_path)
+        err = float(np.abs(got - deq).max())
+        assert err <= 1e-4, f"{name} {mode}: max |MXFP4 kernels - dequantized| = {err:.3g}"
+    f32 = modelbuild.logits(modelbuild.build(d / ref["files"]["f32"], f"gg-{name}"), ref["tokens"], tmp_path=tmp_path)
+    llama = logits["llamacpp_mxfp4"]
+    bound = float(np.abs(got - f32).max()) + 1e-4 + float(np.abs(llama - logits["transformers"]).max())
+    delta = np.abs(got - llama)
+    assert delta.max() <= bound, f"{name}: max |ingot - llama.cpp| = {delta.max():.3g} > {bound:.3g}"
+    modelbuild.assert_greedy_near_ties(got, llama, delta.max(), f"{name} ")
+
+
+@pytest.mark.skipif(SAN, reason="cudasim runs in the optimized pass")
+@pytest.mark.parametrize("name", MXFP4_NAMES)
+def test_cudasim_mxfp4_gguf_matches_cpu(name, tmp_path, built):
+    """The MXFP4 experts on the CUDA backend (17-byte blocks: the GEMV and the GEMM tiles read them
+    a byte at a time) against the CPU build of the same file with f32 activations."""
+    d, ref, _ = fixture(name)
+    model = d / ref["files"]["mxfp4"]
+    cpu = modelbuild.build(model, f"gg-{name}-mxfp4", "--act-quant", "none")
+    sim = modelbuild.build(model, f"cugg-{name}-mxfp4", "--backend", "cuda", "--cudasim")
+    tokens = ref["tokens"][:24]
+    want = modelbuild.logits(cpu, tokens, tmp_path=tmp_path)
+    for mode in ((), ("--decode",)):
+        err = float(np.abs(modelbuild.logits(sim, tokens, *mode, tmp_path=tmp_path) - want).max())
+        assert err <= 1e-4, f"{name} {mode}: max |cuda - cpu| = {err:.3g}"
+
+
 @pytest.mark.skipif(SAN, reason="cudasim runs in the optimized pass")
 @pytest.mark.parametrize("kind", ["q8_0", pytest.param("f32", marks=BREADTH)])
 def test_cudasim_deepseek2_gguf_matches_cpu(kind, tmp_path, built):

@@ -1,5 +1,5 @@
 """The GGUF block types beyond Q8_0/Q4_0/Q4_1 (Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL,
-IQ4_XS): ingot's dequantization against gguf-py's on random blocks, bad
+IQ4_XS, MXFP4): ingot's dequantization against gguf-py's on random blocks, bad
 tensors of those types, and (below) whole models quantized by llama.cpp
 against llama.cpp's own logits."""
 import hashlib
@@ -26,11 +26,12 @@ sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 import make_kquant_models  # noqa: E402  (the fixture script: rebuilds the F32 file llama.cpp quantized)
 
 NEW_TYPES = {QT.Q5_0: "q5_0", QT.Q5_1: "q5_1", QT.Q2_K: "q2_k", QT.Q3_K: "q3_k", QT.Q4_K: "q4_k",
-             QT.Q5_K: "q5_k", QT.Q6_K: "q6_k", QT.IQ4_NL: "iq4_nl", QT.IQ4_XS: "iq4_xs"}
+             QT.Q5_K: "q5_k", QT.Q6_K: "q6_k", QT.IQ4_NL: "iq4_nl", QT.IQ4_XS: "iq4_xs", QT.MXFP4: "mxfp4"}
 OLD_TYPES = {QT.Q8_0: "q8_0", QT.Q4_0: "q4_0", QT.Q4_1: "q4_1"}
 # Byte offsets of each block's f16 scales (d, and m/dmin where there is one).
 SCALES = {QT.Q8_0: [0], QT.Q4_0: [0], QT.Q4_1: [0, 2], QT.Q5_0: [0], QT.Q5_1: [0, 2], QT.Q2_K: [80, 82],
-          QT.Q3_K: [108], QT.Q4_K: [0, 2], QT.Q5_K: [0, 2], QT.Q6_K: [208], QT.IQ4_NL: [0], QT.IQ4_XS: [0]}
+          QT.Q3_K: [108], QT.Q4_K: [0, 2], QT.Q5_K: [0, 2], QT.Q6_K: [208], QT.IQ4_NL: [0], QT.IQ4_XS: [0],
+          QT.MXFP4: []}  # its scale is a byte, E8M0: every value but 0xff (NaN), 0 and 1 the subnormals
 
 
 def random_blocks(qtype, n_blocks, rng):
@@ -45,6 +46,8 @@ def random_blocks(qtype, n_blocks, rng):
         moderate = (rng.standard_normal(n_blocks) * 0.02).astype(np.float16).view(np.uint16)
         h = np.where(np.arange(n_blocks) % 2 == 0, bits, moderate).astype("<u2")
         raw[:, off:off + 2] = h.view(np.uint8).reshape(n_blocks, 2)
+    if qtype == QT.MXFP4:
+        raw[:, 0] = rng.integers(0, 255, size=n_blocks, dtype=np.uint8)
     return raw
 
 

@@ -1,5 +1,5 @@
-/* kc_kquant.h — matmuls with f32 activations for Q5_0, Q5_1, IQ4_NL, the super-block types Q2_K..Q6_K, IQ4_XS,
- * and Q8_Z, F8_B32 (GPTQ 8-bit and FP8 checkpoints; Q4_Z takes kc_matmul.h's Q4_1 paths). */
+/* kc_kquant.h — matmuls with f32 activations for Q5_0, Q5_1, IQ4_NL, MXFP4, the super-block types Q2_K..Q6_K,
+ * IQ4_XS, and Q8_Z, F8_B32 (GPTQ 8-bit and FP8 checkpoints; Q4_Z takes kc_matmul.h's Q4_1 paths). */
 #ifndef INGOT_KC_KQUANT_H
 #define INGOT_KC_KQUANT_H
 
@@ -12,6 +12,7 @@
  * offset) and two (d, c) pairs, one per half of 16 elements, so that
  *     w = q * d + c                        (Q5, K-quants)
  *     w = d * dtype_iq4_values[q]          (IQ4_NL, IQ4_XS)
+ *     w = d * dtype_mxfp4_values[q]        (MXFP4: d = 2^(e-128), a power of two)
  *     w = (e4m3(q) * 256) * d             (F8_B32: q's bits placed in an f16
  *                                          are e4m3(q) / 256, exactly)
  * with the offsets folded into c: -16d (Q5_0), m (Q5_1), -dmin*m (Q2_K,
@@ -31,7 +32,7 @@
  * outer-product microkernels. */
 
 enum { KC_WQ5_0 = 16, KC_WQ5_1, KC_WIQ4_NL, KC_WQ2_K, KC_WQ3_K, KC_WQ4_K, KC_WQ5_K, KC_WQ6_K, KC_WIQ4_XS,
-       KC_WQ8_Z, KC_WF8_B32 };
+       KC_WQ8_Z, KC_WF8_B32, KC_WMXFP4 };
 
 /* Bytes per block and segments per block of a type. */
 KC_INLINE size_t kc__kbytes(int wt) {
@@ -46,13 +47,17 @@ KC_INLINE size_t kc__kbytes(int wt) {
     case KC_WQ6_K: return sizeof(block_q6_K);
     case KC_WQ8_Z: return sizeof(block_q8_z);
     case KC_WF8_B32: return sizeof(block_f8_b32);
+    case KC_WMXFP4: return sizeof(block_mxfp4);
     default: return sizeof(block_iq4_xs);
     }
 }
 KC_INLINE int kc__kspb(int wt) {
-    return wt == KC_WQ5_0 || wt == KC_WQ5_1 || wt == KC_WIQ4_NL || wt == KC_WQ8_Z || wt == KC_WF8_B32 ? 1 : 8;
+    return wt == KC_WQ5_0 || wt == KC_WQ5_1 || wt == KC_WIQ4_NL || wt == KC_WQ8_Z || wt == KC_WF8_B32 || wt == KC_WMXFP4
+               ? 1 : 8;
 }
-KC_INLINE int kc__ktable(int wt) { return wt == KC_WIQ4_NL || wt == KC_WIQ4_XS; }
+/* The types whose codes index a table of 16 signed values, and the table. */
+KC_INLINE int kc__ktable(int wt) { return wt == KC_WIQ4_NL || wt == KC_WIQ4_XS || wt == KC_WMXFP4; }
+KC_INLINE const int8_t *kc__ktable_values(int wt) { return wt == KC_WMXFP4 ? dtype_mxfp4_values : dtype_iq4_values; }
 
 KC_INLINE float kc__h(const uint8_t *p) { /* an f16 field (blocks need not be 2-aligned in memory) */
     uint16_t h;
@@ -73,6 +78,7 @@ KC_INLINE void kc__kscales(const uint8_t *b, int wt, int g, float *d0, float *c0
         break;
     }
     case KC_WF8_B32: memcpy(d0, b, 4); *c0 = 0.0f; break;
+    case KC_WMXFP4: *d0 = dtype_e8m0_half(b[0]); *c0 = 0.0f; break;
     case KC_WQ2_K: {
         const float d = kc__h(b + offsetof(block_q2_K, d)), dmin = kc__h(b + offsetof(block_q2_K, dmin));
         const uint8_t s0 = b[2 * g], s1 = b[2 * g + 1];
@@ -148,6 +154,7 @@ KC_INLINE __m256i kc__kcodes(const uint8_t *b, int wt, int g) {
     case KC_WQ5_1:
         return _mm256_or_si256(kc__knibbles(b + offsetof(block_q5_1, qs)), kc__kfifth(b + offsetof(block_q5_1, qh)));
     case KC_WIQ4_NL: return kc__knibbles(b + offsetof(block_iq4_nl, qs));
+    case KC_WMXFP4: return kc__knibbles(b + offsetof(block_mxfp4, qs));
     case KC_WQ8_Z: case KC_WF8_B32: /* the bytes as they are (both have qs at offset 4) */
         return _mm256_loadu_si256((const __m256i *)(const void *)(b + offsetof(block_q8_z, qs)));
     case KC_WQ2_K: return kc__kfield(b + offsetof(block_q2_K, qs) + 32 * (g / 4), 2 * (g % 4), 3);
@@ -172,9 +179,10 @@ KC_INLINE void kc__kcodes(const uint8_t *b, int wt, int g, uint8_t q[32]) {
         int v;
         switch (wt) {
         case KC_WQ8_Z: case KC_WF8_B32: v = b[offsetof(block_q8_z, qs) + l]; break;
-        case KC_WQ5_0: case KC_WQ5_1: case KC_WIQ4_NL: case KC_WIQ4_XS: {
+        case KC_WQ5_0: case KC_WQ5_1: case KC_WIQ4_NL: case KC_WIQ4_XS: case KC_WMXFP4: {
             const size_t qs = wt == KC_WQ5_0 ? offsetof(block_q5_0, qs) : wt == KC_WQ5_1 ? offsetof(block_q5_1, qs)
-                              : wt == KC_WIQ4_NL ? offsetof(block_iq4_nl, qs) : offsetof(block_iq4_xs, qs) + 16 * (size_t)g;
+                              : wt == KC_WIQ4_NL ? offsetof(block_iq4_nl, qs)
+                              : wt == KC_WMXFP4 ? offsetof(block_mxfp4, qs) : offsetof(block_iq4_xs, qs) + 16 * (size_t)g;
             v = (b[qs + l % 16] >> (4 * (l / 16))) & 15;
             if (wt == KC_WQ5_0 || wt == KC_WQ5_1) {
                 const uint8_t *qh = b + (wt == KC_WQ5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh));
@@ -239,7 +247,7 @@ KC_INLINE void kc__kseg(const uint8_t *row, int wt, int s, kc_vf w[KC_KSV]) {
     const __m512i q0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)), q1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1));
     if (kc__ktable(wt)) { /* the 16 values of the block, d * table[i], looked up by the codes */
         const __m512 tab = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                             _mm_loadu_si128((const __m128i *)(const void *)dtype_iq4_values))),
+                                             _mm_loadu_si128((const __m128i *)(const void *)kc__ktable_values(wt)))),
                                          _mm512_set1_ps(d0));
         w[0] = _mm512_permutexvar_ps(q0, tab);
         w[1] = _mm512_permutexvar_ps(q1, tab);
@@ -251,7 +259,7 @@ KC_INLINE void kc__kseg(const uint8_t *row, int wt, int s, kc_vf w[KC_KSV]) {
     __m256i q = kc__kcodes(b, wt, g);
     if (kc__ktable(wt)) /* the table values as signed bytes (pshufb looks up 16 entries per lane) */
         q = _mm256_shuffle_epi8(
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)dtype_iq4_values)), q);
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)kc__ktable_values(wt))), q);
     const __m128i h[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
     KC_UNROLL for (int v = 0; v < 4; v++) {
         const __m128i bytes = v % 2 ? _mm_srli_si128(h[v / 2], 8) : h[v / 2];
@@ -266,7 +274,7 @@ KC_INLINE void kc__kseg(const uint8_t *row, int wt, int s, kc_vf w[KC_KSV]) {
     kc__kcodes(b, wt, g, q);
     for (int l = 0; l < 32; l++)
         w[l] = wt == KC_WF8_B32 ? kc_fp16_to_f32((uint16_t)((q[l] & 0x80) << 8 | (q[l] & 0x7f) << 7)) * 256.0f * d0
-               : kc__ktable(wt) ? d0 * (float)dtype_iq4_values[q[l]] : (float)q[l] * (l < 16 ? d0 : d1) + (l < 16 ? c0 : c1);
+               : kc__ktable(wt) ? d0 * (float)kc__ktable_values(wt)[q[l]] : (float)q[l] * (l < 16 ? d0 : d1) + (l < 16 ? c0 : c1);
 #endif
 }
 
@@ -399,7 +407,7 @@ KC_INLINE void kc__kmq_tile(const void *W, int wt, const kc_q8 *X, int ldx, floa
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
     __m256 acc[KC_QRB][KC_QTB];
     KC_UNROLL for (int i = 0; i < NR; i++) KC_UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)dtype_iq4_values));
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)kc__ktable_values(wt)));
     for (int s = 0; s < NS; s++) {
         __m256i xq[KC_QTB];
         __m256 xd[KC_QTB], xh[KC_QTB];
@@ -449,7 +457,7 @@ KC_INLINE void kc__kmq_tile(const void *W, int wt, const kc_q8 *X, int ldx, floa
                 const kc_q8 *xb = &x0[(size_t)j * (size_t)ldx + (size_t)s];
                 int p0 = 0, p1 = 0, h0 = 0, h1 = 0;
                 for (int l = 0; l < 32; l++) {
-                    const int w = kc__ktable(wt) ? dtype_iq4_values[u[l]] : u[l];
+                    const int w = kc__ktable(wt) ? kc__ktable_values(wt)[u[l]] : u[l];
                     if (l < 16) p0 += w * xb->qs[l], h0 += xb->qs[l];
                     else p1 += w * xb->qs[l], h1 += xb->qs[l];
                 }
@@ -502,6 +510,7 @@ KC_KMM_ENTRY(q4_k, block_q4_K, KC_WQ4_K)
 KC_KMM_ENTRY(q5_k, block_q5_K, KC_WQ5_K)
 KC_KMM_ENTRY(q6_k, block_q6_K, KC_WQ6_K)
 KC_KMM_ENTRY(iq4_xs, block_iq4_xs, KC_WIQ4_XS)
+KC_KMM_ENTRY(mxfp4, block_mxfp4, KC_WMXFP4)
 #undef KC_KMM_ENTRY
 /* The repacked GPTQ/AWQ/FP8 types take f32 activations only: their matmul
  * is the checkpoint's arithmetic (an int8 path would round the activations).

@@ -10,7 +10,8 @@ enum {
   IG_Q2_K = 8, IG_Q3_K = 9, IG_Q4_K = 10, IG_Q5_K = 11, IG_Q6_K = 12, IG_IQ4_NL = 13, IG_IQ4_XS = 14,
   // 16: float8 checkpoint parts, never a weight; then what GPTQ/AWQ/FP8 linears are repacked into
   IG_I32 = 15, // an act-order weight's input order (int32), read by the matmuls, not a weight type
-  IG_Q4_Z = 17, IG_Q8_Z = 18, IG_F8_B32 = 19
+  IG_Q4_Z = 17, IG_Q8_Z = 18, IG_F8_B32 = 19,
+  IG_MXFP4 = 20 // OCP microscaling FP4 (gpt-oss's experts in GGUF)
 };
 
 // GGUF blocks of 32 elements (byte-identical to runtime/load/dtype.h):
@@ -23,6 +24,7 @@ enum {
 //   Q4_Z 20 B: f16 d, u16 z, 16 B nibbles     x = d*(q-z)   (GPTQ/AWQ 4-bit, z the zero point)
 //   Q8_Z 36 B: f16 d, u16 z, u8 q[32]         x = d*(q-z)   (GPTQ 8-bit)
 //   F8_B32 36 B: f32 d, E4M3 q[32]            x = d*ig_e4m3(q) (FP8 checkpoints)
+//   MXFP4 17 B: E8M0 e, 16 B nibbles          x = 2^(e-128)*ig_mxfp4_value(q) (byte-aligned blocks)
 // Nibbles: byte j holds element j (low nibble) and element j+16 (high nibble).
 // Super-blocks of 256 (the K-quants, IQ4_XS), laid out as runtime/load/dtype.h describes:
 //   Q2_K 84 B, Q3_K 110 B, Q4_K 144 B, Q5_K 176 B, Q6_K 210 B, IQ4_XS 136 B.
@@ -46,6 +48,7 @@ template <> struct ig_dtype_info<IG_Q4_K> { static constexpr int elems = 256, by
 template <> struct ig_dtype_info<IG_Q5_K> { static constexpr int elems = 256, bytes = 176; };
 template <> struct ig_dtype_info<IG_Q6_K> { static constexpr int elems = 256, bytes = 210; };
 template <> struct ig_dtype_info<IG_IQ4_NL> { static constexpr int elems = 32, bytes = 18; };
+template <> struct ig_dtype_info<IG_MXFP4> { static constexpr int elems = 32, bytes = 17; };
 template <> struct ig_dtype_info<IG_IQ4_XS> { static constexpr int elems = 256, bytes = 136; };
 template <> struct ig_dtype_info<IG_Q4_Z> { static constexpr int elems = 32, bytes = 20; };
 template <> struct ig_dtype_info<IG_Q8_Z> { static constexpr int elems = 32, bytes = 36; };
@@ -138,6 +141,17 @@ __device__ __forceinline__ float ig_e4m3_to_f32(unsigned q) {
 __device__ __forceinline__ float ig_iq4_value(unsigned q) {
   const unsigned long long lo = 0xF6EADDCFBFAD9881ull, hi = 0x7159453526190D01ull;
   return (float)(signed char)(((q < 8 ? lo : hi) >> (8 * (q & 7))) & 0xffu);
+}
+
+// The value an MXFP4 nibble selects: twice its E2M1 value (GGUF's kvalues_mxfp4: 0, 1, 2, 3, 4, 6, 8,
+// 12 and their negatives), as ig_iq4_value.
+__device__ __forceinline__ float ig_mxfp4_value(unsigned q) {
+  const unsigned long long lo = 0x0C08060403020100ull, hi = 0xF4F8FAFCFDFEFF00ull;
+  return (float)(signed char)(((q < 8 ? lo : hi) >> (8 * (q & 7))) & 0xffu);
+}
+// An MXFP4 block's E8M0 scale e halved, 2^(e-128), exactly (e 0 and 1: the subnormals).
+__device__ __forceinline__ float ig_e8m0_half(unsigned e) {
+  return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
 }
 
 // E consecutive floats at p into r (p aligned to 16 B when E % 4 == 0, 8 B when E % 2 == 0).

@@ -1,4 +1,4 @@
-// gemv_q.cuh — weight-only GEMV / small-batch GEMM: Y[t][r] (+)= sum_k dequant(W[r][k]) * X[t][k] (+ bias[r]) for T <= 8 tokens, W in f32/f16/bf16, Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, the K-quants Q2_K..Q6_K, IQ4_NL/IQ4_XS, and the repacked GPTQ/AWQ/FP8 types Q4_Z/Q8_Z/F8_B32.
+// gemv_q.cuh — weight-only GEMV / small-batch GEMM: Y[t][r] (+)= sum_k dequant(W[r][k]) * X[t][k] (+ bias[r]) for T <= 8 tokens, W in f32/f16/bf16, Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, the K-quants Q2_K..Q6_K, IQ4_NL/IQ4_XS, MXFP4, and the repacked GPTQ/AWQ/FP8 types Q4_Z/Q8_Z/F8_B32.
 //
 // gemv_q_kernel<DT, IN, TMAX = 1, WARPS = 4>
 //   grid  = ceil(OUT / WARPS), block = WARPS*32: one warp per output row r.
@@ -31,7 +31,17 @@ __device__ __forceinline__ void ig_gemv_slice_k(const unsigned char* __restrict_
   const int m = s >> 2, q = s & 3, l = 4 * q; // group m of the row; elements l.. and 16+l.. of the group
   float dl, ml, dh, mh;                         // w = dl*code + ml (elements l..), dh*code + mh (16+l..)
   unsigned lo, hi;                              // the 4 codes of each half, one per byte
-  if constexpr (ig_dtype_info<DT>::elems == 32) {
+  if constexpr (DT == IG_MXFP4) { // 17-byte blocks: every field byte-aligned, read a byte at a time
+    const unsigned char* blk = row + m * BYTES;
+    const float d = ig_e8m0_half(blk[0]);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const unsigned b = blk[1 + l + i];
+      w[i] = ig_mxfp4_value(b & 15u) * d;
+      w[4 + i] = ig_mxfp4_value(b >> 4) * d;
+    }
+    return;
+  } else if constexpr (ig_dtype_info<DT>::elems == 32) {
     const unsigned char* blk = row + m * BYTES;
     const float d = ig_f16_to_f32(ig_ld_u16(blk));
     if constexpr (DT == IG_IQ4_NL) {

@@ -14,7 +14,7 @@ static const char *const dtype_names[INGOT_DTYPE_COUNT] = {
     [INGOT_Q3_K] = "q3_k", [INGOT_Q4_K] = "q4_k", [INGOT_Q5_K] = "q5_k",
     [INGOT_Q6_K] = "q6_k", [INGOT_IQ4_NL] = "iq4_nl", [INGOT_IQ4_XS] = "iq4_xs",
     [INGOT_I32] = "i32", [INGOT_F8_E4M3] = "f8_e4m3", [INGOT_Q4_Z] = "q4_z", [INGOT_Q8_Z] = "q8_z",
-    [INGOT_F8_B32] = "f8_b32",
+    [INGOT_F8_B32] = "f8_b32", [INGOT_MXFP4] = "mxfp4",
 };
 
 _Static_assert(sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_iq4_nl) == 18, "32-block sizes");
@@ -22,8 +22,10 @@ _Static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(b
                    sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 && sizeof(block_iq4_xs) == 136,
                "super-block sizes");
 _Static_assert(sizeof(block_q4_z) == 20 && sizeof(block_q8_z) == 36 && sizeof(block_f8_b32) == 36, "zero-point and fp8 blocks");
+_Static_assert(sizeof(block_mxfp4) == 17, "mxfp4 block");
 
 const int8_t dtype_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t dtype_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* Returns the lowercase name, or "?" for an out-of-range value. */
 const char *dtype_name(ingot_dtype t) {
@@ -46,7 +48,7 @@ int dtype_from_name(const char *name, ingot_dtype *out) {
 int dtype_block_elems(ingot_dtype t) {
     switch (t) {
     case INGOT_Q8_0: case INGOT_Q4_0: case INGOT_Q4_1: case INGOT_Q5_0: case INGOT_Q5_1: case INGOT_IQ4_NL:
-    case INGOT_Q4_Z: case INGOT_Q8_Z: case INGOT_F8_B32:
+    case INGOT_Q4_Z: case INGOT_Q8_Z: case INGOT_F8_B32: case INGOT_MXFP4:
         return INGOT_QBLOCK;
     case INGOT_Q2_K: case INGOT_Q3_K: case INGOT_Q4_K: case INGOT_Q5_K: case INGOT_Q6_K: case INGOT_IQ4_XS:
         return INGOT_KBLOCK;
@@ -78,6 +80,7 @@ size_t dtype_block_bytes(ingot_dtype t) {
     case INGOT_Q4_Z: return sizeof(block_q4_z);
     case INGOT_Q8_Z: return sizeof(block_q8_z);
     case INGOT_F8_B32: return sizeof(block_f8_b32);
+    case INGOT_MXFP4: return sizeof(block_mxfp4);
     default: return 0;
     }
 }
@@ -362,6 +365,15 @@ void dtype_dequantize_row(ingot_dtype t, const void *src, float *dst, int64_t n)
             for (int j = 0; j < 32; j++) dst[j] = d * fp8_e4m3_to_f32(p[4 + j]);
         }
         break;
+    case INGOT_MXFP4: /* GGUF's reference: value * 2^(e-128), exact */
+        for (int64_t b = 0; b < n / INGOT_QBLOCK; b++, p += sizeof(block_mxfp4), dst += INGOT_QBLOCK) {
+            const float d = dtype_e8m0_half(p[0]);
+            for (int j = 0; j < 16; j++) {
+                dst[j] = (float)dtype_mxfp4_values[p[1 + j] & 15] * d;
+                dst[j + 16] = (float)dtype_mxfp4_values[p[1 + j] >> 4] * d;
+            }
+        }
+        break;
     default:
         break;
     }
@@ -486,6 +498,15 @@ static void scale_offsets(ingot_dtype t, int *a, int *b) {
 
 /* An f16 whose exponent bits are all ones is an infinity or a NaN. */
 int dtype_check_scales(ingot_dtype t, const void *src, int64_t n, int64_t *bad_block) {
+    if (t == INGOT_MXFP4) { /* E8M0: 0xff is NaN */
+        const uint8_t *p = src;
+        for (int64_t i = 0; i < n / INGOT_QBLOCK; i++, p += sizeof(block_mxfp4))
+            if (p[0] == 0xff) {
+                *bad_block = i;
+                return -1;
+            }
+        return 0;
+    }
     if (t == INGOT_F8_B32) { /* an f32 scale */
         const uint8_t *p = src;
         for (int64_t i = 0; i < n / INGOT_QBLOCK; i++, p += sizeof(block_f8_b32))

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef enum {
     INGOT_F32 = 0,
@@ -36,10 +37,12 @@ typedef enum {
     INGOT_Q4_Z,   /* 32 elements: f16 scale d, integer zero z, nibbles; x = d*(q-z)     */
     INGOT_Q8_Z,   /* 32 elements: f16 scale d, integer zero z, bytes;   x = d*(q-z)     */
     INGOT_F8_B32, /* 32 elements: f32 scale d, E4M3 codes;             x = d*e4m3(q)   */
+    INGOT_MXFP4,  /* 32 elements: E8M0 scale e, 4-bit E2M1 codes (OCP microscaling, gpt-oss's
+                     experts); x = 2^(e-128) * dtype_mxfp4_values[q] */
     INGOT_DTYPE_COUNT
 } ingot_dtype;
 
-#define INGOT_QBLOCK 32  /* elements per 32-block (Q8_0 .. Q5_1, IQ4_NL) */
+#define INGOT_QBLOCK 32  /* elements per 32-block (Q8_0 .. Q5_1, IQ4_NL, MXFP4) */
 #define INGOT_KBLOCK 256 /* elements per super-block (K-quants, IQ4_XS) */
 
 /* Nibble order inside q4 blocks (as GGUF): byte j holds element j in its low
@@ -91,6 +94,19 @@ typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[
 /* The 16 values an IQ4 index selects (GGUF's kvalues_iq4nl). */
 extern const int8_t dtype_iq4_values[16];
 
+/* MXFP4: nibbles as in Q4_0, each an E2M1 code; the scale byte e is a power of two, 2^(e-127), and
+ * the table holds twice the E2M1 values (GGUF's kvalues_mxfp4), so x = 2^(e-128) * value. e = 255
+ * is the format's NaN. */
+typedef struct { uint8_t e; uint8_t qs[16]; } block_mxfp4; /* 17 bytes */
+extern const int8_t dtype_mxfp4_values[16];
+/* 2^(e-128) as f32, exactly (e 0 and 1 give the subnormals 2^-128 and 2^-127). */
+static inline float dtype_e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 /* The 6-bit scale and min of group g (0..7) of a Q4_K/Q5_K super-block. */
 static inline void dtype_k4_scale_min(const uint8_t *scales, int g, int *sc, int *m) {
     if (g < 4) {
@@ -103,7 +119,7 @@ static inline void dtype_k4_scale_min(const uint8_t *scales, int g, int *sc, int
 }
 
 /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k",
- * "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "i32", "f8_e4m3", "q4_z", "q8_z", "f8_b32" */
+ * "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "i32", "f8_e4m3", "q4_z", "q8_z", "f8_b32", "mxfp4" */
 const char *dtype_name(ingot_dtype t);
 /* Parses a name as above (case-insensitive); returns 0 on success, -1 if unknown. */
 int dtype_from_name(const char *name, ingot_dtype *out);

@@ -15,10 +15,10 @@
 enum {
     GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8,
     GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_IQ4_NL = 20,
-    GGML_IQ4_XS = 23, GGML_BF16 = 30
+    GGML_IQ4_XS = 23, GGML_BF16 = 30, GGML_MXFP4 = 39
 };
 #define SUPPORTED_TYPES "F32=0, F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8, Q2_K=10, Q3_K=11, Q4_K=12, " \
-                        "Q5_K=13, Q6_K=14, IQ4_NL=20, IQ4_XS=23, BF16=30"
+                        "Q5_K=13, Q6_K=14, IQ4_NL=20, IQ4_XS=23, BF16=30, MXFP4=39"
 
 /* Smallest possible encodings, used to reject counts that cannot fit in
  * the bytes that remain before trusting them for allocation. */
@@ -240,6 +240,7 @@ static int map_type(uint32_t g, ingot_dtype *out) {
     case GGML_Q6_K: *out = INGOT_Q6_K; return 0;
     case GGML_IQ4_NL: *out = INGOT_IQ4_NL; return 0;
     case GGML_IQ4_XS: *out = INGOT_IQ4_XS; return 0;
+    case GGML_MXFP4: *out = INGOT_MXFP4; return 0;
     default: return -1;
     }
 }

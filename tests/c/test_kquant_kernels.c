@@ -1,4 +1,4 @@
-/* test_kquant_kernels.c — kc_mmx_* and kc_mm_* for Q5_0/Q5_1/IQ4_NL/Q2_K..Q6_K/IQ4_XS and kc_embed_row against dtype.c's dequantization. */
+/* test_kquant_kernels.c — kc_mmx_* and kc_mm_* for Q5_0/Q5_1/IQ4_NL/MXFP4/Q2_K..Q6_K/IQ4_XS and kc_embed_row against dtype.c's dequantization. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,7 +23,7 @@
 #include "matmul_ref.h"
 #include "xorshift.h"
 
-static const ingot_dtype TYPES[] = {INGOT_Q5_0, INGOT_Q5_1, INGOT_IQ4_NL, INGOT_Q2_K, INGOT_Q3_K,
+static const ingot_dtype TYPES[] = {INGOT_Q5_0, INGOT_Q5_1, INGOT_IQ4_NL, INGOT_MXFP4, INGOT_Q2_K, INGOT_Q3_K,
                                     INGOT_Q4_K, INGOT_Q5_K, INGOT_Q6_K, INGOT_IQ4_XS};
 #define N_TYPES (int)(sizeof TYPES / sizeof TYPES[0])
 
@@ -43,6 +43,10 @@ static uint8_t *rnd_weights(ingot_dtype t, int rows, int IN, size_t *row_bytes) 
     const size_t n = *row_bytes * (size_t)rows, bb = dtype_block_bytes(t);
     uint8_t *W = malloc(n);
     for (size_t i = 0; i < n; i++) W[i] = (uint8_t)rnd();
+    if (t == INGOT_MXFP4) { /* E8M0 scales 2^-13 .. 2^-4 (e 115 .. 124), as moderate as the f16 ones */
+        for (size_t blk = 0; blk < n / bb; blk++) W[blk * bb] = (uint8_t)(115 + rnd() % 10);
+        return W;
+    }
     int a, b;
     scale_offsets(t, &a, &b);
     for (size_t blk = 0; blk < n / bb; blk++) {
@@ -63,6 +67,7 @@ static void call_mmx(ingot_dtype t, const void *W, const float *X, int ldx, floa
     case INGOT_Q5_0: kc_mmx_q5_0(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
     case INGOT_Q5_1: kc_mmx_q5_1(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
     case INGOT_IQ4_NL: kc_mmx_iq4_nl(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_MXFP4: kc_mmx_mxfp4(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
     case INGOT_Q2_K: kc_mmx_q2_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
     case INGOT_Q3_K: kc_mmx_q3_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
     case INGOT_Q4_K: kc_mmx_q4_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
@@ -79,6 +84,7 @@ static void call_mm(ingot_dtype t, const void *W, const kc_q8 *X, int ldx, float
     case INGOT_Q5_0: kc_mm_q5_0(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
     case INGOT_Q5_1: kc_mm_q5_1(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
     case INGOT_IQ4_NL: kc_mm_iq4_nl(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
+    case INGOT_MXFP4: kc_mm_mxfp4(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
     case INGOT_Q2_K: kc_mm_q2_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
     case INGOT_Q3_K: kc_mm_q3_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;
     case INGOT_Q4_K: kc_mm_q4_k(W, X, ldx, Y, ldy, T, IN, r0, r1, bias, acc); break;

@@ -67,7 +67,7 @@ static inline uint16_t f2bf(float f) { // round to nearest even
   return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-// A [rows][n] matrix of a type added after Q4_1 (Q5_0 .. IQ4_XS): random bytes everywhere (every
+// A [rows][n] matrix of a type added after Q4_1 (Q5_0 .. IQ4_XS, MXFP4): random bytes everywhere (every
 // code, bit and 6-bit scale pattern occurs), then the f16 fields set to small positive scales so that
 // the values stay moderate.
 static inline std::vector<unsigned char> rnd_kblocks(int dt, int rows, int n, unsigned seed) {
@@ -83,11 +83,14 @@ static inline std::vector<unsigned char> rnd_kblocks(int dt, int rows, int n, un
     case INGOT_Q5_K: L = {256, 176, {0, 2}}; break;
     case INGOT_Q6_K: L = {256, 210, {208, -1}}; break;
     case INGOT_IQ4_XS: L = {256, 136, {0, -1}}; break;
+    case INGOT_MXFP4: L = {32, 17, {-1, -1}}; break;
     default: std::fprintf(stderr, "rnd_matrix: dtype %d\n", dt); std::exit(2);
   }
   std::vector<unsigned char> m((size_t)rows * (n / L.elems) * L.bytes);
   unsigned s = seed * 747796405u + 7u;
   for (auto& b : m) b = (unsigned char)rnd_u32(s);
+  if (dt == INGOT_MXFP4) // its E8M0 scale byte: 2^-13 .. 2^-4 (e 115 .. 124), as moderate as the f16 ones
+    for (size_t off = 0; off < m.size(); off += L.bytes) m[off] = (unsigned char)(115 + rnd_u32(s) % 10);
   for (size_t off = 0; off < m.size(); off += L.bytes)
     for (int f : L.f16)
       if (f >= 0) {

@@ -18,6 +18,7 @@ static void cpu_matmul(int DT, const std::vector<unsigned char>& W, const std::v
     KQ(IG_Q2_K, q2_k, block_q2_K) KQ(IG_Q3_K, q3_k, block_q3_K) KQ(IG_Q4_K, q4_k, block_q4_K)
     KQ(IG_Q5_K, q5_k, block_q5_K) KQ(IG_Q6_K, q6_k, block_q6_K) KQ(IG_IQ4_XS, iq4_xs, block_iq4_xs)
     KQ(IG_Q4_Z, q4_z, block_q4_z) KQ(IG_Q8_Z, q8_z, block_q8_z) KQ(IG_F8_B32, f8_b32, block_f8_b32)
+    KQ(IG_MXFP4, mxfp4, block_mxfp4)
 #undef KQ
     default: std::fprintf(stderr, "cpu_matmul: dtype %d\n", DT); std::exit(2);
   }
@@ -147,5 +148,9 @@ int main() {
   gemm_case<IG_Q4_K, 512>("gemm q4_k IN512 T33", 40, 33, 33);
   gemm_case<IG_Q6_K, 256>("gemm q6_k IN256 T17", 65, 17, 34);
   gemm_case<IG_IQ4_XS, 256>("gemm iq4_xs IN256 T9", 30, 9, 35);
+  // MXFP4 (gpt-oss's experts): 17-byte blocks, so every row and block starts at any byte
+  run_case<IG_MXFP4, 96, 2, 4>("gemv mxfp4 IN96 T2 bias", 17, 2, true, false, 60);
+  run_case<IG_MXFP4, 320, 8, 4>("gemv mxfp4 IN320 T7/8 acc", 13, 7, false, true, 61);
+  gemm_case<IG_MXFP4, 96>("gemm mxfp4 IN96 T70", 70, 70, 62);
   return finish();
 }
