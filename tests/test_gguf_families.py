@@ -67,17 +67,24 @@ def test_f32_gguf_matches_transformers(name, tmp_path, built):
         assert err <= 1e-4 + ref["max_delta_llamacpp_f32_transformers"], f"{name} {mode}: vs llama.cpp {err:.3g}"
 
 
+def assert_quantized_matches_llamacpp(name, got, llama, tmp_path):
+    """ingot's logits `got` on a quantized file against llama.cpp's `llama` on it, through
+    transformers (the triangle bound of the module's docstring), greedy tokens agreeing but at
+    near-ties."""
+    d, ref, logits = fixture(name)
+    f32 = modelbuild.logits(modelbuild.build(d / ref["files"]["f32"], f"gg-{name}"), ref["tokens"], tmp_path=tmp_path)
+    bound = float(np.abs(got - f32).max()) + 1e-4 + float(np.abs(llama - logits["transformers"]).max())
+    delta = np.abs(got - llama)
+    assert delta.max() <= bound, f"{name}: max |ingot - llama.cpp| = {delta.max():.3g} > {bound:.3g}"
+    modelbuild.assert_greedy_near_ties(got, llama, delta.max(), f"{name} ")
+
+
 @pytest.mark.parametrize("name", [n if n in Q8_DEFAULT else pytest.param(n, marks=BREADTH) for n in NAMES])
 def test_q8_0_gguf_matches_llamacpp(name, tmp_path, built):
     d, ref, logits = fixture(name)
     q8 = modelbuild.logits(modelbuild.build(fixture_file(d / ref["files"]["q8_0"]), f"gg-{name}-q8"), ref["tokens"],
                            tmp_path=tmp_path)
-    f32 = modelbuild.logits(modelbuild.build(d / ref["files"]["f32"], f"gg-{name}"), ref["tokens"], tmp_path=tmp_path)
-    llama = logits["llamacpp_q8_0"]
-    bound = float(np.abs(q8 - f32).max()) + 1e-4 + float(np.abs(llama - logits["transformers"]).max())
-    delta = np.abs(q8 - llama)
-    assert delta.max() <= bound, f"{name}: max |ingot - llama.cpp| = {delta.max():.3g} > {bound:.3g}"
-    modelbuild.assert_greedy_near_ties(q8, llama, delta.max(), f"{name} ")
+    assert_quantized_matches_llamacpp(name, q8, logits["llamacpp_q8_0"], tmp_path)
 
 
 MXFP4_NAMES = [n for n in NAMES if "mxfp4" in json.loads((FIXTURES / n / "reference.json").read_text())["files"]]
@@ -100,12 +107,7 @@ def test_mxfp4_gguf_matches_llamacpp(name, tmp_path, built):
         got = modelbuild.logits(mx, ref["tokens"], *mode, tmp_path=tmp_path)
         err = float(np.abs(got - deq).max())
         assert err <= 1e-4, f"{name} {mode}: max |MXFP4 kernels - dequantized| = {err:.3g}"
-    f32 = modelbuild.logits(modelbuild.build(d / ref["files"]["f32"], f"gg-{name}"), ref["tokens"], tmp_path=tmp_path)
-    llama = logits["llamacpp_mxfp4"]
-    bound = float(np.abs(got - f32).max()) + 1e-4 + float(np.abs(llama - logits["transformers"]).max())
-    delta = np.abs(got - llama)
-    assert delta.max() <= bound, f"{name}: max |ingot - llama.cpp| = {delta.max():.3g} > {bound:.3g}"
-    modelbuild.assert_greedy_near_ties(got, llama, delta.max(), f"{name} ")
+    assert_quantized_matches_llamacpp(name, got, logits["llamacpp_mxfp4"], tmp_path)
 
 
 @pytest.mark.skipif(SAN, reason="cudasim runs in the optimized pass")
