@@ -45,6 +45,11 @@ function emit.check_dtypes(weights)
       util.die(string.format("not supported on CUDA: %s (tensor %s); build with --backend cpu, or convert with --dtype",
         w.dtype, w.tensor or w.logical))
     end
+    -- the matmul kernels read a float row in slices of 8 (ig_row_multiple): every released model's widths are
+    if #w.shape == 2 and DT_BYTES[w.dtype][1] == 1 and w.dtype ~= "i32" and w.shape[2] % 8 ~= 0 then
+      util.die(string.format("not supported on CUDA: weight %s (tensor %s) has rows of %d, not a multiple of 8; build "
+        .. "with --backend cpu", w.logical, w.tensor or w.logical, w.shape[2]))
+    end
   end
 end
 
