@@ -156,6 +156,22 @@ def test_numeric_bounds_hold_under_sampling(client):
         validate(choice.message.content, schema)
 
 
+def test_multiple_of_holds_under_sampling(client):
+    """multipleOf of an integer: the remainder automaton without bounds or from 0 / 1, the multiples
+    listed between two bounds; hot sampling never leaves them (jsonschema checks every output)."""
+    schema = obj({"dozen": {"type": "integer", "multipleOf": 12}, "step": {"type": "integer", "multipleOf": 7,
+                                                                           "exclusiveMinimum": 0},
+                  "even": {"type": "integer", "multipleOf": 2, "minimum": 0},
+                  "quarter": {"type": "integer", "multipleOf": 25, "minimum": -100, "maximum": 100}})
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Give me some numbers as JSON."}], max_tokens=MAX_TOKENS,
+        temperature=1.5, n=4, seed=11,
+        response_format={"type": "json_schema", "json_schema": {"name": "m", "schema": schema, "strict": True}})
+    for choice in r.choices:
+        assert choice.finish_reason == "stop", choice.message.content
+        validate(choice.message.content, schema)
+
+
 # pattern: anchored with counts and class escapes, an alternation, unanchored (bounded so a small model
 # finishes), quotes the JSON must escape, and a path of optional parts
 PATTERN_SCHEMA = obj({"code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{2,4}$"},
@@ -289,8 +305,16 @@ def test_errors_name_the_field(server):
         return r.json()["error"]
 
     e = err({"response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": obj({"code": {"type": "string", "multipleOf": 2}})}}})
+        "name": "x", "schema": obj({"code": {"type": "number", "multipleOf": 0.5}})}}})
     assert e["param"] == "response_format" and "'multipleOf'" in e["message"] and "#/properties/code" in e["message"]
+    assert "integers only" in e["message"], e
+    for schema, words in (({"type": "integer", "multipleOf": 3, "maximum": 10}, "with no bounds"),
+                          ({"type": "integer", "multipleOf": 2, "minimum": 0, "maximum": 10 ** 6}, "more than 1000"),
+                          ({"type": "integer", "multipleOf": 4, "minimum": 5, "maximum": 7}, "no integer"),
+                          ({"type": "integer", "multipleOf": 2.5}, "whole number"), ({"multipleOf": 2}, "integer")):
+        e = err({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": obj({"n": schema})}}})
+        assert "'multipleOf'" in e["message"] or "multiple" in e["message"], e
+        assert words in e["message"] and "#/properties/n" in e["message"], e
     e = err({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"allOf": []}}}})
     assert "'allOf'" in e["message"]
     e = err({"grammar": 'root ::= "a" (\n"b"'})

@@ -139,7 +139,7 @@ static const char *const KEYWORDS[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
     "anyOf", "$defs", "definitions", "$ref", "format", "minLength", "maxLength", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "title", "description", "default", "examples", "$schema", "$id",
-    "$comment", "strict", "minProperties", "maxProperties", "pattern",
+    "$comment", "strict", "minProperties", "maxProperties", "pattern", "multipleOf",
 };
 
 static int check_keywords(jsctx *c, const cJSON *s, const char *path) {
@@ -479,12 +479,120 @@ static int get_bound(jsctx *c, const cJSON *s, const char *name, const char *exc
     return found;
 }
 
+/* ---- multipleOf (integers) ----------------------------------------------------------
+ *
+ * The decimal digits of the multiples of k are a regular language: read left to right, the
+ * remainder r of what has been read is the state, a digit d moves it to (10 r + d) mod k, and a
+ * number ends in state 0. Without bounds (or with only a lower bound of 0 or 1), rules
+ * "<name>-<n>-<r>" give each state's moves with n more digits allowed (16 digits at most, as
+ * json-uint), the digits grouped by the state they lead to, and only toward states from which
+ * a multiple can still be finished (so the sampler never enters a dead end); the first digit is
+ * not 0, and "-" may lead (a negative multiple is a multiple). With both bounds, the multiples
+ * between them are listed. Other combinations are refused with the reason. */
+
+#define JS_MAX_MODULUS 1000   /* multiples listed between two bounds: any k up to this */
+#define JS_MAX_AUTOMATON 100  /* the remainder automaton: 16 x k rules */
+#define JS_MAX_MULTIPLES 1000 /* multiples listed between two bounds */
+#define JS_MULTIPLE_DIGITS 16 /* json-uint's */
+
+/* alive[n][r]: a multiple can be finished from remainder r with at most n more digits. */
+static void modulus_alive(long k, unsigned char alive[JS_MULTIPLE_DIGITS][JS_MAX_AUTOMATON]) {
+    for (long r = 0; r < k; r++) alive[0][r] = r == 0;
+    for (int n = 1; n < JS_MULTIPLE_DIGITS; n++)
+        for (long r = 0; r < k; r++) {
+            int ok = r == 0;
+            for (int d = 0; d <= 9 && !ok; d++) ok = alive[n - 1][(10 * r + d) % k];
+            alive[n][r] = (unsigned char)ok;
+        }
+}
+
+/* The moves from remainder r with digits [d0, 9] toward live states with n - 1 digits left: one
+ * alternative per target state, "[digits] <base>-<n-1>-<t>" (just "[digits]" into state 0 with
+ * none left). Returns the alternatives written. */
+static int sb_modulus_moves(sbuf *b, const char *base, long k, int n, long r, int d0,
+                            unsigned char alive[JS_MULTIPLE_DIGITS][JS_MAX_AUTOMATON]) {
+    int alts = 0;
+    for (long t = 0; t < k; t++) {
+        if (!alive[n - 1][t]) continue;
+        char digits[11];
+        int m = 0;
+        for (int d = d0; d <= 9; d++)
+            if ((10 * r + d) % k == t) digits[m++] = (char)('0' + d);
+        if (!m) continue;
+        digits[m] = 0;
+        if (n - 1 == 0) sb_addf(b, "%s [%s]", alts++ ? " |" : "", digits);
+        else sb_addf(b, "%s [%s] %s-%d-%ld", alts++ ? " |" : "", digits, base, n - 1, t);
+    }
+    return alts;
+}
+
+/* The automaton's rules base-<n>-<r> (1 <= n < 16 digits left) into c->rules. */
+static void sb_modulus_rules(jsctx *c, const char *base, long k, unsigned char alive[JS_MULTIPLE_DIGITS][JS_MAX_AUTOMATON]) {
+    for (int n = 1; n < JS_MULTIPLE_DIGITS; n++)
+        for (long r = 0; r < k; r++) {
+            if (!alive[n][r]) continue;
+            sb_addf(&c->rules, "%s-%d-%ld ::= (", base, n, r);
+            sb_modulus_moves(&c->rules, base, k, n, r, 0, alive);
+            sb_addf(&c->rules, " )%s\n", r == 0 ? "?" : ""); /* state 0 may end the number */
+        }
+}
+
+/* An integer schema's multipleOf, with the bounds already read (has_lo/has_hi, whole and
+ * inclusive); 1 when there is none (the caller compiles the bounds alone), 0 when compiled,
+ * -1 with the error set. */
+static int gen_multiple_of(jsctx *c, const cJSON *s, const char *path, sbuf *body, int has_lo, double lo,
+                           int has_hi, double hi) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(s, "multipleOf");
+    if (!m) return 1;
+    if (!cJSON_IsNumber(m) || m->valuedouble < 1 || m->valuedouble > JS_MAX_MODULUS || m->valuedouble != floor(m->valuedouble))
+        return js_fail(c, "'multipleOf' at %.120s must be a whole number in [1, %d] for an integer", path, JS_MAX_MODULUS);
+    const long k = (long)m->valuedouble;
+    if (k == 1) return 1; /* every integer */
+    if (has_lo && has_hi) { /* the multiples between the bounds, listed */
+        const double first = ceil(lo / (double)k) * (double)k, last = floor(hi / (double)k) * (double)k;
+        if (first > last) return js_fail(c, "no integer at %.120s is a multiple of %ld within its bounds", path, k);
+        if ((last - first) / (double)k + 1 > JS_MAX_MULTIPLES)
+            return js_fail(c, "'multipleOf' at %.120s: more than %d multiples of %ld lie within its bounds; narrow "
+                              "them, or drop one bound", path, JS_MAX_MULTIPLES, k);
+        sb_add(body, "(");
+        for (double v = first; v <= last; v += (double)k) sb_addf(body, "%s \"%.0f\"", v > first ? " |" : "", v);
+        sb_add(body, " )");
+        return 0;
+    }
+    if (has_hi || (has_lo && lo > 1))
+        return js_fail(c, "'multipleOf' at %.120s is enforced with no bounds, with a minimum of 0 or 1, or with both a "
+                          "minimum and a maximum", path);
+    if (k > JS_MAX_AUTOMATON)
+        return js_fail(c, "'multipleOf' at %.120s: without both bounds, at most %d (with both, %d)", path,
+                       JS_MAX_AUTOMATON, JS_MAX_MODULUS);
+    unsigned char alive[JS_MULTIPLE_DIGITS][JS_MAX_AUTOMATON];
+    modulus_alive(k, alive);
+    char base[24];
+    new_rule(c, base);
+    sb_modulus_rules(c, base, k, alive);
+    /* "0", or a first digit 1-9 from state 0 with 16 digits in all; "-" where negatives may be */
+    sb_addf(body, "(%s%s(", has_lo && lo == 1 ? "" : "\"0\" | ", has_lo ? "" : "\"-\"? ");
+    sb_modulus_moves(body, base, k, JS_MULTIPLE_DIGITS, 0, 1, alive);
+    sb_add(body, " ) )");
+    return 0;
+}
+
 static int gen_numeric(jsctx *c, const cJSON *s, const char *path, sbuf *body, int integer) {
     double lo = -JS_MAX_MAGNITUDE, hi = JS_MAX_MAGNITUDE;
     int lo_incl = 1, hi_incl = 1;
     const int has_lo = get_bound(c, s, "minimum", "exclusiveMinimum", &lo, &lo_incl, path);
     const int has_hi = has_lo < 0 ? -1 : get_bound(c, s, "maximum", "exclusiveMaximum", &hi, &hi_incl, path);
     if (has_lo < 0 || has_hi < 0) return -1;
+    if (!integer && cJSON_GetObjectItemCaseSensitive(s, "multipleOf"))
+        return js_fail(c, "'multipleOf' at %.120s is enforced for integers only (use \"type\": \"integer\", or scale "
+                          "the value)", path);
+    if (integer && cJSON_GetObjectItemCaseSensitive(s, "multipleOf")) {
+        double l = lo, h = hi; /* whole and inclusive */
+        if (has_lo && (l != floor(l) || !lo_incl)) l = lo_incl ? ceil(l) : floor(l) + 1;
+        if (has_hi && (h != floor(h) || !hi_incl)) h = hi_incl ? floor(h) : ceil(h) - 1;
+        const int rc = gen_multiple_of(c, s, path, body, has_lo, l, has_hi, h);
+        if (rc <= 0) return rc;
+    }
     if (!has_lo && !has_hi) {
         sb_add(body, integer ? "json-int" : "json-number");
         return 0;
@@ -582,6 +690,8 @@ static int gen_body(jsctx *c, const cJSON *s, const char *path, sbuf *body) {
         const char *t = cJSON_GetObjectItemCaseSensitive(s, "properties") ? "object"
                         : cJSON_GetObjectItemCaseSensitive(s, "items") ? "array"
                                                                       : NULL;
+        if (!t && cJSON_GetObjectItemCaseSensitive(s, "multipleOf"))
+            return js_fail(c, "'multipleOf' at %.120s is enforced with \"type\": \"integer\"", path);
         if (!t) {
             sb_add(body, "json-value");
             return 0;

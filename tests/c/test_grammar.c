@@ -523,7 +523,22 @@ static void test_json_schema(void) {
                   (const char *[]){"{\"k\":[1,false]}", NULL});
     expect_schema("{\"type\":\"integer\",\"minimum\":0}", (const char *[]){"0", "42", NULL},
                   (const char *[]){"-1", "1.5", NULL});
-    expect_schema_error("{\"type\":\"number\",\"multipleOf\":5}", "unsupported keyword 'multipleOf' at #");
+    /* multipleOf of an integer: the remainder automaton (both signs; from 0; from 1), the 16-digit cap,
+     * and the multiples listed between two bounds */
+    expect_schema("{\"type\":\"integer\",\"multipleOf\":7}",
+                  (const char *[]){"0", "7", "-14", "700", "9999999999999996", "-1001", NULL},
+                  (const char *[]){"1", "-8", "07", "70000000000000000", "7.0", "-0", NULL});
+    expect_schema("{\"type\":\"integer\",\"multipleOf\":12,\"minimum\":0}",
+                  (const char *[]){"0", "12", "144", "1200", NULL}, (const char *[]){"-12", "6", "100", NULL});
+    expect_schema("{\"type\":\"integer\",\"multipleOf\":3,\"exclusiveMinimum\":0}",
+                  (const char *[]){"3", "999", NULL}, (const char *[]){"0", "-3", "10", NULL});
+    expect_schema("{\"type\":\"integer\",\"multipleOf\":25,\"minimum\":-60,\"maximum\":80}",
+                  (const char *[]){"-50", "0", "25", "75", NULL}, (const char *[]){"-75", "100", "30", "-0", NULL});
+    expect_schema_error("{\"type\":\"number\",\"multipleOf\":5}", "'multipleOf' at # is enforced for integers only");
+    expect_schema_error("{\"type\":\"integer\",\"multipleOf\":5,\"maximum\":9}", "with no bounds");
+    expect_schema_error("{\"type\":\"integer\",\"multipleOf\":500}", "without both bounds, at most 100");
+    expect_schema_error("{\"type\":\"integer\",\"multipleOf\":6,\"minimum\":1,\"maximum\":5}",
+                        "no integer at # is a multiple of 6");
     /* pattern (tests/c/test_json_pattern.c has the rest): inside an object, and on a nullable string with maxLength */
     expect_schema("{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}\\\\d$\"},"
                   "\"note\":{\"type\":[\"string\",\"null\"],\"pattern\":\"x\",\"maxLength\":3}},"
