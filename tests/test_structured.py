@@ -147,10 +147,15 @@ def test_numeric_bounds_hold_under_sampling(client):
                   "stars": {"type": "integer", "exclusiveMinimum": 0, "maximum": 5},
                   "celsius": {"type": "number", "minimum": -40, "exclusiveMaximum": 60},
                   "offset": {"type": "integer", "minimum": -250, "maximum": -3}})
+    assert_holds_when_hot(client, schema, "Rate the weather as JSON.", 7)
+
+
+def assert_holds_when_hot(client, schema, prompt, seed):
+    """Four hot samples (temperature 1.5: they wander wherever the grammar lets them) each finish
+    and are valid against the schema."""
     r = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Rate the weather as JSON."}], max_tokens=MAX_TOKENS,
-        temperature=1.5, n=4, seed=7,
-        response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema, "strict": True}})
+        model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=MAX_TOKENS, temperature=1.5, n=4,
+        seed=seed, response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema, "strict": True}})
     for choice in r.choices:
         assert choice.finish_reason == "stop", choice.message.content
         validate(choice.message.content, schema)
@@ -163,13 +168,7 @@ def test_multiple_of_holds_under_sampling(client):
                                                                            "exclusiveMinimum": 0},
                   "even": {"type": "integer", "multipleOf": 2, "minimum": 0},
                   "quarter": {"type": "integer", "multipleOf": 25, "minimum": -100, "maximum": 100}})
-    r = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Give me some numbers as JSON."}], max_tokens=MAX_TOKENS,
-        temperature=1.5, n=4, seed=11,
-        response_format={"type": "json_schema", "json_schema": {"name": "m", "schema": schema, "strict": True}})
-    for choice in r.choices:
-        assert choice.finish_reason == "stop", choice.message.content
-        validate(choice.message.content, schema)
+    assert_holds_when_hot(client, schema, "Give me some numbers as JSON.", 11)
 
 
 # pattern: anchored with counts and class escapes, an alternation, unanchored (bounded so a small model
