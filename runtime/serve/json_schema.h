@@ -11,7 +11,8 @@
  * Annotations (title, description, default, examples, $schema, $id,
  * $comment) are ignored. Numeric bounds (minimum, maximum and their exclusive
  * forms) are compiled into the digits: any bounds for an integer, whole-number
- * bounds for a number (which then has no exponent); numbers have at most 16
+ * bounds for a number (which then has no exponent); an integer's multipleOf
+ * too (json_schema.c says where); numbers have at most 16
  * integer and 16 fraction digits. Any other keyword is refused by
  * name. Whitespace between tokens is bounded (a space, or a newline and up to
  * 16 spaces or tabs) so a small model cannot pad forever.
@@ -24,7 +25,7 @@
 
 /* GBNF text (malloc'd) whose rule "root" matches exactly the JSON texts
  * (without surrounding whitespace) the schema accepts, within the subset
- * above. NULL with err filled ("unsupported keyword 'multipleOf' at
+ * above. NULL with err filled ("unsupported keyword 'oneOf' at
  * #/properties/n", "'pattern' at #/properties/code: the lookahead '(?=' is not
  * supported (at offset 1)", ...) otherwise. */
 char *js_schema_grammar(const cJSON *schema, char *err, size_t errlen);
