@@ -7,6 +7,7 @@ equal. Ctrl-C, history recall and multi-line input are sent as a terminal sends 
 """
 import json
 import sys
+import time
 
 import openai
 import pexpect
@@ -156,6 +157,10 @@ def test_ingot_chat_builds_and_runs(tmp_path):
     p = spawn(ROOT / "ingot", ["chat", smollm2_gguf(), "--name", "smollm2", "--kv-dtype", "f32",
                                *(["--san"] if SAN else []), "-n", "20"])
     assert "Paris" in ask(p, "What is the capital of France?")
+    # as a person would, a moment after the prompt shows: libedit may print the prompt before it
+    # puts the terminal in raw mode, and a Ctrl-D the line discipline takes in cooked mode reaches
+    # it as a NUL byte, not as the end of input (the test then waited for an exit that never came)
+    time.sleep(0.5)
     p.sendeof()
     p.expect(pexpect.EOF)
     p.close()
