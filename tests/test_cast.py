@@ -1,4 +1,4 @@
-"""Weights cast at build time (templates/cpu/model_cast.h): `./ingot build` writes NAME.weights,
+"""Weights cast at build time (runtime/load/model_cast.h): `./ingot build` writes NAME.weights,
 every weight as the kernels read it; a start reads it instead of converting the checkpoint, and
 only when it was cast by this build from the checkpoint being loaded. Whichever way the weights
 arrive, the logits are the same bits; a stale, foreign or damaged cast file is passed over with a

@@ -89,7 +89,7 @@ ingot_model *ingot_model_load(const char *weights_path, int max_tokens, unsigned
  * slower start, memory of its own); INGOT_LOAD_MMAP reads them in place. */
 #define INGOT_LOAD_MMAP 1u
 /* A CPU build reads the weights `./ingot build` cast for its checkpoint (BUILD_NAME.weights beside
- * the binary: templates/cpu/model_cast.h) when that file matches the checkpoint loaded;
+ * the binary: runtime/load/model_cast.h) when that file matches the checkpoint loaded;
  * INGOT_LOAD_NO_CAST converts the checkpoint at load even then. */
 #define INGOT_LOAD_NO_CAST 2u
 void ingot_model_free(ingot_model *m);

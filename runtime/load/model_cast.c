@@ -1,30 +1,19 @@
-/* model_cast.h — weights cast at build time: written once by `./ingot build`, read at every start.
- *
- * Loading a checkpoint checks every tensor, converts those the build stores in another dtype
- * and rewrites most matrices into the interleaved layouts the kernels read (kc_x16*.h): about a
- * second for a 1B model, ten for an 8B one, at every start. `./ingot build` ends by running the
- * binary's `cast-weights` command, which loads the checkpoint that way once and writes every
- * weight exactly as the kernels read it to BUILD_NAME.weights beside the binary. A later load of
- * the same checkpoint reads that file instead: one sequential read into huge pages (hugealloc.h),
- * or with --mmap the file mapped and used in place, no copy at all.
- *
- * The file is used only when it was cast for this build's weight table and kernel layouts
- * (model_cast_layout) and for the checkpoint being loaded (model_cast_source: its tensor table,
- * size and modification time); otherwise, or when it is missing or damaged, the load converts
- * the checkpoint as before, saying why on stderr when a cast file was there but did not apply.
- *
- * Layout, little-endian, every offset from the start of the file:
- *   model_cast_header
- *   uint64 offset[n_weights], uint64 bytes[n_weights]  each weight's bytes (0, 0: same as another)
- *   the weights, each 64-byte aligned, the first at data_offset (a multiple of 4096, so that a
- *   mapping of the file keeps the alignment)
- */
+/* model_cast.c — the cast file of a build (model_cast.h). */
+#include "model_cast.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hugealloc.h"
+#include "model_api.h"
 
 #define MODEL_CAST_MAGIC "ingot weights\n"
 #define MODEL_CAST_VERSION 1u
@@ -50,11 +39,11 @@ static uint64_t model_cast_mix_u64(uint64_t h, uint64_t v) { return model_cast_m
 
 /* The weight table this binary was generated with (names, dtypes, shapes, slices, layouts) and
  * the kernels' layout version: a cast file from another build of the same checkpoint is refused. */
-static uint64_t model_cast_layout(void) {
+static uint64_t model_cast_layout(const mw_table *t) {
     uint64_t h = model_cast_mix_u64(0xcbf29ce484222325ull, ((uint64_t)MODEL_CAST_VERSION << 32) | MODEL_CAST_KERNEL_LAYOUTS);
-    h = model_cast_mix_u64(h, N_WEIGHTS);
-    for (int i = 0; i < N_WEIGHTS; i++) {
-        const weight_spec *s = &WEIGHTS[i];
+    h = model_cast_mix_u64(h, (uint64_t)t->n);
+    for (int i = 0; i < t->n; i++) {
+        const weight_spec *s = &t->spec[i];
         h = model_cast_mix_str(model_cast_mix_str(h, s->name), s->tied_to);
         const int64_t v[] = {s->n_dims, s->shape[0], s->shape[1], s->first_row, s->stored_rows, s->stacked,
                              s->n_parts, s->part_heads, s->part_experts, s->part_expert, s->dtype, s->same_as, s->x16};
@@ -99,9 +88,9 @@ static uint64_t model_cast_source(const wt_file *f) {
     return model_cast_mix_u64(h, files);
 }
 
-/* BUILD_NAME.weights in the binary's folder (every binary of a build folder, sanitized or
+/* NAME.weights in the binary's folder (every binary of a build folder, sanitized or
  * launched per ISA, shares the build's weight table, so one file serves them all). */
-static int model_cast_path(char *path, size_t cap) {
+static int model_cast_path(const char *name, char *path, size_t cap) {
     char self[4096];
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) return -1;
@@ -109,7 +98,7 @@ static int model_cast_path(char *path, size_t cap) {
     char *slash = strrchr(self, '/');
     if (!slash) return -1;
     *slash = 0;
-    const int w = snprintf(path, cap, "%s/%s.weights", self, ingot_model_desc.name);
+    const int w = snprintf(path, cap, "%s/%s.weights", self, name);
     return w > 0 && (size_t)w < cap ? 0 : -1;
 }
 
@@ -172,47 +161,52 @@ static int model_cast_read_parallel(int fd, unsigned char *p, size_t n, uint64_t
     return rc;
 }
 
-/* Writes the loaded model's weights to its cast file (a temporary name, then renamed: a reader
- * never sees half a file). 0, or -1 with err filled. */
-int ingot_model_cast(const ingot_model *m, char *err, size_t errlen) {
+int mc_write(const mw_table *t, const mw_weights *w, const char *name, char *err, size_t errlen) {
     char path[4200], tmp[4300];
-    if (model_cast_path(path, sizeof path) != 0) {
+    if (model_cast_path(name, path, sizeof path) != 0) {
         snprintf(err, errlen, "cannot name the cast file: /proc/self/exe is unreadable or too long");
         return -1;
     }
-    uint64_t offset[N_WEIGHTS], bytes[N_WEIGHTS], at = 0;
-    for (int i = 0; i < N_WEIGHTS; i++) {
+    const size_t n = (size_t)t->n;
+    uint64_t *offset = calloc(2 * n + 1, sizeof *offset), *bytes = offset + n, at = 0;
+    if (!offset) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
         size_t b = 0;
-        offset[i] = bytes[i] = 0;
-        if (WEIGHTS[i].same_as >= 0) continue;
-        if (model_weight_bytes(i, &b) != 0) {
-            snprintf(err, errlen, "weight '%s': no row size for %s", WEIGHTS[i].name, dtype_name(WEIGHTS[i].dtype));
+        if (t->spec[i].same_as >= 0) continue;
+        if (mw_weight_bytes(&t->spec[i], &b) != 0) {
+            snprintf(err, errlen, "weight '%s': no row size for %s", t->spec[i].name, dtype_name(t->spec[i].dtype));
+            free(offset);
             return -1;
         }
         offset[i] = at, bytes[i] = b;
         at += (b + 63) / 64 * 64;
     }
-    const size_t table = sizeof(model_cast_header) + 2 * sizeof(uint64_t) * N_WEIGHTS;
-    model_cast_header h = {.version = MODEL_CAST_VERSION, .n_weights = N_WEIGHTS, .layout = model_cast_layout(),
-                           .source = model_cast_source(m->file), .weight_bytes = m->weight_bytes,
+    const size_t table = sizeof(model_cast_header) + 2 * sizeof(uint64_t) * n;
+    model_cast_header h = {.version = MODEL_CAST_VERSION, .n_weights = (uint32_t)n, .layout = model_cast_layout(t),
+                           .source = model_cast_source(w->file), .weight_bytes = w->weight_bytes,
                            .data_offset = (table + 4095) / 4096 * 4096, .data_bytes = at};
     memcpy(h.magic, MODEL_CAST_MAGIC, sizeof MODEL_CAST_MAGIC);
-    for (int i = 0; i < N_WEIGHTS; i++) offset[i] += WEIGHTS[i].same_as < 0 ? h.data_offset : 0;
+    for (size_t i = 0; i < n; i++) offset[i] += t->spec[i].same_as < 0 ? h.data_offset : 0;
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
+        free(offset);
         return -1;
     }
     static const unsigned char zeros[4096];
-    int bad = model_cast_write_all(fd, &h, sizeof h) || model_cast_write_all(fd, offset, sizeof offset) ||
-              model_cast_write_all(fd, bytes, sizeof bytes) ||
+    int bad = model_cast_write_all(fd, &h, sizeof h) || model_cast_write_all(fd, offset, n * sizeof *offset) ||
+              model_cast_write_all(fd, bytes, n * sizeof *bytes) ||
               model_cast_write_all(fd, zeros, (size_t)h.data_offset - table);
-    for (int i = 0; !bad && i < N_WEIGHTS; i++) {
+    for (size_t i = 0; !bad && i < n; i++) {
         if (!bytes[i]) continue;
-        bad = model_cast_write_all(fd, m->w[i], (size_t)bytes[i]) ||
+        bad = model_cast_write_all(fd, w->w[i], (size_t)bytes[i]) ||
               model_cast_write_all(fd, zeros, (size_t)((bytes[i] + 63) / 64 * 64 - bytes[i]));
     }
+    free(offset);
     if (close(fd) != 0) bad = 1;
     if (bad || rename(tmp, path) != 0) {
         snprintf(err, errlen, "%s: %s", bad ? tmp : path, strerror(errno));
@@ -222,42 +216,52 @@ int ingot_model_cast(const ingot_model *m, char *err, size_t errlen) {
     return 0;
 }
 
-/* Loads the weights from the cast file when one applies: 0 loaded, 1 none applies (the caller
- * converts the checkpoint), -1 with err filled (out of memory). */
-static int model_cast_load(ingot_model *m, unsigned flags, char *err, size_t errlen) {
+/* A cast file's problem, or NULL when it applies: its header and tables (offset, bytes: n each,
+ * read here) against table t, checkpoint f and the file's size. */
+static const char *model_cast_check(int fd, const struct stat *st, const mw_table *t, const wt_file *f,
+                                    model_cast_header *h, uint64_t *offset, uint64_t *bytes) {
+    const size_t n = (size_t)t->n;
+    if (model_cast_read_all(fd, h, sizeof *h, 0) != 0 || memcmp(h->magic, MODEL_CAST_MAGIC, sizeof MODEL_CAST_MAGIC) != 0 ||
+        h->version != MODEL_CAST_VERSION)
+        return "not a cast file of this version";
+    if (h->n_weights != n || h->layout != model_cast_layout(t))
+        return "cast by another build (its weight table or kernel layouts differ)";
+    if (h->source != model_cast_source(f)) return "cast from another checkpoint (or this one changed since)";
+    if (h->data_offset % 4096 || h->data_offset > (uint64_t)st->st_size ||
+        h->data_bytes != (uint64_t)st->st_size - h->data_offset ||
+        model_cast_read_all(fd, offset, n * sizeof *offset, sizeof *h) != 0 ||
+        model_cast_read_all(fd, bytes, n * sizeof *bytes, sizeof *h + n * sizeof *offset) != 0)
+        return "truncated or damaged";
+    for (size_t i = 0; i < n; i++) {
+        size_t want = 0;
+        const int same = t->spec[i].same_as >= 0;
+        if (!same && mw_weight_bytes(&t->spec[i], &want) != 0) want = SIZE_MAX;
+        if (same ? bytes[i] != 0 : bytes[i] != want || offset[i] % 64 || offset[i] < h->data_offset ||
+                                       offset[i] > (uint64_t)st->st_size || bytes[i] > (uint64_t)st->st_size - offset[i])
+            return "truncated or damaged";
+    }
+    return NULL;
+}
+
+int mc_load(const mw_table *t, mw_weights *w, unsigned flags, const char *name, const char *source, char *err,
+            size_t errlen) {
     char path[4200];
-    if ((flags & INGOT_LOAD_NO_CAST) || model_cast_path(path, sizeof path) != 0) return 1;
+    if ((flags & INGOT_LOAD_NO_CAST) || model_cast_path(name, path, sizeof path) != 0) return 1;
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 1; /* no cast file: a build that was not cast, or a binary copied alone */
-    const char *why = NULL;
+    const size_t n = (size_t)t->n;
+    uint64_t *offset = calloc(2 * n + 1, sizeof *offset), *bytes = offset + n;
     model_cast_header h;
-    uint64_t offset[N_WEIGHTS], bytes[N_WEIGHTS];
     struct stat st;
-    if (fstat(fd, &st) != 0 || model_cast_read_all(fd, &h, sizeof h, 0) != 0 ||
-        memcmp(h.magic, MODEL_CAST_MAGIC, sizeof MODEL_CAST_MAGIC) != 0 || h.version != MODEL_CAST_VERSION)
-        why = "not a cast file of this version";
-    else if (h.n_weights != N_WEIGHTS || h.layout != model_cast_layout())
-        why = "cast by another build (its weight table or kernel layouts differ)";
-    else if (h.source != model_cast_source(m->file))
-        why = "cast from another checkpoint (or this one changed since)";
-    else if (h.data_offset % 4096 || h.data_offset > (uint64_t)st.st_size ||
-             h.data_bytes != (uint64_t)st.st_size - h.data_offset ||
-             model_cast_read_all(fd, offset, sizeof offset, sizeof h) != 0 ||
-             model_cast_read_all(fd, bytes, sizeof bytes, sizeof h + sizeof offset) != 0)
-        why = "truncated or damaged";
-    for (int i = 0; !why && i < N_WEIGHTS; i++) {
-        size_t want = 0;
-        const int same = WEIGHTS[i].same_as >= 0;
-        if (!same && model_weight_bytes(i, &want) != 0) want = SIZE_MAX;
-        if (same ? bytes[i] != 0 : bytes[i] != want || offset[i] % 64 || offset[i] < h.data_offset ||
-                                       offset[i] > (uint64_t)st.st_size || bytes[i] > (uint64_t)st.st_size - offset[i])
-            why = "truncated or damaged";
-    }
+    const char *why = !offset ? "out of memory for its tables"
+                      : fstat(fd, &st) != 0 ? "not a cast file of this version"
+                                             : model_cast_check(fd, &st, t, w->file, &h, offset, bytes);
     if (why) {
         /* said only for the build's own checkpoint: loading another one (--weights) is expected to
            convert it */
-        if (strcmp(wt_path(m->file), ingot_model_desc.source) == 0)
+        if (strcmp(wt_path(w->file), source) == 0)
             fprintf(stderr, "%s: %s: converting the checkpoint at load instead\n", path, why);
+        free(offset);
         close(fd);
         return 1;
     }
@@ -267,35 +271,34 @@ static int model_cast_load(ingot_model *m, unsigned flags, char *err, size_t err
         close(fd);
         if (map == MAP_FAILED) {
             snprintf(err, errlen, "%s: cannot map %lld bytes: %s", path, (long long)st.st_size, strerror(errno));
+            free(offset);
             return -1;
         }
-        m->cast_map = map, m->cast_map_bytes = (size_t)st.st_size;
+        w->cast_map = map, w->cast_map_bytes = (size_t)st.st_size;
         data = (unsigned char *)map + h.data_offset;
     } else { /* one read into huge pages (decode reads them faster than 4 KiB pages of a mapping) */
-        if (!(m->wmem = ha_alloc((size_t)h.data_bytes))) {
+        if (!(w->wmem = ha_alloc((size_t)h.data_bytes))) {
             close(fd);
+            free(offset);
             snprintf(err, errlen, "out of memory for %llu bytes of weights", (unsigned long long)h.data_bytes);
             return -1;
         }
-        m->wmem_bytes = (size_t)h.data_bytes;
-        const int rc = model_cast_read_parallel(fd, m->wmem, (size_t)h.data_bytes, h.data_offset);
+        w->wmem_bytes = (size_t)h.data_bytes;
+        const int rc = model_cast_read_parallel(fd, w->wmem, (size_t)h.data_bytes, h.data_offset);
         close(fd);
         if (rc != 0) {
             snprintf(err, errlen, "%s: read failed: %s", path, strerror(errno ? errno : EIO));
+            free(offset);
             return -1;
         }
-        data = m->wmem;
+        data = w->wmem;
     }
-    for (int i = 0; i < N_WEIGHTS; i++)
-        m->w[i] = WEIGHTS[i].same_as >= 0 ? m->w[WEIGHTS[i].same_as] : data + (offset[i] - h.data_offset);
-    m->weight_bytes = (size_t)h.weight_bytes;
+    for (size_t i = 0; i < n; i++)
+        w->w[i] = t->spec[i].same_as >= 0 ? w->w[t->spec[i].same_as] : data + (offset[i] - h.data_offset);
+    free(offset);
+    w->weight_bytes = (size_t)h.weight_bytes;
     const char *file = strrchr(path, '/') + 1; /* model_cast_path always writes a folder */
-    snprintf(m->weight_origin, sizeof m->weight_origin, "all %s %s, cast at build time",
+    snprintf(w->origin, sizeof w->origin, "all %s %s, cast at build time",
              flags & INGOT_LOAD_MMAP ? "read in place from" : "read from", file);
     return 0;
-}
-
-static void model_cast_release(ingot_model *m) {
-    if (m->cast_map) munmap(m->cast_map, m->cast_map_bytes);
-    m->cast_map = NULL;
 }
