@@ -13,7 +13,7 @@
 //   warp-shuffle dot products, and each warp keeps its own running max / sum / output for the
 //   group in registers. The NW warp states are merged through shared memory (NW*GROUP*HD floats).
 //   score = q.k * scale, then softcap*tanh(score/softcap) when softcap > 0. sinks: a logit per
-//   query head in the softmax's sum (gpt-oss; nullptr: none), folded in by ig_attn_out.
+//   query head in the softmax's sum (gpt-oss; nullptr: none), folded in by ig_attn_scale.
 //   n_splits == 1: out[s*ldo + head*HD + d] = normalized output.
 //   n_splits  > 1: unnormalized partials part_o[((s*HEADS + head)*n_splits + z)*HD + d] and
 //                  part_ml[((s*HEADS + head)*n_splits + z)*2 + {0: max, 1: sum}], merged by
@@ -93,7 +93,7 @@ attn_decode_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restri
     }
     const int head = h * GROUP + g;
     if (nz == 1) {
-      out[(long long)s * ldo + head * HD + d] = ig_attn_out(A, L, M, sinks, head);
+      out[(long long)s * ldo + head * HD + d] = A * ig_attn_scale(L, M, sinks, head);
     } else {
       const long long pi = ((long long)s * HEADS + head) * nz + z;
       part_o[pi * HD + d] = A;
@@ -119,5 +119,5 @@ attn_decode_combine_kernel(const float* __restrict__ part_o, const float* __rest
     L = fmaf(part_ml[(p0 + z) * 2 + 1], f, L);
     A = fmaf(part_o[(p0 + z) * HD + d], f, A);
   }
-  out[(long long)s * ldo + head * HD + d] = ig_attn_out(A, L, M, sinks, head);
+  out[(long long)s * ldo + head * HD + d] = A * ig_attn_scale(L, M, sinks, head);
 }

@@ -12,7 +12,7 @@
 //   registers. Per key tile of BK keys (K rows padded to HD+1 floats: lane j reads key j's row
 //   without bank conflicts; V rows unpadded: lane l reads dim l + 32e):
 //     scores: lane j = key j, dot(q_row, K[j]) from shared memory; *scale, softcap, masks (a sink
-//     logit per query head, gpt-oss, joins the sum at the end: ig_attn_out);
+//     logit per query head, gpt-oss, joins the sum at the end: ig_attn_scale);
 //     online softmax: tile max and sum by warp shuffles; p_j broadcast with __shfl_sync for P.V.
 //   q rows at q + row*ldq ([HEADS*HD]); out rows at out + row*ldo.
 //   Limits: BK == 32 (one key per lane); HD % 32 == 0; shared memory
@@ -104,7 +104,8 @@ attn_prefill_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restr
     const int r = warp + k * NW;
     if (r >= R || r / GROUP >= nq) continue;
     float* orow = out + (long long)(row0 + r / GROUP) * ldo + (h * GROUP + r % GROUP) * HD;
+    const float norm = ig_attn_scale(l[k], m[k], sinks, h * GROUP + r % GROUP);
 #pragma unroll
-    for (int e = 0; e < E; e++) orow[lane + 32 * e] = ig_attn_out(o[k][e], l[k], m[k], sinks, h * GROUP + r % GROUP);
+    for (int e = 0; e < E; e++) orow[lane + 32 * e] = o[k][e] * norm;
   }
 }

@@ -94,9 +94,10 @@ attn_rows_kernel(const float* __restrict__ q, int ldq, const ig_kv_t* __restrict
     __syncwarp(); // ps is rewritten by the next tile
     m = mn;
   }
+  const float norm = ig_attn_scale(l, m, sinks, head);
 #pragma unroll
   for (int e = 0; e < E; e++) {
     const int d = lane + 32 * e;
-    if (d < VD) out[(long long)t * ldo + head * VD + d] = ig_attn_out(acc(e), l, m, sinks, head);
+    if (d < VD) out[(long long)t * ldo + head * VD + d] = acc(e) * norm;
   }
 }

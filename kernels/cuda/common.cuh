@@ -84,13 +84,14 @@ __device__ __forceinline__ float ig_f16_to_f32(unsigned short h) {
 #endif
 }
 
-// The attention output from an unnormalized sum A, the softmax's sum L and its maximum M: A / L, or
-// with a sink logit (gpt-oss: one per query head, in the softmax's sum, weighing no value; sinks
-// nullptr when the model has none) A e^(M - M') / (L e^(M - M') + e^(sink - M')), M' = max(M, sink).
-__device__ __forceinline__ float ig_attn_out(float A, float L, float M, const float* __restrict__ sinks, int head) {
-  if (!sinks) return A / L;
+// What an attention row's unnormalized sums A are multiplied by, from the softmax's sum L and its
+// maximum M: 1 / L, or with a sink logit (gpt-oss: one per query head, in the softmax's sum,
+// weighing no value; sinks nullptr when the model has none) e^(M - M') / (L e^(M - M') + e^(sink - M')),
+// M' = max(M, sink). Once per row, not per element.
+__device__ __forceinline__ float ig_attn_scale(float L, float M, const float* __restrict__ sinks, int head) {
+  if (!sinks) return 1.0f / L;
   const float sink = sinks[head], mx = fmaxf(M, sink), a = __expf(M - mx);
-  return A * a / (L * a + __expf(sink - mx));
+  return a / (L * a + __expf(sink - mx));
 }
 __device__ __forceinline__ float ig_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 // binary32 -> binary16 bits, round to nearest even (one cvt on the GPU; also the KV cache's f16 store).
