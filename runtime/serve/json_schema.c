@@ -586,23 +586,18 @@ static int gen_numeric(jsctx *c, const cJSON *s, const char *path, sbuf *body, i
     if (!integer && cJSON_GetObjectItemCaseSensitive(s, "multipleOf"))
         return js_fail(c, "'multipleOf' at %.120s is enforced for integers only (use \"type\": \"integer\", or scale "
                           "the value)", path);
-    if (integer && cJSON_GetObjectItemCaseSensitive(s, "multipleOf")) {
-        double l = lo, h = hi; /* whole and inclusive */
-        if (has_lo && (l != floor(l) || !lo_incl)) l = lo_incl ? ceil(l) : floor(l) + 1;
-        if (has_hi && (h != floor(h) || !hi_incl)) h = hi_incl ? floor(h) : ceil(h) - 1;
-        const int rc = gen_multiple_of(c, s, path, body, has_lo, l, has_hi, h);
+    if (integer) { /* whole bounds, inclusive */
+        if (lo != floor(lo) || !lo_incl) lo = lo_incl ? ceil(lo) : floor(lo) + 1, lo_incl = 1;
+        if (hi != floor(hi) || !hi_incl) hi = hi_incl ? floor(hi) : ceil(hi) - 1, hi_incl = 1;
+        const int rc = gen_multiple_of(c, s, path, body, has_lo, lo, has_hi, hi);
         if (rc <= 0) return rc;
+    } else if ((has_lo || has_hi) && (lo != floor(lo) || hi != floor(hi))) {
+        return js_fail(c, "the bounds of the number at %.120s must be whole numbers to be enforced "
+                          "(use \"type\": \"integer\", or scale the value)", path);
     }
     if (!has_lo && !has_hi) {
         sb_add(body, integer ? "json-int" : "json-number");
         return 0;
-    }
-    if (integer) { /* whole bounds, inclusive */
-        if (lo != floor(lo) || !lo_incl) lo = lo_incl ? ceil(lo) : floor(lo) + 1, lo_incl = 1;
-        if (hi != floor(hi) || !hi_incl) hi = hi_incl ? floor(hi) : ceil(hi) - 1, hi_incl = 1;
-    } else if (lo != floor(lo) || hi != floor(hi)) {
-        return js_fail(c, "the bounds of the number at %.120s must be whole numbers to be enforced "
-                          "(use \"type\": \"integer\", or scale the value)", path);
     }
     if (lo < -JS_MAX_MAGNITUDE) lo = -JS_MAX_MAGNITUDE, lo_incl = 1;
     if (hi > JS_MAX_MAGNITUDE) hi = JS_MAX_MAGNITUDE, hi_incl = 1;
