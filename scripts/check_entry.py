@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ingot check ENTRY: is a models.lua description right? Ask transformers.
+"""ingot check ENTRY...: is a models.lua description right? Ask transformers.
 
 For every Hugging Face architecture the entry lists (`hf = {...}`), this
 builds tiny random models with transformers — random config values chosen to
@@ -36,6 +36,7 @@ Needs torch and transformers (scripts/setup.sh --check).
 Exit status 0 when every case passes, 1 when one fails, 2 on a usage error.
 
   ingot check llama                     # every architecture of the llama entry, 3 seeds
+  ingot check --all --seeds 1           # every entry, in one process (torch is imported once)
   ingot check qwen3 --seeds 8 --cudasim
   ingot check gemma2 --keep /tmp/g2     # keep the checkpoints to look at
   ingot check gptneox --models my.lua   # an entry of a copy being worked on
@@ -214,7 +215,8 @@ def build(model_dir, name, opts):
 def main():
     ap = argparse.ArgumentParser(prog="ingot check", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("entry", help="a models.lua entry (llama, qwen2, ...)")
+    ap.add_argument("entry", nargs="*", help="models.lua entries (llama, qwen2, ...)")
+    ap.add_argument("--all", action="store_true", help="every entry of models.lua")
     ap.add_argument("--seeds", type=int, default=3, help="random models per architecture (default 3)")
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--cudasim", action="store_true", help="also the CUDA backend on cudasim (slow)")
@@ -224,8 +226,13 @@ def main():
     ap.add_argument("--keep", metavar="DIR", help="keep the checkpoints and logits in DIR (and the builds, build/check-*)")
     args = ap.parse_args()
     known = entries(args.models)
-    if args.entry not in known:
-        print(f"ingot check: no entry '{args.entry}' in models.lua (entries: {', '.join(sorted(known))})",
+    if args.all == bool(args.entry):
+        print("ingot check: name the entries to check, or --all (not both)", file=sys.stderr)
+        return 2
+    chosen = sorted(known) if args.all else list(dict.fromkeys(args.entry))
+    unknown = [e for e in chosen if e not in known]
+    if unknown:
+        print(f"ingot check: no entry '{unknown[0]}' in models.lua (entries: {', '.join(sorted(known))})",
               file=sys.stderr)
         return 2
     try:
@@ -254,76 +261,79 @@ def main():
     failures = 0
     print(f"{'architecture':24s} {'seed':>4s}  {'config':44s} {'backend':8s} {'fusion':8s} "
           f"{'prefill':>9s} {'chunked':>9s} {'decode':>9s}  bound     verdict")
-    archs, reads = known[args.entry]
-    for arch in archs:
-        print(f"{arch}: the config.json keys {args.entry} reads (each switch and scale among them varied): "
-              f"{', '.join(sorted(reads)) or '-'}")
-        model_cls = getattr(transformers, arch, None)
-        if model_cls is None:
-            print(f"{arch:24s} transformers {transformers.__version__} has no such class: skipped")
-            continue
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
-            # a config transformers itself cannot run (StableLM's odd partial rotary widths) is
-            # drawn again: the reference must exist
-            for attempt in range(4):
-                rng = random.Random(seed * 7919 + len(arch) + attempt * 104729)
-                kw = random_config(model_cls.config_class, rng, reads)
-                torch.manual_seed(seed)
-                cfg = model_cls.config_class(attn_implementation="eager", **kw)
-                model = model_cls(cfg).eval()
-                randomize(model, torch)
-                d = work / f"{arch}-{seed}"
-                shutil.rmtree(d, ignore_errors=True)
-                # the checkpoint's dtype: the reference runs in f32 on the very values stored, read
-                # back from the file (a model cast to bf16 and back would keep bf16-rounded buffers,
-                # RoPE's inv_freq among them)
-                ckpt = rng.choice(list(CHECKPOINT_DTYPES))
-                model.to(CHECKPOINT_DTYPES[ckpt](torch)).save_pretrained(d, safe_serialization=True)
-                model = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
-                tokens = [rng.randrange(cfg.vocab_size) for _ in range(N_TOKENS)]
-                try:
-                    with torch.no_grad():
-                        ref = model(torch.tensor([tokens])).logits[0].float().numpy()
-                    break
-                except RuntimeError as e:
-                    if attempt == 3:
-                        raise
-                    print(f"{arch:24s} {seed:4d}  transformers cannot run this config ({str(e)[:60]}): drawn again")
-            top = float(np.abs(ref).max())
-            bound = min(BOUND * max(1.0, top / 8), REL_BOUND * top)
-            rp = kw.get("rope_parameters") or {}
-            summary = (f"h{cfg.num_attention_heads}/kv{kw['num_key_value_heads']} d{kw.get('head_dim', head_dim_of(kw))} "
-                       f"{'rot' + str(rp['partial_rotary_factor']) + ' ' if rp.get('partial_rotary_factor', 1) != 1 else ''}"
-                       f"{'par ' if kw.get('use_parallel_residual') else ''}"
-                       f"L{cfg.num_hidden_layers} "
-                       f"{(kw.get('rope_parameters') or {}).get('rope_type', '')} "
-                       f"{'win' + str(kw['sliding_window']) if kw.get('sliding_window') else ''} "
-                       f"{'bias' if kw.get('attention_bias') or kw.get('mlp_bias') else ''}"
-                       f"{'tied' if kw['tie_word_embeddings'] else ''} {ckpt}").strip()
-            for backend, opts, fusion in backends:
-                name = f"check-{arch.lower()}-{seed}-{backend}-{fusion}"
-                binary, err = build(d, name, opts)
-                cells, verdict = [], "PASS"
-                if binary is None:
-                    verdict, cells = "FAIL (build)", ["-"] * 3
-                else:
-                    for mode in MODES:
-                        got, err = ingot_logits(binary, tokens, mode, work / f"{name}-{mode}.f32")
-                        if got is None:
-                            cells.append("error")
-                            verdict = f"FAIL ({mode}: {err[:100]})"
-                            continue
-                        delta = float(np.abs(got - ref).max())
-                        cells.append(f"{delta:9.2e}")
-                        if not delta <= bound:
-                            verdict = "FAIL"
-                failures += verdict != "PASS"
-                if binary is not None and not args.keep:  # build/check-*: nothing to reuse once compared
-                    shutil.rmtree(binary.parent, ignore_errors=True)
-                print(f"{arch:24s} {seed:4d}  {summary[:44]:44s} {backend:8s} {fusion:8s} "
-                      f"{cells[0]:>9s} {cells[1]:>9s} {cells[2]:>9s}  {bound:.1e}  {verdict}", flush=True)
-                if binary is None:  # the whole error: the generator's line, or the compiler's messages
-                    print("".join("    " + line + "\n" for line in err.splitlines()[-40:]), end="", flush=True)
+    for entry in chosen:
+        if len(chosen) > 1:
+            print(f"== {entry}", flush=True)
+        archs, reads = known[entry]
+        for arch in archs:
+            print(f"{arch}: the config.json keys {entry} reads (each switch and scale among them varied): "
+                  f"{', '.join(sorted(reads)) or '-'}")
+            model_cls = getattr(transformers, arch, None)
+            if model_cls is None:
+                print(f"{arch:24s} transformers {transformers.__version__} has no such class: skipped")
+                continue
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                # a config transformers itself cannot run (StableLM's odd partial rotary widths) is
+                # drawn again: the reference must exist
+                for attempt in range(4):
+                    rng = random.Random(seed * 7919 + len(arch) + attempt * 104729)
+                    kw = random_config(model_cls.config_class, rng, reads)
+                    torch.manual_seed(seed)
+                    cfg = model_cls.config_class(attn_implementation="eager", **kw)
+                    model = model_cls(cfg).eval()
+                    randomize(model, torch)
+                    d = work / f"{entry}-{arch}-{seed}"
+                    shutil.rmtree(d, ignore_errors=True)
+                    # the checkpoint's dtype: the reference runs in f32 on the very values stored, read
+                    # back from the file (a model cast to bf16 and back would keep bf16-rounded buffers,
+                    # RoPE's inv_freq among them)
+                    ckpt = rng.choice(list(CHECKPOINT_DTYPES))
+                    model.to(CHECKPOINT_DTYPES[ckpt](torch)).save_pretrained(d, safe_serialization=True)
+                    model = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+                    tokens = [rng.randrange(cfg.vocab_size) for _ in range(N_TOKENS)]
+                    try:
+                        with torch.no_grad():
+                            ref = model(torch.tensor([tokens])).logits[0].float().numpy()
+                        break
+                    except RuntimeError as e:
+                        if attempt == 3:
+                            raise
+                        print(f"{arch:24s} {seed:4d}  transformers cannot run this config ({str(e)[:60]}): drawn again")
+                top = float(np.abs(ref).max())
+                bound = min(BOUND * max(1.0, top / 8), REL_BOUND * top)
+                rp = kw.get("rope_parameters") or {}
+                summary = (f"h{cfg.num_attention_heads}/kv{kw['num_key_value_heads']} d{kw.get('head_dim', head_dim_of(kw))} "
+                           f"{'rot' + str(rp['partial_rotary_factor']) + ' ' if rp.get('partial_rotary_factor', 1) != 1 else ''}"
+                           f"{'par ' if kw.get('use_parallel_residual') else ''}"
+                           f"L{cfg.num_hidden_layers} "
+                           f"{(kw.get('rope_parameters') or {}).get('rope_type', '')} "
+                           f"{'win' + str(kw['sliding_window']) if kw.get('sliding_window') else ''} "
+                           f"{'bias' if kw.get('attention_bias') or kw.get('mlp_bias') else ''}"
+                           f"{'tied' if kw['tie_word_embeddings'] else ''} {ckpt}").strip()
+                for backend, opts, fusion in backends:
+                    name = f"check-{entry}-{arch.lower()}-{seed}-{backend}-{fusion}"
+                    binary, err = build(d, name, opts)
+                    cells, verdict = [], "PASS"
+                    if binary is None:
+                        verdict, cells = "FAIL (build)", ["-"] * 3
+                    else:
+                        for mode in MODES:
+                            got, err = ingot_logits(binary, tokens, mode, work / f"{name}-{mode}.f32")
+                            if got is None:
+                                cells.append("error")
+                                verdict = f"FAIL ({mode}: {err[:100]})"
+                                continue
+                            delta = float(np.abs(got - ref).max())
+                            cells.append(f"{delta:9.2e}")
+                            if not delta <= bound:
+                                verdict = "FAIL"
+                    failures += verdict != "PASS"
+                    if binary is not None and not args.keep:  # build/check-*: nothing to reuse once compared
+                        shutil.rmtree(binary.parent, ignore_errors=True)
+                    print(f"{arch:24s} {seed:4d}  {summary[:44]:44s} {backend:8s} {fusion:8s} "
+                          f"{cells[0]:>9s} {cells[1]:>9s} {cells[2]:>9s}  {bound:.1e}  {verdict}", flush=True)
+                    if binary is None:  # the whole error: the generator's line, or the compiler's messages
+                        print("".join("    " + line + "\n" for line in err.splitlines()[-40:]), end="", flush=True)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{'all passed' if failures == 0 else f'{failures} failed'}")

@@ -1,7 +1,7 @@
 """`ingot check ENTRY`: a description checked against transformers on random tiny models.
 
 Every entry of models.lua runs here (the list is read from models.lua, so a new entry is checked
-without editing this file): one random model per Hugging Face architecture the entry lists, cast
+without editing this file), in two `ingot check` runs of half the entries each: one random model per Hugging Face architecture the entry lists, cast
 fused on the CPU backend, prefill, chunked prefill and decode against transformers' logits within
 the check's bound (the unfused builds of every family are checked against transformers in
 test_families.py); `make test-full` runs three random models each, fused and unfused, on both
@@ -28,23 +28,37 @@ def entries():
     return sorted(r.stdout.split())
 
 
+# the entries in two groups, one `ingot check` each: one process imports torch and transformers
+# once (about 7 s) for all its entries, and the two groups run on the two workers
+GROUPS = 2
+
+
 @needs_oracles
-@pytest.mark.parametrize("entry", entries())
-def test_entry_matches_transformers(built, entry):
+@pytest.mark.parametrize("group", range(GROUPS))
+def test_entries_match_transformers(built, group):
+    names = entries()[group::GROUPS]
     opts = ["--seeds", "3", "--cudasim"] if FULL else ["--seeds", "1", "--no-unfused"]
-    r = subprocess.run([str(ROOT / "ingot"), "check", entry, *opts], capture_output=True, text=True, timeout=3600)
+    r = subprocess.run([str(ROOT / "ingot"), "check", *names, *opts], capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, r.stdout + r.stderr
-    rows = [line.split() for line in r.stdout.splitlines() if line.rstrip().endswith("PASS")]
-    # every architecture the entry lists, fused (and unfused in the full tier) on each backend
+    assert r.stdout.rstrip().endswith("all passed") and "skipped" not in r.stdout, r.stdout
+    # each entry's section ("== NAME"): every architecture it lists, fused (and unfused in the
+    # full tier) on each backend
+    sections = re.split(r"^== (\w+)$", r.stdout, flags=re.M)
+    rows_of = {name: [line.split() for line in text.splitlines() if line.rstrip().endswith("PASS")]
+               for name, text in zip(sections[1::2], sections[2::2])}
+    assert sorted(rows_of) == sorted(names), r.stdout
     backends = ("cpu", "cudasim") if FULL else ("cpu",)
     fusions = ("fused", "unfused") if FULL else ("fused",)
-    assert {(row[-7], row[-6]) for row in rows} == {(b, f) for b in backends for f in fusions}, r.stdout
-    assert r.stdout.rstrip().endswith("all passed") and "skipped" not in r.stdout, r.stdout
+    for name, rows in rows_of.items():
+        assert {(row[-7], row[-6]) for row in rows} == {(b, f) for b in backends for f in fusions}, (name, r.stdout)
 
 
 def test_unknown_entry_is_a_usage_error():
-    r = subprocess.run([str(ROOT / "ingot"), "check", "no_such_entry"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([str(ROOT / "ingot"), "check", "llama", "no_such_entry"], capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 2 and "no entry 'no_such_entry'" in r.stderr
+    r = subprocess.run([str(ROOT / "ingot"), "check"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "name the entries to check, or --all" in r.stderr
 
 
 def test_entry_sizes_in_the_docs_are_true():
