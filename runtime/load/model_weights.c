@@ -172,9 +172,9 @@ static int check_all_used(const mw_table *tab, const wt_file *f, char *err, size
 static void describe_origin(mw_weights *w, int in_place, int repacked, int copied, int converted, int assembled,
                             int interleaved) {
     const int count[] = {in_place, repacked, copied, converted, assembled};
-    static const char *const what[] = {"read in place from the file", "repacked from the checkpoint's quantized "
-                                       "format at open", "copied", "converted to another dtype at load",
-                                       "joined from parts"};
+    static const char *const what[] = {"read in place from the file",
+                                       "repacked from the checkpoint's quantized format at open", "copied",
+                                       "converted to another dtype at load", "joined from parts"};
     size_t used = 0;
     w->origin[0] = 0;
     for (int k = 0; k < 5; k++) {
