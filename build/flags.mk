@@ -29,6 +29,17 @@ CC      := clang
 OBJDIR  := $(ROOT)/build/_obj-fuzz$(ISA_DIR)
 CFLAGS  += -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDLIBS  += -fsanitize=fuzzer,address,undefined
+else ifeq ($(SAN),msan)
+# the fuzz harnesses under MemorySanitizer (scripts/fuzz.sh --msan): clang and libFuzzer's hooks as
+# above, against cJSON, utf8proc and libevent built instrumented by scripts/msan_deps.sh (an
+# uninstrumented library's writes would read as uninitialized); their headers come first
+CC      := clang
+OBJDIR  := $(ROOT)/build/_obj-msan$(ISA_DIR)
+MSAN_DEPS := $(ROOT)/build/msan-deps
+CFLAGS  := -I$(MSAN_DEPS)/include $(CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,memory -fsanitize-memory-track-origins \
+           -fno-omit-frame-pointer
+LDLIBS  := $(addprefix $(MSAN_DEPS)/lib/,libcjson.a libutf8proc.a libevent.a libevent_pthreads.a) -lpcre2-8 -ledit -lm \
+           -pthread -fsanitize=fuzzer,memory
 else ifeq ($(SAN),1)
 OBJDIR  := $(ROOT)/build/_obj-san$(ISA_DIR)
 CFLAGS  += -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer

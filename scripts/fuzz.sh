@@ -7,6 +7,10 @@
 #   scripts/fuzz.sh --regress                  every committed seed and crash input and every
 #                                              fixture once, no new inputs (what the default
 #                                              tier runs; the columns count those runs)
+#   scripts/fuzz.sh --msan [--regress | SECONDS] [HARNESS ...]
+#                                              the same under MemorySanitizer instead (reads of
+#                                              memory never written), against cJSON, utf8proc and
+#                                              libevent built instrumented (scripts/msan_deps.sh)
 #
 # A harness's corpus: its committed seeds (tests/fuzz/corpus/NAME), the test fixtures listed below
 # (real GGUFs, tokenizer.json files, chat templates), and build/fuzz/corpus/NAME, which keeps what
@@ -19,11 +23,18 @@ cd "$root"
 
 regress=0
 seconds=60
+san=fuzz
+if [ "${1:-}" = --msan ]; then san=msan; shift; fi
 if [ "${1:-}" = --regress ]; then regress=1; shift
 elif [[ "${1:-}" =~ ^[0-9]+$ ]]; then seconds=$1; shift; fi
 
-make -s -j"$(nproc)" SAN=fuzz fuzzers || exit 1
-bin=build/_obj-fuzz/fuzz
+if [ $san = msan ]; then
+  "$root/scripts/msan_deps.sh" || exit 1
+  export MSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1
+fi
+make -s -j"$(nproc)" SAN=$san fuzzers || exit 1
+bin=build/_obj-$san/fuzz
+tag=$([ $san = msan ] && echo msan- || true)
 harnesses=("$@")
 if [ ${#harnesses[@]} -eq 0 ]; then
   for f in tests/fuzz/fuzz_*.c; do harnesses+=("$(basename "$f" .c | sed 's/^fuzz_//')"); done
@@ -52,7 +63,7 @@ for h in "${harnesses[@]}"; do
   for f in $(seeds_of "$h"); do cp "$f" "$seeds/$(echo "$f" | tr / _)"; done
   dirs=("$found" "$seeds")
   [ -d tests/fuzz/corpus/$h ] && dirs+=("tests/fuzz/corpus/$h")
-  log=build/fuzz/$h.log
+  log=build/fuzz/$tag$h.log
   : >"$log"
   rc=0
   if [ $regress = 1 ]; then
@@ -60,7 +71,7 @@ for h in "${harnesses[@]}"; do
     "$exe" -runs=0 -max_len="$(max_len_of "$h")" -print_final_stats=1 "${dirs[@]:1}" >"$log" 2>&1 || rc=$?
   else
     "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len_of "$h")" \
-      -artifact_prefix="$crashes/$h-" -print_final_stats=1 "${dirs[@]}" >>"$log" 2>&1 || rc=$?
+      -artifact_prefix="$crashes/$tag$h-" -print_final_stats=1 "${dirs[@]}" >>"$log" 2>&1 || rc=$?
   fi
   stats=$(grep -E '^#[0-9]+' "$log" | tail -1)
   execs=$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$' || echo 0)
