@@ -10,6 +10,7 @@
 #   make test-full  every test at full breadth, both passes over every file
 #   make fuzz       every libFuzzer harness (tests/fuzz) for FUZZ_SECONDS each (scripts/fuzz.sh)
 #   make SAN=fuzz fuzzers   the harnesses alone (clang, libFuzzer, ASan + UBSan; build/_obj-fuzz)
+#   make SAN=msan fuzzers   the same under MemorySanitizer (build/_obj-msan; scripts/msan_deps.sh first)
 #
 # A model binary is built by ./ingot build (see README), which uses build/model.mk.
 
@@ -103,4 +104,4 @@ test-full:
 	./scripts/test.sh --full
 
 clean:
-	rm -rf build/_obj build/_obj-san build/_obj-fuzz build/_obj-isa-* build/_obj-cudasim build/fuzz
+	rm -rf build/_obj build/_obj-san build/_obj-fuzz build/_obj-msan build/_obj-isa-* build/_obj-cudasim build/fuzz
