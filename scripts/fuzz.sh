@@ -7,6 +7,8 @@
 #   scripts/fuzz.sh --regress                  every committed seed and crash input and every
 #                                              fixture once, no new inputs (what the default
 #                                              tier runs; the columns count those runs)
+#   FUZZ_RUNS=10000000 scripts/fuzz.sh 3600    a campaign: each harness until ten million
+#                                              executions or an hour, whichever comes first
 #   scripts/fuzz.sh --msan [--regress | SECONDS] [HARNESS ...]
 #                                              the same under MemorySanitizer instead (reads of
 #                                              memory never written), against cJSON, utf8proc and
@@ -70,7 +72,7 @@ for h in "${harnesses[@]}"; do
     # every committed and fixture input once (a crash fixed stays fixed), not the found ones
     "$exe" -runs=0 -max_len="$(max_len_of "$h")" -print_final_stats=1 "${dirs[@]:1}" >"$log" 2>&1 || rc=$?
   else
-    "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len_of "$h")" \
+    "$exe" -max_total_time="$seconds" -runs="${FUZZ_RUNS:--1}" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len_of "$h")" \
       -artifact_prefix="$crashes/$tag$h-" -print_final_stats=1 "${dirs[@]}" >>"$log" 2>&1 || rc=$?
   fi
   stats=$(grep -E '^#[0-9]+' "$log" | tail -1)
