@@ -75,7 +75,7 @@ $(OBJDIR)/tests/%: tests/c/%.c $(OBJDIR)/libingot.a $(HEADERS)
 	$(CC) $(CFLAGS) $< -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 
 # a harness links libFuzzer's main (LDLIBS under SAN=fuzz)
-$(OBJDIR)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h $(OBJDIR)/libingot.a $(HEADERS)
+$(OBJDIR)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h $(OBJDIR)/libingot.a $(HEADERS) $(LINK_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 

@@ -20,6 +20,8 @@ ARCH    ?= $(ISA_FLAGS_$(ISA))
 ISA_DIR := $(if $(filter native,$(ISA)),,-isa-$(ISA))
 WARN    := -Wall -Wextra -Werror -Wno-unused-function
 # the runtime's folders (runtime/README.md): every header is included by its bare name
+# static libraries a build links besides Debian's (SAN=msan: the instrumented ones)
+LINK_DEPS :=
 RUNTIME_INC := -I$(ROOT)/runtime/core -I$(ROOT)/runtime/load -I$(ROOT)/runtime/text -I$(ROOT)/runtime/serve
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -DINGOT_ISA='"$(ISA)"' -pthread $(RUNTIME_INC) -I$(ROOT)/kernels/cpu
 LDLIBS  := -lcjson -lutf8proc -levent -levent_pthreads -lpcre2-8 -ledit -lm -pthread
@@ -38,8 +40,8 @@ OBJDIR  := $(ROOT)/build/_obj-msan$(ISA_DIR)
 MSAN_DEPS := $(ROOT)/build/msan-deps
 CFLAGS  := -I$(MSAN_DEPS)/include $(CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,memory -fsanitize-memory-track-origins \
            -fno-omit-frame-pointer
-LDLIBS  := $(addprefix $(MSAN_DEPS)/lib/,libcjson.a libutf8proc.a libevent.a libevent_pthreads.a) -lpcre2-8 -ledit -lm \
-           -pthread -fsanitize=fuzzer,memory
+LINK_DEPS := $(addprefix $(MSAN_DEPS)/lib/,libcjson.a libutf8proc.a libevent.a libevent_pthreads.a)
+LDLIBS  := $(LINK_DEPS) -lpcre2-8 -ledit -lm -pthread -fsanitize=fuzzer,memory
 else ifeq ($(SAN),1)
 OBJDIR  := $(ROOT)/build/_obj-san$(ISA_DIR)
 CFLAGS  += -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
