@@ -170,7 +170,8 @@ static void lex_number(lexer *L, jtok *t) {
     DIGITS();
     if (k + 1 < L->n && s[k] == '.' && isdigit((unsigned char)s[k + 1])) {
         isf = 1;
-        buf[bn++] = s[k++];
+        if (bn < sizeof buf - 1) buf[bn++] = s[k]; /* a full buffer is refused below, as too long */
+        k++;
         DIGITS();
     }
     if (k < L->n && (s[k] == 'e' || s[k] == 'E')) {
