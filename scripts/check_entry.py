@@ -212,6 +212,49 @@ def build(model_dir, name, opts):
     return pathlib.Path(r.stdout.strip().splitlines()[-1]), None
 
 
+def draw_reference(model_cls, arch, seed, reads, d, torch):
+    """A random tiny model of arch saved in d, and transformers' float32 logits for a random
+    sequence: (config kwargs, config, checkpoint dtype, tokens, logits). A config transformers
+    itself cannot run (StableLM's odd partial rotary widths) is drawn again: the reference must
+    exist."""
+    for attempt in range(4):
+        rng = random.Random(seed * 7919 + len(arch) + attempt * 104729)
+        kw = random_config(model_cls.config_class, rng, reads)
+        torch.manual_seed(seed)
+        cfg = model_cls.config_class(attn_implementation="eager", **kw)
+        model = model_cls(cfg).eval()
+        randomize(model, torch)
+        shutil.rmtree(d, ignore_errors=True)
+        # the checkpoint's dtype: the reference runs in f32 on the very values stored, read back
+        # from the file (a model cast to bf16 and back would keep bf16-rounded buffers, RoPE's
+        # inv_freq among them)
+        ckpt = rng.choice(list(CHECKPOINT_DTYPES))
+        model.to(CHECKPOINT_DTYPES[ckpt](torch)).save_pretrained(d, safe_serialization=True)
+        model = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+        tokens = [rng.randrange(cfg.vocab_size) for _ in range(N_TOKENS)]
+        try:
+            with torch.no_grad():
+                return kw, cfg, ckpt, tokens, model(torch.tensor([tokens])).logits[0].float().numpy()
+        except RuntimeError as e:
+            if attempt == 3:
+                raise
+            print(f"{arch:24s} {seed:4d}  transformers cannot run this config ({str(e)[:60]}): drawn again")
+
+
+def summary_of(kw, cfg, ckpt):
+    """The row's config column: heads, head size, partial rotary, residual form, layers, RoPE
+    scaling, window, biases, tied embeddings, checkpoint dtype."""
+    rp = kw.get("rope_parameters") or {}
+    return (f"h{cfg.num_attention_heads}/kv{kw['num_key_value_heads']} d{kw.get('head_dim', head_dim_of(kw))} "
+            f"{'rot' + str(rp['partial_rotary_factor']) + ' ' if rp.get('partial_rotary_factor', 1) != 1 else ''}"
+            f"{'par ' if kw.get('use_parallel_residual') else ''}"
+            f"L{cfg.num_hidden_layers} "
+            f"{rp.get('rope_type', '')} "
+            f"{'win' + str(kw['sliding_window']) if kw.get('sliding_window') else ''} "
+            f"{'bias' if kw.get('attention_bias') or kw.get('mlp_bias') else ''}"
+            f"{'tied' if kw['tie_word_embeddings'] else ''} {ckpt}").strip()
+
+
 def main():
     ap = argparse.ArgumentParser(prog="ingot check", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -273,45 +316,14 @@ def main():
                 print(f"{arch:24s} transformers {transformers.__version__} has no such class: skipped")
                 continue
             for seed in range(args.first_seed, args.first_seed + args.seeds):
-                # a config transformers itself cannot run (StableLM's odd partial rotary widths) is
-                # drawn again: the reference must exist
-                for attempt in range(4):
-                    rng = random.Random(seed * 7919 + len(arch) + attempt * 104729)
-                    kw = random_config(model_cls.config_class, rng, reads)
-                    torch.manual_seed(seed)
-                    cfg = model_cls.config_class(attn_implementation="eager", **kw)
-                    model = model_cls(cfg).eval()
-                    randomize(model, torch)
-                    d = work / f"{entry}-{arch}-{seed}"
-                    shutil.rmtree(d, ignore_errors=True)
-                    # the checkpoint's dtype: the reference runs in f32 on the very values stored, read
-                    # back from the file (a model cast to bf16 and back would keep bf16-rounded buffers,
-                    # RoPE's inv_freq among them)
-                    ckpt = rng.choice(list(CHECKPOINT_DTYPES))
-                    model.to(CHECKPOINT_DTYPES[ckpt](torch)).save_pretrained(d, safe_serialization=True)
-                    model = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
-                    tokens = [rng.randrange(cfg.vocab_size) for _ in range(N_TOKENS)]
-                    try:
-                        with torch.no_grad():
-                            ref = model(torch.tensor([tokens])).logits[0].float().numpy()
-                        break
-                    except RuntimeError as e:
-                        if attempt == 3:
-                            raise
-                        print(f"{arch:24s} {seed:4d}  transformers cannot run this config ({str(e)[:60]}): drawn again")
+                d = work / f"{entry}-{arch}-{seed}"
+                kw, cfg, ckpt, tokens, ref = draw_reference(model_cls, arch, seed, reads, d, torch)
                 top = float(np.abs(ref).max())
                 bound = min(BOUND * max(1.0, top / 8), REL_BOUND * top)
-                rp = kw.get("rope_parameters") or {}
-                summary = (f"h{cfg.num_attention_heads}/kv{kw['num_key_value_heads']} d{kw.get('head_dim', head_dim_of(kw))} "
-                           f"{'rot' + str(rp['partial_rotary_factor']) + ' ' if rp.get('partial_rotary_factor', 1) != 1 else ''}"
-                           f"{'par ' if kw.get('use_parallel_residual') else ''}"
-                           f"L{cfg.num_hidden_layers} "
-                           f"{(kw.get('rope_parameters') or {}).get('rope_type', '')} "
-                           f"{'win' + str(kw['sliding_window']) if kw.get('sliding_window') else ''} "
-                           f"{'bias' if kw.get('attention_bias') or kw.get('mlp_bias') else ''}"
-                           f"{'tied' if kw['tie_word_embeddings'] else ''} {ckpt}").strip()
+                summary = summary_of(kw, cfg, ckpt)
                 for backend, opts, fusion in backends:
-                    name = f"check-{entry}-{arch.lower()}-{seed}-{backend}-{fusion}"
+                    # the process id in the name: two checks at once (of one entry, too) never share a build
+                    name = f"check-{os.getpid()}-{entry}-{arch.lower()}-{seed}-{backend}-{fusion}"
                     binary, err = build(d, name, opts)
                     cells, verdict = [], "PASS"
                     if binary is None:
