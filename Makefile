@@ -79,8 +79,9 @@ $(OBJDIR)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h $(OBJDIR)/libingot.a $
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 
-# the sliding-window variant is test_scheduler.c compiled with KV_WINDOW set
+# the sliding-window and recurrent variants are test_scheduler.c compiled with KV_WINDOW / RECURRENT set
 $(OBJDIR)/tests/test_scheduler_window: tests/c/test_scheduler.c
+$(OBJDIR)/tests/test_scheduler_state: tests/c/test_scheduler.c
 # and the f16-, q8_0- and q4-KV variants are test_kernels.c compiled with KC_KV_F16 / KC_KV_Q8 / KC_KV_Q4 set
 $(OBJDIR)/tests/test_kernels_kvf16: tests/c/test_kernels.c
 $(OBJDIR)/tests/test_kernels_kvq8: tests/c/test_kernels.c

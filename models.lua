@@ -11,6 +11,8 @@
 --   window, softcap, scale})  moe(x, router, {gate, up, down}, {experts, top_k, normalize})
 --   columns(x, first, count [, {heads = n}])  concat(a, b [, {heads = n}])  head_linear(x, W, {...})
 --   silu(x)  gelu(x)  gelu_tanh(x)  softcap(x, cap)  x + y  x * y  x * number
+--   causal_conv(x, W [, bias])  (a depthwise convolution over each sequence's positions; its last
+--   inputs are the sequence's recurrent state)
 -- An unknown op or option is an error that lists what exists.
 -- Every entry is validated (generator/describe.lua): unknown or missing keys
 -- and shapes that do not divide are reported as models.lua:LINE: error: ...
@@ -795,6 +797,74 @@ M.gemma3 = {
     end)
   end,
   head = M.gemma2.head,
+}
+
+-- LFM2 (Liquid): a hybrid of gated short convolutions and grouped-query attention with per-head
+-- q/k RMSNorms, each layer's mixer followed by a SwiGLU MLP. A convolution layer projects its
+-- normalized input to B, C and x (one in_proj, in that order), convolves B * x causally over the
+-- sequence with a kernel of conv_L_cache taps per channel (its last inputs are the sequence's
+-- recurrent state), gates the result with C and projects it out. layer_types names each layer
+-- ("conv" or "full_attention"; older configs list full_attn_idxs). The final norm is stored as
+-- embedding_norm. The MLP's width comes from its stored weight (the config's intermediate_size
+-- is adjusted by block_auto_adjust_ff_dim before use).
+M.lfm2 = {
+  hf = {"Lfm2ForCausalLM"},
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {
+    eps            = {hf = "norm_eps", default = 1e-5},
+    ffn            = {default = "tensor_rows:gate"},
+    conv_width     = {hf = "conv_L_cache", default = 3},
+    conv_bias      = {hf = "conv_bias", default = false},
+    layer_types    = {hf = "layer_types", default = false},
+    full_attn_idxs = {hf = "full_attn_idxs", default = false},
+  }),
+  rope_pairs = {hf = "halves"},
+  weights = {
+    embed      = LLAMA_WEIGHTS.embed,
+    final_norm = {hf = "model.embedding_norm.weight", shape = {"dim"}},
+    lm_head    = LLAMA_WEIGHTS.lm_head,
+    attn_norm  = {hf = "model.layers.%d.operator_norm.weight", shape = {"dim"}},
+    ffn_norm   = {hf = "model.layers.%d.ffn_norm.weight", shape = {"dim"}},
+    q          = LLAMA_WEIGHTS.q,
+    k          = LLAMA_WEIGHTS.k,
+    v          = LLAMA_WEIGHTS.v,
+    o          = {hf = "model.layers.%d.self_attn.out_proj.weight", shape = {"dim", "heads * head_dim"}},
+    q_norm     = {hf = "model.layers.%d.self_attn.q_layernorm.weight", shape = {"head_dim"}},
+    k_norm     = {hf = "model.layers.%d.self_attn.k_layernorm.weight", shape = {"head_dim"}},
+    conv_in    = {hf = "model.layers.%d.conv.in_proj.weight", shape = {"3 * dim", "dim"}},
+    conv_in_bias = {hf = "model.layers.%d.conv.in_proj.bias", shape = {"3 * dim"}},
+    conv       = {hf = "model.layers.%d.conv.conv.weight", shape = {"dim", "conv_width"}},
+    conv_bias  = {hf = "model.layers.%d.conv.conv.bias", shape = {"dim"}},
+    conv_out   = {hf = "model.layers.%d.conv.out_proj.weight", shape = {"dim", "dim"}},
+    conv_out_bias = {hf = "model.layers.%d.conv.out_proj.bias", shape = {"dim"}},
+    gate       = {hf = "model.layers.%d.feed_forward.w1.weight", shape = {"ffn", "dim"}},
+    up         = {hf = "model.layers.%d.feed_forward.w3.weight", shape = {"ffn", "dim"}},
+    down       = {hf = "model.layers.%d.feed_forward.w2.weight", shape = {"dim", "ffn"}},
+  },
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local attn
+    if c.layer_types then attn = c.layer_types[c.layer + 1] ~= "conv"
+    else
+      attn = false
+      for _, i in ipairs(c.full_attn_idxs or {}) do attn = attn or i == c.layer end
+    end
+    local h = rmsnorm(x, w.attn_norm, c.eps)
+    if attn then
+      local q, k, v = linear(h, w.q), linear(h, w.k), linear(h, w.v)
+      q = rope(rmsnorm(q, w.q_norm, c.eps, {heads = c.heads}), rope_opts(c, c.heads))
+      k = rope(rmsnorm(k, w.k_norm, c.eps, {heads = c.kv_heads}), rope_opts(c, c.kv_heads))
+      x = x + linear(attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim}), w.o)
+    else
+      local cb = c.conv_bias
+      local bcx = linear(h, w.conv_in, cb and w.conv_in_bias)
+      local b, gate, xs = columns(bcx, 0, c.dim), columns(bcx, c.dim, c.dim), columns(bcx, 2 * c.dim, c.dim)
+      local y = gate * causal_conv(b * xs, w.conv, cb and w.conv_bias)
+      x = x + linear(y, w.conv_out, cb and w.conv_out_bias)
+    end
+    h = rmsnorm(x, w.ffn_norm, c.eps)
+    return x + linear(silu(linear(h, w.gate)) * linear(h, w.up), w.down)
+  end,
+  head = lm_head,
 }
 
 return M

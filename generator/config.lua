@@ -3,7 +3,8 @@
 -- Sources: a Hugging Face config.json (safetensors checkpoints) or GGUF
 -- metadata (as printed by ingot-inspect). Missing values fall back to the
 -- description's defaults, which may be expressions over other values
--- ("dim / heads") or "tensor_rows:WEIGHT" (the row count of a stored tensor).
+-- ("dim / heads") or "tensor_rows:WEIGHT" (the row count of a stored tensor; layer 0's for a
+-- per-layer weight).
 -- Every value that names a dimension must be a positive integer; a division
 -- that leaves a remainder is an error at the models.lua line that wrote it.
 
@@ -89,7 +90,10 @@ function config.resolve(d, e, src)
         local name = config.tensor_name(e, has, spec.per_layer and 0 or nil, src.format)
         v = name ~= nil and src.tensors[name] ~= nil
       elseif rows_of then
-        local t = src.tensors[config.tensor_name(e, rows_of, nil, src.format)]
+        -- layer 0's for a per-layer weight
+        local spec = e.weights[rows_of]
+        if not spec then describe.fail(d, e.name, key, "tensor_rows: '" .. rows_of .. "' is not a declared weight") end
+        local t = src.tensors[config.tensor_name(e, rows_of, spec.per_layer and 0 or nil, src.format) or ""]
         if not t then describe.fail(d, e.name, key, "tensor for '" .. rows_of .. "' not found") end
         v = t.shape[1]
       else

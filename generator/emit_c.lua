@@ -550,6 +550,44 @@ local function moe_kernel(ctx, s, n, grp)
   return fn_phases, runs
 end
 
+-- A causal convolution (kernels/cpu/kc_conv.h): its output rows, each reading its sequence's
+-- earlier rows of the step or the sequence's state from before it, then the new state of each
+-- sequence, written by the thread that has the sequence's last token. The state's offset in a
+-- sequence's slot comes with the call (a->kv_layer), so every layer of the same shape shares
+-- the body.
+local function phase_conv(ctx, s, n)
+  local a, W = n.attrs, n.width
+  local x, out = s.buf(n.inputs[1].node), s.buf(n)
+  local bias = n.inputs[3] and "(const float *)" .. s.weight(n.inputs[3]) or "NULL"
+  local state = "a->state + (size_t)b->state_slots[b->seq[t]] * STATE_FLOATS + a->kv_layer"
+  local rows = {
+    "static void @NAME@_rows(void *vp, int64_t t0, int64_t t1, int tid) {",
+    "    const kargs *a = vp; const ingot_batch *b = a->b; (void)tid;",
+    "@DECLS@",
+    "    for (int64_t t = t0; t < t1; t++) {",
+    "        int back = 0; /* the sequence's tokens before t in this step, up to the kernel's width - 1 */",
+    string.format("        while (back < %d && t - back > 0 && b->seq[t - back - 1] == b->seq[t]) back++;", a.width - 1),
+    "        " .. emit.src(ctx, n),
+    string.format("        kc_causal_conv_row(%s, (int)t, back, b->pos[t], %s, (const float *)%s, %s, %d, %d, %s);", x, state,
+      s.weight(n.inputs[2]), bias, W, a.width, row(out, "t", W)),
+    "    }",
+    "}",
+  }
+  local keep = {
+    "static void @NAME@_keep(void *vp, int64_t t0, int64_t t1, int tid) {",
+    "    const kargs *a = vp; const ingot_batch *b = a->b; (void)tid;",
+    "@DECLS@",
+    "    for (int64_t t = t0; t < t1; t++) {",
+    "        if (t + 1 < a->rows && b->seq[t + 1] == b->seq[t]) continue; /* not its sequence's last token */",
+    "        int count = 1;",
+    string.format("        while (count < %d && t - count >= 0 && b->seq[t - count] == b->seq[t]) count++;", a.width - 1),
+    string.format("        kc_causal_conv_keep(%s, (int)t, count, b->pos[t], %s, %d, %d);", x, state, W, a.width),
+    "    }",
+    "}",
+  }
+  return {rows, keep}
+end
+
 -- Declarations of the slot pointers a body uses, with what each one holds.
 local function decls(s, body_text)
   local d = {}
@@ -636,6 +674,10 @@ function emit.kernels(ctx, groups, final_node)
       local n = grp.ops[1]
       for _, p in ipairs(phase_attention(ctx, s, "@NAME@_attn", n)) do phases[#phases + 1] = p end
       runs[#runs + 1] = run_attention(n)
+    elseif grp.kind == "conv" then
+      for _, p in ipairs(phase_conv(ctx, s, grp.ops[1])) do phases[#phases + 1] = p end
+      runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_rows, (void *)a);"
+      runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_keep, (void *)a); /* after every row read the old state */"
     else
       phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_rows", grp.ops)
       runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_rows, (void *)a);"
@@ -675,7 +717,7 @@ function emit.call(ctx, c)
   local ws = {}
   for _, w in ipairs(s.weights) do ws[#ws + 1] = string.format("m->w[%d]", w.slot) end
   local kv_layer = 0
-  for _, n in ipairs(grp.nodes) do kv_layer = n.attrs.kv_layer or n.attrs.moe_layer or kv_layer end
+  for _, n in ipairs(grp.nodes) do kv_layer = n.attrs.kv_layer or n.attrs.moe_layer or n.attrs.state_offset or kv_layer end
   local rows = ({logits = "L", hidden = "H"})[grp.rows] or "T"
   -- the head runs only for steps that want logits, the hidden rows only when asked for
   local guard = rows ~= "T" and string.format("if (%s > 0) ", rows) or ""

@@ -411,6 +411,9 @@ function emit.kernels(ctx, groups, final_node)
       calls[#calls + 1] = emit_moe.call(ctx, grp, final_node, {DT = DT, kernel_params = kernel_params,
         with_scratch = with_scratch, row_block = row_block, add_kernel = add_kernel, TMAX = emit.TMAX,
         MM_WARPS = emit.MM_WARPS, ROWS_NT = emit.ROWS_NT})
+    elseif grp.kind == "conv" then
+      local n = grp.ops[1]
+      util.die(string.format("%s:%d: error: op '%s' has no CUDA emitter (generator/emit_cuda.lua)", ctx.desc_path, n.line, n.op))
     else
       local n = grp.ops[1]
       calls[#calls + 1] = {grp = grp, slots = s, kind = "attention", node = n, plan = attention_plan(n.attrs),

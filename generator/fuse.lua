@@ -1,6 +1,6 @@
 -- generator/fuse.lua — groups graph nodes into kernels.
 --
--- A kernel is one of four kinds, each run as a fixed sequence of phases:
+-- A kernel is one of five kinds, each run as a fixed sequence of phases:
 --   rows       per-row ops (embedding, norms, elementwise, KV store) over the
 --              rows of the step;
 --   matmul     an optional prologue of row ops on the shared input (norm, and
@@ -10,7 +10,9 @@
 --              residual add);
 --   attention  paged attention over the KV pool;
 --   moe        routing, the experts' matmuls and the combine, then an epilogue
---              of elementwise ops on its output (the residual add).
+--              of elementwise ops on its output (the residual add);
+--   conv       a causal convolution over each sequence's positions, which
+--              reads its neighbours' rows and the sequence's recurrent state.
 -- With fusion off every node is its own kernel: that is the --no-fuse build.
 -- The rules are generic (they look at producers and consumers, not at op
 -- names of a particular architecture), so a new description fuses the same way.
@@ -23,6 +25,7 @@ local function kind_of(n)
   if n.op == "linear" then return "matmul" end
   if n.op == "attention" then return "attention" end
   if n.op == "moe" then return "moe" end
+  if n.op == "causal_conv" then return "conv" end
   return "rows"
 end
 
@@ -85,7 +88,7 @@ function fuse.run(g, fused)
         mg.input = x
         add(mg, n, "linears")
       end
-    elseif kind == "attention" or kind == "moe" then
+    elseif kind == "attention" or kind == "moe" or kind == "conv" then
       add(new_group(groups, kind, n.rows), n, "ops")
     else
       local joins = false

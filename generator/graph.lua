@@ -280,6 +280,34 @@ function G:env()
     local store = g:node("kv_store", {k, v}, nil, k.rows, attrs)
     return g:node("attention", {q, store, o.sinks}, o.heads * attrs.value_dim, q.rows, attrs)
   end
+  -- A causal depthwise convolution over each sequence's positions (LFM2's short convolution,
+  -- Mamba's conv1d): column i of the output at position p is sum_k w[i][k] x[p - (width-1) + k][i]
+  -- (+ bias[i]), positions before 0 reading zeros. w is [width of x, kernel width]. The last
+  -- kernel width - 1 input rows of a sequence are its recurrent state: held between steps in the
+  -- sequence's state slot (model_api.h), so a prompt in chunks or token by token gives what one
+  -- step gives.
+  function env.causal_conv(x, w, bias)
+    check_tensor(g, x, "causal_conv"); check_weight(g, w, "causal_conv")
+    local line = caller_line(g.desc.path)
+    if #w.shape ~= 2 or w.shape[1] ~= x.width or w.shape[2] < 2 then
+      g:fail(line, string.format("causal_conv: weight %s has shape [%s], expected [%d, kernel width >= 2]", w.logical,
+        table.concat(w.shape, ", "), x.width))
+    end
+    if not bias then bias = nil end
+    if bias then
+      check_weight(g, bias, "causal_conv bias")
+      if #bias.shape ~= 1 or bias.shape[1] ~= x.width then
+        g:fail(line, string.format("causal_conv: bias %s has shape [%s], expected [%d]", bias.logical,
+          table.concat(bias.shape, ", "), x.width))
+      end
+    end
+    local width = w.shape[2]
+    w.f32 = true -- the kernel reads its taps as floats, whatever the checkpoint or --dtype says
+    local attrs = {width = width, state_offset = g.state_floats or 0, state_layer = g.n_states or 0}
+    g.state_floats = attrs.state_offset + (width - 1) * x.width
+    g.n_states = attrs.state_layer + 1
+    return g:node("causal_conv", {x, w, bias}, x.width, x.rows, attrs)
+  end
   -- Columns [first, first + count) of each of opts.heads equal groups of a
   -- row (one group by default): the RoPE part of every query head.
   function env.columns(x, first, count, opts)

@@ -245,7 +245,7 @@ local function mix_type(mix, cat, i, m)
 end
 
 local function compiled_dtype(opts, w, stored, is_head, model)
-  if #w.shape == 1 then return "f32" end
+  if #w.shape == 1 or w.f32 then return "f32" end -- vectors, and matrices an op reads as floats (causal_conv)
   if opts.dtype == "native" then return stored end
   local want = MIXES[opts.dtype] or opts.dtype
   -- an MoE router (ffn_gate_inp) picks the experts: llama.cpp never quantizes it
@@ -443,6 +443,17 @@ local function check_every_tensor_used(d, entry, tensors, consumed, opts)
   end
 end
 
+-- A shape without its dimensions of size 1 but the last: the same values in the same order
+-- (transformers stores a depthwise convolution's weight as [channels, 1, width]; the loader
+-- reads it as the [channels, width] the description declares, runtime/load/weights.c).
+local function squeezed(shape)
+  local out = {}
+  for i, v in ipairs(shape) do
+    if v ~= 1 or i == #shape then out[#out + 1] = v end
+  end
+  return out
+end
+
 local function main(argv)
   local opts = parse_args(argv)
   local inspect_text = util.read_file(opts.inspect) or util.die("cannot read " .. opts.inspect)
@@ -512,7 +523,7 @@ local function main(argv)
     local expect = w.stacked > 0 and {w.stacked, w.shape[1], w.shape[2]} or w.stored_shape
     local have = {}
     for k, v in ipairs(stored.shape or {}) do have[k] = math.tointeger(v) or v end
-    if not w.parts and stored.shape and table.concat(have, ", ") ~= table.concat(expect, ", ") then
+    if not w.parts and stored.shape and table.concat(squeezed(have), ", ") ~= table.concat(squeezed(expect), ", ") then
       util.die(string.format("%s:%d: error: weight '%s' is [%s] by its shape in models.lua, but tensor '%s' is [%s] in %s",
         d.path, w.decl.line, w.logical, table.concat(expect, ", "), stored.name or w.tensor, table.concat(have, ", "),
         opts.source))
@@ -612,6 +623,14 @@ local function main(argv)
     end
   end
   local kv = kv_layout(g, d, opts.kv_dtype)
+  local state_text = {}
+  for _, n in ipairs(g.nodes) do
+    if n.op == "causal_conv" then
+      state_text[#state_text + 1] = string.format("%d x %d", n.attrs.width - 1, n.width)
+    end
+  end
+  state_text = #state_text > 0 and string.format("f32 input rows of %d causal convolution(s): %s",
+    #state_text, table.concat(state_text, ", ")) or ""
   local attn_heads = 1
   for _, n in ipairs(g.nodes) do
     if n.op == "attention" and n.attrs.heads > attn_heads then attn_heads = n.attrs.heads end
@@ -633,6 +652,7 @@ local function main(argv)
     attn_heads = attn_heads, attn_split_chunks = 512,
     kv_f16 = opts.kv_dtype == "f16" and 1 or 0, kv_q8 = opts.kv_dtype == "q8_0" and 1 or 0,
     kv_q4 = opts.kv_dtype == "q4" and 1 or 0, kv_dtype = opts.kv_dtype,
+    state_floats = g.state_floats or 0, state_text = state_text,
   }
   env.common_weights = render("model_weights.c.in", env)
   local outputs = {}

@@ -166,6 +166,12 @@ def random_config(cfg_cls, rng, reads=frozenset()):
                   topk_method="group_limited_greedy" if groups > 1 else "greedy")
     if "layer_types" in base:
         kw.pop("layer_types", None)  # derived from the window and the layer count
+    if "conv_L_cache" in base:  # LFM2: short convolutions among the attention layers, 2 to 4 taps
+        kw["num_hidden_layers"] = rng.choice([3, 4])
+        kinds = ["conv", "full_attention"] + [rng.choice(["conv", "full_attention"]) for _ in range(kw["num_hidden_layers"] - 2)]
+        rng.shuffle(kinds)
+        kw.update(layer_types=kinds, conv_L_cache=rng.choice([2, 3, 4]), conv_bias=rng.random() < 0.5,
+                  block_auto_adjust_ff_dim=rng.random() < 0.5, block_multiple_of=16, norm_eps=rng.choice([1e-5, 1e-6]))
     # every other option the entry reads, varied: a switch either way, a scale halved, kept or
     # doubled (what the entry reads, so a new entry's options are varied without a list here)
     for key in sorted(reads - set(kw)):
@@ -249,6 +255,8 @@ def summary_of(kw, cfg, ckpt):
             f"{'rot' + str(rp['partial_rotary_factor']) + ' ' if rp.get('partial_rotary_factor', 1) != 1 else ''}"
             f"{'par ' if kw.get('use_parallel_residual') else ''}"
             f"L{cfg.num_hidden_layers} "
+            f"{''.join('c' if k == 'conv' else 'a' for k in kw['layer_types']) + ' k' + str(kw['conv_L_cache']) + ' ' if 'conv_L_cache' in kw else ''}"
+            f"{'cbias ' if kw.get('conv_bias') else ''}"
             f"{rp.get('rope_type', '')} "
             f"{'win' + str(kw['sliding_window']) if kw.get('sliding_window') else ''} "
             f"{'bias' if kw.get('attention_bias') or kw.get('mlp_bias') else ''}"

@@ -16,7 +16,9 @@ where it is one only the logits show). What is checked:
   rotary width for an odd one, the serial residual for the parallel one) fails against
   transformers' logits: by an error, or by more than the check's bound (1e-4); and so does a wrong
   gpt-oss entry (sinks or router bias dropped, the SwiGLU without its clamp or its up + 1, up read
-  from gate's columns, a transposed expert tensor read as stored).
+  from gate's columns, a transposed expert tensor read as stored), and a wrong LFM2 entry (the
+  convolution's bias dropped, B and C swapped, the convolution over x instead of B * x, the output
+  gated by B, the layer kinds swapped).
 """
 import subprocess
 
@@ -162,3 +164,27 @@ def test_wrong_gptoss_entry_fails_against_transformers(built, tmp_path, old, new
         assert rc != 0 and error in out and "down_proj" in out, out
         return
     assert_wrong_entry_fails(tmp_path, "gptoss_sinks", old, new, error)
+
+
+LFM2_CONV = "local y = gate * causal_conv(b * xs, w.conv, cb and w.conv_bias)"
+
+
+@pytest.mark.parametrize("old, new, error", [
+    (LFM2_CONV, LFM2_CONV.replace("cb and w.conv_bias", "nil"), "not used by models.lua entry 'lfm2'"),
+    ("columns(bcx, 0, c.dim), columns(bcx, c.dim, c.dim)", "columns(bcx, c.dim, c.dim), columns(bcx, 0, c.dim)", None),
+    (LFM2_CONV, LFM2_CONV.replace("causal_conv(b * xs,", "causal_conv(xs,"), None),
+    (LFM2_CONV, LFM2_CONV.replace("gate * causal_conv(", "b * causal_conv("), None),
+    ('if c.layer_types then attn = c.layer_types[c.layer + 1] ~= "conv"',
+     'if c.layer_types then attn = c.layer_types[c.layer + 1] == "conv"', "(tensor 'model.layers.0.conv.in_proj.weight') is not in"),
+], ids=["dropped-conv-bias", "b-and-c-swapped", "ungated-input", "b-for-c", "layer-kinds-swapped"])
+def test_wrong_lfm2_entry_fails_against_transformers(built, tmp_path, old, new, error):
+    """lfm2_bias (a 4-tap convolution with biases, attention then two convolution layers;
+    transformers' logits): each wrong entry fails, by an error or beyond the bound. A state the
+    engine failed to carry across chunks is not an entry's to get wrong (the op carries it): the
+    chunked and token-by-token modes of test_families compare it with the one-step prefill. A layer
+    read as the other kind asks for tensors the checkpoint does not have: an error at build."""
+    if error and error.endswith("is not in"):
+        rc, out = fixture_build("lfm2_bias", edited(tmp_path, old, new), "t-wrong-lfm2-kinds")
+        assert rc != 0 and error in out, out
+        return
+    assert_wrong_entry_fails(tmp_path, "lfm2_bias", old, new, error)

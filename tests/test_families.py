@@ -3,7 +3,8 @@ window), Gemma 2, Phi-3, Mixtral, Llama with linear / llama3 / yarn rope scaling
 OLMo 2, Granite 3, SmolLM3 (NoPE layers), Qwen3-MoE, Gemma 3 (two RoPE tables),
 DeepSeek-V2 (multi-head latent attention, tests/test_mla.py has the rest), GPT-NeoX, StableLM and
 gpt-oss (attention sinks, biased routers and experts, the clamped SwiGLU, experts stacked and
-transposed in the checkpoint).
+transposed in the checkpoint) and LFM2 (short convolutions whose last inputs are each sequence's
+recurrent state: the chunked and token-by-token modes carry it across steps).
 
 Fixtures: tests/fixtures/families/ (tests/fixtures/make_tiny_families.py),
 two tiny random models per family, 64 teacher-forced tokens, windows shorter
@@ -37,7 +38,8 @@ def test_every_family_has_fixtures():
     assert {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Gemma2ForCausalLM",
             "Phi3ForCausalLM", "MixtralForCausalLM", "LlamaForCausalLM", "Olmo2ForCausalLM",
             "GraniteForCausalLM", "SmolLM3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM",
-            "DeepseekV2ForCausalLM", "GPTNeoXForCausalLM", "StableLmForCausalLM", "GptOssForCausalLM"} <= families
+            "DeepseekV2ForCausalLM", "GPTNeoXForCausalLM", "StableLmForCausalLM", "GptOssForCausalLM",
+            "Lfm2ForCausalLM"} <= families
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])

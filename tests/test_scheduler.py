@@ -118,7 +118,7 @@ def test_sliding_window_bounds_kv_memory(tmp_path, built):
     assert small[0]["tokens"] == roomy[0]["tokens"]
 
 
-@pytest.mark.parametrize("program", ["test_scheduler", "test_scheduler_window"])
+@pytest.mark.parametrize("program", ["test_scheduler", "test_scheduler_window", "test_scheduler_state"])
 def test_randomized_progress_and_blocks_return(built, program):
     """tests/c/test_scheduler.c: 150 seeds of tiny pools, random lengths,
     shared prefixes, cancellations, late arrivals and embedding requests (pooled

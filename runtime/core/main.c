@@ -133,7 +133,8 @@ static void seq_init(cli_seq *s, ingot_model *m, tp_pool *pool, int capacity) {
     s->capacity = capacity;
     const int blocks = (capacity + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
     char err[512];
-    if (ingot_kv_alloc(m, &s->kv, blocks, err, sizeof err) != 0) die(err);
+    if (ingot_kv_alloc(m, &s->kv, blocks, err, sizeof err) != 0 || ingot_state_alloc(m, &s->kv, 1, err, sizeof err) != 0)
+        die(err);
     s->block_table = malloc(sizeof(int32_t) * (size_t)blocks);
     s->logits = malloc(sizeof(float) * (size_t)ingot_model_desc.vocab * (size_t)ingot_model_max_tokens(m));
     if (!s->kv.data || !s->block_table || !s->logits) die("out of memory for the KV cache");
@@ -158,8 +159,9 @@ static void seq_step(cli_seq *s, const int32_t *tokens, int n, int want) {
     }
     const int32_t seq_len = s->len + n;
     const int32_t *tables[1] = {s->block_table};
+    const int32_t state_slot = 0;
     ingot_batch b = {.n_tokens = n, .tokens = tokens, .pos = pos, .seq = seqi, .n_seqs = 1,
-                     .block_tables = tables, .seq_len = &seq_len, .n_logits = want,
+                     .block_tables = tables, .seq_len = &seq_len, .state_slots = &state_slot, .n_logits = want,
                      .logit_rows = rows, .logits = s->logits};
     char err[512];
     if (ingot_forward(s->model, &s->kv, &b, s->pool, err, sizeof err) != 0) die(err);

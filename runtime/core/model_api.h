@@ -35,6 +35,13 @@ typedef struct {
     int kv_window;             /* > 0 when every layer attends to at most this many positions back
                                   (sliding window): KV blocks wholly before pos - kv_window + 1 are
                                   never read again and may be released (block table entry -1) */
+    size_t state_bytes_per_seq;/* recurrent layers' state of one sequence (a causal convolution's
+                                  last inputs); 0: the model has none. Held in a slot of its own per
+                                  sequence (ingot_state_alloc), not per position: a step must bring
+                                  a sequence's tokens in order from its last one, so the prefix cache
+                                  and speculative decoding, which resume or rewind at other
+                                  positions, do not apply to such a model */
+    const char *state_layout;  /* what that state holds, for --info ("" when none) */
     int kernels_per_step;      /* kernel launches of one forward step (any batch size) */
     int n_kernel_kinds;        /* distinct kernel functions emitted */
     const char *const *kernel_names; /* per launch, in order (kernels_per_step entries) */
@@ -52,6 +59,8 @@ extern const ingot_desc ingot_model_desc;
 typedef struct {
     void *data;
     int n_blocks;
+    void *state;              /* n_state_slots x state_bytes_per_seq (ingot_state_alloc); NULL when none */
+    int n_state_slots;
 } ingot_kv;
 
 /* One step. Token i belongs to sequence seq[i] at position pos[i]; a
@@ -66,6 +75,11 @@ typedef struct {
     int n_seqs;
     const int32_t *const *block_tables; /* [n_seqs][ceil(seq_len/INGOT_KV_BLOCK)] */
     const int32_t *seq_len;   /* [n_seqs] length after this step */
+    const int32_t *state_slots;/* [n_seqs] each sequence's slot of recurrent state (distinct, in
+                                  [0, kv->n_state_slots)); read only by models with state_bytes_per_seq
+                                  > 0. A sequence's slot holds what its earlier positions left (a step
+                                  starting at position 0 begins afresh), so a sequence keeps its slot
+                                  from its first step to its last and its steps bring every position */
     int n_logits;             /* rows of logits wanted */
     const int32_t *logit_rows;/* [n_logits] indices of tokens whose next-token logits are wanted */
     float *logits;            /* [n_logits][vocab], written by the step */
@@ -122,6 +136,10 @@ int ingot_model_max_tokens(const ingot_model *m);
  * (host memory: the caller's budget decides). */
 int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen);
 void ingot_kv_release(ingot_model *m, ingot_kv *kv);
+/* Gives kv the recurrent state of n_slots sequences (state_bytes_per_seq each, where the model
+ * computes; nothing when the model has none): 0, or -1 with err filled. ingot_kv_release frees
+ * it with the pool. */
+int ingot_state_alloc(ingot_model *m, ingot_kv *kv, int n_slots, char *err, size_t errlen);
 int ingot_kv_fit_blocks(ingot_model *m, double fraction);
 
 /* Runs one step; returns 0, or -1 with err filled for a batch that breaks the

@@ -252,8 +252,20 @@ const wt_tensor *wt_expect(const wt_file *f, const char *name, int n_dims, const
         if (err) snprintf(err, errlen, "%s: tensor '%s' not found", f->path, name);
         return NULL;
     }
-    int same = t->n_dims == n_dims;
-    for (int i = 0; same && i < n_dims; i++) same = t->shape[i] == shape[i];
+    /* Dimensions of size 1 other than the last are passed over on both sides: the values and
+     * their order are the same (transformers stores a depthwise convolution's weight as
+     * [channels, 1, width], a description reads [channels, width]); the last dimension, the
+     * row length every reader takes from t->shape[n_dims - 1], must match as it is. */
+    int same = t->n_dims == 0 || n_dims == 0 ? t->n_dims == n_dims : t->shape[t->n_dims - 1] == shape[n_dims - 1];
+    for (int i = 0, j = 0; same;) {
+        while (i < t->n_dims - 1 && t->shape[i] == 1) i++;
+        while (j < n_dims - 1 && shape[j] == 1) j++;
+        if (i >= t->n_dims - 1 || j >= n_dims - 1) {
+            same = i >= t->n_dims - 1 && j >= n_dims - 1;
+            break;
+        }
+        same = t->shape[i++] == shape[j++];
+    }
     if (!same) {
         if (err)
             snprintf(err, errlen, "%s: tensor '%s': expected shape %s, found %s", f->path, name,

@@ -153,6 +153,8 @@ static sched_seq *waiting_pop(sched *s) {
 }
 
 static void running_remove(sched *s, int i) {
+    s->free_slots[s->n_free_slots++] = s->running[i]->state_slot;
+    s->running[i]->state_slot = -1;
     s->running[i] = s->running[--s->n_running];
 }
 
@@ -409,6 +411,7 @@ static void admit(sched *s) {
         waiting_pop(s);
         q->admit_order = ++s->admit_counter;
         q->admissions++;
+        q->state_slot = s->free_slots[--s->n_free_slots]; /* one free per place in the running set */
         s->running[s->n_running++] = q;
     }
 }
@@ -705,6 +708,7 @@ static ingot_batch lay_out_batch(sched *s, step_batch *sb) {
         }
         s->b_tables[j] = q->blocks;
         s->b_seq_len[j] = q->n_computed + s->b_count[j];
+        s->b_state_slots[j] = q->state_slot;
         const int completes = q->n_computed + s->b_count[j] - s->b_drafts[j] == q->n_tokens;
         if (q->task == SCHED_EMBED_MEAN) /* every row of the chunk is pooled */
             for (int t = 0; t < s->b_count[j]; t++) s->b_hidden_rows[sb->n_hidden++] = s->b_first[j] + t;
@@ -716,6 +720,7 @@ static ingot_batch lay_out_batch(sched *s, step_batch *sb) {
     }
     return (ingot_batch){.n_tokens = sb->n_tokens, .tokens = s->b_tokens, .pos = s->b_pos, .seq = s->b_seq,
                          .n_seqs = sb->n_slots, .block_tables = s->b_tables, .seq_len = s->b_seq_len,
+                         .state_slots = s->b_state_slots,
                          .n_logits = sb->n_logits, .logit_rows = s->b_rows, .logits = s->logits,
                          .n_hidden = sb->n_hidden, .hidden_rows = s->b_hidden_rows,
                          .hidden = sb->n_hidden ? s->hidden : NULL};
@@ -872,8 +877,14 @@ size_t sched_scratch_bytes(const sched_config *cfg, int model_max_tokens) {
     effective_limits(cfg, model_max_tokens, &B, &R);
     const size_t vocab = (size_t)ingot_model_desc.vocab, dim = (size_t)ingot_model_desc.dim;
     const size_t rows = (size_t)(R + spec_rows_for(cfg, R));
-    return sizeof(float) * (rows * vocab + vocab + (size_t)B * dim) + sizeof(int32_t) * (size_t)(5 * B + 8 * R) +
-           sizeof(int32_t) * rows;
+    return sizeof(float) * (rows * vocab + vocab + (size_t)B * dim) + sizeof(int32_t) * (size_t)(5 * B + 10 * R) +
+           sizeof(int32_t) * rows + ingot_model_desc.state_bytes_per_seq * (size_t)R;
+}
+
+const char *sched_prefix_cache_refusal(void) {
+    return ingot_model_desc.state_bytes_per_seq > 0
+               ? "the model's recurrent layers keep each sequence's state in a slot, not per KV block"
+               : NULL;
 }
 
 sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t errlen) {
@@ -908,12 +919,22 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     if (s->cfg.spec_ngram_min < 1) s->cfg.spec_ngram_min = 1;
     if (s->cfg.spec_ngram_min > s->cfg.spec_ngram_max) s->cfg.spec_ngram_min = s->cfg.spec_ngram_max;
     s->spec_rows = spec_rows_for(&s->cfg, s->cfg.max_running);
+    if (sched_prefix_cache_refusal()) s->cfg.prefix_cache = 0;
+    if (s->cfg.spec != SCHED_SPEC_OFF && ingot_model_desc.state_bytes_per_seq > 0) {
+        snprintf(err, errlen, "speculative decoding needs a model whose every layer caches per position; this one has "
+                 "recurrent layers (a rejected draft would have advanced their state): use --spec off");
+        free(s->stop_ids);
+        free(s);
+        return NULL;
+    }
     if (s->cfg.spec == SCHED_SPEC_DRAFT) {
         const char *why = NULL;
         if (!s->cfg.draft || !s->cfg.draft_model) why = "--spec draft needs a binary built with --draft DRAFT";
         else if (s->cfg.draft->desc->vocab != s->vocab) why = "the draft model's vocabulary differs from the model's";
         else if (ingot_model_desc.kv_window > 0 || s->cfg.draft->desc->kv_window > 0)
             why = "--spec draft does not support sliding-window models";
+        else if (s->cfg.draft->desc->state_bytes_per_seq > 0)
+            why = "the draft model has recurrent layers (a rejected draft would have advanced their state)";
         if (why) {
             snprintf(err, errlen, "%s", why);
             free(s->stop_ids);
@@ -928,11 +949,18 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     }
     const size_t block_bytes = ingot_model_desc.kv_bytes_per_token * INGOT_KV_BLOCK;
     char kv_err[256] = "";
+    const int B = s->cfg.max_batch_tokens, R = s->cfg.max_running;
     if (ingot_kv_alloc(m, &s->kv, s->cfg.kv_blocks, kv_err, sizeof kv_err) != 0) s->kv.data = NULL;
+    else if (ingot_state_alloc(m, &s->kv, R, kv_err, sizeof kv_err) != 0) {
+        ingot_kv_release(m, &s->kv);
+        s->kv.data = NULL;
+    }
     s->blocks = kv_create(s->cfg.kv_blocks, INGOT_KV_BLOCK);
     s->pool = tp_create(s->cfg.n_threads);
-    const int B = s->cfg.max_batch_tokens, R = s->cfg.max_running;
     s->running = calloc((size_t)R, sizeof *s->running);
+    s->free_slots = malloc(sizeof(int) * (size_t)R);
+    for (int i = 0; s->free_slots && i < R; i++) s->free_slots[s->n_free_slots++] = R - 1 - i;
+    s->b_state_slots = malloc(sizeof(int32_t) * (size_t)R);
     s->b_tokens = malloc(sizeof(int32_t) * (size_t)B);
     s->b_pos = malloc(sizeof(int32_t) * (size_t)B);
     s->b_seq = malloc(sizeof(int32_t) * (size_t)B);
@@ -972,7 +1000,7 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->stats.kv_blocks_total = s->cfg.kv_blocks;
-    if (!s->kv.data || !s->blocks || !s->pool || !s->running || !s->b_tokens || !s->b_pos || !s->b_seq ||
+    if (!s->kv.data || !s->blocks || !s->pool || !s->running || !s->free_slots || !s->b_state_slots || !s->b_tokens || !s->b_pos || !s->b_seq ||
         !s->b_rows || !s->b_seq_len || !s->b_tables || !s->b_seqs || !s->b_first || !s->b_count || !s->b_drafts || !s->logits ||
         !s->raw_logits || !s->b_hidden_rows || !s->hidden || !draft_ok || pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         if (kv_err[0]) snprintf(err, errlen, "%s", kv_err);
@@ -1014,6 +1042,8 @@ void sched_destroy(sched *s) {
     free(s->d_row);
     free(s->d_logits);
     free(s->running);
+    free(s->free_slots);
+    free(s->b_state_slots);
     free(s->b_tokens);
     free(s->b_pos);
     free(s->b_seq);

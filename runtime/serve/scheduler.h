@@ -153,7 +153,14 @@ typedef struct sched sched;
  * rows of a step, the step's index arrays): for memory budgets. */
 size_t sched_scratch_bytes(const sched_config *cfg, int model_max_tokens);
 
-/* Starts the scheduler thread; NULL and err filled on failure. */
+/* Why the prefix cache serves no prompt of this model, or NULL when it does: a model with
+ * recurrent layers carries each sequence's state in a slot, not per KV block, so a prompt cannot
+ * resume from cached blocks. sched_create turns the cache off for it. */
+const char *sched_prefix_cache_refusal(void);
+
+/* Starts the scheduler thread; NULL and err filled on failure. A model with recurrent layers gets a
+ * state slot per running sequence; speculative decoding is refused for it (a rejected draft would
+ * have advanced the state). */
 sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t errlen);
 /* Stops the thread (in-flight requests end with SCHED_FINISH_CANCELLED) and frees everything. */
 void sched_destroy(sched *s);

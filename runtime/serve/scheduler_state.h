@@ -25,6 +25,7 @@ typedef struct sched_seq {
     int cached_tokens;   /* prompt tokens served from the prefix cache (first admission) */
     int admissions;
     uint64_t admit_order;
+    int state_slot;      /* its slot of recurrent state while running (models with state_bytes_per_seq) */
     samp_sampler sampler;
     int top_logprobs, ignore_eos;
     sched_task task;
@@ -74,10 +75,12 @@ struct sched {
     int n_waiting;
     sched_seq **running;
     int n_running;
+    int *free_slots;         /* state slots no running sequence holds, [max_running] */
+    int n_free_slots;
     uint64_t admit_counter;
 
     /* step buffers */
-    int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_seq_len;
+    int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_seq_len, *b_state_slots;
     const int32_t **b_tables;
     sched_seq **b_seqs;       /* per sequence slot in the batch */
     int *b_first, *b_count;   /* per slot: first token index, token count */

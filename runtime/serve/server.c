@@ -280,6 +280,11 @@ static int load_draft(server *s, const srv_draft *draft, sched_config *sc) {
 /* The scheduler's thread over the planned KV pool, and the grammar vocabulary it masks with. */
 static int start_scheduler(server *s, const srv_draft *draft, const srv_mem_plan *mp) {
     const char *name = ingot_model_desc.name;
+    const char *no_prefix_cache = sched_prefix_cache_refusal();
+    if (s->cfg.prefix_cache && no_prefix_cache) {
+        s->cfg.prefix_cache = 0;
+        fprintf(stderr, "%s: prefix cache off: %s\n", name, no_prefix_cache);
+    }
     sched_config sc = {.n_threads = s->n_threads, .kv_blocks = mp->kv_blocks, .max_batch_tokens = mp->batch_tokens,
                        .max_running = s->cfg.max_running, .prefix_cache = s->cfg.prefix_cache,
                        .max_waiting = s->cfg.max_waiting, .notify = srv_notify, .notify_user = s,

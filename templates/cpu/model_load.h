@@ -91,6 +91,8 @@ static size_t model_kv_bytes(int n_blocks) {
 int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen) {
     (void)m;
     kv->n_blocks = n_blocks;
+    kv->state = NULL; /* ingot_state_alloc, after this */
+    kv->n_state_slots = 0;
     /* huge pages: attention streams the KV of every position it reads */
     kv->data = n_blocks > 0 ? ha_alloc(model_kv_bytes(n_blocks)) : NULL;
     if (!kv->data) {
@@ -104,6 +106,23 @@ void ingot_kv_release(ingot_model *m, ingot_kv *kv) {
     (void)m;
     ha_free(kv->data, model_kv_bytes(kv->n_blocks));
     kv->data = NULL;
+    free(kv->state);
+    kv->state = NULL;
+    kv->n_state_slots = 0;
+}
+int ingot_state_alloc(ingot_model *m, ingot_kv *kv, int n_slots, char *err, size_t errlen) {
+    (void)m;
+    free(kv->state);
+    kv->state = NULL;
+    kv->n_state_slots = 0;
+    if (STATE_FLOATS == 0) return 0;
+    if (n_slots < 1 || !(kv->state = calloc((size_t)n_slots * STATE_FLOATS, sizeof(float)))) {
+        snprintf(err, errlen, "out of memory for the recurrent state of %d sequences (%zu bytes each)", n_slots,
+                 sizeof(float) * (size_t)STATE_FLOATS);
+        return -1;
+    }
+    kv->n_state_slots = n_slots;
+    return 0;
 }
 int ingot_kv_fit_blocks(ingot_model *m, double fraction) { (void)m; (void)fraction; return 0; }
 #endif
@@ -123,6 +142,39 @@ size_t ingot_model_scratch_bytes(const ingot_model *m) {
     return bytes;
 }
 int ingot_model_max_tokens(const ingot_model *m) { (void)m; return STEP_TOKENS; }
+
+/* A model with recurrent state reads a sequence's earlier tokens of the step or its slot: each
+ * sequence needs a slot of its own, and its tokens contiguous at consecutive positions. */
+static int model_check_states(const ingot_kv *kv, const ingot_batch *b, char *err, size_t errlen) {
+    if (!kv->state || !b->state_slots) {
+        snprintf(err, errlen, "this model has recurrent layers: the batch needs state slots (ingot_state_alloc)");
+        return -1;
+    }
+    for (int s = 0; s < b->n_seqs; s++) {
+        if (b->state_slots[s] < 0 || b->state_slots[s] >= kv->n_state_slots) {
+            snprintf(err, errlen, "sequence %d: state slot %d out of range (%d)", s, b->state_slots[s], kv->n_state_slots);
+            return -1;
+        }
+        for (int r = 0; r < s; r++)
+            if (b->state_slots[r] == b->state_slots[s]) {
+                snprintf(err, errlen, "sequences %d and %d share state slot %d", r, s, b->state_slots[s]);
+                return -1;
+            }
+    }
+    unsigned char seen[b->n_seqs];
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < b->n_tokens; i++) {
+        const int s = b->seq[i];
+        const int continues = i > 0 && b->seq[i - 1] == s;
+        if ((seen[s] && !continues) || (continues && b->pos[i] != b->pos[i - 1] + 1)) {
+            snprintf(err, errlen, "token %d: a sequence's tokens must be contiguous at consecutive positions "
+                     "(the model has recurrent layers)", i);
+            return -1;
+        }
+        seen[s] = 1;
+    }
+    return 0;
+}
 
 /* Checks a batch against the contract of model_api.h before any kernel runs,
  * so a bad batch is an error, never an out-of-bounds access. */
@@ -200,5 +252,5 @@ static int model_check_batch(const ingot_kv *kv, const ingot_batch *b, const tp_
             return -1;
         }
     }
-    return 0;
+    return STATE_FLOATS > 0 ? model_check_states(kv, b, err, errlen) : 0;
 }

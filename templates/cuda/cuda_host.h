@@ -628,6 +628,8 @@ extern "C" int cu_kv_alloc(cu_model* d, ingot_kv* kv, int n_blocks, char* err, s
   const size_t bytes = (size_t)n_blocks * INGOT_KV_BLOCK * ingot_model_desc.kv_bytes_per_token;
   kv->n_blocks = n_blocks;
   kv->data = NULL;
+  kv->state = NULL;
+  kv->n_state_slots = 0;
   cudaError_t e = n_blocks > 0 ? cudaMalloc(&kv->data, bytes) : cudaErrorInvalidValue;
   if (e == cudaSuccess) e = cudaMemset(kv->data, 0, bytes);
   if (e != cudaSuccess) {

@@ -12,6 +12,7 @@
 #include "kc_matmul.h"
 #include "kc_ops.h"
 #include "kc_head_linear.h"
+#include "kc_conv.h"
 #include "kc_quant.h"
 #include "threadpool.h"
 
@@ -275,6 +276,76 @@ static void test_layernorm(void) {
         free(x);
     }
     check(bad == 0, "kc_layernorm against long double, %d values: %d outside the bound", cases, bad);
+}
+
+/* ---- causal convolution with per-sequence state ---- */
+/* Three sequences fed in random chunks, several in one step (each contiguous, in a random
+ * order), as the scheduler lays them out: every output row equals the convolution over the
+ * sequence's whole history computed directly in long double, within a few f32 ulps of the sum of
+ * |terms|. A state that is not carried, carried from the wrong rows or shifted wrongly misses. */
+static void test_causal_conv(void) {
+    enum { SEQS = 3, LEN = 40, MAXN = 40 };
+    int bad = 0, cases = 0;
+    for (int rep = 0; rep < 60; rep++) {
+        const int n = 1 + (rep * 13) % MAXN, width = 2 + rep % 4, with_bias = rep % 2;
+        static float hist[SEQS][LEN][MAXN], w[MAXN * 5], bias[MAXN], state[SEQS][4 * MAXN];
+        static float x[SEQS * 8 * MAXN], y[SEQS * 8][MAXN]; /* x: the step's input rows, n apart */
+        for (int i = 0; i < n * width; i++) w[i] = rndf();
+        for (int i = 0; i < n; i++) bias[i] = rndf() * 0.3f;
+        for (int s = 0; s < SEQS; s++)
+            for (int p = 0; p < LEN; p++)
+                for (int i = 0; i < n; i++) hist[s][p][i] = rndf();
+        for (int s = 0; s < SEQS; s++)
+            for (int i = 0; i < 4 * MAXN; i++) state[s][i] = 1e6f; /* a fresh slot holds garbage */
+        int done[SEQS] = {0};
+        while (done[0] < LEN || done[1] < LEN || done[2] < LEN) {
+            int order[SEQS] = {0, 1, 2}, seq[SEQS * 8], pos[SEQS * 8], T = 0;
+            for (int k = SEQS - 1; k > 0; k--) {
+                const int j = (int)((uint32_t)rnd() % (uint32_t)(k + 1)), t = order[k];
+                order[k] = order[j], order[j] = t;
+            }
+            for (int k = 0; k < SEQS; k++) {
+                const int s = order[k], left = LEN - done[s];
+                const int c = left < 1 ? 0 : 1 + (int)((uint32_t)rnd() % (uint32_t)(left < 8 ? left : 8));
+                for (int j = 0; j < c; j++, T++) {
+                    seq[T] = s, pos[T] = done[s] + j;
+                    memcpy(x + (size_t)T * n, hist[s][pos[T]], sizeof(float) * (size_t)n);
+                }
+            }
+            for (int t = 0; t < T; t++) {
+                int back = 0;
+                while (back < width - 1 && t - back > 0 && seq[t - back - 1] == seq[t]) back++;
+                kc_causal_conv_row(x, t, back, pos[t], state[seq[t]], w, with_bias ? bias : NULL, n, width,
+                                   y[t]);
+            }
+            for (int t = 0; t < T; t++) {
+                if (t + 1 < T && seq[t + 1] == seq[t]) continue;
+                int count = 1;
+                while (count < width - 1 && t - count >= 0 && seq[t - count] == seq[t]) count++;
+                kc_causal_conv_keep(x, t, count, pos[t], state[seq[t]], n, width);
+            }
+            for (int t = 0; t < T; t++) {
+                const int s = seq[t];
+                for (int i = 0; i < n; i++, cases++) {
+                    long double want = with_bias ? bias[i] : 0, mag = with_bias ? fabsf(bias[i]) : 0;
+                    for (int k = 0; k < width; k++) {
+                        const int p = pos[t] - (width - 1) + k;
+                        if (p < 0) continue;
+                        want += (long double)w[i * width + k] * hist[s][p][i];
+                        mag += fabsl((long double)w[i * width + k] * hist[s][p][i]);
+                    }
+                    if (!(fabsl(y[t][i] - want) <= mag * (width + 2) * 0x1p-24 + 1e-30)) {
+                        if (bad++ < 5) printf("  causal_conv n=%d width=%d seq %d pos %d [%d]: got %.9g want %.9Lg\n", n,
+                                              width, s, pos[t], i, y[t][i], want);
+                    }
+                }
+            }
+            for (int s = 0; s < SEQS; s++)
+                for (int t = 0; t < T; t++) done[s] += seq[t] == s;
+        }
+    }
+    check(bad == 0, "kc_causal_conv_row/keep over random chunks of 3 sequences against long double, %d values: %d "
+          "outside the bound", cases, bad);
 }
 
 /* ---- activation quantization ---- */
@@ -935,6 +1006,7 @@ int main(void) {
     test_half();
     test_activation_rows();
     test_layernorm();
+    test_causal_conv();
     test_quantize();
     test_embed();
     test_matmul();

@@ -17,7 +17,8 @@
  * request (progress: a deadline catches a stall), give every request its
  * expected tokens and finish reason, and return every block: none in use once
  * all requests are done. tests/c/test_scheduler_window.c includes this file
- * with KV_WINDOW set.
+ * with KV_WINDOW set, tests/c/test_scheduler_state.c with RECURRENT set (the
+ * same hash, kept running in each sequence's state slot).
  */
 #include "scheduler.h"
 
@@ -31,6 +32,15 @@
 #ifndef KV_WINDOW
 #define KV_WINDOW 0
 #endif
+#ifndef RECURRENT
+#define RECURRENT 0
+#endif
+
+/* What a recurrent model keeps per sequence: the hash of positions [0, next_pos). */
+typedef struct {
+    uint32_t hash;
+    int next_pos;
+} seq_state;
 
 enum { VOCAB = 48, MAX_CTX = 192, MAX_STEP = 64, STOP_TOKEN = 0, DIM = 4 };
 
@@ -39,7 +49,7 @@ const ingot_desc ingot_model_desc = {
     .name = "hash-model", .arch = "test", .backend = "cpu", .source = "", .source_format = "none",
     .fused = 1, .dim = DIM, .n_layers = 1, .n_heads = 1, .n_kv_heads = 1, .head_dim = 1, .ffn_dim = 1,
     .vocab = VOCAB, .max_ctx = MAX_CTX, .weight_dtypes = "", .kv_bytes_per_token = sizeof(int32_t),
-    .kv_window = KV_WINDOW, .kernels_per_step = 1, .n_kernel_kinds = 1, .kernel_names = KERNEL_NAMES,
+    .kv_window = KV_WINDOW, .state_bytes_per_seq = RECURRENT ? sizeof(seq_state) : 0, .kernels_per_step = 1, .n_kernel_kinds = 1, .kernel_names = KERNEL_NAMES,
     .generator = "test",
 };
 void (*ingot_moe_observer)(int, int, int, const int32_t *);
@@ -68,22 +78,42 @@ void ingot_kv_release(ingot_model *m, ingot_kv *kv) {
     (void)m;
     free(kv->data);
     kv->data = NULL;
+    free(kv->state);
+    kv->state = NULL;
+}
+
+int ingot_state_alloc(ingot_model *m, ingot_kv *kv, int n_slots, char *err, size_t errlen) {
+    (void)m;
+    (void)err;
+    (void)errlen;
+    kv->state = NULL;
+    kv->n_state_slots = 0;
+    if (!RECURRENT) return 0;
+    seq_state *st = malloc(sizeof(seq_state) * (size_t)n_slots);
+    if (!st) return -1;
+    /* poison: a slot read before its sequence's first step gives a wrong token */
+    for (int i = 0; i < n_slots; i++) st[i] = (seq_state){.hash = 12345u, .next_pos = -7};
+    kv->state = st;
+    kv->n_state_slots = n_slots;
+    return 0;
 }
 
 static uint32_t mix(uint32_t h, int32_t v) { return (h ^ (uint32_t)v) * 16777619u; }
+static const uint32_t HASH_BASIS = 2166136261u;
 
-/* The next token after positions [first, last] holding ids. */
-static int next_token(const int32_t *ids, int first, int last) {
-    uint32_t h = 2166136261u;
-    for (int p = first; p <= last; p++) h = mix(h, ids[p]);
+static int token_of_hash(uint32_t h) {
     h ^= h >> 13;
     return (int)(h % VOCAB);
 }
 
-/* The "final hidden state" at the last of positions [first, last]: DIM values in [-1, 1). */
-static void hidden_state(const int32_t *ids, int first, int last, float *out) {
-    uint32_t h = 2166136261u;
+/* The next token after positions [first, last] holding ids. */
+static int next_token(const int32_t *ids, int first, int last) {
+    uint32_t h = HASH_BASIS;
     for (int p = first; p <= last; p++) h = mix(h, ids[p]);
+    return token_of_hash(h);
+}
+
+static void hidden_of_hash(uint32_t h, float *out) {
     for (int d = 0; d < DIM; d++) {
         h = mix(h, d + 1000);
         h ^= h >> 15;
@@ -91,10 +121,51 @@ static void hidden_state(const int32_t *ids, int first, int last, float *out) {
     }
 }
 
+/* The "final hidden state" at the last of positions [first, last]: DIM values in [-1, 1). */
+static void hidden_state(const int32_t *ids, int first, int last, float *out) {
+    uint32_t h = HASH_BASIS;
+    for (int p = first; p <= last; p++) h = mix(h, ids[p]);
+    hidden_of_hash(h, out);
+}
+
 static int first_visible(int pos) { return KV_WINDOW > 0 && pos - KV_WINDOW + 1 > 0 ? pos - KV_WINDOW + 1 : 0; }
 
 static void contract_error(ingot_model *m, const char *fmt, int a, int b) {
     if (m->contract_errors++ == 0) snprintf(m->first_error, sizeof m->first_error, fmt, a, b);
+}
+
+/* The recurrent model's outputs: each token advances its sequence's hash in the sequence's
+ * slot, which must hold the position before it (or the token is at position 0). */
+static int recurrent_outputs(ingot_model *m, ingot_kv *kv, const ingot_batch *b) {
+    seq_state *states = kv->state;
+    uint32_t after[MAX_STEP];
+    if (!states || !b->state_slots) {
+        contract_error(m, "no state slots (%d of %d)", b->state_slots != NULL, kv->n_state_slots);
+        return 0;
+    }
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int r = 0; r < s; r++)
+            if (b->state_slots[r] == b->state_slots[s]) contract_error(m, "sequences %d and %d share a slot", r, s);
+    for (int i = 0; i < b->n_tokens; i++) {
+        const int slot = b->state_slots[b->seq[i]], pos = b->pos[i];
+        if (slot < 0 || slot >= kv->n_state_slots) {
+            contract_error(m, "token %d: state slot %d out of range", i, slot);
+            continue;
+        }
+        seq_state *st = &states[slot];
+        if (pos != 0 && st->next_pos != pos) contract_error(m, "a slot holding position %d is given position %d",
+                                                            st->next_pos, pos);
+        st->hash = mix(pos == 0 ? HASH_BASIS : st->hash, b->tokens[i]);
+        st->next_pos = pos + 1;
+        after[i] = st->hash;
+    }
+    for (int k = 0; k < b->n_logits; k++) {
+        float *row = b->logits + (size_t)k * VOCAB;
+        const int t = token_of_hash(after[b->logit_rows[k]]);
+        for (int v = 0; v < VOCAB; v++) row[v] = v == t ? 1.0f : 0.0f;
+    }
+    for (int k = 0; k < b->n_hidden; k++) hidden_of_hash(after[b->hidden_rows[k]], b->hidden + (size_t)k * DIM);
+    return 0;
 }
 
 /* A scenario whose shape matters (which request gets preempted) must not
@@ -133,6 +204,7 @@ int ingot_forward(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *p
         }
         cells[blk * INGOT_KV_BLOCK + pos % INGOT_KV_BLOCK] = b->tokens[i];
     }
+    if (RECURRENT) return recurrent_outputs(m, kv, b);
     for (int k = 0; k < b->n_logits; k++) {
         const int i = b->logit_rows[k], s = b->seq[i], pos = b->pos[i];
         int32_t seen[MAX_CTX];
