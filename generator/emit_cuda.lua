@@ -46,7 +46,8 @@ function emit.check_dtypes(weights)
         w.dtype, w.tensor or w.logical))
     end
     -- the matmul kernels read a float row in slices of 8 (ig_row_multiple): every released model's widths are
-    if #w.shape == 2 and DT_BYTES[w.dtype][1] == 1 and w.dtype ~= "i32" and w.shape[2] % 8 ~= 0 then
+    -- (a convolution's taps, w.f32, are read one by one)
+    if #w.shape == 2 and DT_BYTES[w.dtype][1] == 1 and w.dtype ~= "i32" and not w.f32 and w.shape[2] % 8 ~= 0 then
       util.die(string.format("not supported on CUDA: weight %s (tensor %s) has rows of %d, not a multiple of 8; build "
         .. "with --backend cpu", w.logical, w.tensor or w.logical, w.shape[2]))
     end
@@ -176,6 +177,42 @@ local function rows_kernel(ctx, s, nodes)
   for _, l in ipairs(row_block(ctx, s, nodes, "t", NT, "    ")) do L[#L + 1] = l end
   L[#L + 1] = "}"
   return with_scratch((table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end)))
+end
+
+-- A causal convolution (kernels/cuda/conv.cuh): a kernel of output rows, one block per row, each
+-- reading its sequence's earlier rows of the step or the sequence's state from before it; then a
+-- kernel that rewrites each sequence's state, run by the block of the sequence's last token. The
+-- state's offset in a sequence's slot comes with the launch (kvl), so every layer of the same
+-- shape shares the bodies.
+local function conv_kernels(ctx, s, n)
+  local NT, W, K = emit.ROWS_NT, n.width, n.attrs.width
+  local x, out = s.buf(n.inputs[1].node), s.buf(n)
+  local bias = n.inputs[3] and "(const float *)" .. s.weight(n.inputs[3]) or "nullptr"
+  local state = "st.state + (long long)st.state_slots[st.seq[t]] * STATE_FLOATS + kvl"
+  local rows = {
+    string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", NT),
+    "    (void)nt;",
+    "    const int t = t0 + blockIdx.x; /* one block per row */",
+    "    int back = 0; /* the sequence's tokens before t in this step, up to the kernel's width - 1 */",
+    string.format("    while (back < %d && t - back > 0 && st.seq[t - back - 1] == st.seq[t]) back++;", K - 1),
+    "    " .. emit_c.src(ctx, n),
+    string.format("    ig_row_causal_conv<%d, %d>(%s, t, back, st.pos[t], %s, (const float *)%s, %s, %s);", W, K, x, state,
+      s.weight(n.inputs[2]), bias, row(out, "t", W)),
+    "}",
+  }
+  local keep = {
+    string.format("extern \"C\" __global__ void __launch_bounds__(%d) @NAME@(@PARAMS@) {", NT),
+    "    (void)nt;",
+    "    const int t = t0 + blockIdx.x; /* one block per row: the sequence's last token keeps its state */",
+    "    if (t + 1 < st.n_tokens && st.seq[t + 1] == st.seq[t]) return;",
+    "    int count = 1;",
+    string.format("    while (count < %d && t - count >= 0 && st.seq[t - count] == st.seq[t]) count++;", K - 1),
+    "    " .. emit_c.src(ctx, n) .. " /* its last inputs: the sequence's state */",
+    string.format("    ig_row_causal_conv_keep<%d, %d>(%s, t, count, st.pos[t], %s);", W, K, x, state),
+    "}",
+  }
+  local function text(L) return (table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end)) end
+  return text(rows), text(keep)
 end
 
 -- The folded prologue of a matmul kernel: comments for the gathered rows and the RMSNorm, and
@@ -413,7 +450,12 @@ function emit.kernels(ctx, groups, final_node)
         MM_WARPS = emit.MM_WARPS, ROWS_NT = emit.ROWS_NT})
     elseif grp.kind == "conv" then
       local n = grp.ops[1]
-      util.die(string.format("%s:%d: error: op '%s' has no CUDA emitter (generator/emit_cuda.lua)", ctx.desc_path, n.line, n.op))
+      local rows_k, keep_k = conv_kernels(ctx, s, n)
+      local name = kernel_name(grp, grp.ops)
+      local k1 = add_kernel(rows_k, name, grp.ops, "rows")
+      local k2 = add_kernel(keep_k, name .. "_keep", grp.ops, "rows")
+      calls[#calls + 1] = {grp = grp, slots = s, kind = "conv", kernel = k1, keep = k2, kv_layer = n.attrs.state_offset,
+                           decode_kernels = {k1.name, k2.name}}
     else
       local n = grp.ops[1]
       calls[#calls + 1] = {grp = grp, slots = s, kind = "attention", node = n, plan = attention_plan(n.attrs),
@@ -476,6 +518,8 @@ function emit.call(ctx, c, kid)
   end
   if c.kind == "rows" then
     return {"    " .. rows_launch(c.kernel, s)}
+  elseif c.kind == "conv" then -- every row, then the states (after every row read them)
+    return {"    " .. rows_launch(c.kernel, s), "    " .. rows_launch(c.keep, s)}
   elseif c.kind == "matmul" then
     local blocks = (c.rows_out + emit.MM_WARPS - 1) // emit.MM_WARPS
     local one, many = kid(c.kernel)
@@ -591,7 +635,8 @@ function emit.decode_cost(calls, kv_bytes_per_pos, ctx_len)
 end
 
 local HEADERS = {"common.cuh", "embed.cuh", "norm.cuh", "rope_kv.cuh", "elementwise.cuh", "gemv_q.cuh", "gemm_q.cuh",
-                 "pack.cuh", "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh", "moe.cuh", "head_linear.cuh"}
+                 "pack.cuh", "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh", "moe.cuh", "head_linear.cuh",
+                 "conv.cuh"}
 
 -- The distinct cuBLASLt GEMM shapes (weight type, IN, OUT, bias) of the calls, each linear's index
 -- into them in call.lt.shape_ids, and the bytes per token of the largest packed X.
@@ -674,6 +719,8 @@ function emit.files(ctx, env, calls, kernels, aux)
   K[#K + 1] = ""
   K[#K + 1] = string.format("#define N_KV_LAYERS %d", env.n_kv_layers)
   K[#K + 1] = string.format("#define BT_STRIDE %d /* block-table entries per sequence: MAX_CTX / %d */", bt_stride, 16)
+  K[#K + 1] = string.format("#define STATE_FLOATS %d /* one sequence's recurrent state (causal convolutions' last inputs) */",
+    env.state_floats)
   K[#K + 1] = [[
 
 // One step, as the kernels see it: device arrays of the batch (ingot_batch on the device).
@@ -689,6 +736,8 @@ struct ig_step {
   int n_blocks;
   const float *rope;                  // [MAX_CTX][ROPE_DIM/2][2] cos, sin
   unsigned *done;                     // blocks finished, for the last-block epilogues
+  float *state;                       // recurrent state, STATE_FLOATS per slot (null without one)
+  const int *state_slots;             // [n_seqs]: each sequence's state slot
   int n_tokens, n_logits, n_hidden, n_seqs;
 };
 ]]
@@ -769,7 +818,7 @@ struct ig_step {
       local p = call.plan
       launch_names[#launch_names + 1] = p.decode and lib[call.k_decode - lib_base + 1] or
         (p.prefill_bq and lib[call.k_prefill - lib_base + 1] or lib[call.k_rows - lib_base + 1])
-    elseif call.kind == "moe" then
+    elseif call.decode_kernels then -- moe, conv: several launches
       for _, nm in ipairs(call.decode_kernels) do launch_names[#launch_names + 1] = nm end
     else
       launch_names[#launch_names + 1] = call.kernel.name .. (call.kind == "matmul" and "<1>" or "")
@@ -810,10 +859,20 @@ struct ig_step {
   if #order == 1 then per_layer = string.format("%d per layer", order[1])
   else
     local parts = {}
+    -- the layers as runs of consecutive numbers: "0-3", "0, 2-3" (hybrids interleave their kinds)
+    local function runs(ls)
+      local out, i = {}, 1
+      while i <= #ls do
+        local j = i
+        while j < #ls and ls[j + 1] == ls[j] + 1 do j = j + 1 end
+        out[#out + 1] = j - i >= 2 and (ls[i] .. "-" .. ls[j]) or table.concat(ls, ", ", i, j)
+        i = j + 1
+      end
+      return table.concat(out, ", ")
+    end
     for _, n in ipairs(order) do
       local ls = counts[n]
-      parts[#parts + 1] = string.format("%d per layer (%s %s)", n, #ls == 1 and "layer" or "layers",
-        #ls > 2 and (ls[1] .. "-" .. ls[#ls]) or table.concat(ls, ", "))
+      parts[#parts + 1] = string.format("%d per layer (%s %s)", n, #ls == 1 and "layer" or "layers", runs(ls))
     end
     per_layer = table.concat(parts, ", ")
   end

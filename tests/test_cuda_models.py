@@ -212,7 +212,8 @@ FAMILIES = [pytest.param("qwen2_gqa", marks=BREADTH), pytest.param("llama_bias",
             pytest.param("qwen3_hd24", marks=BREADTH), "gemma2_gqa", "phi3_gqa", "mistral_4h2kv_sw16",
             pytest.param("mixtral_4e_top2", marks=BREADTH), pytest.param("mixtral_8e_top2", marks=BREADTH),
             "olmo2_bias", pytest.param("granite_bias", marks=BREADTH), pytest.param("smollm3_list", marks=BREADTH),
-            "qwen3moe_16e_top4", "gemma3_gqa", "gptneox_serial_odd", pytest.param("gptneox_parallel", marks=BREADTH)]
+            "qwen3moe_16e_top4", "gemma3_gqa", "gptneox_serial_odd", pytest.param("gptneox_parallel", marks=BREADTH),
+            "lfm2_bias", pytest.param("lfm2_hybrid", marks=BREADTH)]
 FAMILY_DIR = ROOT / "tests" / "fixtures" / "families"
 
 
@@ -225,7 +226,8 @@ def test_cudasim_families_match_cpu(built, tmp_path, family):
     per-expert GEMV in chunks and decode), post-norms and full-width q/k norms (OLMo 2), scaled
     embedding, branches and logits (Granite), layers without RoPE (SmolLM3), 16 experts top-4
     without renormalization beside dense layers (Qwen3-MoE), LayerNorm, exact GELU and an odd
-    partial rotary width (GPT-NeoX): the same descriptions through the CUDA emitter."""
+    partial rotary width (GPT-NeoX), short convolutions whose state each sequence carries across
+    the chunks and decode steps (LFM2): the same descriptions through the CUDA emitter."""
     model = FAMILY_DIR / family
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     toks = [(7 * i + 3) % (vocab - 1) + 1 for i in range(32)]

@@ -10,6 +10,7 @@ The tiny model keeps these fast; the SmolLM2 variant runs 32 real prompts.
 """
 import json
 import random
+import subprocess
 
 import pytest
 
@@ -131,3 +132,27 @@ def test_randomized_progress_and_blocks_return(built, program):
     r = run([built / "tests" / program])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " 0 failed" in r.stdout
+
+
+def test_recurrent_state_batch_invariance_lfm2(tmp_path, built):
+    """LFM2 (short convolutions whose last inputs are each sequence's state, in a slot of its own):
+    24 requests sharing steps in a pool small enough to preempt, with prompts in chunks of at
+    most 16 tokens, return exactly what each returns alone; the prefix cache is off for such a
+    model (no hit although every prompt shares its first 40 tokens) and says why."""
+    from modelbuild import FIXTURES
+    binary = build(FIXTURES / "families" / "lfm2_hybrid", "f-lfm2_hybrid")
+    rng = random.Random(7)
+    shared = [rng.randrange(1, 480) for _ in range(40)]
+    reqs = [{"prompt": shared + [rng.randrange(1, 480) for _ in range(rng.randrange(1, 30))],
+             "max_tokens": rng.randrange(8, 40), "ignore_eos": True, "temperature": 0.8 if i % 3 else 0.0, "seed": i}
+            for i in range(24)]
+    together, stats = run_batch(binary, reqs, "--kv-blocks", "12", "--max-batch-tokens", "16", tmp_path=tmp_path)
+    alone = solo(binary, reqs, tmp_path)
+    assert stats["preemptions"] > 0 and stats["prefix_hit_tokens"] == 0
+    for i, (t, a) in enumerate(zip(together, alone)):
+        assert t["tokens"] == a and len(a) == reqs[i]["max_tokens"], f"request {i} differs when batched"
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(reqs[0]) + "\n")
+    r = subprocess.run([str(binary), "batch", "-f", str(one), "--spec", "ngram"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and "recurrent layers" in r.stderr, r.stderr

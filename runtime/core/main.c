@@ -231,6 +231,9 @@ static int cmd_info(const cli_common *c, int load) {
     printf("KV cache:        %zu bytes/token (%s), %.1f MiB for the full context of one sequence\n",
            d->kv_bytes_per_token, d->kv_dtype, (double)d->kv_bytes_per_token * d->max_ctx / (1 << 20));
     printf("KV per layer:    %s\n", d->kv_layout);
+    if (d->state_bytes_per_seq > 0)
+        printf("recurrent state: %zu bytes per sequence (%s), held in a slot per running sequence; no prefix "
+               "cache, no speculative decoding\n", d->state_bytes_per_seq, d->state_layout);
     printf("scratch arena:   %zu bytes/token of a step\n", d->arena_bytes_per_token);
     printf("kernels:         %d launches per %s, %d distinct\n", d->kernels_per_step,
            strcmp(d->backend, "cpu") ? "decode step" : "step (decode or prefill)", d->n_kernel_kinds);

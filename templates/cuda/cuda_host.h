@@ -79,11 +79,12 @@ struct cu_model {
   } graphs[IG_MAX_GRAPHS];
   int n_graphs, use_graphs;
   void* graph_kv; // the KV pool the graphs were captured with (its pointer is a kernel argument)
+  void* graph_state; // and the recurrent state
   long long steps, graph_replays; // INGOT_CUDA_STATS=1 prints them at exit
 };
 
 enum { META_TOKENS, META_POS, META_SEQ, META_LOGIT_ROWS, META_HIDDEN_ROWS, META_TOK0, META_POS0, META_NTOK, META_DEC_POS,
-       META_ARRAYS };
+       META_STATE_SLOT, META_ARRAYS };
 #define META_INTS ((size_t)META_ARRAYS * MAX_TOKENS + (size_t)MAX_TOKENS * BT_STRIDE)
 
 template <class T> struct ig_same { typedef T type; };
@@ -646,6 +647,30 @@ extern "C" void cu_kv_release(cu_model* d, ingot_kv* kv) {
   (void)d;
   if (kv->data) cudaFree(kv->data);
   kv->data = NULL;
+  if (kv->state) cudaFree(kv->state);
+  kv->state = NULL;
+  kv->n_state_slots = 0;
+}
+
+// The recurrent state of n_slots sequences on the device (nothing for a model without one).
+extern "C" int cu_state_alloc(cu_model* d, ingot_kv* kv, int n_slots, char* err, size_t errlen) {
+  (void)d;
+  if (kv->state) cudaFree(kv->state);
+  kv->state = NULL;
+  kv->n_state_slots = 0;
+  if (STATE_FLOATS == 0) return 0;
+  const size_t bytes = sizeof(float) * (size_t)STATE_FLOATS * (size_t)(n_slots > 0 ? n_slots : 0);
+  cudaError_t e = n_slots > 0 ? cudaMalloc(&kv->state, bytes) : cudaErrorInvalidValue;
+  if (e == cudaSuccess) e = cudaMemset(kv->state, 0, bytes);
+  if (e != cudaSuccess) {
+    if (kv->state) cudaFree(kv->state);
+    kv->state = NULL;
+    snprintf(err, errlen, "device memory for the recurrent state of %d sequences (%zu bytes): %s", n_slots, bytes,
+             cudaGetErrorString(e));
+    return -1;
+  }
+  kv->n_state_slots = n_slots;
+  return 0;
 }
 
 extern "C" int cu_kv_fit_blocks(cu_model* d, size_t block_bytes, double fraction) {
@@ -682,6 +707,7 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
     const int nb = (b->seq_len[s] + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
     memcpy(bt + (size_t)s * BT_STRIDE, b->block_tables[s], sizeof(int) * (size_t)nb);
     h[META_DEC_POS * MAX_TOKENS + s] = b->seq_len[s] - 1;
+    h[META_STATE_SLOT * MAX_TOKENS + s] = b->state_slots ? b->state_slots[s] : 0;
     if (ntok[s] > si.max_ntok) si.max_ntok = ntok[s];
     if (b->seq_len[s] > si.max_len) si.max_len = b->seq_len[s];
   }
@@ -718,6 +744,8 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   st.n_blocks = kv->n_blocks;
   st.rope = d->rope;
   st.done = d->done;
+  st.state = (float*)kv->state;
+  st.state_slots = d->meta + META_STATE_SLOT * MAX_TOKENS;
   st.n_tokens = T;
   st.n_logits = L;
   st.n_hidden = H;
@@ -729,10 +757,11 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   // pointer is part of the arguments: graphs are dropped when it changes. A captured graph holds the
   // launches of a step in which every token wants logits and none a hidden row (what a decode step
   // of generation is); any other step runs launch by launch.
-  if (d->graph_kv != kv->data) {
+  if (d->graph_kv != kv->data || d->graph_state != kv->state) {
     for (int i = 0; i < d->n_graphs; i++) cudaGraphExecDestroy(d->graphs[i].exec);
     d->n_graphs = 0;
     d->graph_kv = kv->data;
+    d->graph_state = kv->state;
   }
   const bool graphable = d->use_graphs && si.decode_only && L == T && H == 0 &&
                          (si.splits == 1 || si.chunk == IG_ATTN_CHUNK) &&
