@@ -142,8 +142,8 @@ def test_recurrent_state_batch_invariance_lfm2(tmp_path, built):
     from modelbuild import FIXTURES
     binary = build(FIXTURES / "families" / "lfm2_hybrid", "f-lfm2_hybrid")
     rng = random.Random(7)
-    shared = [rng.randrange(1, 480) for _ in range(40)]
-    reqs = [{"prompt": shared + [rng.randrange(1, 480) for _ in range(rng.randrange(1, 30))],
+    shared = [rng.randrange(1, 320) for _ in range(40)]
+    reqs = [{"prompt": shared + [rng.randrange(1, 320) for _ in range(rng.randrange(1, 30))],
              "max_tokens": rng.randrange(8, 40), "ignore_eos": True, "temperature": 0.8 if i % 3 else 0.0, "seed": i}
             for i in range(24)]
     together, stats = run_batch(binary, reqs, "--kv-blocks", "12", "--max-batch-tokens", "16", tmp_path=tmp_path)
