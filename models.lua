@@ -867,4 +867,97 @@ M.lfm2 = {
   head = lm_head,
 }
 
+-- Granite 4.0 hybrid (GraniteMoeHybrid: Granite-4.0-H Micro, Tiny, Small): Mamba-2 layers among
+-- grouped-query attention layers, Granite's multipliers (embedding, residual, attention scale,
+-- logits), and after every mixer a shared SwiGLU MLP plus, when the config has experts, a
+-- top-k MoE (softmax over the chosen experts' logits: the renormalized top-k). A Mamba-2 layer:
+-- in_proj gives the gate z, x|B|C and dt per head; x|B|C goes through a causal convolution and
+-- SiLU; the selective scan (ssm_scan) runs per head over the sequence from its state; the result
+-- gated by SiLU(z) is RMS-normalized per group of heads (a weight per channel) and projected
+-- out. layer_types says "mamba"/"linear_attention" or "attention"/"full_attention"; attention
+-- layers rotate q and k only with position_embedding_type "rope" (Granite 4.0 uses none).
+M.granitehybrid = {
+  hf = {"GraniteMoeHybridForCausalLM"},
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}, {
+    embedding_multiplier = M.granite.config.embedding_multiplier, residual_multiplier = M.granite.config.residual_multiplier,
+    attention_multiplier = M.granite.config.attention_multiplier, logits_scaling = M.granite.config.logits_scaling,
+    layer_types    = {hf = "layer_types"},
+    position_type  = {hf = "position_embedding_type", default = "nope"},
+    shared_ffn     = {hf = "shared_intermediate_size"},
+    experts        = {hf = "num_local_experts", default = 0},
+    top_k          = {hf = "num_experts_per_tok", default = 0},
+    ssm_heads      = {hf = "mamba_n_heads"},
+    ssm_groups     = {hf = "mamba_n_groups", default = 1},
+    ssm_state      = {hf = "mamba_d_state"},
+    ssm_conv       = {hf = "mamba_d_conv", default = 4},
+    ssm_inner      = {default = "mamba_expand * dim"},
+    mamba_expand   = {hf = "mamba_expand", default = 2},
+    ssm_head_dim   = {hf = "mamba_d_head", default = "ssm_inner / ssm_heads"},
+    ssm_conv_bias  = {hf = "mamba_conv_bias", default = true},
+    ssm_proj_bias  = {hf = "mamba_proj_bias", default = false},
+    time_step_limit = {hf = "time_step_limit", default = false},
+  }),
+  rope_pairs = {hf = "halves"},
+  weights = merge(ATTN_BIAS_WEIGHTS, {
+    embed       = LLAMA_WEIGHTS.embed, final_norm = LLAMA_WEIGHTS.final_norm, lm_head = LLAMA_WEIGHTS.lm_head,
+    attn_norm   = LLAMA_WEIGHTS.attn_norm, ffn_norm = LLAMA_WEIGHTS.ffn_norm,
+    q = LLAMA_WEIGHTS.q, k = LLAMA_WEIGHTS.k, v = LLAMA_WEIGHTS.v, o = LLAMA_WEIGHTS.o,
+    ssm_in      = {hf = "model.layers.%d.mamba.in_proj.weight", shape = {"2 * ssm_inner + 2 * ssm_groups * ssm_state + ssm_heads", "dim"}},
+    ssm_in_bias = {hf = "model.layers.%d.mamba.in_proj.bias", shape = {"2 * ssm_inner + 2 * ssm_groups * ssm_state + ssm_heads"}},
+    ssm_conv1d  = {hf = "model.layers.%d.mamba.conv1d.weight", shape = {"ssm_inner + 2 * ssm_groups * ssm_state", "ssm_conv"}},
+    ssm_conv1d_bias = {hf = "model.layers.%d.mamba.conv1d.bias", shape = {"ssm_inner + 2 * ssm_groups * ssm_state"}},
+    ssm_a       = {hf = "model.layers.%d.mamba.A_log", shape = {"ssm_heads"}},
+    ssm_d       = {hf = "model.layers.%d.mamba.D", shape = {"ssm_heads"}},
+    ssm_dt_bias = {hf = "model.layers.%d.mamba.dt_bias", shape = {"ssm_heads"}},
+    ssm_norm    = {hf = "model.layers.%d.mamba.norm.weight", shape = {"ssm_inner"}},
+    ssm_out     = {hf = "model.layers.%d.mamba.out_proj.weight", shape = {"dim", "ssm_inner"}},
+    ssm_out_bias = {hf = "model.layers.%d.mamba.out_proj.bias", shape = {"dim"}},
+    shared_gate = {hf = "model.layers.%d.shared_mlp.input_linear.weight", shape = {"shared_ffn", "dim"}, slice = {0, "2 * shared_ffn"}},
+    shared_up   = {hf = "model.layers.%d.shared_mlp.input_linear.weight", shape = {"shared_ffn", "dim"},
+                   slice = {"shared_ffn", "2 * shared_ffn"}},
+    shared_down = {hf = "model.layers.%d.shared_mlp.output_linear.weight", shape = {"dim", "shared_ffn"}},
+    router      = {hf = "model.layers.%d.block_sparse_moe.router.layer.weight", shape = {"experts", "dim"}},
+    expert_gate = {hf = {{"model.layers.%d.block_sparse_moe.input_linear.weight", rows = "ffn", of = "2 * ffn"}},
+                   shape = {"ffn", "dim"}, experts = "experts"},
+    expert_up   = {hf = {{"model.layers.%d.block_sparse_moe.input_linear.weight", rows = "ffn", first = "ffn", of = "2 * ffn"}},
+                   shape = {"ffn", "dim"}, experts = "experts"},
+    expert_down = {hf = "model.layers.%d.block_sparse_moe.output_linear.weight", shape = {"dim", "ffn"}, experts = "experts"},
+  }),
+  embed = M.granite.embed,
+  layer = function(x, w, c)
+    local kind = c.layer_types[c.layer + 1]
+    local r, h = c.residual_multiplier, rmsnorm(x, w.attn_norm, c.eps)
+    if kind == "mamba" or kind == "linear_attention" then
+      local I, GN, H, pb = c.ssm_inner, c.ssm_groups * c.ssm_state, c.ssm_heads, c.ssm_proj_bias
+      local p = linear(h, w.ssm_in, pb and w.ssm_in_bias)
+      local z, dt = columns(p, 0, I), columns(p, 2 * I + 2 * GN, H)
+      local xbc = silu(causal_conv(columns(p, I, I + 2 * GN), w.ssm_conv1d, c.ssm_conv_bias and w.ssm_conv1d_bias))
+      local lim = c.time_step_limit or {}
+      local y = ssm_scan(columns(xbc, 0, I), dt, columns(xbc, I, GN), columns(xbc, I + GN, GN), w.ssm_a, w.ssm_d,
+                         w.ssm_dt_bias, {heads = H, head_dim = c.ssm_head_dim, state = c.ssm_state, groups = c.ssm_groups,
+                                         a_log = true, dt_min = type(lim[1]) == "number" and lim[1] or 0,
+                                         dt_max = type(lim[2]) == "number" and lim[2] or math.huge})
+      y = rmsnorm(y * silu(z), w.ssm_norm, c.eps, {heads = c.ssm_groups})
+      x = x + linear(y, w.ssm_out, pb and w.ssm_out_bias) * r
+    elseif kind == "attention" or kind == "full_attention" then
+      local ab = c.attention_bias
+      local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
+      if c.position_type == "rope" then q, k = rope(q, rope_opts(c, c.heads)), rope(k, rope_opts(c, c.kv_heads)) end
+      local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim,
+                                    scale = c.attention_multiplier})
+      x = x + linear(a, w.o, ab and w.o_bias) * r
+    else
+      error("granitehybrid: layer kind '" .. tostring(kind) .. "' is not supported (mamba, attention)")
+    end
+    h = rmsnorm(x, w.ffn_norm, c.eps)
+    local m = linear(silu(linear(h, w.shared_gate)) * linear(h, w.shared_up), w.shared_down)
+    if c.experts > 0 then
+      m = m + moe(h, w.router, {gate = w.expert_gate, up = w.expert_up, down = w.expert_down},
+                  {experts = c.experts, top_k = c.top_k})
+    end
+    return x + m * r
+  end,
+  head = M.granite.head,
+}
+
 return M

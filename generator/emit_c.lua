@@ -77,9 +77,10 @@ local function row_op(ctx, s, n)
       return string.format("kc_rmsnorm(%s, (const float *)%s, %s, %d, %s, %s);", row(inp(1), "t", W),
         s.weight(n.inputs[2]), row(out, "t", W), W, util.cfloat(n.attrs.eps), util.cfloat(n.attrs.offset))
     end
-    return string.format("for (int g = 0; g < %d; g++) kc_rmsnorm(%s + g * %d, (const float *)%s, %s + g * %d, %d, %s, %s); /* each head */",
-      W // G, row(inp(1), "t", W), G, s.weight(n.inputs[2]), row(out, "t", W), G, G, util.cfloat(n.attrs.eps),
-      util.cfloat(n.attrs.offset))
+    -- each head: the group's weight shared, or its own (per_head)
+    return string.format("for (int g = 0; g < %d; g++) kc_rmsnorm(%s + g * %d, (const float *)%s%s, %s + g * %d, %d, %s, %s); /* each head */",
+      W // G, row(inp(1), "t", W), G, s.weight(n.inputs[2]), n.attrs.per_head and " + g * " .. G or "", row(out, "t", W), G, G,
+      util.cfloat(n.attrs.eps), util.cfloat(n.attrs.offset))
   elseif op == "layernorm" then
     local G, a = n.attrs.group, n.attrs
     local b = n.inputs[3] and "(const float *)" .. s.weight(n.inputs[3]) or "NULL"
@@ -588,6 +589,36 @@ local function phase_conv(ctx, s, n)
   return {rows, keep}
 end
 
+-- A state-space scan (kernels/cpu/kc_ssm.h): a work item per (token, head); the item of a
+-- sequence's first token in the step runs the head's scan over all its tokens, in order, from the
+-- sequence's state (or from zeros when the step starts the sequence). The state's offset in the
+-- slot comes with the call (a->kv_layer).
+local function phase_scan(ctx, s, n)
+  local a = n.attrs
+  local H, P, N, G = a.heads, a.head_dim, a.state, a.groups
+  local x, dt, B, C, out = s.buf(n.inputs[1].node), s.buf(n.inputs[2].node), s.buf(n.inputs[3].node),
+    s.buf(n.inputs[4].node), s.buf(n)
+  local A, D, bias = s.weight(n.inputs[5]), s.weight(n.inputs[6]), s.weight(n.inputs[7])
+  return {
+    "static void @NAME@_scan(void *vp, int64_t i0, int64_t i1, int tid) {",
+    "    const kargs *a = vp; const ingot_batch *b = a->b; (void)tid;",
+    "@DECLS@",
+    "    for (int64_t i = i0; i < i1; i++) {",
+    string.format("        const int t = (int)(i / %d), h = (int)(i %% %d);", H, H),
+    "        if (t > 0 && b->seq[t - 1] == b->seq[t]) continue; /* the item of the sequence's first token scans them all */",
+    "        int count = 1;",
+    "        while (t + count < a->rows && b->seq[t + count] == b->seq[t]) count++;",
+    string.format("        float *state = a->state + (size_t)b->state_slots[b->seq[t]] * STATE_FLOATS + a->kv_layer + (size_t)h * %d;",
+      P * N),
+    string.format("        const float A = %s((const float *)%s)[h]%s;", a.a_log and "-expf(" or "", A, a.a_log and ")" or ""),
+    "        " .. emit.src(ctx, n),
+    string.format("        kc_ssm_scan_head(%s, %d, %s, %d, %s, %s, %d, h / %d * %d, %s, %d, t, count, h, %d, %d, A, ((const float *)%s)[h], ((const float *)%s)[h], %s, %s, b->pos[t] == 0, state);",
+      x, H * P, dt, H, B, C, G * N, H // G, N, out, H * P, P, N, D, bias, util.cfloat(a.dt_min), util.cfloat(a.dt_max)),
+    "    }",
+    "}",
+  }
+end
+
 -- Declarations of the slot pointers a body uses, with what each one holds.
 local function decls(s, body_text)
   local d = {}
@@ -674,6 +705,10 @@ function emit.kernels(ctx, groups, final_node)
       local n = grp.ops[1]
       for _, p in ipairs(phase_attention(ctx, s, "@NAME@_attn", n)) do phases[#phases + 1] = p end
       runs[#runs + 1] = run_attention(n)
+    elseif grp.kind == "scan" then
+      phases[#phases + 1] = phase_scan(ctx, s, grp.ops[1])
+      runs[#runs + 1] = string.format("tp_parallel_for(a->pool, (int64_t)a->rows * %d, 1, @NAME@_scan, (void *)a);",
+        grp.ops[1].attrs.heads)
     elseif grp.kind == "conv" then
       for _, p in ipairs(phase_conv(ctx, s, grp.ops[1])) do phases[#phases + 1] = p end
       runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_rows, (void *)a);"

@@ -74,8 +74,9 @@ local function row_stmt(ctx, s, n, t, NT)
     local w = n.inputs[2]
     return string.format("ig_row_embed<%s, %d>(%s, st.tokens[%s], %s);", DT[w.dtype], W, s.weight(w), t, row(out, t, W))
   elseif op == "rmsnorm" then
-    return string.format("ig_row_rmsnorm<%d, %d, %d>(%s, (const float *)%s, %s, %s, %s, scratch);", W,
-      n.attrs.group or W, NT, row(inp(1), t, W), s.weight(n.inputs[2]), row(out, t, W), cf(n.attrs.eps), cf(n.attrs.offset))
+    return string.format("ig_row_rmsnorm<%d, %d, %d%s>(%s, (const float *)%s, %s, %s, %s, scratch);", W,
+      n.attrs.group or W, NT, n.attrs.per_head and ", true" or "", row(inp(1), t, W), s.weight(n.inputs[2]), row(out, t, W),
+      cf(n.attrs.eps), cf(n.attrs.offset))
   elseif op == "layernorm" then
     local a = n.attrs
     return string.format("ig_row_layernorm<%d, %d, %d, %s>(%s, (const float *)%s, %s, %s, %s, scratch);", W, a.group, NT,

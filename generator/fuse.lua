@@ -1,6 +1,6 @@
 -- generator/fuse.lua — groups graph nodes into kernels.
 --
--- A kernel is one of five kinds, each run as a fixed sequence of phases:
+-- A kernel is one of six kinds, each run as a fixed sequence of phases:
 --   rows       per-row ops (embedding, norms, elementwise, KV store) over the
 --              rows of the step;
 --   matmul     an optional prologue of row ops on the shared input (norm, and
@@ -12,7 +12,9 @@
 --   moe        routing, the experts' matmuls and the combine, then an epilogue
 --              of elementwise ops on its output (the residual add);
 --   conv       a causal convolution over each sequence's positions, which
---              reads its neighbours' rows and the sequence's recurrent state.
+--              reads its neighbours' rows and the sequence's recurrent state;
+--   scan       a state-space scan (Mamba-2), sequential over each sequence's
+--              tokens from the state it left, parallel over heads.
 -- With fusion off every node is its own kernel: that is the --no-fuse build.
 -- The rules are generic (they look at producers and consumers, not at op
 -- names of a particular architecture), so a new description fuses the same way.
@@ -26,6 +28,7 @@ local function kind_of(n)
   if n.op == "attention" then return "attention" end
   if n.op == "moe" then return "moe" end
   if n.op == "causal_conv" then return "conv" end
+  if n.op == "ssm_scan" then return "scan" end
   return "rows"
 end
 
@@ -88,7 +91,7 @@ function fuse.run(g, fused)
         mg.input = x
         add(mg, n, "linears")
       end
-    elseif kind == "attention" or kind == "moe" or kind == "conv" then
+    elseif kind == "attention" or kind == "moe" or kind == "conv" or kind == "scan" then
       add(new_group(groups, kind, n.rows), n, "ops")
     else
       local joins = false

@@ -159,19 +159,16 @@ function G:env()
   end
   -- opts.offset: scale by (offset + w) (Gemma: 1). opts.heads: normalize each
   -- of that many equal groups of the row separately, with one weight of the
-  -- group's size shared by all (Qwen3's per-head q/k norm).
+  -- group's size shared by all (Qwen3's per-head q/k norm) or one value per
+  -- column of the row, each group its own (Mamba-2's grouped norm).
   function env.rmsnorm(x, w, eps, opts)
     check_tensor(g, x, "rmsnorm"); check_weight(g, w, "rmsnorm")
     opts = check_opts(g, opts, "rmsnorm", set("heads", "offset"))
     local groups = opts.heads or 1
-    local n = #w.shape == 1 and w.shape[1] or -1
-    if x.width % groups ~= 0 or n ~= x.width // groups then
-      g:fail(caller_line(g.desc.path), string.format("rmsnorm: weight %s has shape [%s], input has width %d in %d group(s)",
-        w.logical, table.concat(w.shape, ", "), x.width, groups))
-    end
+    local per_head = check_norm_weight(g, "rmsnorm", x, w, groups)
     if type(eps) ~= "number" then g:fail(caller_line(g.desc.path), "rmsnorm: eps must be a number") end
     return g:node("rmsnorm", {x, w}, x.width, x.rows, {eps = eps, offset = opts.offset or 0,
-      group = x.width // groups})
+      group = x.width // groups, per_head = per_head})
   end
   -- LayerNorm: (x - mean) / sqrt(var + eps) * w + b, the variance the biased one (transformers'
   -- nn.LayerNorm); b may be nil (no bias). opts.heads: each of that many equal groups of the row
@@ -307,6 +304,44 @@ function G:env()
     g.state_floats = attrs.state_offset + (width - 1) * x.width
     g.n_states = attrs.state_layer + 1
     return g:node("causal_conv", {x, w, bias}, x.width, x.rows, attrs)
+  end
+  -- Mamba-2's selective state-space scan over each sequence's positions. x holds heads x head_dim
+  -- columns, dt one per head, B and C groups x state each (head h reads group h // (heads /
+  -- groups)). Per token and head: dt' = clamp(softplus(dt + dt_bias), dt_min, dt_max), the state
+  -- [head_dim][state] decays by exp(dt' A) and takes dt' x B, and the output is state . C + D x.
+  -- A is the weight itself, or -exp of it with o.a_log (transformers stores A_log). The state of
+  -- every head is the sequence's recurrent state, carried between steps like causal_conv's.
+  function env.ssm_scan(x, dt, B, C, A, D, dt_bias, o)
+    for _, t in ipairs({{x, "x"}, {dt, "dt"}, {B, "B"}, {C, "C"}}) do check_tensor(g, t[1], "ssm_scan " .. t[2]) end
+    check_weight(g, A, "ssm_scan A"); check_weight(g, D, "ssm_scan D"); check_weight(g, dt_bias, "ssm_scan dt_bias")
+    local line = caller_line(g.desc.path)
+    o = check_opts(g, o, "ssm_scan", set("heads", "head_dim", "state", "groups", "a_log", "dt_min", "dt_max"))
+    local H, P, N, G = o.heads, o.head_dim, o.state, o.groups or 1
+    for _, k in ipairs({"heads", "head_dim", "state"}) do
+      if math.type(o[k]) ~= "integer" or o[k] < 1 then g:fail(line, "ssm_scan: " .. k .. " must be a positive integer") end
+    end
+    if math.type(G) ~= "integer" or G < 1 or H % G ~= 0 then
+      g:fail(line, string.format("ssm_scan: %s groups do not divide %d heads", tostring(G), H))
+    end
+    if x.width ~= H * P or dt.width ~= H or B.width ~= G * N or C.width ~= G * N then
+      g:fail(line, string.format("ssm_scan: x/dt/B/C widths %d/%d/%d/%d do not match %d heads of %d, %d groups of state %d",
+        x.width, dt.width, B.width, C.width, H, P, G, N))
+    end
+    for _, w in ipairs({A, D, dt_bias}) do
+      if #w.shape ~= 1 or w.shape[1] ~= H then
+        g:fail(line, string.format("ssm_scan: %s has shape [%s], expected [%d] (one per head)", w.logical,
+          table.concat(w.shape, ", "), H))
+      end
+    end
+    local dt_min, dt_max = o.dt_min or 0, o.dt_max or math.huge
+    if type(dt_min) ~= "number" or type(dt_max) ~= "number" or dt_min < 0 or dt_max < dt_min then
+      g:fail(line, "ssm_scan: dt_min and dt_max must be numbers with 0 <= dt_min <= dt_max")
+    end
+    local attrs = {heads = H, head_dim = P, state = N, groups = G, a_log = o.a_log and true or false,
+                   dt_min = dt_min, dt_max = dt_max, state_offset = g.state_floats or 0, state_layer = g.n_states or 0}
+    g.state_floats = attrs.state_offset + H * P * N
+    g.n_states = attrs.state_layer + 1
+    return g:node("ssm_scan", {x, dt, B, C, A, D, dt_bias}, H * P, x.rows, attrs)
   end
   -- Columns [first, first + count) of each of opts.heads equal groups of a
   -- row (one group by default): the RoPE part of every query head.

@@ -623,14 +623,19 @@ local function main(argv)
     end
   end
   local kv = kv_layout(g, d, opts.kv_dtype)
-  local state_text = {}
+  -- what a sequence's recurrent state holds, by kind and shape: "3 causal convolutions' last 2 x 64
+  -- inputs, 2 SSM scans of 4 heads x 16 x 16" (f32)
+  local state_kinds, state_order = {}, {}
   for _, n in ipairs(g.nodes) do
-    if n.op == "causal_conv" then
-      state_text[#state_text + 1] = string.format("%d x %d", n.attrs.width - 1, n.width)
-    end
+    local a, key = n.attrs, nil
+    if n.op == "causal_conv" then key = string.format("causal convolution's last %d x %d inputs", a.width - 1, n.width)
+    elseif n.op == "ssm_scan" then key = string.format("SSM scan of %d heads x %d x %d", a.heads, a.head_dim, a.state) end
+    if key and not state_kinds[key] then state_order[#state_order + 1] = key end
+    if key then state_kinds[key] = (state_kinds[key] or 0) + 1 end
   end
-  state_text = #state_text > 0 and string.format("f32 input rows of %d causal convolution(s): %s",
-    #state_text, table.concat(state_text, ", ")) or ""
+  local state_parts = {}
+  for _, key in ipairs(state_order) do state_parts[#state_parts + 1] = string.format("%d x %s", state_kinds[key], key) end
+  local state_text = #state_parts > 0 and "f32: " .. table.concat(state_parts, ", ") or ""
   local attn_heads = 1
   for _, n in ipairs(g.nodes) do
     if n.op == "attention" and n.attrs.heads > attn_heads then attn_heads = n.attrs.heads end

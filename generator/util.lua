@@ -75,6 +75,7 @@ end
 
 -- A C float literal that round-trips.
 function util.cfloat(x)
+  if x == math.huge or x == -math.huge then return x > 0 and "INFINITY" or "-INFINITY" end -- math.h's, in C and CUDA
   if x == math.floor(x) and math.abs(x) < 1e15 then return string.format("%.1ff", x) end
   return string.format("%.9gf", x)
 end

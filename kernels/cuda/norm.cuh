@@ -11,9 +11,10 @@
 #include "common.cuh"
 
 // One row x[0..N) -> y (in place allowed), by the calling block of NT threads: RMSNorm over the
-// whole row (GS = N; scratch = __shared__ float[32]) or per group of GS (a warp per group).
+// whole row (GS = N; scratch = __shared__ float[32]) or per group of GS (a warp per group), the
+// weight shared by the groups or, PER_HEAD, one per group (w has N values).
 // Contains __syncthreads when GS == N: every thread of the block must call it.
-template <int N, int GS, int NT>
+template <int N, int GS, int NT, bool PER_HEAD = false>
 __device__ __forceinline__ void ig_row_rmsnorm(const float* xr, const float* __restrict__ w, float* orow, float eps,
                                                float weight_offset, float* scratch) {
   static_assert(N % GS == 0, "groups tile the row");
@@ -28,13 +29,14 @@ __device__ __forceinline__ void ig_row_rmsnorm(const float* xr, const float* __r
     const int lane = threadIdx.x & 31;
     for (int g = threadIdx.x >> 5; g < N / GS; g += NT / 32) {
       const float* xg = xr + g * GS;
+      const float* wg = PER_HEAD ? w + g * GS : w;
       float* og = orow + g * GS;
       float ss = 0.0f;
       for (int i = lane; i < GS; i += 32) ss += xg[i] * xg[i];
       ss = ig_warp_sum(ss);
       const float r = rsqrtf(ss / (float)GS + eps);
       __syncwarp(); // every lane has read the group before any lane overwrites it (in place)
-      for (int i = lane; i < GS; i += 32) og[i] = (xg[i] * r) * (w[i] + weight_offset);
+      for (int i = lane; i < GS; i += 32) og[i] = (xg[i] * r) * (wg[i] + weight_offset);
     }
   }
 }
