@@ -216,6 +216,31 @@ local function conv_kernels(ctx, s, n)
   return text(rows), text(keep)
 end
 
+-- A state-space scan (kernels/cuda/ssm.cuh): a block per (token, head); the blocks of a
+-- sequence's first token in the step scan the head over all its tokens from the sequence's state.
+local function scan_kernel(ctx, s, n)
+  local a = n.attrs
+  local x, dt, B, C, out = s.buf(n.inputs[1].node), s.buf(n.inputs[2].node), s.buf(n.inputs[3].node),
+    s.buf(n.inputs[4].node), s.buf(n)
+  local A, D, bias = s.weight(n.inputs[5]), s.weight(n.inputs[6]), s.weight(n.inputs[7])
+  local L = {
+    "extern \"C\" __global__ void __launch_bounds__(128) @NAME@(@PARAMS@) {",
+    "    (void)nt;",
+    "    const int t = t0 + blockIdx.x, h = blockIdx.y; /* a block per (token, head) */",
+    "    if (t > 0 && st.seq[t - 1] == st.seq[t]) return; /* the sequence's first token's blocks scan them all */",
+    "    int count = 1;",
+    "    while (t + count < st.n_tokens && st.seq[t + count] == st.seq[t]) count++;",
+    string.format("    float *state = st.state + (long long)st.state_slots[st.seq[t]] * STATE_FLOATS + kvl + (long long)h * %d;",
+      a.head_dim * a.state),
+    string.format("    const float A = %s((const float *)%s)[h]%s;", a.a_log and "-expf(" or "", A, a.a_log and ")" or ""),
+    "    " .. emit_c.src(ctx, n),
+    string.format("    ig_ssm_scan_head<%d, %d, %d, %d>(%s, %s, %s, %s, %s, t, count, h, A, ((const float *)%s)[h], ((const float *)%s)[h], %s, %s, st.pos[t] == 0, state);",
+      a.heads, a.head_dim, a.state, a.groups, x, dt, B, C, out, D, bias, cf(a.dt_min), cf(a.dt_max)),
+    "}",
+  }
+  return (table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end))
+end
+
 -- The folded prologue of a matmul kernel: comments for the gathered rows and the RMSNorm, and
 -- the per-row 1/rms computed by the block. first: the first token row of the block ("t0",
 -- "tb"); n: its row count; cap: the rms array's size. Returns the GEMV/GEMM arguments:
@@ -449,6 +474,11 @@ function emit.kernels(ctx, groups, final_node)
       calls[#calls + 1] = emit_moe.call(ctx, grp, final_node, {DT = DT, kernel_params = kernel_params,
         with_scratch = with_scratch, row_block = row_block, add_kernel = add_kernel, TMAX = emit.TMAX,
         MM_WARPS = emit.MM_WARPS, ROWS_NT = emit.ROWS_NT})
+    elseif grp.kind == "scan" then
+      local n = grp.ops[1]
+      local k = add_kernel(scan_kernel(ctx, s, n), kernel_name(grp, grp.ops), grp.ops, "scan")
+      calls[#calls + 1] = {kernel = k, grp = grp, slots = s, kind = "scan", kv_layer = n.attrs.state_offset,
+                           heads = n.attrs.heads}
     elseif grp.kind == "conv" then
       local n = grp.ops[1]
       local rows_k, keep_k = conv_kernels(ctx, s, n)
@@ -519,6 +549,9 @@ function emit.call(ctx, c, kid)
   end
   if c.kind == "rows" then
     return {"    " .. rows_launch(c.kernel, s)}
+  elseif c.kind == "scan" then -- a block per (token, head)
+    return {string.format("    LAUNCH(%d, %s, dim3(%s, %d), dim3(128), st, 0, %s, %d%s);", kid(c.kernel), c.kernel.name, rows,
+      c.heads, rows, c.kv_layer, argl(s))}
   elseif c.kind == "conv" then -- every row, then the states (after every row read them)
     return {"    " .. rows_launch(c.kernel, s), "    " .. rows_launch(c.keep, s)}
   elseif c.kind == "matmul" then
@@ -637,7 +670,7 @@ end
 
 local HEADERS = {"common.cuh", "embed.cuh", "norm.cuh", "rope_kv.cuh", "elementwise.cuh", "gemv_q.cuh", "gemm_q.cuh",
                  "pack.cuh", "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh", "moe.cuh", "head_linear.cuh",
-                 "conv.cuh"}
+                 "conv.cuh", "ssm.cuh"}
 
 -- The distinct cuBLASLt GEMM shapes (weight type, IN, OUT, bias) of the calls, each linear's index
 -- into them in call.lt.shape_ids, and the bytes per token of the largest packed X.

@@ -166,6 +166,19 @@ def random_config(cfg_cls, rng, reads=frozenset()):
                   topk_method="group_limited_greedy" if groups > 1 else "greedy")
     if "layer_types" in base:
         kw.pop("layer_types", None)  # derived from the window and the layer count
+    if "mamba_n_heads" in base:  # Granite 4.0 hybrid: Mamba-2 layers among attention layers
+        kw["num_hidden_layers"] = rng.choice([3, 4])
+        kinds = ["mamba", "attention"] + [rng.choice(["mamba", "attention"]) for _ in range(kw["num_hidden_layers"] - 2)]
+        rng.shuffle(kinds)
+        ssm_heads = rng.choice([h for h in (2, 4, 8) if 2 * kw["hidden_size"] % h == 0 and 2 * kw["hidden_size"] // h % 8 == 0]
+                               or [2])
+        experts = rng.choice([0, 4])
+        kw.update(layer_types=kinds, mamba_n_heads=ssm_heads, mamba_n_groups=rng.choice([g for g in (1, 2) if ssm_heads % g == 0]),
+                  mamba_d_state=rng.choice([8, 16]), mamba_d_conv=rng.choice([2, 4]), mamba_expand=2, mamba_d_head="auto",
+                  shared_intermediate_size=rng.randrange(32, 96, 16), num_local_experts=experts,
+                  num_experts_per_tok=2 if experts else 0, intermediate_size=rng.randrange(16, 48, 16),
+                  position_embedding_type=rng.choice(["rope", "nope"]),
+                  time_step_limit=rng.choice([(0.0, float("inf")), (0.05, 0.5)]))  # the second clamps dt both ways
     if "conv_L_cache" in base:  # LFM2: short convolutions among the attention layers, 2 to 4 taps
         kw["num_hidden_layers"] = rng.choice([3, 4])
         kinds = ["conv", "full_attention"] + [rng.choice(["conv", "full_attention"]) for _ in range(kw["num_hidden_layers"] - 2)]
@@ -256,6 +269,7 @@ def summary_of(kw, cfg, ckpt):
             f"{'par ' if kw.get('use_parallel_residual') else ''}"
             f"L{cfg.num_hidden_layers} "
             f"{''.join('c' if k == 'conv' else 'a' for k in kw['layer_types']) + ' k' + str(kw['conv_L_cache']) + ' ' if 'conv_L_cache' in kw else ''}"
+            f"{''.join('m' if k == 'mamba' else 'a' for k in kw['layer_types']) + ' ssm' + str(kw['mamba_n_heads']) + 'x' + str(kw['mamba_d_state']) + 'g' + str(kw['mamba_n_groups']) + (' e' + str(kw['num_local_experts']) if kw['num_local_experts'] else '') + ' ' + kw['position_embedding_type'] + ' ' if 'mamba_n_heads' in kw else ''}"
             f"{'cbias ' if kw.get('conv_bias') else ''}"
             f"{rp.get('rope_type', '')} "
             f"{'win' + str(kw['sliding_window']) if kw.get('sliding_window') else ''} "

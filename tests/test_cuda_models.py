@@ -213,7 +213,8 @@ FAMILIES = [pytest.param("qwen2_gqa", marks=BREADTH), pytest.param("llama_bias",
             pytest.param("mixtral_4e_top2", marks=BREADTH), pytest.param("mixtral_8e_top2", marks=BREADTH),
             "olmo2_bias", pytest.param("granite_bias", marks=BREADTH), pytest.param("smollm3_list", marks=BREADTH),
             "qwen3moe_16e_top4", "gemma3_gqa", "gptneox_serial_odd", pytest.param("gptneox_parallel", marks=BREADTH),
-            "lfm2_bias", pytest.param("lfm2_hybrid", marks=BREADTH)]
+            "lfm2_bias", pytest.param("lfm2_hybrid", marks=BREADTH), "granitehybrid_moe",
+            pytest.param("granitehybrid_dense", marks=BREADTH)]
 FAMILY_DIR = ROOT / "tests" / "fixtures" / "families"
 
 
@@ -227,7 +228,8 @@ def test_cudasim_families_match_cpu(built, tmp_path, family, monkeypatch):
     embedding, branches and logits (Granite), layers without RoPE (SmolLM3), 16 experts top-4
     without renormalization beside dense layers (Qwen3-MoE), LayerNorm, exact GELU and an odd
     partial rotary width (GPT-NeoX), short convolutions whose state each sequence carries across
-    the chunks and decode steps (LFM2): the same descriptions through the CUDA emitter."""
+    the chunks and decode steps (LFM2), Mamba-2's scan and grouped gated norm beside a MoE (Granite
+    4.0 hybrid): the same descriptions through the CUDA emitter."""
     model = FAMILY_DIR / family
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     toks = [(7 * i + 3) % (vocab - 1) + 1 for i in range(32)]

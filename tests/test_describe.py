@@ -188,3 +188,22 @@ def test_wrong_lfm2_entry_fails_against_transformers(built, tmp_path, old, new, 
         assert rc != 0 and error in out, out
         return
     assert_wrong_entry_fails(tmp_path, "lfm2_bias", old, new, error)
+
+
+GH_SCAN = "a_log = true, dt_min"
+
+
+@pytest.mark.parametrize("old, new, error", [
+    (GH_SCAN, GH_SCAN.replace("true", "false"), None),
+    ("y = rmsnorm(y * silu(z), w.ssm_norm, c.eps, {heads = c.ssm_groups})", "y = rmsnorm(y * silu(z), w.ssm_norm, c.eps)",
+     None),
+    ("y = rmsnorm(y * silu(z), w.ssm_norm,", "y = rmsnorm(y * z, w.ssm_norm,", None),
+    ("c.ssm_conv_bias and w.ssm_conv1d_bias))", "nil))", "not used by models.lua entry 'granitehybrid'"),
+    ("if c.experts > 0 then", "if false then", "not used by models.lua entry 'granitehybrid'"),
+], ids=["a-not-from-log", "norm-over-the-row", "ungated-silu", "dropped-conv-bias", "dropped-moe"])
+def test_wrong_granitehybrid_entry_fails_against_transformers(built, tmp_path, old, new, error):
+    """granitehybrid_moe (Mamba-2 layers with 2 groups of B/C, attention, a shared MLP beside 4
+    experts; transformers' logits): A read as stored instead of -exp(A_log), the gated norm over
+    the whole row instead of per group, the gate without its SiLU, the convolution's bias or the
+    MoE dropped: each fails, by an error or beyond the bound."""
+    assert_wrong_entry_fails(tmp_path, "granitehybrid_moe", old, new, error)

@@ -4,7 +4,8 @@ OLMo 2, Granite 3, SmolLM3 (NoPE layers), Qwen3-MoE, Gemma 3 (two RoPE tables),
 DeepSeek-V2 (multi-head latent attention, tests/test_mla.py has the rest), GPT-NeoX, StableLM and
 gpt-oss (attention sinks, biased routers and experts, the clamped SwiGLU, experts stacked and
 transposed in the checkpoint) and LFM2 (short convolutions whose last inputs are each sequence's
-recurrent state: the chunked and token-by-token modes carry it across steps).
+recurrent state: the chunked and token-by-token modes carry it across steps) and Granite 4.0's
+hybrid (Mamba-2 layers: a convolution and a selective scan, each with per-sequence state).
 
 Fixtures: tests/fixtures/families/ (tests/fixtures/make_tiny_families.py),
 two tiny random models per family, 64 teacher-forced tokens, windows shorter
@@ -39,7 +40,7 @@ def test_every_family_has_fixtures():
             "Phi3ForCausalLM", "MixtralForCausalLM", "LlamaForCausalLM", "Olmo2ForCausalLM",
             "GraniteForCausalLM", "SmolLM3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM",
             "DeepseekV2ForCausalLM", "GPTNeoXForCausalLM", "StableLmForCausalLM", "GptOssForCausalLM",
-            "Lfm2ForCausalLM"} <= families
+            "Lfm2ForCausalLM", "GraniteMoeHybridForCausalLM"} <= families
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
