@@ -960,4 +960,87 @@ M.granitehybrid = {
   head = M.granite.head,
 }
 
+-- Qwen3-Next: Gated DeltaNet layers among gated attention layers, each followed by a MoE with a
+-- shared expert (sigmoid-gated) or, by decoder_sparse_step / mlp_only_layers, a dense MLP; every
+-- norm scales by (1 + w). A linear-attention layer projects to q|k|v|z per key head and to b|a
+-- per key head (in_proj_qkvz, in_proj_ba, grouped by key head as transformers splits them),
+-- convolves q|k|v causally with SiLU, runs the gated delta rule (delta_scan) from the sequence's
+-- state, normalizes each value head (a weight shared by the heads) and gates it by SiLU(z). An
+-- attention layer's q_proj holds each head's query and its output gate side by side; q and k
+-- get per-head norms and partial rotary, and the output is multiplied by sigmoid(gate).
+M.qwen3next = {
+  hf = {"Qwen3NextForCausalLM"},
+  config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, MOE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}, {
+    norm_topk       = {hf = "norm_topk_prob", default = true},
+    shared_ffn      = {hf = "shared_expert_intermediate_size", default = 0},
+    sparse_step     = {hf = "decoder_sparse_step", default = 1},
+    mlp_only_layers = {hf = "mlp_only_layers", default = false},
+    layer_types     = {hf = "layer_types"},
+    lin_kh          = {hf = "linear_num_key_heads"},
+    lin_vh          = {hf = "linear_num_value_heads"},
+    lin_kd          = {hf = "linear_key_head_dim"},
+    lin_vd          = {hf = "linear_value_head_dim"},
+    lin_conv        = {hf = "linear_conv_kernel_dim", default = 4},
+  }),
+  rope_pairs = {hf = "halves"},
+  weights = merge(MOE_WEIGHTS, ATTN_BIAS_WEIGHTS, {
+    embed = LLAMA_WEIGHTS.embed, final_norm = LLAMA_WEIGHTS.final_norm, lm_head = LLAMA_WEIGHTS.lm_head,
+    attn_norm = LLAMA_WEIGHTS.attn_norm, ffn_norm = LLAMA_WEIGHTS.ffn_norm,
+    q      = {hf = "model.layers.%d.self_attn.q_proj.weight", shape = {"2 * heads * head_dim", "dim"}},
+    q_bias = {hf = "model.layers.%d.self_attn.q_proj.bias", shape = {"2 * heads * head_dim"}},
+    k = LLAMA_WEIGHTS.k, v = LLAMA_WEIGHTS.v, o = LLAMA_WEIGHTS.o,
+    q_norm = {hf = "model.layers.%d.self_attn.q_norm.weight", shape = {"head_dim"}},
+    k_norm = {hf = "model.layers.%d.self_attn.k_norm.weight", shape = {"head_dim"}},
+    lin_qkvz    = {hf = "model.layers.%d.linear_attn.in_proj_qkvz.weight", shape = {"2 * lin_kh * lin_kd + 2 * lin_vh * lin_vd", "dim"}},
+    lin_ba      = {hf = "model.layers.%d.linear_attn.in_proj_ba.weight", shape = {"2 * lin_vh", "dim"}},
+    lin_conv1d  = {hf = "model.layers.%d.linear_attn.conv1d.weight", shape = {"2 * lin_kh * lin_kd + lin_vh * lin_vd", "lin_conv"}},
+    lin_a_log   = {hf = "model.layers.%d.linear_attn.A_log", shape = {"lin_vh"}},
+    lin_dt_bias = {hf = "model.layers.%d.linear_attn.dt_bias", shape = {"lin_vh"}},
+    lin_norm    = {hf = "model.layers.%d.linear_attn.norm.weight", shape = {"lin_vd"}},
+    lin_out     = {hf = "model.layers.%d.linear_attn.out_proj.weight", shape = {"dim", "lin_vh * lin_vd"}},
+    gate = LLAMA_WEIGHTS.gate, up = LLAMA_WEIGHTS.up, down = LLAMA_WEIGHTS.down,
+    shared_gate   = {hf = "model.layers.%d.mlp.shared_expert.gate_proj.weight", shape = {"shared_ffn", "dim"}},
+    shared_up     = {hf = "model.layers.%d.mlp.shared_expert.up_proj.weight", shape = {"shared_ffn", "dim"}},
+    shared_down   = {hf = "model.layers.%d.mlp.shared_expert.down_proj.weight", shape = {"dim", "shared_ffn"}},
+    shared_router = {hf = "model.layers.%d.mlp.shared_expert_gate.weight", shape = {1, "dim"}},
+  }),
+  embed = embed_tokens,
+  layer = function(x, w, c)
+    local norm = {offset = 1}
+    local h = rmsnorm(x, w.attn_norm, c.eps, norm)
+    if c.layer_types[c.layer + 1] == "linear_attention" then
+      local KH, VH, KD, VD = c.lin_kh, c.lin_vh, c.lin_kd, c.lin_vd
+      local r = VH // KH -- value heads per key head
+      local qkvz, ba = linear(h, w.lin_qkvz), linear(h, w.lin_ba)
+      local q, k = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})
+      local v, z = columns(qkvz, 2 * KD, r * VD, {heads = KH}), columns(qkvz, 2 * KD + r * VD, r * VD, {heads = KH})
+      local b, a = columns(ba, 0, r, {heads = KH}), columns(ba, r, r, {heads = KH})
+      local qkv = silu(causal_conv(concat(concat(q, k), v), w.lin_conv1d))
+      local o = delta_scan(columns(qkv, 0, KH * KD), columns(qkv, KH * KD, KH * KD), columns(qkv, 2 * KH * KD, VH * VD),
+                           a, b, w.lin_a_log, w.lin_dt_bias, {k_heads = KH, v_heads = VH, k_dim = KD, v_dim = VD})
+      x = x + linear(rmsnorm(o, w.lin_norm, c.eps, {heads = VH}) * silu(z), w.lin_out)
+    else
+      local ab, H = c.attention_bias, c.heads
+      local qg = linear(h, w.q, ab and w.q_bias)
+      local q, gate = columns(qg, 0, c.head_dim, {heads = H}), columns(qg, c.head_dim, c.head_dim, {heads = H})
+      local k, v = linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
+      q = rope(rmsnorm(q, w.q_norm, c.eps, {heads = H, offset = 1}), rope_opts(c, H))
+      k = rope(rmsnorm(k, w.k_norm, c.eps, {heads = c.kv_heads, offset = 1}), rope_opts(c, c.kv_heads))
+      local att = attention(q, k, v, {heads = H, kv_heads = c.kv_heads, head_dim = c.head_dim})
+      x = x + linear(att * sigmoid(gate), w.o, ab and w.o_bias)
+    end
+    h = rmsnorm(x, w.ffn_norm, c.eps, norm)
+    local dense = c.experts == 0 or (c.layer + 1) % c.sparse_step ~= 0
+    for _, i in ipairs(c.mlp_only_layers or {}) do dense = dense or i == c.layer end
+    if dense then return x + linear(silu(linear(h, w.gate)) * linear(h, w.up), w.down) end
+    local m = moe(h, w.router, {gate = w.expert_gate, up = w.expert_up, down = w.expert_down},
+                  {experts = c.experts, top_k = c.top_k, normalize = c.norm_topk})
+    local shared = linear(silu(linear(h, w.shared_gate)) * linear(h, w.shared_up), w.shared_down)
+    return x + m + shared * sigmoid(linear(h, w.shared_router))
+  end,
+  head = function(x, w, c)
+    return linear(rmsnorm(x, w.final_norm, c.eps, {offset = 1}), w.lm_head)
+  end,
+}
+
 return M

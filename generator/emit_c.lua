@@ -108,6 +108,12 @@ local function row_op(ctx, s, n)
       a.heads, a.head_dim, a.rot_dim, tbl, a.pairs == "adjacent" and 1 or 0)
   elseif op == "silu" or op == "gelu_tanh" or op == "gelu" then
     return string.format("kc_%s_row(%s, %s, %d);", op, row(inp(1), "t", W), row(out, "t", W), W)
+  elseif op == "sigmoid" then
+    return string.format("{ const float *x = %s; float *y = %s; for (int i = 0; i < %d; i++) y[i] = 1.0f / (1.0f + expf(-x[i])); }",
+      row(inp(1), "t", W), row(out, "t", W), W)
+  elseif op == "mul" and n.inputs[2].width == 1 and W > 1 then -- a gate per row
+    return string.format("{ const float *x = %s, g = %s[t]; float *z = %s; for (int i = 0; i < %d; i++) z[i] = x[i] * g; }",
+      row(inp(1), "t", W), inp(2), row(out, "t", W), W)
   elseif op == "add" or op == "mul" then
     return string.format("{ const float *x = %s, *y = %s; float *z = %s; for (int i = 0; i < %d; i++) z[i] = x[i] %s y[i]; }",
       row(inp(1), "t", W), row(inp(2), "t", W), row(out, "t", W), W, op == "add" and "+" or "*")
@@ -619,6 +625,36 @@ local function phase_scan(ctx, s, n)
   }
 end
 
+-- The gated delta rule (kernels/cpu/kc_delta.h): a work item per (token, value head), the item of
+-- a sequence's first token running the head over all its tokens from the sequence's state. Each
+-- thread's attention scratch holds the head's kv, q and k rows.
+local function phase_delta(ctx, s, n)
+  local a = n.attrs
+  local KH, VH, KD, VD = a.k_heads, a.v_heads, a.k_dim, a.v_dim
+  local q, k, v, ga, gb, out = s.buf(n.inputs[1].node), s.buf(n.inputs[2].node), s.buf(n.inputs[3].node),
+    s.buf(n.inputs[4].node), s.buf(n.inputs[5].node), s.buf(n)
+  local A, bias = s.weight(n.inputs[6]), s.weight(n.inputs[7])
+  return {
+    "static void @NAME@_scan(void *vp, int64_t i0, int64_t i1, int tid) {",
+    "    const kargs *a = vp; const ingot_batch *b = a->b;",
+    "@DECLS@",
+    string.format("    _Static_assert(SCRATCH_PER_THREAD >= %d, \"the head's kv, q and k rows fit the thread's scratch\");", VD + 2 * KD),
+    string.format("    float *kv = a->m->scratch + (size_t)tid * SCRATCH_PER_THREAD, *qn = kv + %d, *kn = qn + %d;", VD, KD),
+    "    for (int64_t i = i0; i < i1; i++) {",
+    string.format("        const int t = (int)(i / %d), j = (int)(i %% %d);", VH, VH),
+    "        if (t > 0 && b->seq[t - 1] == b->seq[t]) continue; /* the item of the sequence's first token scans them all */",
+    "        int count = 1;",
+    "        while (t + count < a->rows && b->seq[t + count] == b->seq[t]) count++;",
+    string.format("        float *state = a->state + (size_t)b->state_slots[b->seq[t]] * STATE_FLOATS + a->kv_layer + (size_t)j * %d;",
+      KD * VD),
+    "        " .. emit.src(ctx, n),
+    string.format("        kc_delta_scan_head(%s, %s, %d, %s, %s, %d, %s, %s, %d, t, count, j, j / %d, %d, %d, ((const float *)%s)[j], ((const float *)%s)[j], b->pos[t] == 0, state, kv, qn, kn);",
+      q, k, KH * KD, v, out, VH * VD, ga, gb, VH, VH // KH, KD, VD, A, bias),
+    "    }",
+    "}",
+  }
+end
+
 -- Declarations of the slot pointers a body uses, with what each one holds.
 local function decls(s, body_text)
   local d = {}
@@ -706,9 +742,10 @@ function emit.kernels(ctx, groups, final_node)
       for _, p in ipairs(phase_attention(ctx, s, "@NAME@_attn", n)) do phases[#phases + 1] = p end
       runs[#runs + 1] = run_attention(n)
     elseif grp.kind == "scan" then
-      phases[#phases + 1] = phase_scan(ctx, s, grp.ops[1])
+      local n = grp.ops[1]
+      phases[#phases + 1] = n.op == "delta_scan" and phase_delta(ctx, s, n) or phase_scan(ctx, s, n)
       runs[#runs + 1] = string.format("tp_parallel_for(a->pool, (int64_t)a->rows * %d, 1, @NAME@_scan, (void *)a);",
-        grp.ops[1].attrs.heads)
+        n.attrs.heads or n.attrs.v_heads)
     elseif grp.kind == "conv" then
       for _, p in ipairs(phase_conv(ctx, s, grp.ops[1])) do phases[#phases + 1] = p end
       runs[#runs + 1] = "tp_parallel_for(a->pool, a->rows, 1, @NAME@_rows, (void *)a);"

@@ -96,6 +96,10 @@ local function row_stmt(ctx, s, n, t, NT)
       a.head_dim, a.rot_dim, a.pairs == "adjacent" and "true" or "false", row(inp(1), t, W), row(out, t, W), tbl, t, a.rot_dim)
   elseif op == "silu" or op == "gelu_tanh" or op == "gelu" then
     return loop(string.format("(%s)[i] = ig_%s((%s)[i]);", row(out, t, W), op, row(inp(1), t, W)))
+  elseif op == "sigmoid" then
+    return loop(string.format("(%s)[i] = 1.0f / (1.0f + expf(-(%s)[i]));", row(out, t, W), row(inp(1), t, W)))
+  elseif op == "mul" and n.inputs[2].width == 1 and W > 1 then -- a gate per row
+    return loop(string.format("(%s)[i] = (%s)[i] * %s[%s];", row(out, t, W), row(inp(1), t, W), inp(2), t))
   elseif op == "add" or op == "mul" then
     return loop(string.format("(%s)[i] = (%s)[i] %s (%s)[i];", row(out, t, W), row(inp(1), t, W),
       op == "add" and "+" or "*", row(inp(2), t, W)))

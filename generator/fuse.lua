@@ -13,8 +13,9 @@
 --              of elementwise ops on its output (the residual add);
 --   conv       a causal convolution over each sequence's positions, which
 --              reads its neighbours' rows and the sequence's recurrent state;
---   scan       a state-space scan (Mamba-2), sequential over each sequence's
---              tokens from the state it left, parallel over heads.
+--   scan       a state-space scan (Mamba-2) or gated delta rule (Qwen3-Next),
+--              sequential over each sequence's tokens from the state it left,
+--              parallel over heads.
 -- With fusion off every node is its own kernel: that is the --no-fuse build.
 -- The rules are generic (they look at producers and consumers, not at op
 -- names of a particular architecture), so a new description fuses the same way.
@@ -28,7 +29,7 @@ local function kind_of(n)
   if n.op == "attention" then return "attention" end
   if n.op == "moe" then return "moe" end
   if n.op == "causal_conv" then return "conv" end
-  if n.op == "ssm_scan" then return "scan" end
+  if n.op == "ssm_scan" or n.op == "delta_scan" then return "scan" end
   return "rows"
 end
 

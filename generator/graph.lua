@@ -17,7 +17,7 @@ Tensor.__index = Tensor
 
 -- The ops every backend implements. Elementwise ops work per row and can be
 -- fused into the epilogue of the kernel that produces their input.
-graph.ELEMENTWISE = {add = true, mul = true, scale = true, silu = true, gelu_tanh = true, gelu = true,
+graph.ELEMENTWISE = {add = true, mul = true, scale = true, silu = true, gelu_tanh = true, gelu = true, sigmoid = true,
                      rope = true, kv_store = true, softcap = true, columns = true, concat = true}
 graph.ROW_OPS = {rmsnorm = true, layernorm = true, select_rows = true}
 -- Norms: a reduction over the row (or each head's group of it) before the elementwise part.
@@ -343,6 +343,38 @@ function G:env()
     g.n_states = attrs.state_layer + 1
     return g:node("ssm_scan", {x, dt, B, C, A, D, dt_bias}, H * P, x.rows, attrs)
   end
+  -- The gated delta rule (Qwen3-Next's Gated DeltaNet) over each sequence's positions: per value
+  -- head j (its key head j // (v_heads / k_heads)), q and k are l2-normalized (eps 1e-6) and q
+  -- scaled by 1/sqrt(k_dim); with g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b),
+  -- the state S [k_dim][v_dim] decays by exp(g), then S += k (beta (v - S^T k))^T, and the
+  -- output is S^T q. a and b hold one value per value head; A_log and dt_bias are weights of
+  -- v_heads. The state of every head is the sequence's recurrent state.
+  function env.delta_scan(q, k, v, a, b, A_log, dt_bias, o)
+    for _, t in ipairs({{q, "q"}, {k, "k"}, {v, "v"}, {a, "a"}, {b, "b"}}) do check_tensor(g, t[1], "delta_scan " .. t[2]) end
+    check_weight(g, A_log, "delta_scan A_log"); check_weight(g, dt_bias, "delta_scan dt_bias")
+    local line = caller_line(g.desc.path)
+    o = check_opts(g, o, "delta_scan", set("k_heads", "v_heads", "k_dim", "v_dim"))
+    local KH, VH, KD, VD = o.k_heads, o.v_heads, o.k_dim, o.v_dim
+    for _, key in ipairs({"k_heads", "v_heads", "k_dim", "v_dim"}) do
+      if math.type(o[key]) ~= "integer" or o[key] < 1 then g:fail(line, "delta_scan: " .. key .. " must be a positive integer") end
+    end
+    if VH % KH ~= 0 then g:fail(line, string.format("delta_scan: %d key heads do not divide %d value heads", KH, VH)) end
+    if q.width ~= KH * KD or k.width ~= KH * KD or v.width ~= VH * VD or a.width ~= VH or b.width ~= VH then
+      g:fail(line, string.format("delta_scan: q/k/v/a/b widths %d/%d/%d/%d/%d do not match %d key heads of %d, %d value heads of %d",
+        q.width, k.width, v.width, a.width, b.width, KH, KD, VH, VD))
+    end
+    for _, w in ipairs({A_log, dt_bias}) do
+      if #w.shape ~= 1 or w.shape[1] ~= VH then
+        g:fail(line, string.format("delta_scan: %s has shape [%s], expected [%d] (one per value head)", w.logical,
+          table.concat(w.shape, ", "), VH))
+      end
+    end
+    local attrs = {k_heads = KH, v_heads = VH, k_dim = KD, v_dim = VD, state_offset = g.state_floats or 0,
+                   state_layer = g.n_states or 0}
+    g.state_floats = attrs.state_offset + VH * KD * VD
+    g.n_states = attrs.state_layer + 1
+    return g:node("delta_scan", {q, k, v, a, b, A_log, dt_bias}, VH * VD, q.rows, attrs)
+  end
   -- Columns [first, first + count) of each of opts.heads equal groups of a
   -- row (one group by default): the RoPE part of every query head.
   function env.columns(x, first, count, opts)
@@ -475,6 +507,7 @@ function G:env()
   env.silu = unary("silu")
   env.gelu_tanh = unary("gelu_tanh") -- GELU's tanh approximation (gelu_pytorch_tanh, gelu_new)
   env.gelu = unary("gelu")           -- GELU exactly: x * Phi(x), through erf (transformers' "gelu")
+  env.sigmoid = unary("sigmoid")     -- 1 / (1 + exp(-x)): Qwen3-Next's output and shared-expert gates
   env.math = math
   env.string = string
   env.ipairs, env.pairs, env.type, env.error = ipairs, pairs, type, error
@@ -489,7 +522,9 @@ local function binary(op)
       if op ~= "mul" then g:fail(caller_line(g.desc.path), "only tensor * number is supported") end
       return g:node("scale", {a}, a.width, a.rows, {factor = b})
     end
-    if a.width ~= b.width then
+    -- a * b where b (or a) has one column: every column of the other scaled by it (a gate per row)
+    if op == "mul" and a.width == 1 and b.width ~= 1 then a, b = b, a end
+    if a.width ~= b.width and not (op == "mul" and b.width == 1) then
       g:fail(caller_line(g.desc.path), string.format("%s: widths differ (%d vs %d)", op, a.width, b.width))
     end
     return g:node(op, {a, b}, a.width, a.rows)

@@ -629,7 +629,8 @@ local function main(argv)
   for _, n in ipairs(g.nodes) do
     local a, key = n.attrs, nil
     if n.op == "causal_conv" then key = string.format("causal convolution's last %d x %d inputs", a.width - 1, n.width)
-    elseif n.op == "ssm_scan" then key = string.format("SSM scan of %d heads x %d x %d", a.heads, a.head_dim, a.state) end
+    elseif n.op == "ssm_scan" then key = string.format("SSM scan of %d heads x %d x %d", a.heads, a.head_dim, a.state)
+    elseif n.op == "delta_scan" then key = string.format("gated delta rule of %d heads x %d x %d", a.v_heads, a.k_dim, a.v_dim) end
     if key and not state_kinds[key] then state_order[#state_order + 1] = key end
     if key then state_kinds[key] = (state_kinds[key] or 0) + 1 end
   end
