@@ -245,6 +245,29 @@ local function scan_kernel(ctx, s, n)
   return (table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end))
 end
 
+-- The gated delta rule (kernels/cuda/delta.cuh): a block per (token, value head), as the scan.
+local function delta_kernel(ctx, s, n)
+  local a = n.attrs
+  local q, k, v, ga, gb, out = s.buf(n.inputs[1].node), s.buf(n.inputs[2].node), s.buf(n.inputs[3].node),
+    s.buf(n.inputs[4].node), s.buf(n.inputs[5].node), s.buf(n)
+  local A, bias = s.weight(n.inputs[6]), s.weight(n.inputs[7])
+  local L = {
+    "extern \"C\" __global__ void __launch_bounds__(128) @NAME@(@PARAMS@) {",
+    "    (void)nt;",
+    "    const int t = t0 + blockIdx.x, j = blockIdx.y; /* a block per (token, value head) */",
+    "    if (t > 0 && st.seq[t - 1] == st.seq[t]) return; /* the sequence's first token's blocks scan them all */",
+    "    int count = 1;",
+    "    while (t + count < st.n_tokens && st.seq[t + count] == st.seq[t]) count++;",
+    string.format("    float *state = st.state + (long long)st.state_slots[st.seq[t]] * STATE_FLOATS + kvl + (long long)j * %d;",
+      a.k_dim * a.v_dim),
+    "    " .. emit_c.src(ctx, n),
+    string.format("    ig_delta_scan_head<%d, %d, %d, %d>(%s, %s, %s, %s, %s, %s, t, count, j, ((const float *)%s)[j], ((const float *)%s)[j], st.pos[t] == 0, state);",
+      a.k_heads, a.v_heads, a.k_dim, a.v_dim, q, k, v, ga, gb, out, A, bias),
+    "}",
+  }
+  return (table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end))
+end
+
 -- The folded prologue of a matmul kernel: comments for the gathered rows and the RMSNorm, and
 -- the per-row 1/rms computed by the block. first: the first token row of the block ("t0",
 -- "tb"); n: its row count; cap: the rms array's size. Returns the GEMV/GEMM arguments:
@@ -480,9 +503,10 @@ function emit.kernels(ctx, groups, final_node)
         MM_WARPS = emit.MM_WARPS, ROWS_NT = emit.ROWS_NT})
     elseif grp.kind == "scan" then
       local n = grp.ops[1]
-      local k = add_kernel(scan_kernel(ctx, s, n), kernel_name(grp, grp.ops), grp.ops, "scan")
+      local body = n.op == "delta_scan" and delta_kernel(ctx, s, n) or scan_kernel(ctx, s, n)
+      local k = add_kernel(body, kernel_name(grp, grp.ops), grp.ops, "scan")
       calls[#calls + 1] = {kernel = k, grp = grp, slots = s, kind = "scan", kv_layer = n.attrs.state_offset,
-                           heads = n.attrs.heads}
+                           heads = n.attrs.heads or n.attrs.v_heads}
     elseif grp.kind == "conv" then
       local n = grp.ops[1]
       local rows_k, keep_k = conv_kernels(ctx, s, n)
@@ -674,7 +698,7 @@ end
 
 local HEADERS = {"common.cuh", "embed.cuh", "norm.cuh", "rope_kv.cuh", "elementwise.cuh", "gemv_q.cuh", "gemm_q.cuh",
                  "pack.cuh", "attn_decode.cuh", "attn_prefill.cuh", "attn_rows.cuh", "moe.cuh", "head_linear.cuh",
-                 "conv.cuh", "ssm.cuh"}
+                 "conv.cuh", "ssm.cuh", "delta.cuh"}
 
 -- The distinct cuBLASLt GEMM shapes (weight type, IN, OUT, bias) of the calls, each linear's index
 -- into them in call.lt.shape_ids, and the bytes per token of the largest packed X.

@@ -179,6 +179,19 @@ def random_config(cfg_cls, rng, reads=frozenset()):
                   num_experts_per_tok=2 if experts else 0, intermediate_size=rng.randrange(16, 48, 16),
                   position_embedding_type=rng.choice(["rope", "nope"]),
                   time_step_limit=rng.choice([(0.0, float("inf")), (0.05, 0.5)]))  # the second clamps dt both ways
+    if "linear_num_value_heads" in base:  # Qwen3-Next: Gated DeltaNet layers among gated attention layers
+        kw["num_hidden_layers"] = rng.choice([3, 4])
+        kinds = ["linear_attention", "full_attention"] + [rng.choice(["linear_attention", "full_attention"])
+                                                          for _ in range(kw["num_hidden_layers"] - 2)]
+        rng.shuffle(kinds)
+        kh = rng.choice([1, 2])
+        experts = rng.choice([0, 4])
+        kw.update(layer_types=kinds, linear_num_key_heads=kh, linear_num_value_heads=kh * rng.choice([1, 2]),
+                  linear_key_head_dim=rng.choice([8, 16]), linear_value_head_dim=rng.choice([8, 16]),
+                  linear_conv_kernel_dim=rng.choice([2, 4]), num_experts=experts, num_experts_per_tok=2,
+                  moe_intermediate_size=rng.randrange(16, 48, 16), shared_expert_intermediate_size=rng.randrange(16, 48, 16),
+                  norm_topk_prob=rng.random() < 0.5, decoder_sparse_step=1,
+                  mlp_only_layers=[kw["num_hidden_layers"] - 1] if rng.random() < 0.5 else [])
     if "conv_L_cache" in base:  # LFM2: short convolutions among the attention layers, 2 to 4 taps
         kw["num_hidden_layers"] = rng.choice([3, 4])
         kinds = ["conv", "full_attention"] + [rng.choice(["conv", "full_attention"]) for _ in range(kw["num_hidden_layers"] - 2)]
@@ -271,6 +284,7 @@ def summary_of(kw, cfg, ckpt):
             f"{''.join('c' if k == 'conv' else 'a' for k in kw['layer_types']) + ' k' + str(kw['conv_L_cache']) + ' ' if 'conv_L_cache' in kw else ''}"
             f"{''.join('m' if k == 'mamba' else 'a' for k in kw['layer_types']) + ' ssm' + str(kw['mamba_n_heads']) + 'x' + str(kw['mamba_d_state']) + 'g' + str(kw['mamba_n_groups']) + (' e' + str(kw['num_local_experts']) if kw['num_local_experts'] else '') + ' ' + kw['position_embedding_type'] + ' ' if 'mamba_n_heads' in kw else ''}"
             f"{'cbias ' if kw.get('conv_bias') else ''}"
+            f"{''.join('l' if k == 'linear_attention' else 'a' for k in kw['layer_types']) + ' dn' + str(kw['linear_num_key_heads']) + '/' + str(kw['linear_num_value_heads']) + ' e' + str(kw['num_experts']) + ' ' if 'linear_num_value_heads' in kw else ''}"
             f"{rp.get('rope_type', '')} "
             f"{'win' + str(kw['sliding_window']) if kw.get('sliding_window') else ''} "
             f"{'bias' if kw.get('attention_bias') or kw.get('mlp_bias') else ''}"

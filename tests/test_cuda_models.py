@@ -214,7 +214,7 @@ FAMILIES = [pytest.param("qwen2_gqa", marks=BREADTH), pytest.param("llama_bias",
             "olmo2_bias", pytest.param("granite_bias", marks=BREADTH), pytest.param("smollm3_list", marks=BREADTH),
             "qwen3moe_16e_top4", "gemma3_gqa", "gptneox_serial_odd", pytest.param("gptneox_parallel", marks=BREADTH),
             "lfm2_bias", pytest.param("lfm2_hybrid", marks=BREADTH), "granitehybrid_moe",
-            pytest.param("granitehybrid_dense", marks=BREADTH)]
+            pytest.param("granitehybrid_dense", marks=BREADTH), "qwen3next_moe"]
 FAMILY_DIR = ROOT / "tests" / "fixtures" / "families"
 
 
@@ -229,7 +229,8 @@ def test_cudasim_families_match_cpu(built, tmp_path, family, monkeypatch):
     without renormalization beside dense layers (Qwen3-MoE), LayerNorm, exact GELU and an odd
     partial rotary width (GPT-NeoX), short convolutions whose state each sequence carries across
     the chunks and decode steps (LFM2), Mamba-2's scan and grouped gated norm beside a MoE (Granite
-    4.0 hybrid): the same descriptions through the CUDA emitter."""
+    4.0 hybrid), the gated delta rule, gated attention and a sigmoid-gated shared expert (Qwen3-Next):
+    the same descriptions through the CUDA emitter."""
     model = FAMILY_DIR / family
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     toks = [(7 * i + 3) % (vocab - 1) + 1 for i in range(32)]

@@ -207,3 +207,28 @@ def test_wrong_granitehybrid_entry_fails_against_transformers(built, tmp_path, o
     the whole row instead of per group, the gate without its SiLU, the convolution's bias or the
     MoE dropped: each fails, by an error or beyond the bound."""
     assert_wrong_entry_fails(tmp_path, "granitehybrid_moe", old, new, error)
+
+
+@pytest.mark.parametrize("old, new, error", [
+    ("x = x + linear(att * sigmoid(gate), w.o, ab and w.o_bias)", "x = x + linear(att, w.o, ab and w.o_bias)", None),
+    ("return x + m + shared * sigmoid(linear(h, w.shared_router))", "return x + m + shared",
+     "not used by models.lua entry 'qwen3next'"),
+    ("local b, a = columns(ba, 0, r, {heads = KH}), columns(ba, r, r, {heads = KH})",
+     "local a, b = columns(ba, 0, r, {heads = KH}), columns(ba, r, r, {heads = KH})", None),
+    ("x = x + linear(rmsnorm(o, w.lin_norm, c.eps, {heads = VH}) * silu(z), w.lin_out)",
+     "x = x + linear(rmsnorm(o * silu(z), w.lin_norm, c.eps, {heads = VH}), w.lin_out)", None),
+    ("local q, k = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})",
+     "local q, k = columns(qkvz, 0, KD), columns(qkvz, KD, KD)", "causal_conv: weight lin_conv1d has shape [64, 4]"),
+    ("local q, k = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})",
+     "local k, q = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})", None),
+], ids=["ungated-attention", "ungated-shared-expert", "a-and-b-swapped", "gate-before-norm", "qkvz-not-per-key-head",
+        "q-and-k-swapped"])
+def test_wrong_qwen3next_entry_fails_against_transformers(built, tmp_path, old, new, error):
+    """qwen3next_moe (Gated DeltaNet with two value heads per key head, gated attention, a MoE with
+    a gated shared expert; transformers' logits): each wrong entry fails, by an error or beyond the
+    bound (a description that cannot be traced is an error at its line)."""
+    if error and error.startswith("causal_conv:"):
+        rc, out = fixture_build("qwen3next_moe", edited(tmp_path, old, new), "t-wrong-q3n-cols")
+        assert rc != 0 and error in out, out
+        return
+    assert_wrong_entry_fails(tmp_path, "qwen3next_moe", old, new, error)

@@ -5,7 +5,9 @@ DeepSeek-V2 (multi-head latent attention, tests/test_mla.py has the rest), GPT-N
 gpt-oss (attention sinks, biased routers and experts, the clamped SwiGLU, experts stacked and
 transposed in the checkpoint) and LFM2 (short convolutions whose last inputs are each sequence's
 recurrent state: the chunked and token-by-token modes carry it across steps) and Granite 4.0's
-hybrid (Mamba-2 layers: a convolution and a selective scan, each with per-sequence state).
+hybrid (Mamba-2 layers: a convolution and a selective scan, each with per-sequence state) and
+Qwen3-Next (Gated DeltaNet: a convolution and the gated delta rule, gated attention, a MoE with a
+gated shared expert).
 
 Fixtures: tests/fixtures/families/ (tests/fixtures/make_tiny_families.py),
 two tiny random models per family, 64 teacher-forced tokens, windows shorter
@@ -40,7 +42,7 @@ def test_every_family_has_fixtures():
             "Phi3ForCausalLM", "MixtralForCausalLM", "LlamaForCausalLM", "Olmo2ForCausalLM",
             "GraniteForCausalLM", "SmolLM3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM",
             "DeepseekV2ForCausalLM", "GPTNeoXForCausalLM", "StableLmForCausalLM", "GptOssForCausalLM",
-            "Lfm2ForCausalLM", "GraniteMoeHybridForCausalLM"} <= families
+            "Lfm2ForCausalLM", "GraniteMoeHybridForCausalLM", "Qwen3NextForCausalLM"} <= families
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
