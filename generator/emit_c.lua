@@ -565,6 +565,7 @@ end
 local function phase_conv(ctx, s, n)
   local a, W = n.attrs, n.width
   local x, out = s.buf(n.inputs[1].node), s.buf(n)
+  local taps = s.weight(n.inputs[2]) -- w0: the kernel's taps, then its bias
   local bias = n.inputs[3] and "(const float *)" .. s.weight(n.inputs[3]) or "NULL"
   local state = "a->state + (size_t)b->state_slots[b->seq[t]] * STATE_FLOATS + a->kv_layer"
   local rows = {
@@ -576,7 +577,7 @@ local function phase_conv(ctx, s, n)
     string.format("        while (back < %d && t - back > 0 && b->seq[t - back - 1] == b->seq[t]) back++;", a.width - 1),
     "        " .. emit.src(ctx, n),
     string.format("        kc_causal_conv_row(%s, (int)t, back, b->pos[t], %s, (const float *)%s, %s, %d, %d, %s);", x, state,
-      s.weight(n.inputs[2]), bias, W, a.width, row(out, "t", W)),
+      taps, bias, W, a.width, row(out, "t", W)),
     "    }",
     "}",
   }

@@ -192,6 +192,7 @@ end
 local function conv_kernels(ctx, s, n)
   local NT, W, K = emit.ROWS_NT, n.width, n.attrs.width
   local x, out = s.buf(n.inputs[1].node), s.buf(n)
+  local taps = s.weight(n.inputs[2]) -- w0: the kernel's taps, then its bias
   local bias = n.inputs[3] and "(const float *)" .. s.weight(n.inputs[3]) or "nullptr"
   local state = "st.state + (long long)st.state_slots[st.seq[t]] * STATE_FLOATS + kvl"
   local rows = {
@@ -202,7 +203,7 @@ local function conv_kernels(ctx, s, n)
     string.format("    while (back < %d && t - back > 0 && st.seq[t - back - 1] == st.seq[t]) back++;", K - 1),
     "    " .. emit_c.src(ctx, n),
     string.format("    ig_row_causal_conv<%d, %d>(%s, t, back, st.pos[t], %s, (const float *)%s, %s, %s);", W, K, x, state,
-      s.weight(n.inputs[2]), bias, row(out, "t", W)),
+      taps, bias, row(out, "t", W)),
     "}",
   }
   local keep = {
