@@ -15,5 +15,6 @@
 #define ingot_kv_alloc ingot_draft_kv_alloc
 #define ingot_kv_release ingot_draft_kv_release
 #define ingot_kv_fit_blocks ingot_draft_kv_fit_blocks
+#define ingot_state_alloc ingot_draft_state_alloc
 #define ingot_forward ingot_draft_forward
 #define ingot_moe_observer ingot_draft_moe_observer
