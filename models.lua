@@ -867,14 +867,57 @@ M.lfm2 = {
   head = lm_head,
 }
 
+-- Mamba-2's mixer, shared by the entries of its hybrids (Granite 4.0's; Nemotron-H and Falcon-H1
+-- name their weights alike under another prefix): in_proj to the gate z, x|B|C and dt per head;
+-- x|B|C through a causal convolution and SiLU; the selective scan (ssm_scan) per head from the
+-- sequence's state; RMSNorm per group of heads (a weight per channel) of the result gated by
+-- SiLU(z); out_proj. time_step_limit clamps dt (transformers writes its infinity as an object).
+local MAMBA2_CONFIG = {
+  ssm_heads      = {hf = "mamba_n_heads"},
+  ssm_groups     = {hf = "mamba_n_groups", default = 1},
+  ssm_state      = {hf = "mamba_d_state"},
+  ssm_conv       = {hf = "mamba_d_conv", default = 4},
+  ssm_inner      = {default = "mamba_expand * dim"},
+  mamba_expand   = {hf = "mamba_expand", default = 2},
+  ssm_head_dim   = {hf = "mamba_d_head", default = "ssm_inner / ssm_heads"},
+  ssm_conv_bias  = {hf = "mamba_conv_bias", default = true},
+  ssm_proj_bias  = {hf = "mamba_proj_bias", default = false},
+  time_step_limit = {hf = "time_step_limit", default = false},
+}
+
+local MAMBA2_PROJ, MAMBA2_XBC = "2 * ssm_inner + 2 * ssm_groups * ssm_state + ssm_heads", "ssm_inner + 2 * ssm_groups * ssm_state"
+local MAMBA2_WEIGHTS = {
+  ssm_in          = {hf = "model.layers.%d.mamba.in_proj.weight", shape = {MAMBA2_PROJ, "dim"}},
+  ssm_in_bias     = {hf = "model.layers.%d.mamba.in_proj.bias", shape = {MAMBA2_PROJ}},
+  ssm_conv1d      = {hf = "model.layers.%d.mamba.conv1d.weight", shape = {MAMBA2_XBC, "ssm_conv"}},
+  ssm_conv1d_bias = {hf = "model.layers.%d.mamba.conv1d.bias", shape = {MAMBA2_XBC}},
+  ssm_a           = {hf = "model.layers.%d.mamba.A_log", shape = {"ssm_heads"}},
+  ssm_d           = {hf = "model.layers.%d.mamba.D", shape = {"ssm_heads"}},
+  ssm_dt_bias     = {hf = "model.layers.%d.mamba.dt_bias", shape = {"ssm_heads"}},
+  ssm_norm        = {hf = "model.layers.%d.mamba.norm.weight", shape = {"ssm_inner"}},
+  ssm_out         = {hf = "model.layers.%d.mamba.out_proj.weight", shape = {"dim", "ssm_inner"}},
+  ssm_out_bias    = {hf = "model.layers.%d.mamba.out_proj.bias", shape = {"dim"}},
+}
+
+local function mamba2_mixer(h, w, c)
+  local I, GN, H, pb = c.ssm_inner, c.ssm_groups * c.ssm_state, c.ssm_heads, c.ssm_proj_bias
+  local p = linear(h, w.ssm_in, pb and w.ssm_in_bias)
+  local z, dt = columns(p, 0, I), columns(p, 2 * I + 2 * GN, H)
+  local xbc = silu(causal_conv(columns(p, I, I + 2 * GN), w.ssm_conv1d, c.ssm_conv_bias and w.ssm_conv1d_bias))
+  local lim = c.time_step_limit or {}
+  local y = ssm_scan(columns(xbc, 0, I), dt, columns(xbc, I, GN), columns(xbc, I + GN, GN), w.ssm_a, w.ssm_d,
+                     w.ssm_dt_bias, {heads = H, head_dim = c.ssm_head_dim, state = c.ssm_state, groups = c.ssm_groups,
+                                     a_log = true, dt_min = type(lim[1]) == "number" and lim[1] or 0,
+                                     dt_max = type(lim[2]) == "number" and lim[2] or math.huge})
+  y = rmsnorm(y * silu(z), w.ssm_norm, c.eps, {heads = c.ssm_groups})
+  return linear(y, w.ssm_out, pb and w.ssm_out_bias)
+end
+
 -- Granite 4.0 hybrid (GraniteMoeHybrid: Granite-4.0-H Micro, Tiny, Small): Mamba-2 layers among
 -- grouped-query attention layers, Granite's multipliers (embedding, residual, attention scale,
 -- logits), and after every mixer a shared SwiGLU MLP plus, when the config has experts, a
--- top-k MoE (softmax over the chosen experts' logits: the renormalized top-k). A Mamba-2 layer:
--- in_proj gives the gate z, x|B|C and dt per head; x|B|C goes through a causal convolution and
--- SiLU; the selective scan (ssm_scan) runs per head over the sequence from its state; the result
--- gated by SiLU(z) is RMS-normalized per group of heads (a weight per channel) and projected
--- out. layer_types says "mamba"/"linear_attention" or "attention"/"full_attention"; attention
+-- top-k MoE (softmax over the chosen experts' logits: the renormalized top-k). The Mamba-2
+-- layers are mamba2_mixer. layer_types says "mamba"/"linear_attention" or "attention"/"full_attention"; attention
 -- layers rotate q and k only with position_embedding_type "rope" (Granite 4.0 uses none).
 M.granitehybrid = {
   hf = {"GraniteMoeHybridForCausalLM"},
@@ -886,32 +929,12 @@ M.granitehybrid = {
     shared_ffn     = {hf = "shared_intermediate_size"},
     experts        = {hf = "num_local_experts", default = 0},
     top_k          = {hf = "num_experts_per_tok", default = 0},
-    ssm_heads      = {hf = "mamba_n_heads"},
-    ssm_groups     = {hf = "mamba_n_groups", default = 1},
-    ssm_state      = {hf = "mamba_d_state"},
-    ssm_conv       = {hf = "mamba_d_conv", default = 4},
-    ssm_inner      = {default = "mamba_expand * dim"},
-    mamba_expand   = {hf = "mamba_expand", default = 2},
-    ssm_head_dim   = {hf = "mamba_d_head", default = "ssm_inner / ssm_heads"},
-    ssm_conv_bias  = {hf = "mamba_conv_bias", default = true},
-    ssm_proj_bias  = {hf = "mamba_proj_bias", default = false},
-    time_step_limit = {hf = "time_step_limit", default = false},
-  }),
+  }, MAMBA2_CONFIG),
   rope_pairs = {hf = "halves"},
-  weights = merge(ATTN_BIAS_WEIGHTS, {
+  weights = merge(ATTN_BIAS_WEIGHTS, MAMBA2_WEIGHTS, {
     embed       = LLAMA_WEIGHTS.embed, final_norm = LLAMA_WEIGHTS.final_norm, lm_head = LLAMA_WEIGHTS.lm_head,
     attn_norm   = LLAMA_WEIGHTS.attn_norm, ffn_norm = LLAMA_WEIGHTS.ffn_norm,
     q = LLAMA_WEIGHTS.q, k = LLAMA_WEIGHTS.k, v = LLAMA_WEIGHTS.v, o = LLAMA_WEIGHTS.o,
-    ssm_in      = {hf = "model.layers.%d.mamba.in_proj.weight", shape = {"2 * ssm_inner + 2 * ssm_groups * ssm_state + ssm_heads", "dim"}},
-    ssm_in_bias = {hf = "model.layers.%d.mamba.in_proj.bias", shape = {"2 * ssm_inner + 2 * ssm_groups * ssm_state + ssm_heads"}},
-    ssm_conv1d  = {hf = "model.layers.%d.mamba.conv1d.weight", shape = {"ssm_inner + 2 * ssm_groups * ssm_state", "ssm_conv"}},
-    ssm_conv1d_bias = {hf = "model.layers.%d.mamba.conv1d.bias", shape = {"ssm_inner + 2 * ssm_groups * ssm_state"}},
-    ssm_a       = {hf = "model.layers.%d.mamba.A_log", shape = {"ssm_heads"}},
-    ssm_d       = {hf = "model.layers.%d.mamba.D", shape = {"ssm_heads"}},
-    ssm_dt_bias = {hf = "model.layers.%d.mamba.dt_bias", shape = {"ssm_heads"}},
-    ssm_norm    = {hf = "model.layers.%d.mamba.norm.weight", shape = {"ssm_inner"}},
-    ssm_out     = {hf = "model.layers.%d.mamba.out_proj.weight", shape = {"dim", "ssm_inner"}},
-    ssm_out_bias = {hf = "model.layers.%d.mamba.out_proj.bias", shape = {"dim"}},
     shared_gate = {hf = "model.layers.%d.shared_mlp.input_linear.weight", shape = {"shared_ffn", "dim"}, slice = {0, "2 * shared_ffn"}},
     shared_up   = {hf = "model.layers.%d.shared_mlp.input_linear.weight", shape = {"shared_ffn", "dim"},
                    slice = {"shared_ffn", "2 * shared_ffn"}},
@@ -928,17 +951,7 @@ M.granitehybrid = {
     local kind = c.layer_types[c.layer + 1]
     local r, h = c.residual_multiplier, rmsnorm(x, w.attn_norm, c.eps)
     if kind == "mamba" or kind == "linear_attention" then
-      local I, GN, H, pb = c.ssm_inner, c.ssm_groups * c.ssm_state, c.ssm_heads, c.ssm_proj_bias
-      local p = linear(h, w.ssm_in, pb and w.ssm_in_bias)
-      local z, dt = columns(p, 0, I), columns(p, 2 * I + 2 * GN, H)
-      local xbc = silu(causal_conv(columns(p, I, I + 2 * GN), w.ssm_conv1d, c.ssm_conv_bias and w.ssm_conv1d_bias))
-      local lim = c.time_step_limit or {}
-      local y = ssm_scan(columns(xbc, 0, I), dt, columns(xbc, I, GN), columns(xbc, I + GN, GN), w.ssm_a, w.ssm_d,
-                         w.ssm_dt_bias, {heads = H, head_dim = c.ssm_head_dim, state = c.ssm_state, groups = c.ssm_groups,
-                                         a_log = true, dt_min = type(lim[1]) == "number" and lim[1] or 0,
-                                         dt_max = type(lim[2]) == "number" and lim[2] or math.huge})
-      y = rmsnorm(y * silu(z), w.ssm_norm, c.eps, {heads = c.ssm_groups})
-      x = x + linear(y, w.ssm_out, pb and w.ssm_out_bias) * r
+      x = x + mamba2_mixer(h, w, c) * r
     elseif kind == "attention" or kind == "full_attention" then
       local ab = c.attention_bias
       local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
@@ -960,13 +973,44 @@ M.granitehybrid = {
   head = M.granite.head,
 }
 
+-- Gated DeltaNet (Qwen3-Next's linear attention): projections to q|k|v|z and to b|a, each grouped
+-- by key head as transformers splits them (in_proj_qkvz, in_proj_ba); q|k|v convolved causally
+-- with SiLU; the gated delta rule (delta_scan) per value head from the sequence's state; each
+-- value head RMS-normalized (a weight shared by the heads) and gated by SiLU(z); out_proj.
+local DELTANET_CONFIG = {
+  lin_kh   = {hf = "linear_num_key_heads"},
+  lin_vh   = {hf = "linear_num_value_heads"},
+  lin_kd   = {hf = "linear_key_head_dim"},
+  lin_vd   = {hf = "linear_value_head_dim"},
+  lin_conv = {hf = "linear_conv_kernel_dim", default = 4},
+}
+
+local DELTANET_WEIGHTS = {
+  lin_qkvz    = {hf = "model.layers.%d.linear_attn.in_proj_qkvz.weight", shape = {"2 * lin_kh * lin_kd + 2 * lin_vh * lin_vd", "dim"}},
+  lin_ba      = {hf = "model.layers.%d.linear_attn.in_proj_ba.weight", shape = {"2 * lin_vh", "dim"}},
+  lin_conv1d  = {hf = "model.layers.%d.linear_attn.conv1d.weight", shape = {"2 * lin_kh * lin_kd + lin_vh * lin_vd", "lin_conv"}},
+  lin_a_log   = {hf = "model.layers.%d.linear_attn.A_log", shape = {"lin_vh"}},
+  lin_dt_bias = {hf = "model.layers.%d.linear_attn.dt_bias", shape = {"lin_vh"}},
+  lin_norm    = {hf = "model.layers.%d.linear_attn.norm.weight", shape = {"lin_vd"}},
+  lin_out     = {hf = "model.layers.%d.linear_attn.out_proj.weight", shape = {"dim", "lin_vh * lin_vd"}},
+}
+
+local function gated_deltanet(h, w, c)
+  local KH, VH, KD, VD = c.lin_kh, c.lin_vh, c.lin_kd, c.lin_vd
+  local r = VH // KH -- value heads per key head
+  local qkvz, ba = linear(h, w.lin_qkvz), linear(h, w.lin_ba)
+  local q, k = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})
+  local v, z = columns(qkvz, 2 * KD, r * VD, {heads = KH}), columns(qkvz, 2 * KD + r * VD, r * VD, {heads = KH})
+  local b, a = columns(ba, 0, r, {heads = KH}), columns(ba, r, r, {heads = KH})
+  local qkv = silu(causal_conv(concat(concat(q, k), v), w.lin_conv1d))
+  local o = delta_scan(columns(qkv, 0, KH * KD), columns(qkv, KH * KD, KH * KD), columns(qkv, 2 * KH * KD, VH * VD),
+                       a, b, w.lin_a_log, w.lin_dt_bias, {k_heads = KH, v_heads = VH, k_dim = KD, v_dim = VD})
+  return linear(rmsnorm(o, w.lin_norm, c.eps, {heads = VH}) * silu(z), w.lin_out)
+end
+
 -- Qwen3-Next: Gated DeltaNet layers among gated attention layers, each followed by a MoE with a
 -- shared expert (sigmoid-gated) or, by decoder_sparse_step / mlp_only_layers, a dense MLP; every
--- norm scales by (1 + w). A linear-attention layer projects to q|k|v|z per key head and to b|a
--- per key head (in_proj_qkvz, in_proj_ba, grouped by key head as transformers splits them),
--- convolves q|k|v causally with SiLU, runs the gated delta rule (delta_scan) from the sequence's
--- state, normalizes each value head (a weight shared by the heads) and gates it by SiLU(z). An
--- attention layer's q_proj holds each head's query and its output gate side by side; q and k
+-- norm scales by (1 + w). An attention layer's q_proj holds each head's query and its output gate side by side; q and k
 -- get per-head norms and partial rotary, and the output is multiplied by sigmoid(gate).
 M.qwen3next = {
   hf = {"Qwen3NextForCausalLM"},
@@ -976,14 +1020,9 @@ M.qwen3next = {
     sparse_step     = {hf = "decoder_sparse_step", default = 1},
     mlp_only_layers = {hf = "mlp_only_layers", default = false},
     layer_types     = {hf = "layer_types"},
-    lin_kh          = {hf = "linear_num_key_heads"},
-    lin_vh          = {hf = "linear_num_value_heads"},
-    lin_kd          = {hf = "linear_key_head_dim"},
-    lin_vd          = {hf = "linear_value_head_dim"},
-    lin_conv        = {hf = "linear_conv_kernel_dim", default = 4},
-  }),
+  }, DELTANET_CONFIG),
   rope_pairs = {hf = "halves"},
-  weights = merge(MOE_WEIGHTS, ATTN_BIAS_WEIGHTS, {
+  weights = merge(MOE_WEIGHTS, ATTN_BIAS_WEIGHTS, DELTANET_WEIGHTS, {
     embed = LLAMA_WEIGHTS.embed, final_norm = LLAMA_WEIGHTS.final_norm, lm_head = LLAMA_WEIGHTS.lm_head,
     attn_norm = LLAMA_WEIGHTS.attn_norm, ffn_norm = LLAMA_WEIGHTS.ffn_norm,
     q      = {hf = "model.layers.%d.self_attn.q_proj.weight", shape = {"2 * heads * head_dim", "dim"}},
@@ -991,13 +1030,6 @@ M.qwen3next = {
     k = LLAMA_WEIGHTS.k, v = LLAMA_WEIGHTS.v, o = LLAMA_WEIGHTS.o,
     q_norm = {hf = "model.layers.%d.self_attn.q_norm.weight", shape = {"head_dim"}},
     k_norm = {hf = "model.layers.%d.self_attn.k_norm.weight", shape = {"head_dim"}},
-    lin_qkvz    = {hf = "model.layers.%d.linear_attn.in_proj_qkvz.weight", shape = {"2 * lin_kh * lin_kd + 2 * lin_vh * lin_vd", "dim"}},
-    lin_ba      = {hf = "model.layers.%d.linear_attn.in_proj_ba.weight", shape = {"2 * lin_vh", "dim"}},
-    lin_conv1d  = {hf = "model.layers.%d.linear_attn.conv1d.weight", shape = {"2 * lin_kh * lin_kd + lin_vh * lin_vd", "lin_conv"}},
-    lin_a_log   = {hf = "model.layers.%d.linear_attn.A_log", shape = {"lin_vh"}},
-    lin_dt_bias = {hf = "model.layers.%d.linear_attn.dt_bias", shape = {"lin_vh"}},
-    lin_norm    = {hf = "model.layers.%d.linear_attn.norm.weight", shape = {"lin_vd"}},
-    lin_out     = {hf = "model.layers.%d.linear_attn.out_proj.weight", shape = {"dim", "lin_vh * lin_vd"}},
     gate = LLAMA_WEIGHTS.gate, up = LLAMA_WEIGHTS.up, down = LLAMA_WEIGHTS.down,
     shared_gate   = {hf = "model.layers.%d.mlp.shared_expert.gate_proj.weight", shape = {"shared_ffn", "dim"}},
     shared_up     = {hf = "model.layers.%d.mlp.shared_expert.up_proj.weight", shape = {"shared_ffn", "dim"}},
@@ -1009,16 +1041,7 @@ M.qwen3next = {
     local norm = {offset = 1}
     local h = rmsnorm(x, w.attn_norm, c.eps, norm)
     if c.layer_types[c.layer + 1] == "linear_attention" then
-      local KH, VH, KD, VD = c.lin_kh, c.lin_vh, c.lin_kd, c.lin_vd
-      local r = VH // KH -- value heads per key head
-      local qkvz, ba = linear(h, w.lin_qkvz), linear(h, w.lin_ba)
-      local q, k = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})
-      local v, z = columns(qkvz, 2 * KD, r * VD, {heads = KH}), columns(qkvz, 2 * KD + r * VD, r * VD, {heads = KH})
-      local b, a = columns(ba, 0, r, {heads = KH}), columns(ba, r, r, {heads = KH})
-      local qkv = silu(causal_conv(concat(concat(q, k), v), w.lin_conv1d))
-      local o = delta_scan(columns(qkv, 0, KH * KD), columns(qkv, KH * KD, KH * KD), columns(qkv, 2 * KH * KD, VH * VD),
-                           a, b, w.lin_a_log, w.lin_dt_bias, {k_heads = KH, v_heads = VH, k_dim = KD, v_dim = VD})
-      x = x + linear(rmsnorm(o, w.lin_norm, c.eps, {heads = VH}) * silu(z), w.lin_out)
+      x = x + gated_deltanet(h, w, c)
     else
       local ab, H = c.attention_bias, c.heads
       local qg = linear(h, w.q, ab and w.q_bias)

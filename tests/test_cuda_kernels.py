@@ -79,6 +79,13 @@ INSTANCES = {
     # DeepSeek-V2-Lite's absorbed W_UK^T and W_UV blocks of kv_b_proj (16 heads of 128 + 128 rows, 512 columns)
     "head_linear.cuh": ["head_linear_kernel<IG_BF16, 16, 256, 0, 128, 512, true>",
                         "head_linear_kernel<IG_Q8_0, 16, 256, 128, 128, 512, false>"],
+    # LFM2-1.2B's short convolution (2048 channels, 3 taps); a Mamba-2 convolution of 4 taps over
+    # x|B|C (Granite-4.0-H: 3072 + 2 x 128 channels); its scan (48 heads of 64, state 128, 1 group);
+    # Qwen3-Next-80B's gated delta rule (16 key heads, 32 value heads, 128 x 128)
+    "conv.cuh": ["causal_conv_kernel<2048, 3>", "causal_conv_keep_kernel<2048, 3>", "causal_conv_kernel<3328, 4>",
+                 "causal_conv_keep_kernel<3328, 4>"],
+    "ssm.cuh": ["ssm_scan_kernel<48, 64, 128, 1>", "ssm_scan_kernel<128, 64, 128, 8>"],
+    "delta.cuh": ["delta_scan_kernel<16, 32, 128, 128>"],
     "moe.cuh": ["moe_route_kernel<IG_BF16, 4096, 8, 2>", "moe_route_kernel<IG_Q4_1, 4096, 8, 2>",
                 "moe_route_kernel<IG_F32, 2048, 64, 6>", "moe_combine_kernel<4096, 8, 2>", "moe_combine_kernel<2048, 64, 6>"],
 }
@@ -116,7 +123,8 @@ PROGRAMS = {
     "t_head_linear": ["head_linear.cuh"],
 }
 # headers whose kernels are exercised through whole generated models (tests/test_cuda_models.py)
-COVERED_BY_MODELS = ["attn_rows.cuh", "gemm_q.cuh", "pack.cuh"]
+COVERED_BY_MODELS = ["attn_rows.cuh", "gemm_q.cuh", "pack.cuh",
+                     "conv.cuh", "ssm.cuh", "delta.cuh"]  # the hybrids' families on cudasim, against the CPU
 RUNS = [("plain", None), ("plain", 3), ("race", None), ("race", 7)]
 if os.environ.get("INGOT_SAN") == "1":  # make test's sanitizer pass: the same programs under ASan
     RUNS = [("asan", None), ("asan", 5)]

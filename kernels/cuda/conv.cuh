@@ -40,3 +40,27 @@ __device__ __forceinline__ void ig_row_causal_conv_keep(const float* x, int t, i
       state[(long long)r * N + i] = v;
     }
 }
+
+// The two launches over a step, for a caller with the step's arrays at hand (generated models emit
+// their own, with their buffers and the state's offset folded in): grid = tokens, block = 256.
+// states: n_slots x state_floats; offset: this convolution's place in a slot.
+template <int N, int W>
+__global__ void causal_conv_kernel(const float* x, const int* seq, const int* pos, const int* slots, const float* states,
+                                   long long state_floats, long long offset, const float* __restrict__ w,
+                                   const float* __restrict__ bias, float* out) {
+  const int t = blockIdx.x;
+  int back = 0;
+  while (back < W - 1 && t - back > 0 && seq[t - back - 1] == seq[t]) back++;
+  ig_row_causal_conv<N, W>(x, t, back, pos[t], states + slots[seq[t]] * state_floats + offset, w, bias,
+                           out + (long long)t * N);
+}
+
+template <int N, int W>
+__global__ void causal_conv_keep_kernel(const float* x, const int* seq, const int* pos, const int* slots, int n_tokens,
+                                        float* states, long long state_floats, long long offset) {
+  const int t = blockIdx.x;
+  if (t + 1 < n_tokens && seq[t + 1] == seq[t]) return;
+  int count = 1;
+  while (count < W - 1 && t - count >= 0 && seq[t - count] == seq[t]) count++;
+  ig_row_causal_conv_keep<N, W>(x, t, count, pos[t], states + slots[seq[t]] * state_floats + offset);
+}

@@ -51,3 +51,17 @@ __device__ __forceinline__ void ig_delta_scan_head(const float* q, const float* 
     }
   }
 }
+
+// The rule over a step, for a caller with the step's arrays at hand (generated models emit their
+// own): grid = (tokens, VH), block = 128; the blocks of a sequence's first token run its tokens.
+template <int KH, int VH, int KD, int VD>
+__global__ void delta_scan_kernel(const float* q, const float* k, const float* v, const float* a, const float* b, float* y,
+                                  const int* seq, const int* pos, const int* slots, int n_tokens, float* states,
+                                  long long state_floats, long long offset, const float* a_log, const float* dt_bias) {
+  const int t = blockIdx.x, j = blockIdx.y;
+  if (t > 0 && seq[t - 1] == seq[t]) return;
+  int count = 1;
+  while (t + count < n_tokens && seq[t + count] == seq[t]) count++;
+  ig_delta_scan_head<KH, VH, KD, VD>(q, k, v, a, b, y, t, count, j, a_log[j], dt_bias[j], pos[t] == 0,
+                                     states + slots[seq[t]] * state_floats + offset + (long long)j * KD * VD);
+}

@@ -39,3 +39,18 @@ __device__ __forceinline__ void ig_ssm_scan_head(const float* x, const float* dt
     }
   }
 }
+
+// The scan over a step, for a caller with the step's arrays at hand (generated models emit their
+// own): grid = (tokens, H), block = 128; the blocks of a sequence's first token scan its tokens.
+template <int H, int P, int N, int G>
+__global__ void ssm_scan_kernel(const float* x, const float* dt, const float* B, const float* C, float* y, const int* seq,
+                                const int* pos, const int* slots, int n_tokens, float* states, long long state_floats,
+                                long long offset, const float* a_log, const float* d, const float* dt_bias, float dt_min,
+                                float dt_max) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  if (t > 0 && seq[t - 1] == seq[t]) return;
+  int count = 1;
+  while (t + count < n_tokens && seq[t + count] == seq[t]) count++;
+  ig_ssm_scan_head<H, P, N, G>(x, dt, B, C, y, t, count, h, -expf(a_log[h]), d[h], dt_bias[h], dt_min, dt_max, pos[t] == 0,
+                               states + slots[seq[t]] * state_floats + offset + (long long)h * P * N);
+}
