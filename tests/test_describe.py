@@ -25,7 +25,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import BREADTH, ROOT
 from modelbuild import FIXTURES, logits, reference
 
 FAMILIES = FIXTURES / "families"
@@ -172,10 +172,10 @@ LFM2_CONV = "local y = gate * causal_conv(b * xs, w.conv, cb and w.conv_bias)"
 @pytest.mark.parametrize("old, new, error", [
     (LFM2_CONV, LFM2_CONV.replace("cb and w.conv_bias", "nil"), "not used by models.lua entry 'lfm2'"),
     ("columns(bcx, 0, c.dim), columns(bcx, c.dim, c.dim)", "columns(bcx, c.dim, c.dim), columns(bcx, 0, c.dim)", None),
-    (LFM2_CONV, LFM2_CONV.replace("causal_conv(b * xs,", "causal_conv(xs,"), None),
-    (LFM2_CONV, LFM2_CONV.replace("gate * causal_conv(", "b * causal_conv("), None),
-    ('if c.layer_types then attn = c.layer_types[c.layer + 1] ~= "conv"',
-     'if c.layer_types then attn = c.layer_types[c.layer + 1] == "conv"', "(tensor 'model.layers.0.conv.in_proj.weight') is not in"),
+    pytest.param(LFM2_CONV, LFM2_CONV.replace("causal_conv(b * xs,", "causal_conv(xs,"), None, marks=BREADTH),
+    pytest.param(LFM2_CONV, LFM2_CONV.replace("gate * causal_conv(", "b * causal_conv("), None, marks=BREADTH),
+    pytest.param('if c.layer_types then attn = c.layer_types[c.layer + 1] ~= "conv"',
+     'if c.layer_types then attn = c.layer_types[c.layer + 1] == "conv"', "(tensor 'model.layers.0.conv.in_proj.weight') is not in", marks=BREADTH),
 ], ids=["dropped-conv-bias", "b-and-c-swapped", "ungated-input", "b-for-c", "layer-kinds-swapped"])
 def test_wrong_lfm2_entry_fails_against_transformers(built, tmp_path, old, new, error):
     """lfm2_bias (a 4-tap convolution with biases, attention then two convolution layers;
@@ -197,9 +197,9 @@ GH_SCAN = "a_log = true, dt_min"
     (GH_SCAN, GH_SCAN.replace("true", "false"), None),
     ("y = rmsnorm(y * silu(z), w.ssm_norm, c.eps, {heads = c.ssm_groups})", "y = rmsnorm(y * silu(z), w.ssm_norm, c.eps)",
      None),
-    ("y = rmsnorm(y * silu(z), w.ssm_norm,", "y = rmsnorm(y * z, w.ssm_norm,", None),
-    ("c.ssm_conv_bias and w.ssm_conv1d_bias))", "nil))", "not used by models.lua entry 'granitehybrid'"),
-    ("if c.experts > 0 then", "if false then", "not used by models.lua entry 'granitehybrid'"),
+    pytest.param("y = rmsnorm(y * silu(z), w.ssm_norm,", "y = rmsnorm(y * z, w.ssm_norm,", None, marks=BREADTH),
+    pytest.param("c.ssm_conv_bias and w.ssm_conv1d_bias))", "nil))", "not used by models.lua entry 'granitehybrid'", marks=BREADTH),
+    pytest.param("if c.experts > 0 then", "if false then", "not used by models.lua entry 'granitehybrid'", marks=BREADTH),
 ], ids=["a-not-from-log", "norm-over-the-row", "ungated-silu", "dropped-conv-bias", "dropped-moe"])
 def test_wrong_granitehybrid_entry_fails_against_transformers(built, tmp_path, old, new, error):
     """granitehybrid_moe (Mamba-2 layers with 2 groups of B/C, attention, a shared MLP beside 4
@@ -213,14 +213,14 @@ def test_wrong_granitehybrid_entry_fails_against_transformers(built, tmp_path, o
     ("x = x + linear(att * sigmoid(gate), w.o, ab and w.o_bias)", "x = x + linear(att, w.o, ab and w.o_bias)", None),
     ("return x + m + shared * sigmoid(linear(h, w.shared_router))", "return x + m + shared",
      "not used by models.lua entry 'qwen3next'"),
-    ("local b, a = columns(ba, 0, r, {heads = KH}), columns(ba, r, r, {heads = KH})",
-     "local a, b = columns(ba, 0, r, {heads = KH}), columns(ba, r, r, {heads = KH})", None),
-    ("return linear(rmsnorm(o, w.lin_norm, c.eps, {heads = VH}) * silu(z), w.lin_out)",
-     "return linear(rmsnorm(o * silu(z), w.lin_norm, c.eps, {heads = VH}), w.lin_out)", None),
-    ("local q, k = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})",
-     "local q, k = columns(qkvz, 0, KD), columns(qkvz, KD, KD)", "causal_conv: weight lin_conv1d has shape [64, 4]"),
-    ("local q, k = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})",
-     "local k, q = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})", None),
+    pytest.param("local b, a = columns(ba, 0, r, {heads = KH}), columns(ba, r, r, {heads = KH})",
+     "local a, b = columns(ba, 0, r, {heads = KH}), columns(ba, r, r, {heads = KH})", None, marks=BREADTH),
+    pytest.param("return linear(rmsnorm(o, w.lin_norm, c.eps, {heads = VH}) * silu(z), w.lin_out)",
+     "return linear(rmsnorm(o * silu(z), w.lin_norm, c.eps, {heads = VH}), w.lin_out)", None, marks=BREADTH),
+    pytest.param("local q, k = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})",
+     "local q, k = columns(qkvz, 0, KD), columns(qkvz, KD, KD)", "causal_conv: weight lin_conv1d has shape [64, 4]", marks=BREADTH),
+    pytest.param("local q, k = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})",
+     "local k, q = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})", None, marks=BREADTH),
 ], ids=["ungated-attention", "ungated-shared-expert", "a-and-b-swapped", "gate-before-norm", "qkvz-not-per-key-head",
         "q-and-k-swapped"])
 def test_wrong_qwen3next_entry_fails_against_transformers(built, tmp_path, old, new, error):
