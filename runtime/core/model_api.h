@@ -36,7 +36,7 @@ typedef struct {
                                   (sliding window): KV blocks wholly before pos - kv_window + 1 are
                                   never read again and may be released (block table entry -1) */
     size_t state_bytes_per_seq;/* recurrent layers' state of one sequence (a causal convolution's
-                                  last inputs); 0: the model has none. Held in a slot of its own per
+                                  last inputs, a state-space or delta-rule scan's state); 0: none. Held in a slot of its own per
                                   sequence (ingot_state_alloc), not per position: a step must bring
                                   a sequence's tokens in order from its last one, so the prefix cache
                                   and speculative decoding, which resume or rewind at other
@@ -136,9 +136,9 @@ int ingot_model_max_tokens(const ingot_model *m);
  * (host memory: the caller's budget decides). */
 int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen);
 void ingot_kv_release(ingot_model *m, ingot_kv *kv);
-/* Gives kv the recurrent state of n_slots sequences (state_bytes_per_seq each, where the model
- * computes; nothing when the model has none): 0, or -1 with err filled. ingot_kv_release frees
- * it with the pool. */
+/* Gives kv, after ingot_kv_alloc, the recurrent state of n_slots sequences (state_bytes_per_seq
+ * each, where the model computes; nothing when the model has none): 0, or -1 with err filled.
+ * ingot_kv_release frees it with the pool. */
 int ingot_state_alloc(ingot_model *m, ingot_kv *kv, int n_slots, char *err, size_t errlen);
 int ingot_kv_fit_blocks(ingot_model *m, double fraction);
 
