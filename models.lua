@@ -809,41 +809,42 @@ M.gemma3 = {
 -- is adjusted by block_auto_adjust_ff_dim before use).
 M.lfm2 = {
   hf = {"Lfm2ForCausalLM"},
+  gguf = "lfm2",
   config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {
-    eps            = {hf = "norm_eps", default = 1e-5},
+    eps            = {hf = "norm_eps", gguf = "%s.attention.layer_norm_rms_epsilon", default = 1e-5},
     ffn            = {default = "tensor_rows:gate"},
-    conv_width     = {hf = "conv_L_cache", default = 3},
+    kv_heads       = merge(TRANSFORMER_CONFIG.kv_heads, {reduce = "max"}),
+    conv_width     = {hf = "conv_L_cache", gguf = "%s.shortconv.l_cache", default = 3},
     conv_bias      = {hf = "conv_bias", default = false},
-    layer_types    = {hf = "layer_types", default = false},
+    layer_types    = {hf = "layer_types", gguf = "%s.attention.head_count_kv", default = false},
     full_attn_idxs = {hf = "full_attn_idxs", default = false},
   }),
-  rope_pairs = {hf = "halves"},
+  rope_pairs = {hf = "halves", gguf = "halves"},
   weights = {
-    embed      = LLAMA_WEIGHTS.embed,
-    final_norm = {hf = "model.embedding_norm.weight", shape = {"dim"}},
-    lm_head    = LLAMA_WEIGHTS.lm_head,
-    attn_norm  = {hf = "model.layers.%d.operator_norm.weight", shape = {"dim"}},
-    ffn_norm   = {hf = "model.layers.%d.ffn_norm.weight", shape = {"dim"}},
-    q          = LLAMA_WEIGHTS.q,
-    k          = LLAMA_WEIGHTS.k,
-    v          = LLAMA_WEIGHTS.v,
-    o          = {hf = "model.layers.%d.self_attn.out_proj.weight", shape = {"dim", "heads * head_dim"}},
-    q_norm     = {hf = "model.layers.%d.self_attn.q_layernorm.weight", shape = {"head_dim"}},
-    k_norm     = {hf = "model.layers.%d.self_attn.k_layernorm.weight", shape = {"head_dim"}},
-    conv_in    = {hf = "model.layers.%d.conv.in_proj.weight", shape = {"3 * dim", "dim"}},
+    embed = LLAMA_WEIGHTS.embed, lm_head = LLAMA_WEIGHTS.lm_head,
+    final_norm = {hf = "model.embedding_norm.weight", gguf = "token_embd_norm.weight", shape = {"dim"}},
+    attn_norm  = {hf = "model.layers.%d.operator_norm.weight", gguf = "blk.%d.attn_norm.weight", shape = {"dim"}},
+    ffn_norm   = {hf = "model.layers.%d.ffn_norm.weight", gguf = "blk.%d.ffn_norm.weight", shape = {"dim"}},
+    q = LLAMA_WEIGHTS.q, k = LLAMA_WEIGHTS.k, v = LLAMA_WEIGHTS.v,
+    o          = {hf = "model.layers.%d.self_attn.out_proj.weight", gguf = LLAMA_WEIGHTS.o.gguf, shape = {"dim", "heads * head_dim"}},
+    q_norm     = {hf = "model.layers.%d.self_attn.q_layernorm.weight", gguf = "blk.%d.attn_q_norm.weight", shape = {"head_dim"}},
+    k_norm     = {hf = "model.layers.%d.self_attn.k_layernorm.weight", gguf = "blk.%d.attn_k_norm.weight", shape = {"head_dim"}},
+    conv_in    = {hf = "model.layers.%d.conv.in_proj.weight", gguf = "blk.%d.shortconv.in_proj.weight", shape = {"3 * dim", "dim"}},
     conv_in_bias = {hf = "model.layers.%d.conv.in_proj.bias", shape = {"3 * dim"}},
-    conv       = {hf = "model.layers.%d.conv.conv.weight", shape = {"dim", "conv_width"}},
+    conv       = {hf = "model.layers.%d.conv.conv.weight", gguf = "blk.%d.shortconv.conv.weight", shape = {"dim", "conv_width"}},
     conv_bias  = {hf = "model.layers.%d.conv.conv.bias", shape = {"dim"}},
-    conv_out   = {hf = "model.layers.%d.conv.out_proj.weight", shape = {"dim", "dim"}},
+    conv_out   = {hf = "model.layers.%d.conv.out_proj.weight", gguf = "blk.%d.shortconv.out_proj.weight", shape = {"dim", "dim"}},
     conv_out_bias = {hf = "model.layers.%d.conv.out_proj.bias", shape = {"dim"}},
-    gate       = {hf = "model.layers.%d.feed_forward.w1.weight", shape = {"ffn", "dim"}},
-    up         = {hf = "model.layers.%d.feed_forward.w3.weight", shape = {"ffn", "dim"}},
-    down       = {hf = "model.layers.%d.feed_forward.w2.weight", shape = {"dim", "ffn"}},
+    gate       = {hf = "model.layers.%d.feed_forward.w1.weight", gguf = LLAMA_WEIGHTS.gate.gguf, shape = {"ffn", "dim"}},
+    up         = {hf = "model.layers.%d.feed_forward.w3.weight", gguf = LLAMA_WEIGHTS.up.gguf, shape = {"ffn", "dim"}},
+    down       = {hf = "model.layers.%d.feed_forward.w2.weight", gguf = LLAMA_WEIGHTS.down.gguf, shape = {"dim", "ffn"}},
   },
   embed = embed_tokens,
   layer = function(x, w, c)
     local attn
-    if c.layer_types then attn = c.layer_types[c.layer + 1] ~= "conv"
+    local kind = c.layer_types and c.layer_types[c.layer + 1]
+    if type(kind) == "number" then attn = kind > 0 -- a GGUF's head_count_kv
+    elseif kind then attn = kind ~= "conv"
     else
       attn = false
       for _, i in ipairs(c.full_attn_idxs or {}) do attn = attn or i == c.layer end
@@ -873,29 +874,31 @@ M.lfm2 = {
 -- sequence's state; RMSNorm per group of heads (a weight per channel) of the result gated by
 -- SiLU(z); out_proj. time_step_limit clamps dt (transformers writes its infinity as an object).
 local MAMBA2_CONFIG = {
-  ssm_heads      = {hf = "mamba_n_heads"},
-  ssm_groups     = {hf = "mamba_n_groups", default = 1},
-  ssm_state      = {hf = "mamba_d_state"},
-  ssm_conv       = {hf = "mamba_d_conv", default = 4},
-  ssm_inner      = {default = "mamba_expand * dim"},
+  ssm_heads      = {hf = "mamba_n_heads", gguf = "%s.ssm.time_step_rank"},
+  ssm_groups     = {hf = "mamba_n_groups", gguf = "%s.ssm.group_count", default = 1},
+  ssm_state      = {hf = "mamba_d_state", gguf = "%s.ssm.state_size"},
+  ssm_conv       = {hf = "mamba_d_conv", gguf = "%s.ssm.conv_kernel", default = 4},
+  ssm_inner      = {gguf = "%s.ssm.inner_size", default = "mamba_expand * dim"},
   mamba_expand   = {hf = "mamba_expand", default = 2},
   ssm_head_dim   = {hf = "mamba_d_head", default = "ssm_inner / ssm_heads"},
   ssm_conv_bias  = {hf = "mamba_conv_bias", default = true},
   ssm_proj_bias  = {hf = "mamba_proj_bias", default = false},
   time_step_limit = {hf = "time_step_limit", default = false},
+  -- transformers stores A_log, llama.cpp's converter A = -exp(A_log)
+  ssm_a_log      = {by_format = {hf = true, gguf = false}},
 }
 
 local MAMBA2_PROJ, MAMBA2_XBC = "2 * ssm_inner + 2 * ssm_groups * ssm_state + ssm_heads", "ssm_inner + 2 * ssm_groups * ssm_state"
 local MAMBA2_WEIGHTS = {
-  ssm_in          = {hf = "model.layers.%d.mamba.in_proj.weight", shape = {MAMBA2_PROJ, "dim"}},
+  ssm_in          = {hf = "model.layers.%d.mamba.in_proj.weight", gguf = "blk.%d.ssm_in.weight", shape = {MAMBA2_PROJ, "dim"}},
   ssm_in_bias     = {hf = "model.layers.%d.mamba.in_proj.bias", shape = {MAMBA2_PROJ}},
-  ssm_conv1d      = {hf = "model.layers.%d.mamba.conv1d.weight", shape = {MAMBA2_XBC, "ssm_conv"}},
-  ssm_conv1d_bias = {hf = "model.layers.%d.mamba.conv1d.bias", shape = {MAMBA2_XBC}},
-  ssm_a           = {hf = "model.layers.%d.mamba.A_log", shape = {"ssm_heads"}},
-  ssm_d           = {hf = "model.layers.%d.mamba.D", shape = {"ssm_heads"}},
-  ssm_dt_bias     = {hf = "model.layers.%d.mamba.dt_bias", shape = {"ssm_heads"}},
-  ssm_norm        = {hf = "model.layers.%d.mamba.norm.weight", shape = {"ssm_inner"}},
-  ssm_out         = {hf = "model.layers.%d.mamba.out_proj.weight", shape = {"dim", "ssm_inner"}},
+  ssm_conv1d      = {hf = "model.layers.%d.mamba.conv1d.weight", gguf = "blk.%d.ssm_conv1d.weight", shape = {MAMBA2_XBC, "ssm_conv"}},
+  ssm_conv1d_bias = {hf = "model.layers.%d.mamba.conv1d.bias", gguf = "blk.%d.ssm_conv1d.bias", shape = {MAMBA2_XBC}},
+  ssm_a           = {hf = "model.layers.%d.mamba.A_log", gguf = "blk.%d.ssm_a", shape = {"ssm_heads"}},
+  ssm_d           = {hf = "model.layers.%d.mamba.D", gguf = "blk.%d.ssm_d", shape = {"ssm_heads"}},
+  ssm_dt_bias     = {hf = "model.layers.%d.mamba.dt_bias", gguf = "blk.%d.ssm_dt.bias", shape = {"ssm_heads"}},
+  ssm_norm        = {hf = "model.layers.%d.mamba.norm.weight", gguf = "blk.%d.ssm_norm.weight", shape = {"ssm_inner"}},
+  ssm_out         = {hf = "model.layers.%d.mamba.out_proj.weight", gguf = "blk.%d.ssm_out.weight", shape = {"dim", "ssm_inner"}},
   ssm_out_bias    = {hf = "model.layers.%d.mamba.out_proj.bias", shape = {"dim"}},
 }
 
@@ -907,7 +910,7 @@ local function mamba2_mixer(h, w, c)
   local lim = c.time_step_limit or {}
   local y = ssm_scan(columns(xbc, 0, I), dt, columns(xbc, I, GN), columns(xbc, I + GN, GN), w.ssm_a, w.ssm_d,
                      w.ssm_dt_bias, {heads = H, head_dim = c.ssm_head_dim, state = c.ssm_state, groups = c.ssm_groups,
-                                     a_log = true, dt_min = type(lim[1]) == "number" and lim[1] or 0,
+                                     a_log = c.ssm_a_log, dt_min = type(lim[1]) == "number" and lim[1] or 0,
                                      dt_max = type(lim[2]) == "number" and lim[2] or math.huge})
   y = rmsnorm(y * silu(z), w.ssm_norm, c.eps, {heads = c.ssm_groups})
   return linear(y, w.ssm_out, pb and w.ssm_out_bias)
@@ -921,41 +924,48 @@ end
 -- layers rotate q and k only with position_embedding_type "rope" (Granite 4.0 uses none).
 M.granitehybrid = {
   hf = {"GraniteMoeHybridForCausalLM"},
+  gguf = "granitehybrid",
   config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}, {
     embedding_multiplier = M.granite.config.embedding_multiplier, residual_multiplier = M.granite.config.residual_multiplier,
     attention_multiplier = M.granite.config.attention_multiplier, logits_scaling = M.granite.config.logits_scaling,
-    layer_types    = {hf = "layer_types"},
+    kv_heads       = merge(TRANSFORMER_CONFIG.kv_heads, {reduce = "max"}),
+    layer_types    = {hf = "layer_types", gguf = "%s.attention.head_count_kv"},
     position_type  = {hf = "position_embedding_type", default = "nope"},
-    shared_ffn     = {hf = "shared_intermediate_size"},
-    experts        = {hf = "num_local_experts", default = 0},
-    top_k          = {hf = "num_experts_per_tok", default = 0},
+    gguf_rope      = {by_format = {hf = false}, gguf = "%s.rope.scaling.finetuned", default = true}, -- absent: rotate
+    shared_ffn     = {hf = "shared_intermediate_size", gguf = "%s.expert_shared_feed_forward_length"},
+    experts        = {hf = "num_local_experts", gguf = "%s.expert_count", default = 0},
+    top_k          = {hf = "num_experts_per_tok", gguf = "%s.expert_used_count", default = 0},
   }, MAMBA2_CONFIG),
-  rope_pairs = {hf = "halves"},
+  rope_pairs = {hf = "halves", gguf = "adjacent"},
   weights = merge(ATTN_BIAS_WEIGHTS, MAMBA2_WEIGHTS, {
     embed       = LLAMA_WEIGHTS.embed, final_norm = LLAMA_WEIGHTS.final_norm, lm_head = LLAMA_WEIGHTS.lm_head,
     attn_norm   = LLAMA_WEIGHTS.attn_norm, ffn_norm = LLAMA_WEIGHTS.ffn_norm,
     q = LLAMA_WEIGHTS.q, k = LLAMA_WEIGHTS.k, v = LLAMA_WEIGHTS.v, o = LLAMA_WEIGHTS.o,
-    shared_gate = {hf = "model.layers.%d.shared_mlp.input_linear.weight", shape = {"shared_ffn", "dim"}, slice = {0, "2 * shared_ffn"}},
-    shared_up   = {hf = "model.layers.%d.shared_mlp.input_linear.weight", shape = {"shared_ffn", "dim"},
-                   slice = {"shared_ffn", "2 * shared_ffn"}},
-    shared_down = {hf = "model.layers.%d.shared_mlp.output_linear.weight", shape = {"dim", "shared_ffn"}},
-    router      = {hf = "model.layers.%d.block_sparse_moe.router.layer.weight", shape = {"experts", "dim"}},
+    shared_gate = {hf = {{"model.layers.%d.shared_mlp.input_linear.weight", rows = "shared_ffn", of = "2 * shared_ffn"}},
+                   gguf = "blk.%d.ffn_gate_shexp.weight", shape = {"shared_ffn", "dim"}},
+    shared_up   = {hf = {{"model.layers.%d.shared_mlp.input_linear.weight", rows = "shared_ffn", first = "shared_ffn",
+                          of = "2 * shared_ffn"}}, gguf = "blk.%d.ffn_up_shexp.weight", shape = {"shared_ffn", "dim"}},
+    shared_down = {hf = "model.layers.%d.shared_mlp.output_linear.weight", gguf = "blk.%d.ffn_down_shexp.weight",
+                   shape = {"dim", "shared_ffn"}},
+    router      = {hf = "model.layers.%d.block_sparse_moe.router.layer.weight", gguf = MOE_WEIGHTS.router.gguf, shape = {"experts", "dim"}},
     expert_gate = {hf = {{"model.layers.%d.block_sparse_moe.input_linear.weight", rows = "ffn", of = "2 * ffn"}},
-                   shape = {"ffn", "dim"}, experts = "experts"},
+                   gguf = EXPS.gate, shape = {"ffn", "dim"}, experts = "experts"},
     expert_up   = {hf = {{"model.layers.%d.block_sparse_moe.input_linear.weight", rows = "ffn", first = "ffn", of = "2 * ffn"}},
-                   shape = {"ffn", "dim"}, experts = "experts"},
-    expert_down = {hf = "model.layers.%d.block_sparse_moe.output_linear.weight", shape = {"dim", "ffn"}, experts = "experts"},
+                   gguf = EXPS.up, shape = {"ffn", "dim"}, experts = "experts"},
+    expert_down = {hf = "model.layers.%d.block_sparse_moe.output_linear.weight", gguf = EXPS.down, shape = {"dim", "ffn"},
+                   experts = "experts"},
   }),
   embed = M.granite.embed,
   layer = function(x, w, c)
     local kind = c.layer_types[c.layer + 1]
+    if type(kind) == "number" then kind = kind > 0 and "attention" or "mamba" end -- a GGUF's head_count_kv
     local r, h = c.residual_multiplier, rmsnorm(x, w.attn_norm, c.eps)
     if kind == "mamba" or kind == "linear_attention" then
       x = x + mamba2_mixer(h, w, c) * r
     elseif kind == "attention" or kind == "full_attention" then
       local ab = c.attention_bias
       local q, k, v = linear(h, w.q, ab and w.q_bias), linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
-      if c.position_type == "rope" then q, k = rope(q, rope_opts(c, c.heads)), rope(k, rope_opts(c, c.kv_heads)) end
+      if c.position_type == "rope" or c.gguf_rope then q, k = rope(q, rope_opts(c, c.heads)), rope(k, rope_opts(c, c.kv_heads)) end
       local a = attention(q, k, v, {heads = c.heads, kv_heads = c.kv_heads, head_dim = c.head_dim,
                                     scale = c.attention_multiplier})
       x = x + linear(a, w.o, ab and w.o_bias) * r

@@ -58,6 +58,12 @@ function config.resolve(d, e, src)
       raw = config.hf_value(src.hf, spec.hf)
     end
     if util.is_null(raw) then raw = nil end
+    if type(raw) == "table" and raw.array_type and raw.length then
+      -- ingot-inspect prints a GGUF list of more than 64 values as its type and length
+      describe.fail(d, e.name, key, string.format("config '%s': %s is a list of %s values, more than the 64 the generator reads",
+        key, string.format(spec.gguf or "?", arch), tostring(raw.length)))
+    end
+    raw = describe.reduce(spec, raw)
     if raw == nil then
       if spec.default == nil then
         describe.fail(d, e.name, key, string.format("config '%s' has no value in the model (%s) and no default",

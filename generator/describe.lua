@@ -12,7 +12,10 @@ local describe = {}
 local ENTRY_KEYS = {hf = "table", gguf = "string", gguf_also = "table", config = "table", rope_pairs = "table",
                     weights = "table", embed = "function", layer = "function", head = "function"}
 local REQUIRED = {"hf", "config", "weights", "embed", "layer", "head"}
-local CONFIG_KEYS = {hf = "any", gguf = "string", default = "any", by_format = "table"}
+-- reduce: how a list the checkpoint stores per layer becomes one value ("max": llama.cpp's
+-- converters write head_count_kv per layer, 0 for a recurrent layer)
+local CONFIG_KEYS = {hf = "any", gguf = "string", default = "any", by_format = "table", reduce = "string"}
+local CONFIG_REDUCE = {max = math.max}
 local WEIGHT_KEYS = {hf = "any", gguf = "any", shape = "table", tied = "string", optional = "boolean",
                      slice = "table", experts = "string"}
 local PART_KEYS = {[1] = "string", rows = "any", transposed = "boolean", first = "any", every = "any", of = "any"}
@@ -238,6 +241,14 @@ function describe.load(path)
   return d
 end
 
+-- A list value of a config spec with `reduce` made one number (nil for an empty list).
+function describe.reduce(spec, v)
+  if type(v) ~= "table" or not spec.reduce then return v end
+  local out
+  for _, x in ipairs(v) do out = out == nil and x or CONFIG_REDUCE[spec.reduce](out, x) end
+  return out
+end
+
 function describe.fail(d, name, key, msg, kind)
   util.die(string.format("%s:%d: error: %s", d.path, describe.line(d, name, key, kind), msg))
 end
@@ -275,6 +286,10 @@ function describe.validate(d, name, e)
     local derived = type(spec.default) == "string"
     if not spec.hf and not spec.gguf and not spec.by_format and not derived then
       describe.fail(d, name, key, "config '" .. key .. "' needs an hf, gguf or by_format key, or a default expression", "config")
+    end
+    if spec.reduce and not CONFIG_REDUCE[spec.reduce] then
+      describe.fail(d, name, key, string.format("config '%s': reduce '%s' is not one of: %s", key, spec.reduce,
+        table.concat(util.sorted_keys(CONFIG_REDUCE), ", ")), "config")
     end
   end
   -- entries may share weight tables (models.lua builds them with merge):

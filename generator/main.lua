@@ -454,6 +454,19 @@ local function squeezed(shape)
   return out
 end
 
+-- Whether a stored tensor holds the declared shape: the same shape but dimensions of size 1, or
+-- for a declared vector any shape of as many values of an element type (llama.cpp's converters
+-- store Mamba-2's A and D as [heads, 1], its grouped norm as [groups, inner / groups];
+-- runtime/load/weights.c, wt_expect, reads them alike).
+local ELEMENT_DTYPES = {f32 = true, f16 = true, bf16 = true}
+local function holds_shape(have, dtype, expect)
+  if table.concat(squeezed(have), ", ") == table.concat(squeezed(expect), ", ") then return true end
+  if #expect ~= 1 or not ELEMENT_DTYPES[dtype] then return false end
+  local count = 1
+  for _, v in ipairs(have) do count = count * v end
+  return count == expect[1]
+end
+
 local function main(argv)
   local opts = parse_args(argv)
   local inspect_text = util.read_file(opts.inspect) or util.die("cannot read " .. opts.inspect)
@@ -523,7 +536,7 @@ local function main(argv)
     local expect = w.stacked > 0 and {w.stacked, w.shape[1], w.shape[2]} or w.stored_shape
     local have = {}
     for k, v in ipairs(stored.shape or {}) do have[k] = math.tointeger(v) or v end
-    if not w.parts and stored.shape and table.concat(squeezed(have), ", ") ~= table.concat(squeezed(expect), ", ") then
+    if not w.parts and stored.shape and not holds_shape(have, stored.dtype, expect) then
       util.die(string.format("%s:%d: error: weight '%s' is [%s] by its shape in models.lua, but tensor '%s' is [%s] in %s",
         d.path, w.decl.line, w.logical, table.concat(expect, ", "), stored.name or w.tensor, table.concat(have, ", "),
         opts.source))

@@ -190,11 +190,11 @@ def test_wrong_lfm2_entry_fails_against_transformers(built, tmp_path, old, new, 
     assert_wrong_entry_fails(tmp_path, "lfm2_bias", old, new, error)
 
 
-GH_SCAN = "a_log = true, dt_min"
+GH_SCAN = "ssm_a_log      = {by_format = {hf = true, gguf = false}}"
 
 
 @pytest.mark.parametrize("old, new, error", [
-    (GH_SCAN, GH_SCAN.replace("true", "false"), None),
+    (GH_SCAN, GH_SCAN.replace("hf = true", "hf = false"), None),
     ("y = rmsnorm(y * silu(z), w.ssm_norm, c.eps, {heads = c.ssm_groups})", "y = rmsnorm(y * silu(z), w.ssm_norm, c.eps)",
      None),
     pytest.param("y = rmsnorm(y * silu(z), w.ssm_norm,", "y = rmsnorm(y * z, w.ssm_norm,", None, marks=BREADTH),

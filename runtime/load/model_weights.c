@@ -15,9 +15,8 @@
  * (rows x the row bytes of `to`); -1 on allocation failure or rows that
  * cannot be converted, -2 with *bad_row set (counted from `first`) for a row
  * holding a NaN or an infinity that a block type cannot store. */
-static int convert(const wt_tensor *t, int64_t first, int64_t rows, ingot_dtype to, unsigned char *dst,
-                         int64_t *bad_row) {
-    const int64_t cols = t->shape[t->n_dims - 1];
+static int convert(const wt_tensor *t, int64_t first, int64_t rows, int64_t cols, ingot_dtype to, unsigned char *dst,
+                   int64_t *bad_row) {
     size_t in_row, out_row;
     if (dtype_row_bytes(t->dtype, cols, &in_row) != 0 || dtype_row_bytes(to, cols, &out_row) != 0) return -1;
     float *tmp = malloc(sizeof(float) * (size_t)cols);
@@ -33,6 +32,12 @@ static int convert(const wt_tensor *t, int64_t first, int64_t rows, ingot_dtype 
     }
     free(tmp);
     return 0;
+}
+
+/* The row length of weight s as tensor t stores it: a vector's row is all of it, whatever matrix
+ * of its values the file stores (wt_vector_cols). */
+static int64_t source_cols(const weight_spec *s, const wt_tensor *t) {
+    return s->n_dims == 1 && !s->stacked ? wt_vector_cols(t, s->shape[0]) : t->shape[t->n_dims - 1];
 }
 
 /* A weight's columns: a vector is a matrix of one column. */
@@ -300,7 +305,7 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
             break;
         }
         if (wt_check_scales(out->file, t, err, errlen) != 0) break;
-        const int64_t cols = t->shape[t->n_dims - 1];
+        const int64_t cols = source_cols(s, t);
         size_t out_row = 0;
         if (dtype_row_bytes(t->dtype, cols, &src_row[i]) != 0 || dtype_row_bytes(s->dtype, cols, &out_row) != 0) {
             snprintf(err, errlen, "%s: tensor '%s': rows of %lld cannot be stored as %s", wt_path(out->file), name,
@@ -369,7 +374,8 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
             continue;
         }
         int64_t bad_row = 0;
-        const int crc = convert(t, s->first_row, rows, s->dtype, to, &bad_row);
+        const int64_t cols = source_cols(s, t);
+        const int crc = convert(t, s->first_row, rows, cols, s->dtype, to, &bad_row);
         if (crc == -2) {
             snprintf(err, errlen, "%s: tensor '%s': row %lld holds a NaN or an infinity, which %s cannot store",
                      wt_path(out->file), t->name, (long long)(s->first_row + bad_row), dtype_name(s->dtype));

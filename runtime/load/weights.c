@@ -244,6 +244,13 @@ const char *wt_shape_str(int n_dims, const int64_t *shape, char *buf, size_t cap
     return buf;
 }
 
+int64_t wt_vector_cols(const wt_tensor *t, int64_t n) {
+    int64_t count = 1;
+    for (int d = 0; d < t->n_dims; d++) count *= t->shape[d]; /* the loaders checked that this fits */
+    if (count == n && dtype_block_elems(t->dtype) == 1) return n;
+    return t->n_dims ? t->shape[t->n_dims - 1] : 1;
+}
+
 const wt_tensor *wt_expect(const wt_file *f, const char *name, int n_dims, const int64_t *shape,
                            unsigned dtype_mask, char *err, size_t errlen) {
     char want[128], have[128];
@@ -266,6 +273,10 @@ const wt_tensor *wt_expect(const wt_file *f, const char *name, int n_dims, const
         }
         same = t->shape[i++] == shape[j++];
     }
+    /* A vector stored as a matrix of its values, in an element type: llama.cpp's converters write
+     * Mamba-2's A and D as [heads, 1] and its grouped norm as [groups, inner / groups]. The
+     * values are the vector's, in order; the loader reads them as one row (wt_vector_cols). */
+    if (!same && n_dims == 1) same = wt_vector_cols(t, shape[0]) == shape[0];
     if (!same) {
         if (err)
             snprintf(err, errlen, "%s: tensor '%s': expected shape %s, found %s", f->path, name,

@@ -49,9 +49,14 @@ const char *wt_quant_method(const wt_file *f);
 /* Checks that tensor `name` exists with this shape and one of the allowed
  * dtypes (mask of 1u << ingot_dtype). On failure writes e.g.
  *   "model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight': expected shape [64, 64], found [64, 32]"
- * and returns NULL. */
+ * and returns NULL. A declared vector of n also takes a tensor of any shape holding n values of an
+ * element type (f32, f16, bf16), in order. */
 const wt_tensor *wt_expect(const wt_file *f, const char *name, int n_dims, const int64_t *shape,
                            unsigned dtype_mask, char *err, size_t errlen);
+
+/* The row length a declared vector of n reads from t: n for a tensor of any shape holding n
+ * values of an element type (what wt_expect accepts for a vector), else t's last dimension. */
+int64_t wt_vector_cols(const wt_tensor *t, int64_t n);
 
 /* Checks that every f16 scale of a block-quantized tensor is finite (a NaN
  * or infinite scale would turn its whole block into NaN/inf and every
