@@ -988,33 +988,46 @@ M.granitehybrid = {
 -- with SiLU; the gated delta rule (delta_scan) per value head from the sequence's state; each
 -- value head RMS-normalized (a weight shared by the heads) and gated by SiLU(z); out_proj.
 local DELTANET_CONFIG = {
-  lin_kh   = {hf = "linear_num_key_heads"},
-  lin_vh   = {hf = "linear_num_value_heads"},
-  lin_kd   = {hf = "linear_key_head_dim"},
-  lin_vd   = {hf = "linear_value_head_dim"},
-  lin_conv = {hf = "linear_conv_kernel_dim", default = 4},
+  lin_kh    = {hf = "linear_num_key_heads", gguf = "%s.ssm.group_count"},
+  lin_vh    = {hf = "linear_num_value_heads", gguf = "%s.ssm.time_step_rank"},
+  lin_kd    = {hf = "linear_key_head_dim", gguf = "%s.ssm.state_size"},
+  lin_vd    = {hf = "linear_value_head_dim", default = "lin_inner / lin_vh"},
+  lin_inner = {gguf = "%s.ssm.inner_size", default = "lin_vh * lin_vd"},
+  lin_conv  = {hf = "linear_conv_kernel_dim", gguf = "%s.ssm.conv_kernel", default = 4},
+  -- transformers stores in_proj_qkvz grouped by key head and A_log; llama.cpp's converter q, k, v
+  -- of all heads (attn_qkv), z apart (attn_gate), and A = -exp(A_log)
+  lin_hf    = {by_format = {hf = true, gguf = false}},
 }
 
+local DELTANET_QKV = "2 * lin_kh * lin_kd + lin_vh * lin_vd"
 local DELTANET_WEIGHTS = {
   lin_qkvz    = {hf = "model.layers.%d.linear_attn.in_proj_qkvz.weight", shape = {"2 * lin_kh * lin_kd + 2 * lin_vh * lin_vd", "dim"}},
-  lin_ba      = {hf = "model.layers.%d.linear_attn.in_proj_ba.weight", shape = {"2 * lin_vh", "dim"}},
-  lin_conv1d  = {hf = "model.layers.%d.linear_attn.conv1d.weight", shape = {"2 * lin_kh * lin_kd + lin_vh * lin_vd", "lin_conv"}},
-  lin_a_log   = {hf = "model.layers.%d.linear_attn.A_log", shape = {"lin_vh"}},
-  lin_dt_bias = {hf = "model.layers.%d.linear_attn.dt_bias", shape = {"lin_vh"}},
-  lin_norm    = {hf = "model.layers.%d.linear_attn.norm.weight", shape = {"lin_vd"}},
-  lin_out     = {hf = "model.layers.%d.linear_attn.out_proj.weight", shape = {"dim", "lin_vh * lin_vd"}},
+  lin_qkv     = {gguf = "blk.%d.attn_qkv.weight", shape = {DELTANET_QKV, "dim"}},
+  lin_z       = {gguf = "blk.%d.attn_gate.weight", shape = {"lin_vh * lin_vd", "dim"}},
+  lin_ba      = {hf = "model.layers.%d.linear_attn.in_proj_ba.weight", gguf = "blk.%d.ssm_ba.weight", shape = {"2 * lin_vh", "dim"}},
+  lin_conv1d  = {hf = "model.layers.%d.linear_attn.conv1d.weight", gguf = "blk.%d.ssm_conv1d.weight", shape = {DELTANET_QKV, "lin_conv"}},
+  lin_a_log   = {hf = "model.layers.%d.linear_attn.A_log", gguf = "blk.%d.ssm_a", shape = {"lin_vh"}},
+  lin_dt_bias = {hf = "model.layers.%d.linear_attn.dt_bias", gguf = "blk.%d.ssm_dt.bias", shape = {"lin_vh"}},
+  lin_norm    = {hf = "model.layers.%d.linear_attn.norm.weight", gguf = "blk.%d.ssm_norm.weight", shape = {"lin_vd"}},
+  lin_out     = {hf = "model.layers.%d.linear_attn.out_proj.weight", gguf = "blk.%d.ssm_out.weight", shape = {"dim", "lin_vh * lin_vd"}},
 }
 
 local function gated_deltanet(h, w, c)
   local KH, VH, KD, VD = c.lin_kh, c.lin_vh, c.lin_kd, c.lin_vd
   local r = VH // KH -- value heads per key head
-  local qkvz, ba = linear(h, w.lin_qkvz), linear(h, w.lin_ba)
-  local q, k = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})
-  local v, z = columns(qkvz, 2 * KD, r * VD, {heads = KH}), columns(qkvz, 2 * KD + r * VD, r * VD, {heads = KH})
+  local qkv, z
+  if c.lin_hf then
+    local qkvz = linear(h, w.lin_qkvz)
+    local q, k = columns(qkvz, 0, KD, {heads = KH}), columns(qkvz, KD, KD, {heads = KH})
+    qkv, z = concat(concat(q, k), columns(qkvz, 2 * KD, r * VD, {heads = KH})), columns(qkvz, 2 * KD + r * VD, r * VD, {heads = KH})
+  else
+    qkv, z = linear(h, w.lin_qkv), linear(h, w.lin_z)
+  end
+  local ba = linear(h, w.lin_ba)
   local b, a = columns(ba, 0, r, {heads = KH}), columns(ba, r, r, {heads = KH})
-  local qkv = silu(causal_conv(concat(concat(q, k), v), w.lin_conv1d))
+  qkv = silu(causal_conv(qkv, w.lin_conv1d))
   local o = delta_scan(columns(qkv, 0, KH * KD), columns(qkv, KH * KD, KH * KD), columns(qkv, 2 * KH * KD, VH * VD),
-                       a, b, w.lin_a_log, w.lin_dt_bias, {k_heads = KH, v_heads = VH, k_dim = KD, v_dim = VD})
+                       a, b, w.lin_a_log, w.lin_dt_bias, {k_heads = KH, v_heads = VH, k_dim = KD, v_dim = VD, a_log = c.lin_hf})
   return linear(rmsnorm(o, w.lin_norm, c.eps, {heads = VH}) * silu(z), w.lin_out)
 end
 
@@ -1024,41 +1037,45 @@ end
 -- get per-head norms and partial rotary, and the output is multiplied by sigmoid(gate).
 M.qwen3next = {
   hf = {"Qwen3NextForCausalLM"},
+  gguf = "qwen3next",
   config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, MOE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}, {
     norm_topk       = {hf = "norm_topk_prob", default = true},
-    shared_ffn      = {hf = "shared_expert_intermediate_size", default = 0},
+    shared_ffn      = {hf = "shared_expert_intermediate_size", gguf = "%s.expert_shared_feed_forward_length", default = 0},
     sparse_step     = {hf = "decoder_sparse_step", default = 1},
     mlp_only_layers = {hf = "mlp_only_layers", default = false},
-    layer_types     = {hf = "layer_types"},
+    layer_types     = {hf = "layer_types", gguf = "%s.attention.recurrent_layers"},
+    norm_offset     = {by_format = {hf = 1, gguf = 0}}, -- llama.cpp's converter stores 1 + w
   }, DELTANET_CONFIG),
-  rope_pairs = {hf = "halves"},
+  rope_pairs = {hf = "halves", gguf = "halves"},
   weights = merge(MOE_WEIGHTS, ATTN_BIAS_WEIGHTS, DELTANET_WEIGHTS, {
     embed = LLAMA_WEIGHTS.embed, final_norm = LLAMA_WEIGHTS.final_norm, lm_head = LLAMA_WEIGHTS.lm_head,
-    attn_norm = LLAMA_WEIGHTS.attn_norm, ffn_norm = LLAMA_WEIGHTS.ffn_norm,
-    q      = {hf = "model.layers.%d.self_attn.q_proj.weight", shape = {"2 * heads * head_dim", "dim"}},
+    attn_norm = LLAMA_WEIGHTS.attn_norm,
+    ffn_norm = {hf = LLAMA_WEIGHTS.ffn_norm.hf, gguf = "blk.%d.post_attention_norm.weight", shape = {"dim"}},
+    q      = {hf = "model.layers.%d.self_attn.q_proj.weight", gguf = LLAMA_WEIGHTS.q.gguf, shape = {"2 * heads * head_dim", "dim"}},
     q_bias = {hf = "model.layers.%d.self_attn.q_proj.bias", shape = {"2 * heads * head_dim"}},
     k = LLAMA_WEIGHTS.k, v = LLAMA_WEIGHTS.v, o = LLAMA_WEIGHTS.o,
-    q_norm = {hf = "model.layers.%d.self_attn.q_norm.weight", shape = {"head_dim"}},
-    k_norm = {hf = "model.layers.%d.self_attn.k_norm.weight", shape = {"head_dim"}},
+    q_norm = {hf = "model.layers.%d.self_attn.q_norm.weight", gguf = "blk.%d.attn_q_norm.weight", shape = {"head_dim"}},
+    k_norm = {hf = "model.layers.%d.self_attn.k_norm.weight", gguf = "blk.%d.attn_k_norm.weight", shape = {"head_dim"}},
     gate = LLAMA_WEIGHTS.gate, up = LLAMA_WEIGHTS.up, down = LLAMA_WEIGHTS.down,
-    shared_gate   = {hf = "model.layers.%d.mlp.shared_expert.gate_proj.weight", shape = {"shared_ffn", "dim"}},
-    shared_up     = {hf = "model.layers.%d.mlp.shared_expert.up_proj.weight", shape = {"shared_ffn", "dim"}},
-    shared_down   = {hf = "model.layers.%d.mlp.shared_expert.down_proj.weight", shape = {"dim", "shared_ffn"}},
-    shared_router = {hf = "model.layers.%d.mlp.shared_expert_gate.weight", shape = {1, "dim"}},
+    shared_gate   = {hf = "model.layers.%d.mlp.shared_expert.gate_proj.weight", gguf = "blk.%d.ffn_gate_shexp.weight", shape = {"shared_ffn", "dim"}},
+    shared_up     = {hf = "model.layers.%d.mlp.shared_expert.up_proj.weight", gguf = "blk.%d.ffn_up_shexp.weight", shape = {"shared_ffn", "dim"}},
+    shared_down   = {hf = "model.layers.%d.mlp.shared_expert.down_proj.weight", gguf = "blk.%d.ffn_down_shexp.weight", shape = {"dim", "shared_ffn"}},
+    shared_router = {hf = "model.layers.%d.mlp.shared_expert_gate.weight", gguf = "blk.%d.ffn_gate_inp_shexp.weight", shape = {1, "dim"}},
   }),
   embed = embed_tokens,
   layer = function(x, w, c)
-    local norm = {offset = 1}
+    local norm = {offset = c.norm_offset}
     local h = rmsnorm(x, w.attn_norm, c.eps, norm)
-    if c.layer_types[c.layer + 1] == "linear_attention" then
+    local kind = c.layer_types[c.layer + 1]
+    if kind == "linear_attention" or kind == true then -- a GGUF's recurrent_layers
       x = x + gated_deltanet(h, w, c)
     else
       local ab, H = c.attention_bias, c.heads
       local qg = linear(h, w.q, ab and w.q_bias)
       local q, gate = columns(qg, 0, c.head_dim, {heads = H}), columns(qg, c.head_dim, c.head_dim, {heads = H})
       local k, v = linear(h, w.k, ab and w.k_bias), linear(h, w.v, ab and w.v_bias)
-      q = rope(rmsnorm(q, w.q_norm, c.eps, {heads = H, offset = 1}), rope_opts(c, H))
-      k = rope(rmsnorm(k, w.k_norm, c.eps, {heads = c.kv_heads, offset = 1}), rope_opts(c, c.kv_heads))
+      q = rope(rmsnorm(q, w.q_norm, c.eps, {heads = H, offset = c.norm_offset}), rope_opts(c, H))
+      k = rope(rmsnorm(k, w.k_norm, c.eps, {heads = c.kv_heads, offset = c.norm_offset}), rope_opts(c, c.kv_heads))
       local att = attention(q, k, v, {heads = H, kv_heads = c.kv_heads, head_dim = c.head_dim})
       x = x + linear(att * sigmoid(gate), w.o, ab and w.o_bias)
     end
@@ -1072,7 +1089,7 @@ M.qwen3next = {
     return x + m + shared * sigmoid(linear(h, w.shared_router))
   end,
   head = function(x, w, c)
-    return linear(rmsnorm(x, w.final_norm, c.eps, {offset = 1}), w.lm_head)
+    return linear(rmsnorm(x, w.final_norm, c.eps, {offset = c.norm_offset}), w.lm_head)
   end,
 }
 

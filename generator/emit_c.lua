@@ -649,8 +649,9 @@ local function phase_delta(ctx, s, n)
     string.format("        float *state = a->state + (size_t)b->state_slots[b->seq[t]] * STATE_FLOATS + a->kv_layer + (size_t)j * %d;",
       KD * VD),
     "        " .. emit.src(ctx, n),
-    string.format("        kc_delta_scan_head(%s, %s, %d, %s, %s, %d, %s, %s, %d, t, count, j, j / %d, %d, %d, ((const float *)%s)[j], ((const float *)%s)[j], b->pos[t] == 0, state, kv, qn, kn);",
-      q, k, KH * KD, v, out, VH * VD, ga, gb, VH, VH // KH, KD, VD, A, bias),
+    string.format("        const float A = %s((const float *)%s)[j]%s;", a.a_log and "-expf(" or "", A, a.a_log and ")" or ""),
+    string.format("        kc_delta_scan_head(%s, %s, %d, %s, %s, %d, %s, %s, %d, t, count, j, j / %d, %d, %d, A, ((const float *)%s)[j], b->pos[t] == 0, state, kv, qn, kn);",
+      q, k, KH * KD, v, out, VH * VD, ga, gb, VH, VH // KH, KD, VD, bias),
     "    }",
     "}",
   }

@@ -262,8 +262,9 @@ local function delta_kernel(ctx, s, n)
     string.format("    float *state = st.state + (long long)st.state_slots[st.seq[t]] * STATE_FLOATS + kvl + (long long)j * %d;",
       a.k_dim * a.v_dim),
     "    " .. emit_c.src(ctx, n),
-    string.format("    ig_delta_scan_head<%d, %d, %d, %d>(%s, %s, %s, %s, %s, %s, t, count, j, ((const float *)%s)[j], ((const float *)%s)[j], st.pos[t] == 0, state);",
-      a.k_heads, a.v_heads, a.k_dim, a.v_dim, q, k, v, ga, gb, out, A, bias),
+    string.format("    const float A = %s((const float *)%s)[j]%s;", a.a_log and "-expf(" or "", A, a.a_log and ")" or ""),
+    string.format("    ig_delta_scan_head<%d, %d, %d, %d>(%s, %s, %s, %s, %s, %s, t, count, j, A, ((const float *)%s)[j], st.pos[t] == 0, state);",
+      a.k_heads, a.v_heads, a.k_dim, a.v_dim, q, k, v, ga, gb, out, bias),
     "}",
   }
   return (table.concat(L, "\n"):gsub("@PARAMS@", function() return kernel_params(s) end))

@@ -348,12 +348,13 @@ function G:env()
   -- scaled by 1/sqrt(k_dim); with g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b),
   -- the state S [k_dim][v_dim] decays by exp(g), then S += k (beta (v - S^T k))^T, and the
   -- output is S^T q. a and b hold one value per value head; A_log and dt_bias are weights of
-  -- v_heads. The state of every head is the sequence's recurrent state.
+  -- v_heads. The state of every head is the sequence's recurrent state. With o.a_log false the
+  -- weight is A itself (llama.cpp's converter stores -exp(A_log)).
   function env.delta_scan(q, k, v, a, b, A_log, dt_bias, o)
     for _, t in ipairs({{q, "q"}, {k, "k"}, {v, "v"}, {a, "a"}, {b, "b"}}) do check_tensor(g, t[1], "delta_scan " .. t[2]) end
     check_weight(g, A_log, "delta_scan A_log"); check_weight(g, dt_bias, "delta_scan dt_bias")
     local line = caller_line(g.desc.path)
-    o = check_opts(g, o, "delta_scan", set("k_heads", "v_heads", "k_dim", "v_dim"))
+    o = check_opts(g, o, "delta_scan", set("k_heads", "v_heads", "k_dim", "v_dim", "a_log"))
     local KH, VH, KD, VD = o.k_heads, o.v_heads, o.k_dim, o.v_dim
     for _, key in ipairs({"k_heads", "v_heads", "k_dim", "v_dim"}) do
       if math.type(o[key]) ~= "integer" or o[key] < 1 then g:fail(line, "delta_scan: " .. key .. " must be a positive integer") end
@@ -369,7 +370,7 @@ function G:env()
           table.concat(w.shape, ", "), VH))
       end
     end
-    local attrs = {k_heads = KH, v_heads = VH, k_dim = KD, v_dim = VD, state_offset = g.state_floats or 0,
+    local attrs = {k_heads = KH, v_heads = VH, k_dim = KD, v_dim = VD, a_log = o.a_log ~= false, state_offset = g.state_floats or 0,
                    state_layer = g.n_states or 0}
     g.state_floats = attrs.state_offset + VH * KD * VD
     g.n_states = attrs.state_layer + 1

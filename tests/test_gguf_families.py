@@ -50,7 +50,7 @@ def test_every_family_has_a_gguf():
     """Each models.lua entry with a GGUF architecture that llama.cpp converts has a fixture here
     (Llama and Mistral: SmolLM2 and the K-quant fixtures; Mixtral: test_families' stacked experts)."""
     assert set(NAMES) >= {"qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite", "smollm3", "qwen3moe", "phi3", "deepseek2",
-                          "gptneox", "stablelm", "gptoss", "lfm2", "granitehybrid"}
+                          "gptneox", "stablelm", "gptoss", "lfm2", "granitehybrid", "qwen3next"}
 
 
 @pytest.mark.parametrize("name", NAMES)

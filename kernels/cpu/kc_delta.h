@@ -18,14 +18,13 @@
 /* Tokens t0 .. t0 + count - 1 of one sequence, value head j whose key head is kh: q and k rows of
  * qk_stride floats (the key head's k_dim at kh * k_dim), v and y rows of v_stride (the value
  * head's v_dim at j * v_dim), a and b rows of ab_stride (the head's value at j). kv and qn:
- * scratch of v_dim and k_dim floats. */
+ * scratch of v_dim and k_dim floats. neg_a: the head's A = -exp(A_log), negative. */
 static inline void kc_delta_scan_head(const float *q, const float *k, int qk_stride, const float *v, float *y,
                                       int v_stride, const float *a, const float *b, int ab_stride, int t0, int count,
-                                      int j, int kh, int k_dim, int v_dim, float a_log, float dt_bias, int fresh,
+                                      int j, int kh, int k_dim, int v_dim, float neg_a, float dt_bias, int fresh,
                                       float *state, float *kv, float *qn, float *kn) {
     if (fresh) memset(state, 0, sizeof(float) * (size_t)k_dim * v_dim);
     const float q_scale = sqrtf((float)k_dim);
-    const float neg_a = -expf(a_log);
     for (int t = t0; t < t0 + count; t++) {
         const float *qr = q + (size_t)t * qk_stride + (size_t)kh * k_dim, *kr = k + (size_t)t * qk_stride + (size_t)kh * k_dim;
         const float *vr = v + (size_t)t * v_stride + (size_t)j * v_dim;

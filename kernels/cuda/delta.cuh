@@ -11,15 +11,16 @@
 #include "ssm.cuh" // ig_softplus
 
 // Tokens t0 .. t0 + count - 1 of one sequence, value head j: q and k rows of KH x KD, v and y rows
-// of VH x VD, a and b rows of VH. Contains __syncthreads: every thread of the block calls it.
+// of VH x VD, a and b rows of VH; neg_a is the head's A = -exp(A_log). Contains __syncthreads: every
+// thread of the block calls it.
 template <int KH, int VH, int KD, int VD>
 __device__ __forceinline__ void ig_delta_scan_head(const float* q, const float* k, const float* v, const float* a,
-                                                   const float* b, float* y, int t0, int count, int j, float a_log,
+                                                   const float* b, float* y, int t0, int count, int j, float neg_a,
                                                    float dt_bias, bool fresh, float* state) {
   static_assert(VH % KH == 0, "value heads per key head");
   __shared__ float qn[KD], kn[KD];
   const int kh = j / (VH / KH);
-  const float q_scale = sqrtf((float)KD), neg_a = -expf(a_log);
+  const float q_scale = sqrtf((float)KD);
   for (int c = threadIdx.x; c < VD; c += blockDim.x)
     if (fresh)
       for (int i = 0; i < KD; i++) state[(long long)i * VD + c] = 0.0f;
@@ -62,6 +63,6 @@ __global__ void delta_scan_kernel(const float* q, const float* k, const float* v
   if (t > 0 && seq[t - 1] == seq[t]) return;
   int count = 1;
   while (t + count < n_tokens && seq[t + count] == seq[t]) count++;
-  ig_delta_scan_head<KH, VH, KD, VD>(q, k, v, a, b, y, t, count, j, a_log[j], dt_bias[j], pos[t] == 0,
+  ig_delta_scan_head<KH, VH, KD, VD>(q, k, v, a, b, y, t, count, j, -expf(a_log[j]), dt_bias[j], pos[t] == 0,
                                      states + slots[seq[t]] * state_floats + offset + (long long)j * KD * VD);
 }
