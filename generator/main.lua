@@ -504,7 +504,12 @@ local function main(argv)
   -- llama.cpp's LLM_TYPE_70B, the model size one of its preset rules keys on: 80 layers of
   -- Llama with grouped KV heads (with as many KV heads as heads it is the 65B) or of Qwen2
   local heads, kv_heads = c.heads or 1, c.kv_heads or c.heads or 1
-  local mix_model = {layers = c.layers, gqa = heads // math.max(1, kv_heads), experts = c.experts or 0,
+  -- llama.cpp's rules take layer 0's GQA ratio (0 where a hybrid's layer 0 is recurrent: a GGUF
+  -- lists head_count_kv per layer, 0 for such a layer); a safetensors hybrid's list is not at
+  -- hand here, and takes its attention layers' ratio
+  local kv_list = info.metadata and gguf_arch and info.metadata[gguf_arch .. ".attention.head_count_kv"]
+  if type(kv_list) == "table" and type(kv_list[1]) == "number" then kv_heads = kv_list[1] end
+  local mix_model = {layers = c.layers, gqa = kv_heads > 0 and heads // kv_heads or 0, experts = c.experts or 0,
                      b70 = c.layers == 80 and ((entry.gguf == "llama" and heads ~= kv_heads) or entry.gguf == "qwen2")}
   for i, w in ipairs(g.weight_list) do
     w.tensor = config.tensor_name(entry, w.logical, w.layer, cfg.format, w.expert)

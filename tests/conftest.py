@@ -41,6 +41,13 @@ def pytest_sessionstart(session):
         subprocess.run([sys.executable, str(FIXTURES / "regenerate.py")], check=True)
 
 
+def in_tree(path):
+    """Whether the tree holds PATH, a file under tests/fixtures, rather than regenerate.py
+    --oracles remaking it for make test-full (regenerated.json's oracles list those)."""
+    rel = pathlib.Path(path).resolve().relative_to(FIXTURES).as_posix()
+    return rel not in json.loads((FIXTURES / "regenerated.json").read_text())["oracles"]
+
+
 def fixture_file(path):
     """PATH, a file under tests/fixtures; a clear failure where it is one of the llama.cpp files
     only make test-full reads, not in the tree until regenerate.py --oracles remakes it."""

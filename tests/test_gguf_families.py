@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import modelbuild
-from conftest import BREADTH, OBJDIR, ROOT, SAN, fixture_file, run
+from conftest import BREADTH, OBJDIR, ROOT, SAN, fixture_file, in_tree, run
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from make_kquant_models import PRESETS  # noqa: E402  (the presets llama.cpp made of each family)
@@ -194,12 +194,15 @@ def preset_fixture(name, preset):
 
 
 def preset_params(default):
+    """Every (family, preset), in the default tier where default says so and the tree holds the
+    file (the hybrids' presets are remade by regenerate.py --oracles: make test-full runs them)."""
     out = []
     for name in PRESET_NAMES:
         ref = json.loads((PRESET_FIXTURES / name / "reference.json").read_text())
         for preset in ref["presets"]:
             p = pytest.param(name, preset, id=f"{name}-{preset}")
-            out.append(p if default(name, preset) else pytest.param(name, preset, marks=BREADTH, id=p.id))
+            tracked = in_tree(PRESET_FIXTURES / name / ref["presets"][preset]["file"])
+            out.append(p if default(name, preset) and tracked else pytest.param(name, preset, marks=BREADTH, id=p.id))
     return out
 
 
@@ -272,16 +275,19 @@ def test_cuda_preset_gguf_matches_cpu(name, preset, tmp_path, built):
     """Each family's file in each preset on the CUDA backend (cudasim): the kernels of kernels/cuda
     dequantize every type in registers (GEMV: decode and steps of up to 8 tokens) and in shared
     memory (the prefill GEMM tiles), for dense and expert weights. Same weights and f32 activations
-    as the CPU build: within 1e-4 of it (summation order; observed at most 2.6e-5 over the 110 files
-    and three modes), and the file's model as the CPU build is (within exact_bound of llama.cpp on
-    the dequantized weights)."""
+    as the CPU build: within 1e-4 of it or 3e-5 of the logits' largest magnitude, whichever is
+    larger (summation order; observed at most 2.6e-5 over the 110 files of the attention families,
+    and 1.4e-4 = 1.9e-5 of 7.1 for Qwen3-Next's Q6_K, whose delta rule normalizes q and k and
+    carries the difference through its state), and the file's model as the CPU build is (within
+    exact_bound of llama.cpp on the dequantized weights)."""
     path, ref, _, dequant = preset_fixture(name, preset)
     want = modelbuild.logits(preset_build(name, preset, path, "--act-quant", "none"), ref["tokens"], tmp_path=tmp_path)
     sim = preset_build(name, preset, path, "--backend", "cuda", "--cudasim")
     exact = exact_bound(ref)
+    same = max(1e-4, 3e-5 * float(np.abs(want).max()))
     for mode in ((), ("--chunk", "5"), ("--decode",)):
         got = modelbuild.logits(sim, ref["tokens"], *mode, tmp_path=tmp_path)
         err = float(np.abs(got - want).max())
-        assert err <= 1e-4, f"{name} {preset} {mode}: max |cuda - cpu| = {err:.3g}"
+        assert err <= same, f"{name} {preset} {mode}: max |cuda - cpu| = {err:.3g} > {same:.3g}"
         err = float(np.abs(got - dequant).max())
         assert err <= exact, f"{name} {preset} {mode}: max |cuda - the file's model| = {err:.3g}"
