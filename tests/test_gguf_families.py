@@ -291,3 +291,24 @@ def test_cuda_preset_gguf_matches_cpu(name, preset, tmp_path, built):
         assert err <= same, f"{name} {preset} {mode}: max |cuda - cpu| = {err:.3g} > {same:.3g}"
         err = float(np.abs(got - dequant).max())
         assert err <= exact, f"{name} {preset} {mode}: max |cuda - the file's model| = {err:.3g}"
+
+
+MODELS_LUA = (ROOT / "models.lua").read_text()
+
+
+@pytest.mark.parametrize("name, old, new", [
+    ("granitehybrid", "ssm_a_log      = {by_format = {hf = true, gguf = false}}", "ssm_a_log      = {by_format = {hf = true, gguf = true}}"),
+    ("qwen3next", "norm_offset     = {by_format = {hf = 1, gguf = 0}}", "norm_offset     = {by_format = {hf = 1, gguf = 1}}"),
+    ("qwen3next", "a_log = c.lin_hf})", "a_log = true})"),
+], ids=["granite-a-as-a-log", "qwen3next-norms-offset-twice", "qwen3next-a-as-a-log"])
+def test_wrong_hybrid_gguf_reading_fails(name, old, new, tmp_path, built):
+    """What llama.cpp's converter changes in a hybrid's tensors, read as transformers stores them:
+    Mamba-2's or the delta rule's A (stored as -exp(A_log)) taken for A_log, Qwen3-Next's norms
+    (stored as 1 + w) offset once more: each moves the logits beyond the F32 test's bound."""
+    assert MODELS_LUA.count(old) == 1, old
+    models = tmp_path / "models.lua"
+    models.write_text(MODELS_LUA.replace(old, new))
+    d, ref, want = fixture(name)
+    binary = modelbuild.build(d / ref["files"]["f32"], f"gg-wrong-{name}-{abs(hash(new)) % 10 ** 6}", "--models", str(models))
+    err = float(np.abs(modelbuild.logits(binary, ref["tokens"], tmp_path=tmp_path) - want["transformers"]).max())
+    assert err > 1e-4, f"{name}: a wrong reading passes: max |delta| = {err:.3g}"
