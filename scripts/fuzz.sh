@@ -9,6 +9,8 @@
 #                                              tier runs; the columns count those runs)
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh 3600    a campaign: each harness until ten million
 #                                              executions or an hour, whichever comes first
+#   FUZZ_TIMEOUT=30 scripts/fuzz.sh ...        an input slower than this many seconds (10) is a
+#                                              finding; more where the machine is shared
 #   scripts/fuzz.sh --msan [--regress | SECONDS] [HARNESS ...]
 #                                              the same under MemorySanitizer instead (reads of
 #                                              memory never written), against cJSON, utf8proc and
@@ -72,7 +74,7 @@ for h in "${harnesses[@]}"; do
     # every committed and fixture input once (a crash fixed stays fixed), not the found ones
     "$exe" -runs=0 -max_len="$(max_len_of "$h")" -print_final_stats=1 "${dirs[@]:1}" >"$log" 2>&1 || rc=$?
   else
-    "$exe" -max_total_time="$seconds" -runs="${FUZZ_RUNS:--1}" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len_of "$h")" \
+    "$exe" -max_total_time="$seconds" -runs="${FUZZ_RUNS:--1}" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -max_len="$(max_len_of "$h")" \
       -artifact_prefix="$crashes/$tag$h-" -print_final_stats=1 "${dirs[@]}" >>"$log" 2>&1 || rc=$?
   fi
   stats=$(grep -E '^#[0-9]+' "$log" | tail -1)
