@@ -308,14 +308,14 @@ KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X
     kc__x16s_part(G, wt, 0, NS, NULL, X, ldxs, NT, NULL, Y, ldy, bias, accumulate, a8);
 }
 
-#if KX_LANES == 8
 #define KC_X16S_PRE_TOKENS 64 /* tokens per piece: their float sums (4 KiB) on the stack */
 #define KC_X16S_PRE_SUPER 4   /* super-blocks per piece: their unpacked code vectors (16 KiB) stay in L1 */
-/* A row group against many tokens on 8-lane vectors (no VNNI to hide the unpacking: Q6_K's
- * codes take five operations a vector, about as many as the multiplies for two tokens): the code
- * vectors of 4 super-blocks are unpacked once and read by every token tile of a piece of 64
- * tokens, whose float sums wait in memory between pieces. The same integers and float steps in
- * the same order as kc__x16s_group: the same bits. */
+/* A row group against many tokens: the code vectors of 4 super-blocks are unpacked once and read
+ * by every token tile of a piece of 64 tokens, whose float sums wait in memory between pieces.
+ * Unpacking a vector of Q5_K's or Q6_K's codes takes four or five operations, as many as the
+ * multiplies of a tile of tokens (two tokens' vpmaddubsw chains on AVX2, four tokens' vpdpbusd on
+ * AVX-512 VNNI), so unpacking once per tile would double the work. The same integers and float
+ * steps in the same order as kc__x16s_group: the same bits. */
 KC_INLINE void kc__x16s_group_many(const uint8_t *G, int wt, int NS, const kc_q16s *X, int ldxs, int T, float *Y,
                                    int ldy, const float *bias, int accumulate, int a8) {
     _Alignas(64) uint8_t U[KC_X16S_PRE_SUPER * 8 * (KC_X16_ROWS / KX_LANES) * 8 * sizeof(kx_vi)];
@@ -339,7 +339,6 @@ KC_INLINE void kc__x16s_group_many(const uint8_t *G, int wt, int NS, const kc_q1
             }
     }
 }
-#endif
 #else
 /* Portable: the same integers and the same float steps, one (token, row) at a time (a8's low
  * digits are 0 and add nothing: one loop serves both). */
@@ -563,7 +562,7 @@ KC_INLINE void kc__x16s_mms(const void *W, int wt, const kc_q16s *X, int ldxs, f
         const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * gb;
         const float *bi = bias ? bias + r : NULL;
         int u = t;
-#if KX_LANES == 8
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__)
         if (T - u >= KC_X16S_NT * 4) { /* enough token tiles to share the unpacking */
             kc__x16s_group_many(G, wt, NS, X + (size_t)u * (size_t)ldxs, ldxs, T - u, Y + (size_t)u * (size_t)ldy + r, ldy,
                                 bi, accumulate, a8);
