@@ -189,3 +189,34 @@ def test_biases_the_config_disowns_are_not_dropped(built, tmp_path):
 def ROOT_INGOT():
     from conftest import ROOT
     return ROOT / "ingot"
+
+
+def logits_of(binary, weights, tmp_path, tag):
+    out = tmp_path / f"{tag}.f32"
+    r = run(binary, "--weights", weights, "logits", "--tokens", "1,2,3,4,5", "--out", out)
+    assert r.returncode == 0, r.stderr
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_vector_stored_as_a_matrix_of_its_values(tiny, tmp_path, dtype):
+    """A declared vector stored as any matrix of as many values of an element type (llama.cpp's
+    converters write Mamba-2's A and D as [heads, 1] and its grouped norm as [groups, inner /
+    groups]) is read as the vector, converted where its type differs (f16 here): the same logits,
+    bit for bit, as the vector stored as [n]; a matrix of another count is refused, naming both
+    shapes."""
+    name = "model.norm.weight"
+    tensors = load_file(TINY / "mha_tied_hd24" / "model.safetensors")
+    n = tensors[name].shape[0]
+    want = None
+    for shape in [(n,), (2, n // 2), (n, 1), (1, n)]:
+        d = copy_model(tmp_path, "m" + "x".join(map(str, shape)))
+        tensors[name] = np.ascontiguousarray(load_file(TINY / "mha_tied_hd24" / "model.safetensors")[name].astype(dtype).reshape(shape))
+        save_file(tensors, d / "model.safetensors")
+        got = logits_of(tiny, d, tmp_path, d.name)
+        assert want is None or got == want, f"{shape}: other logits than the vector's"
+        want = got
+    d = copy_model(tmp_path, "short")
+    tensors[name] = np.ascontiguousarray(tensors[name].reshape(-1)[: n - 2].reshape(2, (n - 2) // 2))
+    save_file(tensors, d / "model.safetensors")
+    fails_with(tiny, logits_args(d), name, "expected shape", f"[{n}]", f"[2, {(n - 2) // 2}]")
