@@ -148,11 +148,34 @@ static inline void kc_quantize_q16s_a8(const float *x, kc_q16s *out, int n) {
 #define kx_mullo32 _mm512_mullo_epi32
 #define kx_i8i(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define kx_fnmadd _mm512_fnmadd_ps
+#define kx_madd16 _mm512_madd_epi16
 #else
 #define kx_mullo32 _mm256_mullo_epi32
 #define kx_i8i(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
 #define kx_fnmadd _mm256_fnmadd_ps
+#define kx_madd16 _mm256_madd_epi16
 #endif
+
+/* Q6_K's codes are q - 32: sum over the 16 half-groups b of sc_b (sum(q x) - 32 sum(x)) takes
+ * the -32 once per super-block and token, as 32 sum_b sc_b sh_b: the rows' scales of half-groups
+ * 2k and 2k + 1 as int16 pairs (kc__x16s_q6_pairs, once per super-block) against the token's sums
+ * sh[2k], sh[2k + 1] (one 32-bit broadcast), one vpmaddwd a pair. The same integers as taking
+ * the -32 per half-group (|32 sum_b sc_b sh_b| < 2^28), without the scalar shift, broadcast and
+ * subtraction per token and half-group: for a tile of tokens, which shares the pairs (a single
+ * token, decode, keeps the subtraction: the pairs would cost it more than they save). */
+KC_INLINE void kc__x16s_q6_pairs(const uint8_t *sc, kx_vi pairs[8]) {
+    KC_UNROLL for (int k = 0; k < 8; k++)
+        pairs[k] = kx_or(kx_and(kx_i8i(sc + 32 * k), kx_set1_32(0xFFFF)), kx_slli32(kx_i8i(sc + 32 * k + 16), 16));
+}
+KC_INLINE kx_vi kc__x16s_q6_offset(const kx_vi pairs[8], const int16_t sums[16]) {
+    kx_vi acc = kx_zero();
+    KC_UNROLL for (int k = 0; k < 8; k++) {
+        int32_t two;
+        memcpy(&two, sums + 2 * k, sizeof two); /* sums[2k] in the low half, as the pairs hold sc */
+        acc = kx_add32(acc, kx_madd16(pairs[k], kx_set1_32(two)));
+    }
+    return kx_slli32(acc, 5);
+}
 
 /* Q4_K/Q5_K's mins against one token's sums per 32: sum over g of m[g] * sq[g], an fma chain in
  * group order (m: the row group's 8 mins as floats). */
@@ -257,7 +280,7 @@ KC_INLINE void kc__x16s_part(const uint8_t *G, int wt, int s0, int s1, const uin
                     }
                     kc__x16k_chains(w, q6 ? 4 * hf : 0, q6 ? 4 * hf + 4 : 8, xh, xl, NT, wt, a8, ih, il); /* a8: il 0 */
                     KC_UNROLL for (int j = 0; j < NT; j++) {
-                        if (q6) { /* sum((q - 32) * digit) over the half */
+                        if (q6 && NT == 1) { /* sum((q - 32) * digit) over the half (a tile: below) */
                             const kc_q16s *x = &X[(size_t)j * (size_t)ldxs + (size_t)s];
                             ih[j] = kx_sub32(ih[j], kx_set1_32(32 * x->sh[2 * g + hf]));
                             if (!a8) il[j] = kx_sub32(il[j], kx_set1_32(32 * x->sl[2 * g + hf]));
@@ -265,6 +288,15 @@ KC_INLINE void kc__x16s_part(const uint8_t *G, int wt, int s0, int s1, const uin
                         vh[j] = kx_add32(vh[j], kx_mullo32(ih[j], sc));
                         if (!a8) vl[j] = kx_add32(vl[j], kx_mullo32(il[j], sc));
                     }
+                }
+            }
+            if (q6 && NT > 1) { /* the codes' -32, for the whole super-block (kc__x16s_q6_offset) */
+                kx_vi pairs[8];
+                kc__x16s_q6_pairs(t + KC_X16K_Q6_SC + lo, pairs);
+                KC_UNROLL for (int j = 0; j < NT; j++) {
+                    const kc_q16s *x = &X[(size_t)j * (size_t)ldxs + (size_t)s];
+                    vh[j] = kx_sub32(vh[j], kc__x16s_q6_offset(pairs, x->sh));
+                    if (!a8) vl[j] = kx_sub32(vl[j], kc__x16s_q6_offset(pairs, x->sl));
                 }
             }
             /* the mins are read from the tile (in L1 by now) here rather than kept in registers
