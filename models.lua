@@ -813,7 +813,7 @@ M.lfm2 = {
   config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {
     eps            = {hf = "norm_eps", gguf = "%s.attention.layer_norm_rms_epsilon", default = 1e-5},
     ffn            = {default = "tensor_rows:gate"},
-    kv_heads       = merge(TRANSFORMER_CONFIG.kv_heads, {reduce = "max"}),
+    kv_heads       = {hf = "num_key_value_heads", gguf = "%s.attention.head_count_kv", default = "heads", reduce = "max"},
     conv_width     = {hf = "conv_L_cache", gguf = "%s.shortconv.l_cache", default = 3},
     conv_bias      = {hf = "conv_bias", default = false},
     layer_types    = {hf = "layer_types", gguf = "%s.attention.head_count_kv", default = false},
@@ -928,7 +928,7 @@ M.granitehybrid = {
   config = merge(TRANSFORMER_CONFIG, ROPE_CONFIG, {attention_bias = BIAS_CONFIG.attention_bias}, {
     embedding_multiplier = M.granite.config.embedding_multiplier, residual_multiplier = M.granite.config.residual_multiplier,
     attention_multiplier = M.granite.config.attention_multiplier, logits_scaling = M.granite.config.logits_scaling,
-    kv_heads       = merge(TRANSFORMER_CONFIG.kv_heads, {reduce = "max"}),
+    kv_heads       = {hf = "num_key_value_heads", gguf = "%s.attention.head_count_kv", default = "heads", reduce = "max"},
     layer_types    = {hf = "layer_types", gguf = "%s.attention.head_count_kv"},
     position_type  = {hf = "position_embedding_type", default = "nope"},
     gguf_rope      = {by_format = {hf = false}, gguf = "%s.rope.scaling.finetuned", default = true}, -- absent: rotate
@@ -1050,7 +1050,7 @@ M.qwen3next = {
   weights = merge(MOE_WEIGHTS, ATTN_BIAS_WEIGHTS, DELTANET_WEIGHTS, {
     embed = LLAMA_WEIGHTS.embed, final_norm = LLAMA_WEIGHTS.final_norm, lm_head = LLAMA_WEIGHTS.lm_head,
     attn_norm = LLAMA_WEIGHTS.attn_norm,
-    ffn_norm = {hf = LLAMA_WEIGHTS.ffn_norm.hf, gguf = "blk.%d.post_attention_norm.weight", shape = {"dim"}},
+    ffn_norm = {hf = "model.layers.%d.post_attention_layernorm.weight", gguf = "blk.%d.post_attention_norm.weight", shape = {"dim"}},
     q      = {hf = "model.layers.%d.self_attn.q_proj.weight", gguf = LLAMA_WEIGHTS.q.gguf, shape = {"2 * heads * head_dim", "dim"}},
     q_bias = {hf = "model.layers.%d.self_attn.q_proj.bias", shape = {"2 * heads * head_dim"}},
     k = LLAMA_WEIGHTS.k, v = LLAMA_WEIGHTS.v, o = LLAMA_WEIGHTS.o,
