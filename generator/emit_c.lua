@@ -690,6 +690,20 @@ local function kernel_name(grp)
   return name
 end
 
+-- Per weight table entry, whether a LoRA adapter's update applies to it in the step: the linears
+-- over the step's tokens (not the head's logit rows, not a mixture of experts' experts).
+function emit.lora_sites(calls, n_weights)
+  local site = {}
+  for _, c in ipairs(calls) do
+    if c.grp.kind == "matmul" and c.grp.rows == "tokens" then
+      for _, l in ipairs(c.grp.linears) do site[l.inputs[2].slot] = true end
+    end
+  end
+  local out = {}
+  for i = 0, n_weights - 1 do out[#out + 1] = site[i] and "1" or "0" end
+  return table.concat(out, ",")
+end
+
 -- Builds every kernel's C text and the call sites of the forward.
 function emit.kernels(ctx, groups, final_node)
   local kernels, by_body, calls = {}, {}, {}
@@ -724,6 +738,13 @@ function emit.kernels(ctx, groups, final_node)
         runs[#runs + 1] = "tp_parallel_for(a->pool, tp_size(a->pool), 1, @NAME@_mm, (void *)a);"
       else
         runs[#runs + 1] = string.format("tp_parallel_for(a->pool, %d, 32, @NAME@_mm, (void *)a);", total)
+      end
+      if grp.rows == "tokens" then -- LoRA adapters' updates, before any epilogue reads the linears' outputs
+        for _, l in ipairs(grp.linears) do
+          runs[#runs + 1] = string.format("if (a->m->n_lora) model_lora_apply(a, %d, a->buf[%s], %d, a->buf[%s], %d); %s",
+            s.weight_index[l.inputs[2]], s.buf(l.inputs[1].node):sub(2), l.inputs[1].width, s.buf(l):sub(2), l.width,
+            emit.src(ctx, l))
+        end
       end
       if #grp.epilogue > 0 then
         phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_post", grp.epilogue)
@@ -788,17 +809,23 @@ function emit.call(ctx, c)
     if b.node.output then bufs[#bufs + 1] = "b->" .. b.node.output
     else bufs[#bufs + 1] = string.format("ARENA(%d)", b.node.buffer.offset) end
   end
-  local ws = {}
-  for _, w in ipairs(s.weights) do ws[#ws + 1] = string.format("m->w[%d]", w.slot) end
+  local ws, slots = {}, {}
+  for _, w in ipairs(s.weights) do
+    ws[#ws + 1] = string.format("m->w[%d]", w.slot)
+    slots[#slots + 1] = tostring(w.slot)
+  end
+  -- the weights' table entries, where a LoRA adapter's update applies (model_lora_apply)
+  local lora = grp.kind == "matmul" and grp.rows == "tokens"
   local kv_layer = 0
   for _, n in ipairs(grp.nodes) do kv_layer = n.attrs.kv_layer or n.attrs.moe_layer or n.attrs.state_offset or kv_layer end
   local rows = ({logits = "L", hidden = "H"})[grp.rows] or "T"
   -- the head runs only for steps that want logits, the hidden rows only when asked for
   local guard = rows ~= "T" and string.format("if (%s > 0) ", rows) or ""
-  return string.format("    %sRUN(%s, %s, %d, ((float *[]){%s}), ((const void *[]){%s}), %s);", guard,
+  return string.format("    %sRUN(%s, %s, %d, ((float *[]){%s}), ((const void *[]){%s}), %s, %s);", guard,
     c.kernel.name, rows, kv_layer,
     #bufs > 0 and table.concat(bufs, ", ") or "NULL", #ws > 0 and table.concat(ws, ", ") or "NULL",
-    grp.q8 and string.format("ARENA(%d)", grp.q8.offset) or "NULL")
+    grp.q8 and string.format("ARENA(%d)", grp.q8.offset) or "NULL",
+    lora and string.format("((const int[]){%s})", table.concat(slots, ", ")) or "NULL")
 end
 
 return emit

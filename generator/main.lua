@@ -696,6 +696,7 @@ local function main(argv)
       if call.grp.rows ~= "hidden" then names[#names + 1] = call.kernel.name end
     end
     env.forward_lines, env.launch_names = forward_lines, names
+    env.lora_sites = emit_c.lora_sites(calls, #weights)
     env.banner = banner_for("emit_c.lua", "templates/cpu/model.c.in")
     env.common_desc = render("model_desc.c.in", env)
     outputs["model.c"] = render("cpu/model.c.in", env)

@@ -39,6 +39,7 @@ typedef struct {
     char *system;     /* the system prompt, or NULL */
     cJSON *messages;  /* the turns so far, without the system prompt */
     int interactive;  /* stdin is a terminal */
+    int adapter;      /* the LoRA adapter it answers with: the first --lora, else 0 (none) */
 } chat_session;
 
 static volatile sig_atomic_t interrupted;
@@ -108,7 +109,7 @@ static char *answer(chat_session *c, const int32_t *ids, size_t n_ids) {
     }
     sched_request r = {.prompt = ids, .n_prompt = n_ids, .sampling = c->sp,
                        .max_tokens = c->max_tokens > 0 && c->max_tokens < room ? c->max_tokens : room,
-                       .top_logprobs = -1};
+                       .top_logprobs = -1, .adapter = c->adapter};
     uint64_t id;
     char err[512];
     if (sched_submit(c->s, &r, &id, err, sizeof err) != 0) {
@@ -383,7 +384,7 @@ static int parse_options(chat_session *c, int argc, char **argv) {
 }
 
 int chat_cli_main(ingot_model *m, tok_tokenizer *tok, int threads, int argc, char **argv) {
-    chat_session c = {.tok = tok, .sp = samp_default_params(), .messages = cJSON_CreateArray(),
+    chat_session c = {.tok = tok, .sp = samp_default_params(), .messages = cJSON_CreateArray(), .adapter = ingot_model_lora_count(m) > 0,
                       .interactive = isatty(STDIN_FILENO)};
     c.ctx = ingot_model_desc.max_ctx < CHAT_DEFAULT_CTX ? ingot_model_desc.max_ctx : CHAT_DEFAULT_CTX;
     if (parse_options(&c, argc, argv) != 0) {

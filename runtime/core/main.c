@@ -9,7 +9,9 @@
  * --tokenizer PATH (tokenizer.json; default: the GGUF's own, or tokenizer.json
  * beside the safetensors), --threads N (default 2), --mmap (read the weights
  * in place from the file mapping instead of copying them into huge pages), --no-cast (convert
- * the checkpoint at load even where the build cast its weights).
+ * the checkpoint at load even where the build cast its weights), --lora [NAME=]PATH (a LoRA
+ * adapter: requests of serve and batch choose it by NAME as their "model"; the other commands run
+ * with the first one given), --lora-merge PATH (an adapter folded into the weights at load).
  */
 #include <errno.h>
 #include <math.h>
@@ -43,6 +45,10 @@ typedef struct {
     int mmap;       /* --mmap: INGOT_LOAD_MMAP */
     int no_cast;    /* --no-cast: INGOT_LOAD_NO_CAST */
     const char *draft_weights; /* --draft-weights: the draft model's (default: the checkpoint it was built from) */
+#define CLI_MAX_LORA 64
+    const char *lora[CLI_MAX_LORA]; /* --lora [NAME=]PATH, in order: adapter ids 1, 2, ... */
+    int n_lora;
+    const char *lora_merge; /* --lora-merge PATH */
 } cli_common;
 
 /* The draft model of speculative decoding, in a binary built with --draft
@@ -68,7 +74,13 @@ static void die(const char *msg) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: %s [--weights PATH] [--tokenizer PATH] [--threads N] [--mmap] [--no-cast] COMMAND [options]\n"
+            "usage: %s [--weights PATH] [--tokenizer PATH] [--threads N] [--mmap] [--no-cast]\n"
+            "       [--lora [NAME=]PATH]... [--lora-merge PATH] COMMAND [options]\n"
+            "  --lora [NAME=]PATH              a LoRA adapter (a PEFT folder, or llama.cpp's GGUF for a GGUF build),\n"
+            "                                  up to 64: serve and batch requests choose one by NAME as their\n"
+            "                                  \"model\" (default NAME: the file or folder's name); the other\n"
+            "                                  commands run with the first\n"
+            "  --lora-merge PATH               fold an adapter into the weights at load (the base model's speed)\n"
             "  --mmap                          read the weights in place from the file (less memory when\n"
             "                                  processes share it; decode is faster from huge pages, the default)\n"
             "  --no-cast                       convert the checkpoint at load even where the build cast its\n"
@@ -123,6 +135,7 @@ typedef struct {
     int capacity; /* tokens the pool holds */
     int len;      /* tokens already in the KV cache */
     float *logits;
+    int32_t adapter; /* the LoRA adapter it runs with: the first --lora, else 0 (none) */
 } cli_seq;
 
 static void seq_init(cli_seq *s, ingot_model *m, tp_pool *pool, int capacity) {
@@ -139,6 +152,7 @@ static void seq_init(cli_seq *s, ingot_model *m, tp_pool *pool, int capacity) {
     s->logits = malloc(sizeof(float) * (size_t)ingot_model_desc.vocab * (size_t)ingot_model_max_tokens(m));
     if (!s->kv.data || !s->block_table || !s->logits) die("out of memory for the KV cache");
     for (int i = 0; i < blocks; i++) s->block_table[i] = i;
+    s->adapter = ingot_model_lora_count(m) > 0;
 }
 
 static void seq_free(cli_seq *s) {
@@ -162,7 +176,7 @@ static void seq_step(cli_seq *s, const int32_t *tokens, int n, int want) {
     const int32_t state_slot = 0;
     ingot_batch b = {.n_tokens = n, .tokens = tokens, .pos = pos, .seq = seqi, .n_seqs = 1,
                      .block_tables = tables, .seq_len = &seq_len, .state_slots = &state_slot, .n_logits = want,
-                     .logit_rows = rows, .logits = s->logits};
+                     .logit_rows = rows, .logits = s->logits, .adapters = &s->adapter};
     char err[512];
     if (ingot_forward(s->model, &s->kv, &b, s->pool, err, sizeof err) != 0) die(err);
     s->len += n;
@@ -174,13 +188,55 @@ static unsigned load_flags(const cli_common *c) {
     return (c->mmap ? INGOT_LOAD_MMAP : 0) | (c->no_cast ? INGOT_LOAD_NO_CAST : 0);
 }
 
+/* A --lora argument's name: NAME of NAME=PATH, else the file or folder's own name. */
+static void lora_name(const char *spec, char *name, size_t cap, const char **path) {
+    const char *eq = strchr(spec, '=');
+    if (eq) {
+        snprintf(name, cap, "%.*s", (int)(eq - spec), spec);
+        *path = eq + 1;
+    } else {
+        size_t len = strlen(spec);
+        while (len > 1 && spec[len - 1] == '/') len--;
+        size_t start = len;
+        while (start > 0 && spec[start - 1] != '/') start--;
+        snprintf(name, cap, "%.*s", (int)(len - start), spec + start);
+        *path = spec;
+    }
+}
+
+/* Requests name an adapter as their "model": a name as unambiguous as the model's own. */
+static void check_lora_name(const ingot_model *m, const char *name, size_t len) {
+    char msg[256];
+    int ok = len >= 1 && len <= 63;
+    for (size_t k = 0; ok && k < len; k++)
+        ok = (name[k] >= 'a' && name[k] <= 'z') || (name[k] >= 'A' && name[k] <= 'Z') || (name[k] >= '0' && name[k] <= '9') ||
+             strchr("._-:", name[k]) != NULL;
+    if (!ok) {
+        snprintf(msg, sizeof msg, "--lora: the name '%.80s' is not 1 to 63 letters, digits and ._-: (NAME=PATH names it)", name);
+        die(msg);
+    }
+    int taken = !strcmp(name, ingot_model_desc.name);
+    for (int id = 1; id <= ingot_model_lora_count(m); id++) taken |= !strcmp(name, ingot_model_lora_name(m, id));
+    if (taken) {
+        snprintf(msg, sizeof msg, "--lora: the name '%s' is already the model's or another adapter's", name);
+        die(msg);
+    }
+}
+
 static ingot_model *load_model(const cli_common *c) {
     char err[1024];
     const char *path = c->weights ? c->weights : ingot_model_desc.source;
     /* 0: the most tokens per step this build was planned for; every command
      * chunks longer inputs to ingot_model_max_tokens() */
-    ingot_model *m = ingot_model_load(path, 0, load_flags(c), err, sizeof err);
+    ingot_model *m = ingot_model_load_merged(path, c->lora_merge, 0, load_flags(c), err, sizeof err);
     if (!m) die(err);
+    for (int i = 0; i < c->n_lora; i++) {
+        char name[128];
+        const char *lora_path;
+        lora_name(c->lora[i], name, sizeof name, &lora_path);
+        check_lora_name(m, name, strlen(name));
+        if (ingot_model_add_lora(m, name, lora_path, err, sizeof err) < 0) die(err);
+    }
     return m;
 }
 
@@ -246,6 +302,12 @@ static int cmd_info(const cli_common *c, int load) {
                ingot_model_weight_origin(m));
         if (huge >= 0) printf("; %.1f MiB of the process on huge pages", (double)huge / (1 << 20));
         printf("\n");
+        if (*ingot_model_merged_lora(m)) printf("merged adapter:  %s\n", ingot_model_merged_lora(m));
+        for (int id = 1; id <= ingot_model_lora_count(m); id++)
+            printf("adapter %d:       %s = %s: %s\n", id, ingot_model_lora_name(m, id), ingot_model_lora_path(m, id),
+                   ingot_model_lora_summary(m, id));
+        if (ingot_model_lora_count(m) == 0 && !strcmp(d->backend, "cpu"))
+            printf("adapters:        none (--lora [NAME=]PATH, chosen per request; --lora-merge PATH)\n");
         char err[512];
         tok_tokenizer *tok = try_load_tokenizer(c, m, err, sizeof err);
         if (tok) {
@@ -528,7 +590,7 @@ static int generate_scheduled(const cli_common *c, ingot_model *m, tok_tokenizer
     sched *s = sched_create(m, cfg, err, sizeof err);
     if (!s) die(err);
     sched_request r = {.prompt = prompt_ids, .n_prompt = n_prompt, .sampling = *sp, .max_tokens = n_predict,
-                       .top_logprobs = -1, .ignore_eos = ignore_eos};
+                       .top_logprobs = -1, .ignore_eos = ignore_eos, .adapter = ingot_model_lora_count(m) > 0};
     uint64_t id;
     const double t0 = now_seconds();
     if (sched_submit(s, &r, &id, err, sizeof err) != 0) die(err);
@@ -721,6 +783,13 @@ static void parse_batch_line(const cli_common *c, ingot_model *m, tok_tokenizer 
     if ((v = cJSON_GetObjectItem(j, "top_p")) && cJSON_IsNumber(v)) r->sampling.top_p = (float)v->valuedouble;
     if ((v = cJSON_GetObjectItem(j, "seed")) && cJSON_IsNumber(v)) r->sampling.seed = (uint64_t)v->valuedouble;
     if ((v = cJSON_GetObjectItem(j, "ignore_eos")) && cJSON_IsBool(v)) r->ignore_eos = cJSON_IsTrue(v);
+    if ((v = cJSON_GetObjectItem(j, "model"))) { /* an adapter's name (--lora NAME=PATH), or the model's own */
+        if (!cJSON_IsString(v)) die("batch: \"model\" is a name");
+        int found = !strcmp(v->valuestring, ingot_model_desc.name);
+        for (int id = 1; !found && id <= ingot_model_lora_count(m); id++)
+            if (!strcmp(v->valuestring, ingot_model_lora_name(m, id))) r->adapter = id, found = 1;
+        if (!found) die("batch: a line's \"model\" is neither the model's name nor an adapter's (--lora NAME=PATH)");
+    }
     if ((v = cJSON_GetObjectItem(j, "embed"))) {
         if (cJSON_IsString(v) && !strcmp(v->valuestring, "last")) r->task = SCHED_EMBED_LAST;
         else if (cJSON_IsString(v) && !strcmp(v->valuestring, "mean")) r->task = SCHED_EMBED_MEAN;
@@ -877,6 +946,11 @@ static int cmd_cast_weights(cli_common *c) {
     return 0;
 }
 
+static void add_lora_option(cli_common *c, const char *spec) {
+    if (c->n_lora >= CLI_MAX_LORA) die("--lora: at most 64 adapters");
+    c->lora[c->n_lora++] = spec;
+}
+
 int main(int argc, char **argv) {
     cli_common c = {.threads = 2};
     const char *env_threads = getenv("INGOT_THREADS");
@@ -889,6 +963,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mmap")) c.mmap = 1;
         else if (!strcmp(argv[i], "--no-cast")) c.no_cast = 1;
         else if (!strcmp(argv[i], "--draft-weights") && i + 1 < argc) c.draft_weights = argv[++i];
+        else if (!strcmp(argv[i], "--lora") && i + 1 < argc) add_lora_option(&c, argv[++i]);
+        else if (!strcmp(argv[i], "--lora-merge") && i + 1 < argc) c.lora_merge = argv[++i];
         else break;
     }
     if (i >= argc) {
@@ -910,6 +986,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[j], "--mmap")) c.mmap = 1;
         else if (!strcmp(argv[j], "--no-cast")) c.no_cast = 1;
         else if (!strcmp(argv[j], "--draft-weights") && j + 1 < argc) c.draft_weights = argv[++j];
+        else if (!strcmp(argv[j], "--lora") && j + 1 < argc) add_lora_option(&c, argv[++j]);
+        else if (!strcmp(argv[j], "--lora-merge") && j + 1 < argc) c.lora_merge = argv[++j];
         else argv[i + n_rest++] = argv[j];
     }
     argc = i + n_rest;

@@ -88,6 +88,8 @@ typedef struct {
     float *hidden;            /* [n_hidden][dim]: the last layer's output after the final norm (what
                                  the LM head reads; transformers' last_hidden_state), written by the
                                  step. A step with n_logits == 0 skips the LM head. */
+    const int32_t *adapters;  /* [n_seqs] the LoRA adapter each sequence runs with: 0 the base model,
+                                 k the k-th ingot_model_add_lora; NULL: every sequence the base model */
 } ingot_batch;
 
 typedef struct ingot_model ingot_model;
@@ -106,6 +108,23 @@ ingot_model *ingot_model_load(const char *weights_path, int max_tokens, unsigned
  * the binary: runtime/load/model_cast.h) when that file matches the checkpoint loaded;
  * INGOT_LOAD_NO_CAST converts the checkpoint at load even then. */
 #define INGOT_LOAD_NO_CAST 2u
+/* The same, with the LoRA adapter at lora_path (runtime/load/lora.h: PEFT's or a GGUF) folded into
+ * the weights it updates as they load (W + scale B A, then stored in the compiled dtype): one
+ * fine-tune served at the base model's speed (--lora-merge). lora_path NULL: ingot_model_load. A
+ * merged load never reads the build's cast file, which holds the base weights. */
+ingot_model *ingot_model_load_merged(const char *weights_path, const char *lora_path, int max_tokens, unsigned flags,
+                                     char *err, size_t errlen);
+/* What ingot_model_load_merged folded in ("PATH: rank 8, alpha 16, ..."), or "" when nothing. */
+const char *ingot_model_merged_lora(const ingot_model *m);
+/* Adds a LoRA adapter a step's sequences may choose (ingot_batch.adapters), under a name requests
+ * give as their "model" (at most 63 bytes, kept): its id (1, 2, ...), or -1 with err filled (a file
+ * that is not an adapter of this model, or a backend without them). */
+int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, char *err, size_t errlen);
+int ingot_model_lora_count(const ingot_model *m);
+/* Adapter id's name, path and what it updates ("rank 8, alpha 16, 14 of 30 linears (q_proj, ...)"). */
+const char *ingot_model_lora_name(const ingot_model *m, int id);
+const char *ingot_model_lora_path(const ingot_model *m, int id);
+const char *ingot_model_lora_summary(const ingot_model *m, int id);
 void ingot_model_free(ingot_model *m);
 /* Writes a loaded model's weights, as its kernels read them, to the build's cast file (see
  * INGOT_LOAD_NO_CAST): 0, or -1 with err filled (the CUDA backend has no cast: it uploads). */

@@ -10,19 +10,22 @@
 
 #include "hugealloc.h"
 #include "kc_x16k.h"
+#include "lora.h"
 
 /* Converts rows [first, first + rows) of a tensor to dtype `to` into dst
- * (rows x the row bytes of `to`); -1 on allocation failure or rows that
+ * (rows x the row bytes of `to`), with merge's update added to each row where
+ * merge is not NULL; -1 on allocation failure or rows that
  * cannot be converted, -2 with *bad_row set (counted from `first`) for a row
  * holding a NaN or an infinity that a block type cannot store. */
 static int convert(const wt_tensor *t, int64_t first, int64_t rows, int64_t cols, ingot_dtype to, unsigned char *dst,
-                   int64_t *bad_row) {
+                   const lora_delta *merge, int64_t *bad_row) {
     size_t in_row, out_row;
     if (dtype_row_bytes(t->dtype, cols, &in_row) != 0 || dtype_row_bytes(to, cols, &out_row) != 0) return -1;
     float *tmp = malloc(sizeof(float) * (size_t)cols);
     if (!tmp) return -1;
     for (int64_t r = 0; r < rows; r++) {
         dtype_dequantize_row(t->dtype, (const unsigned char *)t->data + (size_t)(first + r) * in_row, tmp, cols);
+        if (merge) lora_merge_row(merge, r, tmp);
         const int rc = dtype_quantize_row(to, tmp, dst + (size_t)r * out_row, cols);
         if (rc != 0) { /* a type with no quantizer (-1), or a NaN/infinity (-2) */
             free(tmp);
@@ -32,6 +35,11 @@ static int convert(const wt_tensor *t, int64_t first, int64_t rows, int64_t cols
     }
     free(tmp);
     return 0;
+}
+
+/* The update --lora-merge's adapter makes to table entry i, or NULL. */
+static const lora_delta *merged_at(const mw_table *tab, int i) {
+    return tab->merge && tab->merge->delta[i].rank ? &tab->merge->delta[i] : NULL;
 }
 
 /* The row length of weight s as tensor t stores it: a vector's row is all of it, whatever matrix
@@ -317,7 +325,7 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
         (void)mw_weight_bytes(s, &stored); /* out_row exists, so the weight's size does */
         out->weight_bytes += stored;
         /* repacked at open (GPTQ/AWQ/FP8): already the process's own memory, used as it is */
-        if (t->dtype == s->dtype && (in_place || t->repacked) && !s->x16) continue;
+        if (t->dtype == s->dtype && (in_place || t->repacked) && !s->x16 && !merged_at(tab, i)) continue;
         offset[i] = wmem_bytes;
         wmem_bytes += (stored + 63) / 64 * 64; /* every weight 64-byte aligned */
     }
@@ -332,7 +340,7 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
      * quantizing) a large checkpoint takes a while: a terminal is told how
      * far it got; a pipe or a log is not. */
     const int progress = isatty(STDERR_FILENO);
-    int converted = 0, in_place_n = 0, repacked = 0, copied = 0, assembled = 0, interleaved = 0;
+    int converted = 0, in_place_n = 0, repacked = 0, copied = 0, assembled = 0, interleaved = 0, merged = 0;
     for (int i = 0; ok && i < tab->n; i++) {
         const weight_spec *s = &tab->spec[i];
         if (s->same_as >= 0) { out->w[i] = out->w[s->same_as]; continue; }
@@ -351,7 +359,9 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
         const int64_t rows = s->n_dims == 1 ? 1 : s->shape[0];
         const unsigned char *from = (const unsigned char *)t->data + (size_t)s->first_row * src_row[i];
         unsigned char *to = out->wmem + offset[i];
-        if (t->dtype == s->dtype && !s->x16) {
+        const lora_delta *merge = merged_at(tab, i);
+        merged += merge != NULL;
+        if (t->dtype == s->dtype && !s->x16 && !merge) {
             if (t->repacked) out->w[i] = from, repacked++;
             else if (in_place) out->w[i] = from, in_place_n++;
             else {
@@ -361,7 +371,7 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
             }
             continue;
         }
-        if (t->dtype == s->dtype) { /* an x16 weight: always a copy of its own, interleaved as it is copied */
+        if (t->dtype == s->dtype && !merge) { /* an x16 weight: always a copy of its own, interleaved as it is copied */
             if (interleave_from(s, from, to) != 0) {
                 snprintf(err, errlen, "%s: weight '%s' (%lld x %lld %s) cannot take the 16-row interleaved layout",
                          wt_path(out->file), s->name, (long long)s->shape[0], (long long)s->shape[1], dtype_name(s->dtype));
@@ -375,7 +385,7 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
         }
         int64_t bad_row = 0;
         const int64_t cols = source_cols(s, t);
-        const int crc = convert(t, s->first_row, rows, cols, s->dtype, to, &bad_row);
+        const int crc = convert(t, s->first_row, rows, cols, s->dtype, to, merge, &bad_row);
         if (crc == -2) {
             snprintf(err, errlen, "%s: tensor '%s': row %lld holds a NaN or an infinity, which %s cannot store",
                      wt_path(out->file), t->name, (long long)(s->first_row + bad_row), dtype_name(s->dtype));
@@ -408,6 +418,9 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
     }
     if (progress && converted) fprintf(stderr, "\n");
     describe_origin(out, in_place_n, repacked, copied, converted, assembled, interleaved);
+    const size_t used = strlen(out->origin);
+    if (merged && used < sizeof out->origin)
+        snprintf(out->origin + used, sizeof out->origin - used, "; %d with a LoRA adapter merged in", merged);
     return check_all_used(tab, out->file, err, errlen);
 }
 

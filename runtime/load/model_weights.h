@@ -59,6 +59,7 @@ typedef struct {
     int n;
     int allow_unused; /* built with --allow-unused: tensors no weight reads are reported, not refused */
     const char *arch; /* the models.lua entry, for the error that names an unused tensor */
+    const struct lora_adapter *merge; /* NULL, or an adapter (lora.h) folded into the weights it updates */
 } mw_table;
 
 /* What a load made of a checkpoint's weights. w is the model's own array of n pointers. */

@@ -164,12 +164,17 @@ static void submit_error(oai_error *e, const char *msg) {
         oai_error_set(e, 400, "invalid_request_error", NULL, NULL, "%s", msg);
 }
 
-/* 0 when a request names the model this server serves; else -1 with a 404 in e. */
-static int check_model(const char *model, oai_error *e) {
+/* What a request's "model" names: 0 for the model this server serves, k for its k-th LoRA adapter
+ * (--lora NAME=PATH); else -1 with a 404 in e. */
+static int check_model(const server *s, const char *model, oai_error *e) {
     const ingot_desc *d = &ingot_model_desc;
     if (strcmp(model, d->name) == 0) return 0;
+    const int n = ingot_model_lora_count(s->model);
+    for (int id = 1; id <= n; id++)
+        if (!strcmp(model, ingot_model_lora_name(s->model, id))) return id;
     oai_error_set(e, 404, "invalid_request_error", "model", "model_not_found",
-                  "The model '%.100s' does not exist; this server serves '%s'", model, d->name);
+                  "The model '%.100s' does not exist; this server serves '%s'%s", model, d->name,
+                  n ? " and its adapters (GET /v1/models lists them)" : "");
     return -1;
 }
 
@@ -305,7 +310,7 @@ static int prepare_generate(server *s, srv_intake *in) {
     /* the prompt's tokens */
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    if (check_model(q->q.model, &e) != 0 ||
+    if ((q->adapter = check_model(s, q->q.model, &e)) < 0 ||
         (q->q.kind == OAI_CHAT ? chat_prompt(s, &q->q, &ids, &n_ids, &e)
                               : completion_prompt(s, &q->q, &ids, &n_ids, &e)) != 0)
         goto fail;
@@ -390,7 +395,8 @@ static void submit_generate(server *s, srv_intake *in) {
                                             [OAI_API_MESSAGES] = "msg_", [OAI_API_RESPONSES] = "resp_"};
     snprintf(q->id, sizeof q->id, "%s%016llx%08llx", ID_PREFIX[q->q.api], (unsigned long long)srv_splitmix(&s->rng),
              (unsigned long long)++s->next_id);
-    q->meta = (oai_meta){.kind = q->q.kind, .id = q->id, .created = (long long)time(NULL), .model = d->name};
+    q->meta = (oai_meta){.kind = q->q.kind, .id = q->id, .created = (long long)time(NULL),
+                         .model = q->adapter ? ingot_model_lora_name(s->model, q->adapter) : d->name};
     q->out = (out_request){.q = &q->q, .meta = &q->meta, .tok = s->tok, .tool_format = s->tool_format,
                            .tool_marker_id = s->tool_marker_id, .rng = &s->rng, .write = srv_write_event, .user = q,
                            .prompt_tokens = (int)in->n_ids};
@@ -400,7 +406,7 @@ static void submit_generate(server *s, srv_intake *in) {
         out_choice_init(&q->out, &c->out);
         sched_request sr = {.prompt = in->ids, .n_prompt = in->n_ids, .sampling = q->q.sampling,
                             .max_tokens = max_tokens, .top_logprobs = q->q.logprobs ? q->q.top_logprobs : -1,
-                            .ignore_eos = q->q.ignore_eos, .constraint = cons[i]};
+                            .ignore_eos = q->q.ignore_eos, .constraint = cons[i], .adapter = q->adapter};
         /* n choices from one seed must differ, yet the same request must repeat */
         sr.sampling.seed =
             q->q.has_seed ? q->q.sampling.seed + (uint64_t)i * 0x9e3779b97f4a7c15ULL : srv_splitmix(&s->rng);
@@ -449,7 +455,7 @@ static int prepare_embeddings(server *s, srv_intake *in) {
         return -1;
     }
     q->emb = er;
-    if (check_model(er->model, &e) != 0) goto fail;
+    if ((q->adapter = check_model(s, er->model, &e)) < 0) goto fail;
     /* tokenize every input first: a bad one refuses the request before anything runs */
     for (int i = 0; i < er->n_inputs; i++) {
         emb_input *x = &er->inputs[i];
@@ -511,7 +517,8 @@ static void submit_embeddings(server *s, srv_intake *in) {
     for (int i = 0; i < q->n_choices; i++) {
         char err[512];
         sched_request sr = {.prompt = er->inputs[i].ids, .n_prompt = er->inputs[i].n_ids,
-                            .sampling = samp_default_params(), .top_logprobs = -1, .task = s->cfg.pooling};
+                            .sampling = samp_default_params(), .top_logprobs = -1, .task = s->cfg.pooling,
+                            .adapter = q->adapter};
         if (sched_submit(s->sched, &sr, &q->choices[i].seq_id, err, sizeof err) != 0) {
             submit_error(&e, err);
             if (e.status == 400) snprintf(e.param, sizeof e.param, "input");

@@ -108,6 +108,19 @@ static void handle_models(server *s, struct evhttp_request *r) {
         cJSON_AddItemToArray(stop_text, cJSON_CreateString(buf));
     }
     cJSON_AddItemToArray(data, m);
+    /* the LoRA adapters (--lora NAME=PATH), each a model a request may name, over this one */
+    for (int id = 1; id <= ingot_model_lora_count(s->model); id++) {
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddStringToObject(a, "id", ingot_model_lora_name(s->model, id));
+        cJSON_AddStringToObject(a, "object", "model");
+        cJSON_AddNumberToObject(a, "created", (double)s->created);
+        cJSON_AddStringToObject(a, "owned_by", "ingot");
+        cJSON_AddStringToObject(a, "parent", ingot_model_desc.name);
+        cJSON_AddStringToObject(a, "root", ingot_model_lora_path(s->model, id));
+        cJSON_AddStringToObject(a, "lora", ingot_model_lora_summary(s->model, id));
+        cJSON_AddNumberToObject(a, "max_model_len", ingot_model_desc.max_ctx);
+        cJSON_AddItemToArray(data, a);
+    }
     srv_reply_json(s, r, 200, root);
 }
 

@@ -95,6 +95,10 @@ static void seq_free(sched_seq *q) {
     free(q);
 }
 
+/* The start of a sequence's chain of block hashes: its adapter's, so that a block the base model
+ * (or another adapter) computed is never taken for one it would compute differently. */
+static uint64_t hash_seed(const sched_seq *q) { return q->adapter ? 0x9E3779B97F4A7C15ull * (uint64_t)q->adapter : 0; }
+
 static void release_blocks(sched *s, sched_seq *q) {
     for (int i = 0; i < q->n_blocks; i++)
         if (q->blocks[i] >= 0) kv_unref(s->blocks, q->blocks[i]); /* -1: released out of the window */
@@ -103,7 +107,7 @@ static void release_blocks(sched *s, sched_seq *q) {
     /* a recomputed embedding pools its rows again from the first */
     if (q->pool_sum) memset(q->pool_sum, 0, sizeof(double) * (size_t)ingot_model_desc.dim);
     q->n_published = 0;
-    q->last_hash = 0;
+    q->last_hash = hash_seed(q);
     q->matched = 0;
     q->draft_computed = 0;
 }
@@ -189,6 +193,10 @@ static int submit(sched *s, const sched_request *r, uint64_t *id, char *err, siz
                  r->n_prompt, s->max_ctx);
         return -1;
     }
+    if (r->adapter < 0 || r->adapter > ingot_model_lora_count(s->model)) {
+        snprintf(err, errlen, "adapter %d is not one of the model's %d", r->adapter, ingot_model_lora_count(s->model));
+        return -1;
+    }
     for (size_t i = 0; i < r->n_prompt; i++) {
         if (r->prompt[i] < 0 || r->prompt[i] >= s->vocab) {
             snprintf(err, errlen, "token id %d is out of the vocabulary (%d)", r->prompt[i], s->vocab);
@@ -221,6 +229,8 @@ static int submit(sched *s, const sched_request *r, uint64_t *id, char *err, siz
     q->top_logprobs = r->top_logprobs > SCHED_MAX_TOP_LOGPROBS ? SCHED_MAX_TOP_LOGPROBS : r->top_logprobs;
     q->ignore_eos = r->ignore_eos;
     q->task = r->task;
+    q->adapter = r->adapter;
+    q->last_hash = hash_seed(q);
     if (embed && !(q->pool_sum = calloc((size_t)s->dim, sizeof(double)))) goto oom;
     /* a grammar would have to advance through drafts and back on a rejection */
     q->spec = s->cfg.spec != SCHED_SPEC_OFF && r->task == SCHED_GENERATE && !r->constraint;
@@ -347,7 +357,7 @@ static void match_prefix(sched *s, sched_seq *q) {
     if (q->matched || !s->cfg.prefix_cache || q->task == SCHED_EMBED_MEAN) return;
     q->matched = 1;
     const int full = (q->n_tokens - 1) / s->block;
-    uint64_t h = 0;
+    uint64_t h = hash_seed(q);
     for (int i = 0; i < full; i++) {
         const int32_t *toks = q->tokens + (size_t)i * s->block;
         const uint64_t hi = kv_hash_block(h, toks, s->block);
@@ -709,6 +719,7 @@ static ingot_batch lay_out_batch(sched *s, step_batch *sb) {
         s->b_tables[j] = q->blocks;
         s->b_seq_len[j] = q->n_computed + s->b_count[j];
         s->b_state_slots[j] = q->state_slot;
+        s->b_adapters[j] = q->adapter;
         const int completes = q->n_computed + s->b_count[j] - s->b_drafts[j] == q->n_tokens;
         if (q->task == SCHED_EMBED_MEAN) /* every row of the chunk is pooled */
             for (int t = 0; t < s->b_count[j]; t++) s->b_hidden_rows[sb->n_hidden++] = s->b_first[j] + t;
@@ -720,7 +731,7 @@ static ingot_batch lay_out_batch(sched *s, step_batch *sb) {
     }
     return (ingot_batch){.n_tokens = sb->n_tokens, .tokens = s->b_tokens, .pos = s->b_pos, .seq = s->b_seq,
                          .n_seqs = sb->n_slots, .block_tables = s->b_tables, .seq_len = s->b_seq_len,
-                         .state_slots = s->b_state_slots,
+                         .state_slots = s->b_state_slots, .adapters = s->b_adapters,
                          .n_logits = sb->n_logits, .logit_rows = s->b_rows, .logits = s->logits,
                          .n_hidden = sb->n_hidden, .hidden_rows = s->b_hidden_rows,
                          .hidden = sb->n_hidden ? s->hidden : NULL};
@@ -961,6 +972,7 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     s->free_slots = malloc(sizeof(int) * (size_t)R);
     for (int i = 0; s->free_slots && i < R; i++) s->free_slots[s->n_free_slots++] = R - 1 - i;
     s->b_state_slots = malloc(sizeof(int32_t) * (size_t)R);
+    s->b_adapters = malloc(sizeof(int32_t) * (size_t)R);
     s->b_tokens = malloc(sizeof(int32_t) * (size_t)B);
     s->b_pos = malloc(sizeof(int32_t) * (size_t)B);
     s->b_seq = malloc(sizeof(int32_t) * (size_t)B);
@@ -1000,7 +1012,7 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->stats.kv_blocks_total = s->cfg.kv_blocks;
-    if (!s->kv.data || !s->blocks || !s->pool || !s->running || !s->free_slots || !s->b_state_slots || !s->b_tokens || !s->b_pos || !s->b_seq ||
+    if (!s->kv.data || !s->blocks || !s->pool || !s->running || !s->free_slots || !s->b_state_slots || !s->b_adapters || !s->b_tokens || !s->b_pos || !s->b_seq ||
         !s->b_rows || !s->b_seq_len || !s->b_tables || !s->b_seqs || !s->b_first || !s->b_count || !s->b_drafts || !s->logits ||
         !s->raw_logits || !s->b_hidden_rows || !s->hidden || !draft_ok || pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         if (kv_err[0]) snprintf(err, errlen, "%s", kv_err);
@@ -1044,6 +1056,7 @@ void sched_destroy(sched *s) {
     free(s->running);
     free(s->free_slots);
     free(s->b_state_slots);
+    free(s->b_adapters);
     free(s->b_tokens);
     free(s->b_pos);
     free(s->b_seq);

@@ -100,6 +100,7 @@ typedef struct {
     int ignore_eos;         /* stop ids are generated as text (not with a constraint: a stop it allows ends) */
     sched_task task;        /* SCHED_GENERATE (0), or an embedding: then max_tokens and sampling are unused */
     sched_constraint *constraint; /* NULL, or taken over by sched_submit (freed even when it fails) */
+    int adapter;            /* 0: the base model; k: the model's k-th LoRA adapter (ingot_model_add_lora) */
 } sched_request;
 
 typedef enum {

@@ -26,6 +26,8 @@ typedef struct sched_seq {
     int admissions;
     uint64_t admit_order;
     int state_slot;      /* its slot of recurrent state while running (models with state_bytes_per_seq) */
+    int32_t adapter;     /* the LoRA adapter it runs with (0: none); also the seed of its prefix hashes,
+                            since a cached block holds the KV that adapter computed */
     samp_sampler sampler;
     int top_logprobs, ignore_eos;
     sched_task task;
@@ -80,7 +82,7 @@ struct sched {
     uint64_t admit_counter;
 
     /* step buffers */
-    int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_seq_len, *b_state_slots;
+    int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_seq_len, *b_state_slots, *b_adapters;
     const int32_t **b_tables;
     sched_seq **b_seqs;       /* per sequence slot in the batch */
     int *b_first, *b_count;   /* per slot: first token index, token count */

@@ -69,6 +69,7 @@ typedef struct srv_req {
     oai_meta meta;
     out_request out;                  /* a generation: how its choices' text is written */
     int n_prompt;
+    int adapter;                      /* the LoRA adapter its "model" named (0: the model itself) */
     int n_choices;
     srv_choice *choices;
     double t_arrival, t_first_token;

@@ -4,6 +4,13 @@
  * (draft_api.c). ./ingot build checks that the draft object defines no other global symbol. */
 #define ingot_model_desc ingot_draft_model_desc
 #define ingot_model_load ingot_draft_model_load
+#define ingot_model_load_merged ingot_draft_model_load_merged
+#define ingot_model_merged_lora ingot_draft_model_merged_lora
+#define ingot_model_add_lora ingot_draft_model_add_lora
+#define ingot_model_lora_count ingot_draft_model_lora_count
+#define ingot_model_lora_name ingot_draft_model_lora_name
+#define ingot_model_lora_path ingot_draft_model_lora_path
+#define ingot_model_lora_summary ingot_draft_model_lora_summary
 #define ingot_model_free ingot_draft_model_free
 #define ingot_model_cast ingot_draft_model_cast
 #define ingot_model_weights ingot_draft_model_weights

@@ -15,7 +15,7 @@
 
 /* This model's weight table, as the library's load takes it. */
 static mw_table model_weight_table(void) {
-    return (mw_table){WEIGHTS, N_WEIGHTS, ALLOW_UNUSED_TENSORS, ingot_model_desc.arch};
+    return (mw_table){WEIGHTS, N_WEIGHTS, ALLOW_UNUSED_TENSORS, ingot_model_desc.arch, NULL};
 }
 
 static void *model_aligned_alloc(size_t bytes) {
@@ -29,6 +29,9 @@ void ingot_model_free(ingot_model *m) {
     MODEL_BEFORE_FREE(m);
 #endif
     mw_release(&m->wt);
+    for (int i = 0; i < m->n_lora; i++) lora_free(&m->lora[i]);
+    free(m->lora);
+    free(m->lora_down);
     ha_free(m->arena, MODEL_ARENA_BYTES);
     free(m->rope);
     free(m->scratch);
@@ -39,6 +42,11 @@ void ingot_model_free(ingot_model *m) {
 const char *ingot_model_weight_origin(const ingot_model *m) { return m->wt.origin; }
 
 ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, char *err, size_t errlen) {
+    return ingot_model_load_merged(path, NULL, max_tokens, flags, err, errlen);
+}
+
+ingot_model *ingot_model_load_merged(const char *path, const char *lora_path, int max_tokens, unsigned flags,
+                                     char *err, size_t errlen) {
     if (max_tokens > STEP_TOKENS) {
         snprintf(err, errlen, "this build plans for at most %d tokens per step, %d requested", STEP_TOKENS, max_tokens);
         return NULL;
@@ -48,13 +56,23 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
     m->wt.w = m->w;
     m->wt.file = wt_open(path, err, errlen);
     if (!m->wt.file) { free(m); return NULL; }
-    const mw_table table = model_weight_table();
+    mw_table table = model_weight_table();
+    lora_adapter merge = {0};
     int rc = 1;
+    if (lora_path) { /* any whole or row-sliced matrix may take the update: no sites */
+        if (lora_open(lora_path, &table, NULL, ingot_model_desc.source_format, &merge, err, errlen) != 0) {
+            ingot_model_free(m);
+            return NULL;
+        }
+        table.merge = &merge;
+        snprintf(m->merged, sizeof m->merged, "%s: %s", lora_path, merge.summary);
+    }
 #ifdef MODEL_CAST_FILE
-    /* 0: the weights cast at build time, 1: none applies */
-    rc = mc_load(&table, &m->wt, flags, ingot_model_desc.name, ingot_model_desc.source, err, errlen);
+    /* 0: the weights cast at build time, 1: none applies (nor to a merge: the cast holds the base weights) */
+    if (!lora_path) rc = mc_load(&table, &m->wt, flags, ingot_model_desc.name, ingot_model_desc.source, err, errlen);
 #endif
     if (rc > 0) rc = mw_load(&table, &m->wt, (flags & INGOT_LOAD_MMAP) || MODEL_HOST_WEIGHTS_IN_PLACE, err, errlen);
+    lora_free(&merge);
     if (rc != 0) {
         ingot_model_free(m);
         return NULL;
@@ -83,6 +101,49 @@ ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, 
 }
 
 const wt_file *ingot_model_weights(const ingot_model *m) { return m->wt.file; }
+
+const char *ingot_model_merged_lora(const ingot_model *m) { return m->merged; }
+
+/* LoRA adapters chosen per sequence (lora_step.h); a backend without them (MODEL_NO_LORA_STEP) refuses. */
+#define MODEL_MAX_LORA 64 /* adapters one model serves: each is a few percent of the weights' memory */
+int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, char *err, size_t errlen) {
+#ifdef MODEL_NO_LORA_STEP
+    (void)m, (void)name;
+    snprintf(err, errlen, "%s: the %s backend does not apply adapters per request; --lora-merge folds one into the "
+                          "weights at load", path, ingot_model_desc.backend);
+    return -1;
+#else
+    if (m->n_lora >= MODEL_MAX_LORA) {
+        snprintf(err, errlen, "%s: this model serves at most %d adapters", path, MODEL_MAX_LORA);
+        return -1;
+    }
+    const mw_table table = model_weight_table();
+    lora_adapter a;
+    if (lora_open(path, &table, LORA_SITES, ingot_model_desc.source_format, &a, err, errlen) != 0) return -1;
+    lora_adapter *grown = realloc(m->lora, sizeof *grown * (size_t)(m->n_lora + 1));
+    if (!m->lora_down) m->lora_down = model_aligned_alloc(sizeof(float) * (size_t)MAX_TOKENS * LORA_MAX_RANK);
+    if (!grown || !m->lora_down) {
+        if (grown) m->lora = grown;
+        lora_free(&a);
+        snprintf(err, errlen, "out of memory for adapter %s", path);
+        return -1;
+    }
+    m->lora = grown;
+    snprintf(a.name, sizeof a.name, "%s", name);
+    m->lora[m->n_lora++] = a;
+    return m->n_lora;
+#endif
+}
+int ingot_model_lora_count(const ingot_model *m) { return m->n_lora; }
+const char *ingot_model_lora_name(const ingot_model *m, int id) {
+    return id >= 1 && id <= m->n_lora ? m->lora[id - 1].name : NULL;
+}
+const char *ingot_model_lora_path(const ingot_model *m, int id) {
+    return id >= 1 && id <= m->n_lora ? m->lora[id - 1].path : NULL;
+}
+const char *ingot_model_lora_summary(const ingot_model *m, int id) {
+    return id >= 1 && id <= m->n_lora ? m->lora[id - 1].summary : NULL;
+}
 
 #ifndef MODEL_DEVICE_KV
 static size_t model_kv_bytes(int n_blocks) {

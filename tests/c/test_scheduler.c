@@ -61,6 +61,8 @@ struct ingot_model {
 };
 
 int ingot_model_max_tokens(const ingot_model *m) { return m->max_step; }
+/* no LoRA adapters: requests with one are refused at submit (tests/test_lora.py serves real ones) */
+int ingot_model_lora_count(const ingot_model *m) { (void)m; return 0; }
 
 int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen) {
     (void)m;
