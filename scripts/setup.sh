@@ -2,7 +2,7 @@
 # Installs what ingot needs to build models and run its tests, from Debian's
 # packages and PyPI only. Safe to run again: it installs only what is missing.
 #   scripts/setup.sh           build dependencies and the test tools
-#   scripts/setup.sh --check   also torch, transformers and accelerate, the reference
+#   scripts/setup.sh --check   also torch, transformers, accelerate and peft, the reference
 #                              `ingot check` compares a models.lua entry with
 #                              (what the default test tier needs: it checks
 #                              every entry)

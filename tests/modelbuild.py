@@ -56,12 +56,17 @@ def reference(model_dir):
     return ref["tokens"], logits
 
 
-def logits(binary, tokens, *mode, weights=None, tmp_path):
-    """Teacher-forced logits from a model binary: [len(tokens), vocab]."""
-    out = tmp_path / f"logits-{abs(hash((str(binary), mode)))}.f32"
+def logits(binary, tokens, *mode, weights=None, tmp_path, lora=None, lora_merge=None):
+    """Teacher-forced logits from a model binary: [len(tokens), vocab] (with a LoRA adapter applied
+    per step, or merged into the weights at load)."""
+    out = tmp_path / f"logits-{abs(hash((str(binary), mode, str(lora), str(lora_merge))))}.f32"
     cmd = [str(binary)]
     if weights:
         cmd += ["--weights", str(weights)]
+    if lora:
+        cmd += ["--lora", str(lora)]
+    if lora_merge:
+        cmd += ["--lora-merge", str(lora_merge)]
     cmd += ["logits", "--tokens", ",".join(map(str, tokens)), "--out", str(out), *mode]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
