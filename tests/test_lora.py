@@ -283,3 +283,19 @@ def test_served_adapters_per_request(tmp_path, request):
     finally:
         rc = srv.stop()
     assert rc == 0 and not srv.sanitizer_report(), srv.log
+
+
+LORA_GGUF = FIXTURES / "lora_gguf" / "qwen3"  # tests/fixtures/make_lora_gguf.py
+
+
+@pytest.mark.parametrize("how", ["lora", "lora_merge"])
+def test_gguf_adapter_matches_llamacpp_and_peft(how, tmp_path, built):
+    """llama.cpp's convert_lora_to_gguf.py output for the Qwen3 GGUF fixture: the adapter applied per
+    step and merged, against transformers + PEFT on the checkpoint and llama.cpp on the GGUF."""
+    ref = json.loads((LORA_GGUF / "reference.json").read_text())
+    binary = build(FIXTURES / ref["base"], "gg-qwen3")
+    got = logits(binary, ref["tokens"], tmp_path=tmp_path, **{how: LORA_GGUF / "adapter.f32.gguf"})
+    for oracle, bound in (("transformers", BOUND), ("llamacpp", BOUND + ref["max_delta_llamacpp_transformers"])):
+        expected = np.fromfile(LORA_GGUF / f"{oracle}.f32", dtype="<f4").reshape(ref["shape"])
+        err = float(np.abs(got - expected).max())
+        assert err <= bound, f"{how} vs {oracle}: max |delta| {err:.3g}"
