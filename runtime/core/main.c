@@ -867,10 +867,10 @@ static void print_batch_results(sched *s, const batch_result *res, int n_req, do
     sched_stats st;
     sched_get_stats(s, &st);
     printf("{\"stats\": {\"steps\": %llu, \"preemptions\": %llu, \"prefix_hit_tokens\": %llu, "
-           "\"kv_blocks\": %d, \"generated\": %ld, \"seconds\": %.3f, \"spec_proposed\": %llu, "
-           "\"spec_accepted\": %llu}}\n",
+           "\"kv_blocks\": %d, \"generated\": %ld, \"seconds\": %.3f, \"forward_seconds\": %.4f, "
+           "\"spec_proposed\": %llu, \"spec_accepted\": %llu}}\n",
            (unsigned long long)st.steps, (unsigned long long)st.preemptions,
-           (unsigned long long)st.prefix_hit_tokens, st.kv_blocks_total, total, seconds,
+           (unsigned long long)st.prefix_hit_tokens, st.kv_blocks_total, total, seconds, st.forward_seconds,
            (unsigned long long)st.spec_proposed_tokens, (unsigned long long)st.spec_accepted_tokens);
 }
 

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "gguf.h"
+#include "hugealloc.h"
 #include "weights.h"
 
 #define LORA_MAX_CONFIG (1u << 20) /* an adapter_config.json is a few hundred bytes */
@@ -175,9 +176,10 @@ static void summarize(lora_adapter *a, const mw_table *t, int n_sites) {
     if (used < (int)sizeof a->summary) snprintf(a->summary + used, sizeof a->summary - (size_t)used, ")");
 }
 
-/* Gives table entry i its update from the pair (A, B); -1 with err filled. */
-static int take_pair(lora_adapter *a, const mw_table *t, int i, const wt_tensor *A, const wt_tensor *B, double alpha,
-                     int rslora, int gguf, char *err, size_t errlen) {
+/* Checks the pair (A, B) for table entry i and sets its delta's shape and scale (its values come
+ * later: read_pair); -1 with err filled. */
+static int check_pair(lora_adapter *a, const mw_table *t, int i, const wt_tensor *A, const wt_tensor *B, double alpha,
+                      int rslora, int gguf, char *err, size_t errlen) {
     const weight_spec *s = &t->spec[i];
     const int64_t rows = s->stored_rows ? s->stored_rows : s->shape[0];
     char shape_a[64], shape_b[64];
@@ -195,28 +197,37 @@ static int take_pair(lora_adapter *a, const mw_table *t, int i, const wt_tensor 
     d->out = s->shape[0];
     /* PEFT: alpha / r (alpha / sqrt(r), rsLoRA); llama.cpp: alpha / r, or 1 for an alpha of 0 */
     d->scale = (float)(gguf && alpha == 0 ? 1.0 : rslora ? alpha / sqrt((double)d->rank) : alpha / d->rank);
-    d->a = malloc(sizeof(float) * (size_t)(d->rank * d->in));
-    d->bt = malloc(sizeof(float) * (size_t)(d->out * d->rank));
+    a->n_adapted++;
+    a->max_rank = d->rank > a->max_rank ? d->rank : a->max_rank;
+    return 0;
+}
+
+/* Floats of a delta's A and blocked B^T (LORA_BLOCK columns of B^T at a time, the last padded). */
+static size_t delta_floats(const lora_delta *d) {
+    return (size_t)d->rank * (size_t)d->in + (size_t)(d->out + LORA_BLOCK - 1) / LORA_BLOCK * LORA_BLOCK * (size_t)d->rank;
+}
+
+/* Reads the values of a checked pair into d->a and d->bt (memory of delta_floats(d) floats, zeroed); -1 with err. */
+static int read_pair(lora_delta *d, const weight_spec *s, const wt_tensor *A, const wt_tensor *B, float *mem,
+                     char *err, size_t errlen) {
+    d->a = mem;
+    d->bt = mem + (size_t)d->rank * (size_t)d->in;
     float *b = malloc(sizeof(float) * (size_t)(d->out * d->rank));
-    if (!d->a || !d->bt || !b || read_rows(A, 0, d->rank, d->a) != 0 || read_rows(B, s->first_row, d->out, b) != 0) {
+    if (!b || read_rows(A, 0, d->rank, d->a) != 0 || read_rows(B, s->first_row, d->out, b) != 0) {
         free(b);
         snprintf(err, errlen, "adapter of '%s': cannot read A and B (%s, %s)", s->name, dtype_name(A->dtype),
                  dtype_name(B->dtype));
         return -1;
     }
     for (int64_t o = 0; o < d->out; o++)
-        for (int j = 0; j < d->rank; j++) d->bt[(int64_t)j * d->out + o] = b[o * d->rank + j];
+        for (int j = 0; j < d->rank; j++) d->bt[lora_bt_index(d, o, j)] = b[o * d->rank + j];
     free(b);
-    for (int64_t k = 0; k < d->rank * d->in; k++)
-        if (!isfinite(d->a[k])) goto nonfinite;
-    for (int64_t k = 0; k < d->out * d->rank; k++)
-        if (!isfinite(d->bt[k])) goto nonfinite;
-    a->n_adapted++;
-    a->max_rank = d->rank > a->max_rank ? d->rank : a->max_rank;
+    for (size_t k = 0; k < delta_floats(d); k++)
+        if (!isfinite(mem[k])) {
+            snprintf(err, errlen, "adapter of '%s' holds a NaN or an infinity", s->name);
+            return -1;
+        }
     return 0;
-nonfinite:
-    snprintf(err, errlen, "adapter of '%s' holds a NaN or an infinity", s->name);
-    return -1;
 }
 
 int lora_open(const char *path, const mw_table *t, const unsigned char *sites, const char *source_format,
@@ -238,6 +249,7 @@ int lora_open(const char *path, const mw_table *t, const unsigned char *sites, c
     }
     wt_file *f = wt_open(weights, err, errlen);
     if (!f) return -1;
+    const wt_tensor **src_a = NULL, **src_b = NULL; /* per table entry, its pair in the file */
     const int gguf = wt_get_format(f) == WT_FORMAT_GGUF;
     int rc = -1;
     if (gguf) {
@@ -266,6 +278,12 @@ int lora_open(const char *path, const mw_table *t, const unsigned char *sites, c
     out->n_weights = t->n;
     out->delta = calloc((size_t)(t->n ? t->n : 1), sizeof *out->delta);
     if (!out->delta) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    src_a = calloc((size_t)(t->n ? t->n : 1), sizeof *src_a);
+    src_b = calloc((size_t)(t->n ? t->n : 1), sizeof *src_b);
+    if (!src_a || !src_b) {
         snprintf(err, errlen, "out of memory");
         goto done;
     }
@@ -306,7 +324,12 @@ int lora_open(const char *path, const mw_table *t, const unsigned char *sites, c
                          base, s->line);
                 goto done;
             }
-            if (take_pair(out, t, i, x, B, peft.alpha, peft.rslora, gguf, err, errlen) != 0) goto done;
+            if (out->delta[i].rank) {
+                snprintf(err, errlen, "adapter of '%s': two pairs update it", s->name);
+                goto done;
+            }
+            if (check_pair(out, t, i, x, B, peft.alpha, peft.rslora, gguf, err, errlen) != 0) goto done;
+            src_a[i] = x, src_b[i] = B;
             matched = 1;
         }
         if (!matched) {
@@ -328,19 +351,36 @@ int lora_open(const char *path, const mw_table *t, const unsigned char *sites, c
             goto done;
         }
     }
+    /* the values, in one buffer of huge pages: a step streams every adapter it serves */
+    size_t floats = 0;
+    for (int i = 0; i < t->n; i++) floats += out->delta[i].rank ? delta_floats(&out->delta[i]) : 0;
+    out->mem_bytes = floats * sizeof(float);
+    if (!(out->mem = ha_alloc(out->mem_bytes ? out->mem_bytes : 1))) {
+        snprintf(err, errlen, "out of memory for %zu bytes of adapter", out->mem_bytes);
+        goto done;
+    }
+    memset(out->mem, 0, out->mem_bytes);
+    floats = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (!out->delta[i].rank) continue;
+        if (read_pair(&out->delta[i], &t->spec[i], src_a[i], src_b[i], out->mem + floats, err, errlen) != 0) goto done;
+        floats += delta_floats(&out->delta[i]);
+    }
     int n_sites = 0;
     for (int i = 0; i < t->n; i++) n_sites += sites ? sites[i] : t->spec[i].n_dims == 2;
     summarize(out, t, n_sites);
     rc = 0;
 done:
+    free(src_a);
+    free(src_b);
     wt_close(f);
     if (rc != 0) lora_free(out);
     return rc;
 }
 
 void lora_free(lora_adapter *a) {
-    if (a->delta)
-        for (int i = 0; i < a->n_weights; i++) free(a->delta[i].a), free(a->delta[i].bt);
+    ha_free(a->mem, a->mem_bytes ? a->mem_bytes : 1);
+    a->mem = NULL, a->mem_bytes = 0;
     free(a->delta);
     a->delta = NULL;
     a->n_weights = a->n_adapted = a->max_rank = 0;
@@ -348,7 +388,7 @@ void lora_free(lora_adapter *a) {
 
 void lora_merge_row(const lora_delta *d, int64_t row, float *values) {
     for (int j = 0; j < d->rank; j++) {
-        const float s = d->scale * d->bt[(int64_t)j * d->out + row];
+        const float s = d->scale * d->bt[lora_bt_index(d, row, j)];
         const float *a = d->a + (int64_t)j * d->in;
         for (int64_t c = 0; c < d->in; c++) values[c] += s * a[c];
     }

@@ -21,7 +21,7 @@
  * have, a weight the model cannot adapt (see lora_open's sites), a shape that
  * does not match, a configuration this reader does not implement (DoRA,
  * trained biases, modules_to_save, per-module alphas, fan_in_fan_out).
- * A and B are kept in f32, whatever the file stores: f16/bf16 values are exact in f32.
+ * A and B are kept in f32, whatever the file stores (f16/bf16 values are exact in f32).
  */
 #ifndef INGOT_LORA_H
 #define INGOT_LORA_H
@@ -31,16 +31,26 @@
 
 #include "model_weights.h"
 
+#define LORA_MAX_ADAPTERS 64 /* adapters one model serves (each a few percent of the weights' memory) */
 #define LORA_MAX_RANK 256 /* larger ranks are refused: a low-rank update of more is a fine-tune of its own */
+
+/* B^T is stored LORA_BLOCK output columns at a time, [out / LORA_BLOCK][rank][LORA_BLOCK] (the last
+ * block padded with zeros): the step adds one block of outputs over every rank from one contiguous
+ * run of memory, where [rank][out] would touch a page per rank (kernels/cpu/kc_lora.h). */
+#define LORA_BLOCK 16
 
 /* One weight's update. rank 0: the adapter leaves the weight as it is. */
 typedef struct {
     int rank;
     float scale;
     int64_t in, out;
-    float *a; /* [rank][in] */
-    float *bt; /* [rank][out]: B transposed (the step adds B's columns, each scaled by one value of A x) */
+    float *a;  /* [rank][in] */
+    float *bt; /* B transposed and blocked: B[o][j] is bt[lora_bt_index(d, o, j)] */
 } lora_delta;
+
+static inline size_t lora_bt_index(const lora_delta *d, int64_t o, int j) {
+    return ((size_t)(o / LORA_BLOCK) * (size_t)d->rank + (size_t)j) * LORA_BLOCK + (size_t)(o % LORA_BLOCK);
+}
 
 typedef struct lora_adapter {
     char name[64];          /* what requests call it (the caller's: lora_open leaves it empty) */
@@ -50,6 +60,8 @@ typedef struct lora_adapter {
     int n_adapted;          /* entries with rank > 0 */
     int max_rank;
     double alpha;
+    float *mem;             /* every delta's A and B^T, one huge-page buffer (hugealloc.h) */
+    size_t mem_bytes;
     char summary[256];      /* for --info and /v1/models: "rank 8, alpha 16, 14 of 30 linears (q, k, ...)" */
 } lora_adapter;
 

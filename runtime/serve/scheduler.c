@@ -786,6 +786,7 @@ static void record_step(sched *s, const step_batch *sb, double step_seconds, dou
     s->stats.last_batch_seqs = sb->n_slots;
     s->stats.last_step_seconds = step_seconds;
     s->stats.last_forward_seconds = forward_seconds;
+    s->stats.forward_seconds += forward_seconds;
     if (sb->n_masked > 0) {
         s->stats.last_mask_seconds = sb->mask_seconds;
         s->stats.mask_seconds += sb->mask_seconds;

@@ -141,6 +141,7 @@ typedef struct {
     uint64_t prompt_tokens, generated_tokens;
     int last_batch_tokens, last_batch_seqs;
     double last_step_seconds, last_forward_seconds; /* the whole step, and the forward call inside it */
+    double forward_seconds;     /* every step's forward call, in total */
     double last_mask_seconds;   /* the constraint masks of the last step that had any */
     double mask_seconds;        /* constraint masks, in total */
     uint64_t masked_tokens;     /* tokens sampled under a constraint */

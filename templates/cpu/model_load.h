@@ -105,7 +105,6 @@ const wt_file *ingot_model_weights(const ingot_model *m) { return m->wt.file; }
 const char *ingot_model_merged_lora(const ingot_model *m) { return m->merged; }
 
 /* LoRA adapters chosen per sequence (lora_step.h); a backend without them (MODEL_NO_LORA_STEP) refuses. */
-#define MODEL_MAX_LORA 64 /* adapters one model serves: each is a few percent of the weights' memory */
 int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, char *err, size_t errlen) {
 #ifdef MODEL_NO_LORA_STEP
     (void)m, (void)name;
@@ -113,8 +112,8 @@ int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, cha
                           "weights at load", path, ingot_model_desc.backend);
     return -1;
 #else
-    if (m->n_lora >= MODEL_MAX_LORA) {
-        snprintf(err, errlen, "%s: this model serves at most %d adapters", path, MODEL_MAX_LORA);
+    if (m->n_lora >= LORA_MAX_ADAPTERS) {
+        snprintf(err, errlen, "%s: this model serves at most %d adapters", path, LORA_MAX_ADAPTERS);
         return -1;
     }
     const mw_table table = model_weight_table();
