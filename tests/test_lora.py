@@ -299,3 +299,31 @@ def test_gguf_adapter_matches_llamacpp_and_peft(how, tmp_path, built):
         expected = np.fromfile(LORA_GGUF / f"{oracle}.f32", dtype="<f4").reshape(ref["shape"])
         err = float(np.abs(got - expected).max())
         assert err <= bound, f"{how} vs {oracle}: max |delta| {err:.3g}"
+
+
+def test_router_routes_adapters_to_their_model(tmp_path, request):
+    """ingot-router: the adapters a model's serve options load are models a request may name,
+    listed with their parent, and routed to that model's process; a name taken twice is refused."""
+    import requests as http
+
+    from conftest import OBJDIR
+    from modelbuild import serving_binary
+    from serverproc import ServerProc
+    binary = serving_binary(request)
+    a = smollm2_adapter(tmp_path / "alpha.gguf", 8, 1)
+    srv = ServerProc(OBJDIR / "ingot-router", "--model", "smollm2", binary, "--", "--kv-memory", "64",
+                     "--lora", f"alpha={a}", command=(), start_timeout=60).start()
+    try:
+        ids = [(m["id"], m.get("parent")) for m in http.get(srv.url + "/v1/models", timeout=30).json()["data"]]
+        assert ids == [("smollm2", None), ("alpha", "smollm2")], ids
+        for model in ("alpha", "smollm2"):
+            r = http.post(srv.url + "/v1/completions", timeout=300, json={
+                "model": model, "prompt": "The capital of France is", "max_tokens": 10, "temperature": 0})
+            assert r.status_code == 200 and r.json()["model"] == model, r.text
+        assert http.get(srv.url + "/v1/models/alpha", timeout=30).json()["parent"] == "smollm2"
+    finally:
+        rc = srv.stop()
+    assert rc == 0, srv.log
+    r = subprocess.run([OBJDIR / "ingot-router", "--model", "alpha", binary, "--", "--lora", f"alpha={a}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "the adapter name 'alpha' is already a model's or an adapter's" in r.stderr, r.stderr

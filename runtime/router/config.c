@@ -30,6 +30,52 @@ rt_model *rt_find_model(rt_router *r, const char *name) {
     return NULL;
 }
 
+rt_model *rt_find_served(rt_router *r, const char *name, const char **adapter) {
+    *adapter = NULL;
+    rt_model *m = rt_find_model(r, name);
+    for (int i = 0; !m && i < r->n_models; i++)
+        for (int k = 0; k < r->models[i].n_adapters; k++)
+            if (!strcmp(r->models[i].adapters[k], name)) {
+                *adapter = r->models[i].adapters[k];
+                return &r->models[i];
+            }
+    return m;
+}
+
+int rt_config_adapters(rt_router *r) {
+    for (int i = 0; i < r->n_models; i++) {
+        rt_model *m = &r->models[i];
+        for (int k = 0; k + 1 < m->n_serve_args; k++) {
+            if (strcmp(m->serve_args[k], "--lora")) continue;
+            /* NAME=PATH, else the file or folder's own name, as the model binary names it */
+            const char *spec = m->serve_args[++k], *eq = strchr(spec, '=');
+            size_t len = eq ? (size_t)(eq - spec) : strlen(spec), start = 0;
+            if (!eq) {
+                while (len > 1 && spec[len - 1] == '/') len--;
+                for (start = len; start > 0 && spec[start - 1] != '/'; start--) {}
+            }
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)(len - start), spec + start);
+            const char *taken;
+            if (!valid_name(name) || len - start > 63) {
+                fprintf(stderr, "ingot-router: error: model '%s': bad adapter name '%s' (--lora NAME=PATH)\n", m->name, name);
+                return -1;
+            }
+            if (rt_find_served(r, name, &taken)) {
+                fprintf(stderr, "ingot-router: error: model '%s': the adapter name '%s' is already a model's or an "
+                                "adapter's (--lora NAME=PATH names it)\n", m->name, name);
+                return -1;
+            }
+            char **grown = realloc(m->adapters, sizeof *grown * (size_t)(m->n_adapters + 1));
+            if (!grown) return -1;
+            m->adapters = grown;
+            if (!(m->adapters[m->n_adapters] = strdup(name))) return -1;
+            m->n_adapters++;
+        }
+    }
+    return 0;
+}
+
 static rt_model *add_model(rt_router *r, const char *name, const char *binary) {
     if (!valid_name(name)) {
         fprintf(stderr, "ingot-router: error: bad model name '%s' (letters, digits and -_.:/ only)\n", name);
@@ -159,6 +205,8 @@ void rt_config_free(rt_router *r) {
         free(m->binary);
         for (int k = 0; k < m->n_serve_args; k++) free(m->serve_args[k]);
         free(m->serve_args);
+        for (int k = 0; k < m->n_adapters; k++) free(m->adapters[k]);
+        free(m->adapters);
     }
     free(r->models);
     r->models = NULL;

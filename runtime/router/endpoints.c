@@ -94,9 +94,22 @@ static cJSON *model_object(rt_router *r, const rt_model *m) {
     return o;
 }
 
+/* An adapter a model's process loads, listed as a model over it (as the process lists it). */
+static cJSON *adapter_object(rt_router *r, const rt_model *m, const char *adapter) {
+    cJSON *o = model_object(r, m);
+    cJSON_ReplaceItemInObjectCaseSensitive(o, "id", cJSON_CreateString(adapter));
+    cJSON_AddStringToObject(o, "parent", m->name);
+    return o;
+}
+
 static void handle_models(rt_router *r, struct evhttp_request *req, const char *id) {
     if (id) {
-        rt_model *m = rt_find_model(r, id);
+        const char *adapter;
+        rt_model *m = rt_find_served(r, id, &adapter);
+        if (m && adapter) {
+            reply_json(r, req, 200, adapter_object(r, m, adapter));
+            return;
+        }
         if (!m) {
             char msg[400];
             snprintf(msg, sizeof msg, "The model '%.200s' does not exist", id);
@@ -109,7 +122,11 @@ static void handle_models(rt_router *r, struct evhttp_request *req, const char *
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
-    for (int i = 0; i < r->n_models; i++) cJSON_AddItemToArray(data, model_object(r, &r->models[i]));
+    for (int i = 0; i < r->n_models; i++) {
+        cJSON_AddItemToArray(data, model_object(r, &r->models[i]));
+        for (int k = 0; k < r->models[i].n_adapters; k++)
+            cJSON_AddItemToArray(data, adapter_object(r, &r->models[i], r->models[i].adapters[k]));
+    }
     reply_json(r, req, 200, root);
 }
 
@@ -253,7 +270,8 @@ static void route_by_model(rt_router *r, struct evhttp_request *req) {
         rt_reply_error(r, req, 400, "invalid_request_error", "model", "invalid_type", "'model' must be a string");
         return;
     }
-    rt_model *m = rt_find_model(r, model->valuestring);
+    const char *adapter; /* the process routes it to the adapter itself */
+    rt_model *m = rt_find_served(r, model->valuestring, &adapter);
     if (!m) {
         char msg[400];
         snprintf(msg, sizeof msg, "The model '%.200s' does not exist (GET /v1/models lists the models served here)",

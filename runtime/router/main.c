@@ -281,6 +281,7 @@ int main(int argc, char **argv) {
     if (config && rt_config_load(r, config) != 0) goto out;
     if (!r->n_models) return usage_error("%s", "no models: --config FILE or --model NAME BINARY");
     if (rt_config_add_common_args(r, argv + first_common, argc - first_common) != 0) goto out;
+    if (rt_config_adapters(r) != 0) goto out;
     if (config && !strcmp(config, "-") && !freopen("/dev/null", "r", stdin)) goto out;
     rc = 1;
     r->met = met_create();

@@ -51,6 +51,9 @@ typedef struct rt_model {
     char *binary;     /* the model binary (build/NAME/NAME) */
     char **serve_args; /* options after `serve`, before the router's --host/--port */
     int n_serve_args;
+    char **adapters;  /* the LoRA adapters its serve options load (--lora [NAME=]PATH): their names, which
+                         requests route to this model's process by, as by its own */
+    int n_adapters;
     double footprint; /* bytes: weights + KV + scratch, from `serve --print-memory` */
 
     rt_state state;
@@ -116,6 +119,12 @@ int rt_config_add(rt_router *r, const char *name, const char *binary);
 /* Options given to every child after its own (after "--" on the router's command line). */
 int rt_config_add_common_args(rt_router *r, char **args, int n);
 rt_model *rt_find_model(rt_router *r, const char *name);
+/* Reads each model's adapter names from its serve options (after every option is in: a config's
+ * own and the common ones); a name given twice, or also a model's, is an error. 0, or -1 said. */
+int rt_config_adapters(rt_router *r);
+/* The model whose process serves `name`: the model itself, or the one that loads an adapter of
+ * that name (*adapter set to it, else NULL). */
+rt_model *rt_find_served(rt_router *r, const char *name, const char **adapter);
 void rt_config_free(rt_router *r);
 
 /* ---- supervisor.c ------------------------------------------------------- */
