@@ -79,7 +79,9 @@ def write_adapter(path, shapes, rank, seed):
     return path
 
 
-class IngotServer:
+class IngotServer(bs.LlamaServer):
+    """`NAME serve` with the adapters, started and stopped as bench_serve's llama-server is (both answer /v1/models)."""
+
     def __init__(self, binary, threads, clients, adapters):
         import socket
         with socket.socket() as s:
@@ -87,29 +89,8 @@ class IngotServer:
             self.port = s.getsockname()[1]
         self.cmd = [str(binary), "--threads", str(threads), *[x for i, p in enumerate(adapters) for x in ("--lora", f"a{i}={p}")],
                     "serve", "--port", str(self.port), "--max-running", str(clients)]
+        self.log = open(os.devnull, "w")
         self.proc = None
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout=300):
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{' '.join(self.cmd)} exited with {self.proc.returncode}")
-            try:
-                if requests.get(self.url + "/ready", timeout=2).status_code == 200:
-                    return self
-            except requests.RequestException:
-                time.sleep(0.3)
-        raise RuntimeError("ingot serve did not come up")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(60)
 
 
 def prompt_of(i):
@@ -197,10 +178,9 @@ def main():
     a = ap.parse_args()
     model = a.model or b2.default_gguf()
     name = "bench-lora-" + model.stem.lower().replace(".", "-").replace("_", "-")
-    if not b2.ingot_bin(name).is_file():
-        err = b2.build_ingot(model, name, [])
-        if err:
-            raise SystemExit(f"ingot build failed:\n{err}")
+    err = b2.build_ingot(model, name, [])  # a no-op when the build is current
+    if err:
+        raise SystemExit(f"ingot build failed:\n{err}")
     if not a.no_llama and not a.llama_server.is_file():
         subprocess.run(["bash", str(ROOT / "bench" / "build_llama_cpp.sh")], check=True)
     info = b2.machine_info()

@@ -740,11 +740,14 @@ function emit.kernels(ctx, groups, final_node)
         runs[#runs + 1] = string.format("tp_parallel_for(a->pool, %d, 32, @NAME@_mm, (void *)a);", total)
       end
       if grp.rows == "tokens" then -- LoRA adapters' updates, before any epilogue reads the linears' outputs
+        local sites = {}
         for _, l in ipairs(grp.linears) do
-          runs[#runs + 1] = string.format("if (a->m->n_lora) model_lora_apply(a, %d, a->buf[%s], %d, a->buf[%s], %d); %s",
-            s.weight_index[l.inputs[2]], s.buf(l.inputs[1].node):sub(2), l.inputs[1].width, s.buf(l):sub(2), l.width,
-            emit.src(ctx, l))
+          sites[#sites + 1] = string.format("{%d, a->buf[%s], %d, a->buf[%s], %d}", s.weight_index[l.inputs[2]],
+            s.buf(l.inputs[1].node):sub(2), l.inputs[1].width, s.buf(l):sub(2), l.width)
         end
+        assert(#sites <= 8, "more linears in one kernel than templates/cpu/lora_step.h's LORA_MAX_LINEARS")
+        runs[#runs + 1] = string.format("if (a->m->n_lora) model_lora_apply(a, %d, (const lora_linear[]){%s}); /* adapters' updates (lora_step.h) */",
+          #sites, table.concat(sites, ", "))
       end
       if #grp.epilogue > 0 then
         phases[#phases + 1] = phase_rows(ctx, s, "@NAME@_post", grp.epilogue)

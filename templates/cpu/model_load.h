@@ -120,7 +120,8 @@ int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, cha
     lora_adapter a;
     if (lora_open(path, &table, LORA_SITES, ingot_model_desc.source_format, &a, err, errlen) != 0) return -1;
     lora_adapter *grown = realloc(m->lora, sizeof *grown * (size_t)(m->n_lora + 1));
-    if (!m->lora_down) m->lora_down = model_aligned_alloc(sizeof(float) * (size_t)MAX_TOKENS * LORA_MAX_RANK);
+    /* A x of every token, for each linear of a kernel (lora_step.h: they are updated together) */
+    if (!m->lora_down) m->lora_down = model_aligned_alloc(sizeof(float) * LORA_MAX_LINEARS * (size_t)MAX_TOKENS * LORA_MAX_RANK);
     if (!grown || !m->lora_down) {
         if (grown) m->lora = grown;
         lora_free(&a);
