@@ -742,11 +742,11 @@ function emit.kernels(ctx, groups, final_node)
       if grp.rows == "tokens" then -- LoRA adapters' updates, before any epilogue reads the linears' outputs
         local sites = {}
         for _, l in ipairs(grp.linears) do
-          sites[#sites + 1] = string.format("{%d, a->buf[%s], %d, a->buf[%s], %d}", s.weight_index[l.inputs[2]],
+          sites[#sites + 1] = string.format("{a->slots[%d], a->buf[%s], %d, a->buf[%s], %d}", s.weight_index[l.inputs[2]],
             s.buf(l.inputs[1].node):sub(2), l.inputs[1].width, s.buf(l):sub(2), l.width)
         end
-        assert(#sites <= 8, "more linears in one kernel than templates/cpu/lora_step.h's LORA_MAX_LINEARS")
-        runs[#runs + 1] = string.format("if (a->m->n_lora) model_lora_apply(a, %d, (const lora_linear[]){%s}); /* adapters' updates (lora_step.h) */",
+        assert(#sites <= 8, "more linears in one kernel than runtime/core/lora_step.h's LORA_MAX_LINEARS")
+        runs[#runs + 1] = string.format("if (a->m->n_lora) lora_step_apply(&a->m->lora_step, a->pool, a->b, a->rows, %d, (const lora_linear[]){%s}); /* adapters' updates */",
           #sites, table.concat(sites, ", "))
       end
       if #grp.epilogue > 0 then

@@ -38,7 +38,7 @@ SAN_EXTRA="tests/test_kquants.py::test_dequantize_matches_gguf_py tests/test_kqu
            tests/test_kquants.py::test_truncated_kquant_model tests/test_kquants.py::test_kquant_row_length_in_model
            tests/test_kquants.py::test_preset_matches_llamacpp[Q4_K_M] tests/test_kquants.py::test_preset_act_quant_q8[IQ4_XS]
            tests/test_kquants.py::test_dtype_quantizes_at_load[q3_k_m]
-           tests/test_lora.py::test_bad_adapter_is_refused tests/test_lora.py::test_mixed_step_gives_each_sequence_its_own_adapter
+           tests/test_lora.py::test_bad_adapter_is_refused tests/test_lora.py::test_bad_adapter_names_and_files
            tests/test_cuda_models.py::test_cudasim_forward_matches_cpu tests/test_serving_load.py::test_tight_pool_never_stalls
            tests/test_tools.py::test_parser_c tests/test_tools.py::test_bad_tools_are_400_naming_the_field
            tests/test_limits.py::test_rate_limit_buckets_unit tests/test_limits.py::test_request_timeout_cuts_off_and_frees

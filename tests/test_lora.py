@@ -162,6 +162,27 @@ def edit_adapter(src, dst, tensors=None, config=None):
     return dst
 
 
+def numpy_adapter(model_dir, out, rank=8):
+    """A PEFT-format adapter of random values on q_proj and v_proj, written with numpy and safetensors
+    (no torch: what the refusal tests start from, also under the sanitizers)."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+    rng = np.random.default_rng(0)
+    tensors = {}
+    with safe_open(str(model_dir / "model.safetensors"), "np") as f:
+        for name in f.keys():
+            if name.endswith(("q_proj.weight", "v_proj.weight")):
+                o, i = f.get_slice(name).get_shape()
+                stem = "base_model.model." + name[: -len(".weight")]
+                tensors[stem + ".lora_A.weight"] = rng.normal(0, 0.1, (rank, i)).astype(np.float32)
+                tensors[stem + ".lora_B.weight"] = rng.normal(0, 0.1, (o, rank)).astype(np.float32)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "adapter_model.safetensors"))
+    (out / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank,
+                                                         "target_modules": ["q_proj", "v_proj"], "bias": "none"}))
+    return out
+
+
 A0 = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
 B0 = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"
 BAD = {
@@ -181,9 +202,9 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", BAD)
-def test_bad_adapter_is_refused(case, adapters, tmp_path, built):
+def test_bad_adapter_is_refused(case, tmp_path, built):
     model = FIRST_OF_FAMILY["llama"]
-    src, _ = adapters(model, 8)
+    src = numpy_adapter(FAMILIES / model, tmp_path / "good")
     tensors, config, message = BAD[case]
     path = edit_adapter(src, tmp_path / "adapter", tensors, config)
     binary = build(FAMILIES / model, f"f-{model}")
@@ -193,13 +214,13 @@ def test_bad_adapter_is_refused(case, adapters, tmp_path, built):
         assert r.returncode == 1 and message in r.stderr and "Sanitizer" not in r.stderr, (flag, r.stderr)
 
 
-def test_bad_adapter_names_and_files(adapters, tmp_path, built):
+def test_bad_adapter_names_and_files(tmp_path, built):
     model = FIRST_OF_FAMILY["llama"]
-    src, _ = adapters(model, 8)
+    src = numpy_adapter(FAMILIES / model, tmp_path / "good")
     binary = build(FAMILIES / model, f"f-{model}")
     cases = [
         (("--lora", f"bad name={src}"), "is not 1 to 63 letters"),
-        (("--lora", f"{binary.name}={src}"), "is already the model's or another adapter's"),
+        (("--lora", f"f-{model}={src}"), "is already the model's or another adapter's"),
         (("--lora", f"x={src}", "--lora", f"x={src}"), "is already the model's or another adapter's"),
         (("--lora", str(tmp_path)), "adapter_config.json: cannot open"),
         # a GGUF adapter names a GGUF checkpoint's weights; this binary reads safetensors

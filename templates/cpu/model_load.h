@@ -31,7 +31,9 @@ void ingot_model_free(ingot_model *m) {
     mw_release(&m->wt);
     for (int i = 0; i < m->n_lora; i++) lora_free(&m->lora[i]);
     free(m->lora);
-    free(m->lora_down);
+#ifndef MODEL_NO_LORA_STEP
+    lora_set_free_scratch(&m->lora_step);
+#endif
     ha_free(m->arena, MODEL_ARENA_BYTES);
     free(m->rope);
     free(m->scratch);
@@ -104,7 +106,7 @@ const wt_file *ingot_model_weights(const ingot_model *m) { return m->wt.file; }
 
 const char *ingot_model_merged_lora(const ingot_model *m) { return m->merged; }
 
-/* LoRA adapters chosen per sequence (lora_step.h); a backend without them (MODEL_NO_LORA_STEP) refuses. */
+/* LoRA adapters chosen per sequence (runtime/core/lora_step.h); a backend without them (MODEL_NO_LORA_STEP) refuses. */
 int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, char *err, size_t errlen) {
 #ifdef MODEL_NO_LORA_STEP
     (void)m, (void)name;
@@ -120,9 +122,7 @@ int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, cha
     lora_adapter a;
     if (lora_open(path, &table, LORA_SITES, ingot_model_desc.source_format, &a, err, errlen) != 0) return -1;
     lora_adapter *grown = realloc(m->lora, sizeof *grown * (size_t)(m->n_lora + 1));
-    /* A x of every token, for each linear of a kernel (lora_step.h: they are updated together) */
-    if (!m->lora_down) m->lora_down = model_aligned_alloc(sizeof(float) * LORA_MAX_LINEARS * (size_t)MAX_TOKENS * LORA_MAX_RANK);
-    if (!grown || !m->lora_down) {
+    if (!grown || (!m->lora_step.down && lora_set_scratch(&m->lora_step, MAX_TOKENS) != 0)) {
         if (grown) m->lora = grown;
         lora_free(&a);
         snprintf(err, errlen, "out of memory for adapter %s", path);
@@ -131,6 +131,7 @@ int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, cha
     m->lora = grown;
     snprintf(a.name, sizeof a.name, "%s", name);
     m->lora[m->n_lora++] = a;
+    m->lora_step.adapters = m->lora, m->lora_step.n = m->n_lora, m->lora_step.sites = LORA_SITES;
     return m->n_lora;
 #endif
 }
