@@ -105,4 +105,4 @@ test-full:
 	./scripts/test.sh --full
 
 clean:
-	rm -rf build/_obj build/_obj-san build/_obj-fuzz build/_obj-msan build/_obj-isa-* build/_obj-cudasim build/fuzz
+	rm -rf build/_obj build/_obj-san build/_obj-fuzz build/_obj-msan build/_obj-isa-* build/_obj-aarch64* build/_obj-cudasim build/fuzz

@@ -4,20 +4,57 @@
 CC      ?= cc
 SAN     ?= 0
 ROOT    ?= .
-# ISA: the x86-64 level everything is compiled for. native (the default): this machine's own
-# (-march=native). A model built with ./ingot build --isa all is compiled once per level below
-# (each against a runtime library of that level, in its own folder), and a launcher picks the
-# best one this CPU runs at start (templates/cpu/isa_launcher.c).
-ISA     ?= native
+# TARGET: the machine the binaries run on. host (the default): this one. aarch64-linux: 64-bit ARM
+# Linux (./ingot build --target aarch64-linux), compiled by Debian's gcc-aarch64-linux-gnu on any
+# other host, by the host's own compiler on an ARM one; its objects live apart (build/_obj-aarch64*).
+TARGET  ?= host
+HOST_ARCH := $(shell uname -m)
+ifeq ($(TARGET),host)
+TARGET_ARCH := $(if $(filter aarch64 arm64,$(HOST_ARCH)),aarch64,x86_64)
+else ifeq ($(TARGET),aarch64-linux)
+TARGET_ARCH := aarch64
+else
+$(error unknown TARGET '$(TARGET)' (host or aarch64-linux))
+endif
+# a cross build: its own compiler and folders (the tools that run during a build stay the host's)
+CROSS   := $(if $(and $(filter aarch64,$(TARGET_ARCH)),$(filter-out aarch64 arm64,$(HOST_ARCH))),aarch64,)
+ifneq ($(CROSS),)
+CC      := aarch64-linux-gnu-gcc
+AR      := aarch64-linux-gnu-ar
+endif
+# ISA: the instruction-set level everything is compiled for. native (the default): this machine's
+# own (-march=native; -mcpu=native on ARM). A model built with ./ingot build --isa all is compiled
+# once per level below (each against a runtime library of that level, in its own folder), and a
+# launcher picks the best one the CPU runs at start (templates/cpu/isa_launcher.c).
+# x86-64: avx512 (AVX-512 VNNI), avx2, portable. aarch64: i8mm (Armv8.6-A: smmla, usdot), dotprod
+# (Armv8.2-A + sdot: Neoverse N1, Cortex-A76 and later), armv8 (Armv8-A NEON: Cortex-A53, A72).
+ifeq ($(TARGET_ARCH),aarch64)
+ISA_FLAGS_native   := $(if $(CROSS),,-mcpu=native)
+ISA_FLAGS_i8mm     := -march=armv8.6-a+i8mm -mtune=generic
+ISA_FLAGS_dotprod  := -march=armv8.2-a+dotprod -mtune=generic
+ISA_FLAGS_armv8    := -march=armv8-a -mtune=generic
+ISA_LEVELS         := i8mm dotprod armv8
+ISA_BASE           := armv8
+else
 ISA_FLAGS_native   := -march=native
 ISA_FLAGS_avx512   := -march=x86-64-v4 -mavx512vnni -mtune=generic
 ISA_FLAGS_avx2     := -march=x86-64-v3 -mtune=generic
 ISA_FLAGS_portable := -march=x86-64 -mtune=generic
+ISA_LEVELS         := avx512 avx2 portable
+ISA_BASE           := portable
+endif
+# a cross build has no native level: by default its baseline
+ISA     ?= $(if $(CROSS),$(ISA_BASE),native)
 ifeq ($(ISA_FLAGS_$(ISA)),)
-$(error unknown ISA '$(ISA)' (native, avx512, avx2 or portable))
+$(error unknown ISA '$(ISA)' for $(TARGET_ARCH) ($(if $(CROSS),,native, )$(ISA_LEVELS)))
 endif
 ARCH    ?= $(ISA_FLAGS_$(ISA))
-ISA_DIR := $(if $(filter native,$(ISA)),,-isa-$(ISA))
+ISA_DIR := $(if $(CROSS),-$(CROSS),)$(if $(filter native,$(ISA)),,-isa-$(ISA))
+ifneq ($(CROSS),)
+ifneq ($(filter-out 0,$(SAN)),)
+$(error SAN=$(SAN): the sanitizer builds run on the host (TARGET=host))
+endif
+endif
 WARN    := -Wall -Wextra -Werror -Wno-unused-function
 # the runtime's folders (runtime/README.md): every header is included by its bare name
 # static libraries a build links besides Debian's (SAN=msan: the instrumented ones)

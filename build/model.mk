@@ -5,6 +5,8 @@
 #   make -f build/model.mk MODEL_DIR=... NAME=... BACKEND=cudasim   the CUDA sources on cudasim (CPU)
 #   make -f build/model.mk MODEL_DIR=... NAME=... ISAS="avx512 avx2 portable"   one binary per x86-64
 #                                                   level and a launcher (./ingot build --isa all)
+#   make -f build/model.mk MODEL_DIR=... NAME=... TARGET=aarch64-linux ISAS="i8mm dotprod armv8"
+#                                                   the same for 64-bit ARM Linux (--target aarch64-linux)
 # ./ingot build runs this after the generator; the binary is $(MODEL_DIR)/$(NAME)
 # ($(NAME)-cudasim for BACKEND=cudasim, -san suffixed for SAN=1).
 comma := ,
@@ -26,7 +28,7 @@ SUFFIX    := $(if $(filter 1,$(SAN)),-san,)
 # $(NAME).<isa>, each made by this file again with ISA=<isa>, and $(NAME) the launcher that execs
 # the best one the CPU runs (templates/cpu/isa_launcher.c). ISA_TAG names a level's own files.
 ISAS      ?=
-ISA_TAG   := $(if $(filter native,$(ISA)),,.$(ISA))
+ISA_TAG   := $(if $(or $(filter native,$(ISA)),$(ISAS)),,.$(ISA))
 BIN       := $(MODEL_DIR)/$(NAME)$(ISA_TAG)$(SUFFIX)
 HEADERS   := $(wildcard $(ROOT)/runtime/*/*.h $(ROOT)/kernels/cpu/*.h $(ROOT)/templates/cpu/*.h)
 # main.c, compiled once with the library (the root Makefile's MAIN_OBJ), with INGOT_DRAFT where the
@@ -57,10 +59,10 @@ $(error ISAS (one binary per x86-64 level) is a CPU-backend build)
 endif
 ISA_BINS := $(foreach i,$(ISAS),$(MODEL_DIR)/$(NAME).$(i)$(SUFFIX))
 $(BIN): $(ROOT)/templates/cpu/isa_launcher.c $(ISA_BINS)
-	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O2 $(ISA_FLAGS_portable) $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined,) \
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O2 $(ISA_FLAGS_$(ISA_BASE)) $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined,) \
 	  -DINGOT_ISA_VARIANTS='"$(subst $(space),$(comma),$(strip $(ISAS)))"' -DINGOT_BINARY='"$(NAME)$(SUFFIX)"' $< -o $@
 $(MODEL_DIR)/$(NAME).%$(SUFFIX): FORCE
-	$(MAKE) -s -f $(MODEL_MK) MODEL_DIR=$(MODEL_DIR) NAME=$(NAME) SAN=$(SAN) ISA=$* ISAS= \
+	$(MAKE) -s -f $(MODEL_MK) MODEL_DIR=$(MODEL_DIR) NAME=$(NAME) SAN=$(SAN) TARGET=$(TARGET) ISA=$* ISAS= \
 	  DRAFT_DIR=$(DRAFT_DIR)
 else ifeq ($(BACKEND),cpu)
 # DRAFT_DIR=build/<name>/draft (./ingot build --draft): the draft model's generated source, compiled with
@@ -108,7 +110,7 @@ endif
 
 $(MAIN_O): $(OBJDIR)/libingot.a ;
 $(OBJDIR)/libingot.a: FORCE
-	$(MAKE) -s -C $(ROOT) SAN=$(SAN) ISA=$(ISA) lib $(if $(ISA_TAG),,tools)
+	$(MAKE) -s -C $(ROOT) SAN=$(SAN) TARGET=$(TARGET) ISA=$(ISA) lib $(if $(ISA_TAG)$(CROSS),,tools)
 
 FORCE:
 .PHONY: FORCE

@@ -8,6 +8,9 @@
 #                              every entry)
 #   scripts/setup.sh --debian  the Debian packages building needs, only (scripts/test.sh
 #                              installs the rest while it builds)
+#   scripts/setup.sh --cross   what --target aarch64-linux needs on an x86-64 host: the cross
+#                              compiler, the libraries' arm64 packages, and qemu-user registered
+#                              with the kernel so that ARM binaries run here
 #   scripts/setup.sh --oracles also the rest of the reference libraries
 #                              (llama-cpp-python, sentencepiece, matplotlib)
 #                              needed only to regenerate tests/fixtures, by
@@ -34,8 +37,35 @@ case "${1:-}" in
   --check) tier=check ;;
   --oracles) tier=oracles ;;
   --debian) tier=debian ;;
-  *) echo "usage: scripts/setup.sh [--check|--oracles|--debian]" >&2; exit 2 ;;
+  --cross) tier=cross ;;
+  *) echo "usage: scripts/setup.sh [--check|--oracles|--debian|--cross]" >&2; exit 2 ;;
 esac
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+
+if [ "$tier" = cross ]; then
+  # the libraries a model binary links (APT_BUILD's -dev packages) in their arm64 builds, beside
+  # the host's (Debian's multiarch); qemu-user-binfmt tells the kernel to run ARM binaries with it
+  APT_CROSS="gcc-aarch64-linux-gnu qemu-user qemu-user-binfmt libcjson-dev:arm64 libutf8proc-dev:arm64 libevent-dev:arm64 libpcre2-dev:arm64 libedit-dev:arm64"
+  missing=""
+  for p in $APT_CROSS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+  done
+  if [ -n "$missing" ]; then
+    echo "setup: apt-get install$missing" >&2
+    dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+  fi
+  # Without systemd (a container, a CI runner) nothing reads /usr/lib/binfmt.d at boot: mount the
+  # kernel's binfmt_misc and register qemu-aarch64 from the package's own line.
+  if ! grep -qx enabled /proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null; then
+    [ -e /proc/sys/fs/binfmt_misc/register ] || $SUDO mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+    [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || $SUDO sh -c 'cat /usr/lib/binfmt.d/qemu-aarch64.conf > /proc/sys/fs/binfmt_misc/register'
+    grep -qx enabled /proc/sys/fs/binfmt_misc/qemu-aarch64 ||
+      { echo "setup: qemu-aarch64 is not registered with the kernel (/proc/sys/fs/binfmt_misc)" >&2; exit 1; }
+  fi
+  exit 0
+fi
 APT_PACKAGES="$APT_BUILD"
 [ "$tier" = debian ] || APT_PACKAGES="$APT_BUILD $APT_TEST"
 
@@ -45,7 +75,6 @@ for p in $APT_PACKAGES; do
 done
 if [ -n "$missing" ]; then
   echo "setup: apt-get install$missing" >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi

@@ -1,14 +1,16 @@
-/* isa_launcher.c — build/NAME/NAME of a model built for several x86-64 levels (./ingot build --isa all).
+/* isa_launcher.c — build/NAME/NAME of a model built for several instruction-set levels (./ingot
+ * build --isa all).
  *
- * The model is compiled once per level (NAME.avx512, NAME.avx2, NAME.portable beside this file, each
- * with its own runtime library: build/model.mk ISAS), because the kernels are chosen at compile time
- * (kernels/cpu: AVX-512 VNNI, AVX2 + FMA, or plain C). This program picks the best level the CPU
+ * The model is compiled once per level (NAME.avx512, NAME.avx2, NAME.portable beside this file on
+ * x86-64; NAME.i8mm, NAME.dotprod, NAME.armv8 on 64-bit ARM), each with its own runtime library
+ * (build/model.mk ISAS), because the kernels are chosen at compile time (kernels/cpu: AVX-512
+ * VNNI, AVX2 + FMA, NEON with or without sdot and smmla, or plain C). This program picks the best level the CPU
  * runs and execs that binary with the same arguments, so the process, its output, exit status and
  * signals are the model binary's own. INGOT_ISA=<level> forces a level (a lower one, e.g. to check
  * the portable path on a machine that has AVX-512); one the CPU lacks is an error, never a SIGILL.
  * The chosen binary's --info says which level runs and why (INGOT_ISA_CHOICE, set here).
  *
- * Compiled for baseline x86-64 so that it runs anywhere. Exit status 126/127 as a shell's when
+ * Compiled for the baseline level (x86-64, Armv8-A) so that it runs anywhere. Exit status 126/127 as a shell's when
  * the variant cannot be executed.
  */
 #include <errno.h>
@@ -25,6 +27,21 @@
 #error "INGOT_BINARY (the binary's name) is set by build/model.mk"
 #endif
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+/* the kernel's feature bits (asm/hwcap.h), spelled here so that an older libc's headers build */
+#define LAUNCHER_HWCAP_ASIMDDP (1UL << 20)
+#define LAUNCHER_HWCAP2_I8MM (1UL << 13)
+/* Whether this CPU runs the code of a level (build/flags.mk): the kernel says which instructions it
+ * lets user code run in the auxiliary vector (Linux's AT_HWCAP and AT_HWCAP2). i8mm is Armv8.6-A,
+ * which also holds the dot products. */
+static int cpu_runs(const char *isa) {
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    if (strcmp(isa, "i8mm") == 0) return (hw & LAUNCHER_HWCAP_ASIMDDP) && (hw2 & LAUNCHER_HWCAP2_I8MM);
+    if (strcmp(isa, "dotprod") == 0) return (hw & LAUNCHER_HWCAP_ASIMDDP) != 0;
+    return strcmp(isa, "armv8") == 0;
+}
+#else
 /* Whether this CPU (and its OS: __builtin_cpu_supports reads the CPUID bits the kernel exposes)
  * runs the code of a level; the levels are the compiler's x86-64 micro-architecture levels that
  * build/flags.mk compiles them for. */
@@ -34,6 +51,7 @@ static int cpu_runs(const char *isa) {
     if (strcmp(isa, "avx2") == 0) return __builtin_cpu_supports("x86-64-v3");
     return strcmp(isa, "portable") == 0;
 }
+#endif
 
 int main(int argc, char **argv) {
     (void)argc;
