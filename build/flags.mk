@@ -62,6 +62,12 @@ LINK_DEPS :=
 RUNTIME_INC := -I$(ROOT)/runtime/core -I$(ROOT)/runtime/load -I$(ROOT)/runtime/text -I$(ROOT)/runtime/serve
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -DINGOT_ISA='"$(ISA)"' -pthread $(RUNTIME_INC) -I$(ROOT)/kernels/cpu
 LDLIBS  := -lcjson -lutf8proc -levent -levent_pthreads -lpcre2-8 -ledit -lm -pthread
+ifneq ($(CROSS),)
+# Debian's libevent-dev cannot be installed for two architectures at once (its event-config.h is
+# not in a multiarch folder, though the same bytes on every 64-bit Linux): a cross build reads the
+# host's headers and links the arm64 shared libraries by their file names
+LDLIBS  := $(subst -levent_pthreads,-l:libevent_pthreads-2.1.so.7,$(subst -levent ,-l:libevent-2.1.so.7 ,$(LDLIBS)))
+endif
 ifeq ($(SAN),fuzz)
 # the fuzz harnesses' library (tests/fuzz): clang, libFuzzer's coverage hooks, ASan + UBSan
 CC      := clang

@@ -44,8 +44,9 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 
 if [ "$tier" = cross ]; then
   # the libraries a model binary links (APT_BUILD's -dev packages) in their arm64 builds, beside
-  # the host's (Debian's multiarch); qemu-user-binfmt tells the kernel to run ARM binaries with it
-  APT_CROSS="gcc-aarch64-linux-gnu qemu-user qemu-user-binfmt libcjson-dev:arm64 libutf8proc-dev:arm64 libevent-dev:arm64 libpcre2-dev:arm64 libedit-dev:arm64"
+  # the host's (Debian's multiarch; libevent's shared libraries alone, build/flags.mk says why);
+  # qemu-user-binfmt tells the kernel to run ARM binaries with it
+  APT_CROSS="gcc-aarch64-linux-gnu qemu-user qemu-user-binfmt libcjson-dev:arm64 libutf8proc-dev:arm64 libevent-2.1-7:arm64 libevent-pthreads-2.1-7:arm64 libpcre2-dev:arm64 libedit-dev:arm64"
   missing=""
   for p in $APT_CROSS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

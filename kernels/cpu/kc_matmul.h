@@ -13,6 +13,8 @@
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#elif defined(__ARM_NEON)
+#include "kc_neon.h"
 #endif
 
 /* Conventions shared by every kernel:

@@ -427,6 +427,83 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
         kc__x16_store_half(Y, ldy, acc, NT, half, bias, accumulate);
     }
 }
+#elif defined(__ARM_NEON)
+/* NEON (kc_neon.h): a tile vector's 64 bytes as four quarters of 4 rows, each 16 bytes holding 4
+ * codes of each of its rows; sdot's indexed form multiplies them by 4 digits of the token (one
+ * 32-bit lane of its 16 digits) and sums each row's 4 products into its lane. The dot product is
+ * signed by signed: Q8_0's codes come back to q (the layout stores q + 128 for vpdpbusd) and its
+ * offset is 0, the nibbles go in as they are. */
+/* Quarter q (rows 4q..4q+3) of block b against NT tokens, into acc[0..NT). */
+KC_INLINE void kc__x16_block_quarter(const uint8_t *t, int wt, int b, int q, const kc_q16 *X, int ldxb, int NT,
+                                     float32x4_t acc[], int a8) {
+    const int hdr = kc_x16_hdr(wt);
+    const float32x4_t dw = kc_neon_f16x4(t + 8 * q);
+    int8x16_t w[8];
+    if (wt == KC_WQ8_0) {
+        KC_UNROLL for (int c = 0; c < 8; c++)
+            w[c] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(t + hdr + 64 * c + 16 * q), vdupq_n_u8(0x80)));
+    } else {
+        KC_UNROLL for (int p = 0; p < 4; p++) {
+            const uint8x16_t v = vld1q_u8(t + hdr + 64 * p + 16 * q);
+            w[p] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0f)));
+            w[p + 4] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+        }
+    }
+    KC_UNROLL for (int j = 0; j < NT; j++) {
+        const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
+        const int8x16_t h0 = vld1q_s8(x->h), h1 = vld1q_s8(x->h + 16), l0 = vld1q_s8(x->l), l1 = vld1q_s8(x->l + 16);
+        int32x4_t ih = vdupq_n_s32(0), il = vdupq_n_s32(0);
+        KC_UNROLL for (int c = 0; c < 8; c++) {
+            ih = kc_neon_dot4_lane(ih, w[c], c < 4 ? h0 : h1, c);
+            if (!a8) il = kc_neon_dot4_lane(il, w[c], c < 4 ? l0 : l1, c); /* a8: the low digits are 0 */
+        }
+        const float32x4_t f = vcvtq_f32_s32(vaddq_s32(vshlq_n_s32(ih, 7), il));
+        if (wt == KC_WQ4_1) {
+            acc[j] = vfmaq_f32(acc[j], dw, vmulq_n_f32(f, x->d));
+            acc[j] = vfmaq_f32(acc[j], kc_neon_f16x4(t + 32 + 8 * q), vdupq_n_f32(x->s));
+        } else {
+            const float off = wt == KC_WQ4_0 ? -8.0f : 0.0f; /* Q4_0: codes are q + 8 */
+            acc[j] = vfmaq_f32(acc[j], dw, vfmaq_f32(vdupq_n_f32(off * x->s), f, vdupq_n_f32(x->d)));
+        }
+    }
+}
+
+/* The float sums of one quarter out to Y: + bias, then + Y when accumulating. */
+KC_INLINE void kc__x16_store_quarter(float *Y, int ldy, const float32x4_t acc[], int NT, int q, const float *bias,
+                                     int accumulate) {
+    const float32x4_t bv = bias ? vld1q_f32(bias + 4 * q) : vdupq_n_f32(0.0f);
+    KC_UNROLL for (int j = 0; j < NT; j++) {
+        float *y = Y + (size_t)j * (size_t)ldy + 4 * q;
+        float32x4_t v = vaddq_f32(acc[j], bv);
+        if (accumulate) v = vaddq_f32(vld1q_f32(y), v);
+        vst1q_f32(y, v);
+    }
+}
+
+KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
+                             const float *bias, int accumulate, int a8) {
+    const size_t tb = kc_x16_tile_bytes(wt);
+    if (NT == 1) { /* decode: the four quarters of each block in turn, streaming the tiles once */
+        float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+        for (int b = 0; b < NB; b++) {
+            const uint8_t *t = G + (size_t)b * tb;
+            kc__x16_prefetch(t, tb);
+            KC_UNROLL for (int q = 0; q < 4; q++) kc__x16_block_quarter(t, wt, b, q, X, ldxb, 1, &acc[q], a8);
+        }
+        KC_UNROLL for (int q = 0; q < 4; q++) kc__x16_store_quarter(Y, ldy, &acc[q], 1, q, bias, accumulate);
+        return;
+    }
+    for (int q = 0; q < 4; q++) {
+        float32x4_t acc[KC_X16_NT];
+        KC_UNROLL for (int j = 0; j < NT; j++) acc[j] = vdupq_n_f32(0.0f);
+        for (int b = 0; b < NB; b++) {
+            const uint8_t *t = G + (size_t)b * tb;
+            if (!q) kc__x16_prefetch(t, tb);
+            kc__x16_block_quarter(t, wt, b, q, X, ldxb, NT, acc, a8);
+        }
+        kc__x16_store_quarter(Y, ldy, acc, NT, q, bias, accumulate);
+    }
+}
 #else
 /* Portable: the same integer dot products, one (row, block) at a time (a8's
  * low digits are 0 and add nothing: one loop serves both). */

@@ -354,9 +354,9 @@ static inline void kc_x16k_dequantize_row(int wt, const void *W, int IN, int64_t
 
 /* ---- decode: integer dot products -------------------------------------- */
 
-#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__)
-/* One body for AVX-512 (16 lanes, one pass) and AVX2 (8 lanes, two passes
- * over the halves of each 64-byte code vector), written against these. */
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__) || defined(__ARM_NEON)
+/* One body for AVX-512 (16 lanes, one pass), AVX2 (8 lanes, two passes over the halves of each
+ * 64-byte code vector) and NEON (4 lanes, four passes), written against these. */
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 typedef __m512i kx_vi;
 typedef __m512 kx_vf;
@@ -397,7 +397,7 @@ KC_INLINE __m512i kx_dps(__m512i acc, __m512i w, __m512i x) {
 #define kx_add16 _mm512_add_epi16
 #define kx_maddubs _mm512_maddubs_epi16
 #define kx_widen16(v) _mm512_madd_epi16(v, _mm512_set1_epi16(1))
-#else
+#elif defined(__AVX2__)
 typedef __m256i kx_vi;
 typedef __m256 kx_vf;
 #define KX_LANES 8
@@ -435,6 +435,54 @@ KC_INLINE __m256i kx_dps(__m256i acc, __m256i w, __m256i x) {
 #define kx_add16 _mm256_add_epi16
 #define kx_maddubs _mm256_maddubs_epi16
 #define kx_widen16(v) _mm256_madd_epi16(v, _mm256_set1_epi16(1))
+#else
+/* NEON (kc_neon.h): 4 lanes, four passes over the quarters of each code vector. Its dot product
+ * is signed by signed (sdot), so KX_VNNI is 0: the codes (at most 6 bits) go in as they are and
+ * IQ4's table values signed, as on the paths without VNNI; no AVX2 16-bit runs (KX_LANES 4). The
+ * shift counts come from loop variables: register shifts (vshlq by a vector, negative = right). */
+typedef int32x4_t kx_vi;
+typedef float32x4_t kx_vf;
+#define KX_LANES 4
+#define kx_load(p) vreinterpretq_s32_u8(vld1q_u8((const uint8_t *)(const void *)(p)))
+#define kx_and vandq_s32
+#define kx_or vorrq_s32
+#define kx_slli16(v, n) vreinterpretq_s32_u16(vshlq_u16(vreinterpretq_u16_s32(v), vdupq_n_s16((int16_t)(n))))
+#define kx_srli16(v, n) vreinterpretq_s32_u16(vshlq_u16(vreinterpretq_u16_s32(v), vdupq_n_s16((int16_t)-(int)(n))))
+#define kx_set1_8(v) vreinterpretq_s32_s8(vdupq_n_s8((int8_t)(v)))
+#define kx_set1_32 vdupq_n_s32
+#define kx_zero() vdupq_n_s32(0)
+#define kx_add32 vaddq_s32
+#define kx_sub32 vsubq_s32
+#define kx_slli32(v, n) vshlq_s32(v, vdupq_n_s32((int)(n)))
+#define kx_cvt vcvtq_f32_s32
+#define kx_dp(acc, w, x) kc_neon_dot4(acc, vreinterpretq_s8_s32(w), vreinterpretq_s8_s32(x))
+#define kx_fzero() vdupq_n_f32(0.0f)
+#define kx_fset1 vdupq_n_f32
+#define kx_fmadd(a, b, c) vfmaq_f32(c, a, b)
+#define kx_fmul vmulq_f32
+#define kx_fadd vaddq_f32
+#define kx_fload(p) vld1q_f32(p)
+#define kx_fstore(p, v) vst1q_f32(p, v)
+#define kx_f16(p) kc_neon_f16x4(p)
+#define kx_u8f(p) vcvtq_f32_s32(kc_neon_u8x4(p))
+#define kx_i8f(p) vcvtq_f32_s32(kc_neon_i8x4(p))
+#define kx_u8i(p) kc_neon_u8x4(p)
+#define KX_VNNI 0
+#define kx_shuffle8(t, i) vreinterpretq_s32_s8(vqtbl1q_s8(vreinterpretq_s8_s32(t), vreinterpretq_u8_s32(i)))
+#define kx_table(t) kx_load(t)
+#define kx_dps kx_dp
+#define kx_srli32(v, n) vreinterpretq_s32_u32(vshlq_u32(vreinterpretq_u32_s32(v), vdupq_n_s32(-(int)(n))))
+#define kx_add16(a, b) vreinterpretq_s32_s16(vaddq_s16(vreinterpretq_s16_s32(a), vreinterpretq_s16_s32(b)))
+/* x86's vpmaddubsw and vpmaddwd (unsigned by signed bytes, pairs summed in 16 bits; 16-bit pairs
+ * into 32): only the 8-lane runs use them, kept for the shared body's sake */
+KC_INLINE kx_vi kx_maddubs(kx_vi u, kx_vi s) {
+    const uint8x16_t a = vreinterpretq_u8_s32(u);
+    const int8x16_t b = vreinterpretq_s8_s32(s);
+    const int16x8_t lo = vmulq_s16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(a))), vmovl_s8(vget_low_s8(b)));
+    const int16x8_t hi = vmulq_s16(vreinterpretq_s16_u16(vmovl_high_u8(a)), vmovl_high_s8(b));
+    return vreinterpretq_s32_s16(vqaddq_s16(vuzp1q_s16(lo, hi), vuzp2q_s16(lo, hi)));
+}
+KC_INLINE kx_vi kx_widen16(kx_vi v) { return vpaddlq_s16(vreinterpretq_s16_s32(v)); }
 #endif
 /* a 16-bit shift left by s (right by -s): used to move one bit of each
  * byte to bit 4 (or two to bits 4-5) without crossing into the next byte */

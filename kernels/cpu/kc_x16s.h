@@ -143,17 +143,26 @@ static inline void kc_quantize_q16s_a8(const float *x, kc_q16s *out, int n) {
 
 /* ---- vector paths: kc_x16k.h's digit chains, folded by integer scales ---- */
 
-#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__)
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__) || defined(__ARM_NEON)
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define kx_mullo32 _mm512_mullo_epi32
 #define kx_i8i(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define kx_fnmadd _mm512_fnmadd_ps
 #define kx_madd16 _mm512_madd_epi16
-#else
+#elif defined(__AVX2__)
 #define kx_mullo32 _mm256_mullo_epi32
 #define kx_i8i(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
 #define kx_fnmadd _mm256_fnmadd_ps
 #define kx_madd16 _mm256_madd_epi16
+#else
+#define kx_mullo32 vmulq_s32
+#define kx_i8i(p) kc_neon_i8x4(p)
+#define kx_fnmadd(a, b, c) vfmsq_f32(c, a, b)
+/* vpmaddwd: 16-bit pairs multiplied, each pair's two products summed into 32 bits */
+KC_INLINE kx_vi kx_madd16(kx_vi a, kx_vi b) {
+    const int16x8_t x = vreinterpretq_s16_s32(a), y = vreinterpretq_s16_s32(b);
+    return vpaddq_s32(vmull_s16(vget_low_s16(x), vget_low_s16(y)), vmull_high_s16(x, y));
+}
 #endif
 
 /* Q6_K's codes are q - 32: sum over the 16 half-groups b of sc_b (sum(q x) - 32 sum(x)) takes
@@ -193,31 +202,34 @@ KC_INLINE kx_vf kc__x16s_fold(kx_vf acc, kx_vi vh, kx_vi vl, const kc_q16s *x, k
     return kx_fmadd(u, kx_fset1(x->d), acc);
 }
 
-#if KX_LANES == 8
-/* One token (decode) on 8-lane vectors: both halves of the 16 rows in the same pass over the
- * tiles, each code vector's broadcast of the token's digits serving both, two independent chains
+#if KX_LANES < 16
+/* One token (decode) on 8- or 4-lane vectors: every part of the 16 rows (halves, quarters) in the
+ * same pass over the tiles, each code vector's broadcast of the token's digits serving both, two independent chains
  * in flight (the same integers and float steps as kc__x16s_group, so the same bits). */
 KC_INLINE void kc__x16s_group1(const uint8_t *G, int wt, int NS, const kc_q16s *x0, float *Y, const float *bias,
                                int accumulate, int a8) {
     const size_t tb = kc_x16k_tile_bytes(wt);
     const int q6 = wt == KC_WQ6_K;
-    kx_vf acc[2] = {kx_fzero(), kx_fzero()};
+    enum { parts = KC_X16_ROWS / KX_LANES };
+    kx_vf acc[parts];
+    KC_UNROLL for (int h = 0; h < parts; h++) acc[h] = kx_fzero();
     for (int s = 0; s < NS; s++) {
         const uint8_t *t = G + (size_t)s * tb;
         const kc_q16s *x = &x0[s];
-        kx_vi vh[2] = {kx_zero(), kx_zero()}, vl[2] = {kx_zero(), kx_zero()};
+        kx_vi vh[parts], vl[parts];
+        KC_UNROLL for (int h = 0; h < parts; h++) vh[h] = vl[h] = kx_zero();
         for (int g = 0; g < 8; g++) {
             const int b = 8 * s + g;
             kc__x16_prefetch(t + (size_t)g * (tb / 8), tb / 8);
             const int8_t *xh[1] = {x->h + 32 * g}, *xl[1] = {x->l + 32 * g};
-            KC_UNROLL for (int h = 0; h < 2; h++) {
+            KC_UNROLL for (int h = 0; h < parts; h++) {
                 kx_vi w[8];
                 kx_vf dA, dB = kx_fzero(), c = kx_fzero(), cB = kx_fzero();
-                kc__x16k_unpack(G, wt, b, 8 * h, w, &dA, &dB, &c, &cB);
+                kc__x16k_unpack(G, wt, b, KX_LANES * h, w, &dA, &dB, &c, &cB);
                 KC_UNROLL for (int hf = 0; hf < 2; hf++) {
                     if (hf && !q6) break;
-                    const kx_vi sc = q6 ? kx_i8i(t + KC_X16K_Q6_SC + 16 * (2 * g + hf) + 8 * h)
-                                        : kx_u8i(t + KC_X16K_K4_SC + 16 * g + 8 * h);
+                    const kx_vi sc = q6 ? kx_i8i(t + KC_X16K_Q6_SC + 16 * (2 * g + hf) + KX_LANES * h)
+                                        : kx_u8i(t + KC_X16K_K4_SC + 16 * g + KX_LANES * h);
                     kx_vi ih[1], il[1];
                     kc__x16k_chains(w, q6 ? 4 * hf : 0, q6 ? 4 * hf + 4 : 8, xh, xl, 1, wt, a8, ih, il);
                     if (q6) {
@@ -229,15 +241,14 @@ KC_INLINE void kc__x16s_group1(const uint8_t *G, int wt, int NS, const kc_q16s *
                 }
             }
         }
-        KC_UNROLL for (int h = 0; h < 2; h++) {
-            const kx_vf d = kx_f16(t + 16 * h), dmin = q6 ? kx_fzero() : kx_f16(t + 32 + 16 * h);
+        KC_UNROLL for (int h = 0; h < parts; h++) {
+            const kx_vf d = kx_f16(t + 2 * KX_LANES * h), dmin = q6 ? kx_fzero() : kx_f16(t + 32 + 2 * KX_LANES * h);
             kx_vf m[8];
-            KC_UNROLL for (int g = 0; g < 8; g++) m[g] = q6 ? kx_fzero() : kx_u8f(t + KC_X16K_K4_M + 16 * g + 8 * h);
+            KC_UNROLL for (int g = 0; g < 8; g++) m[g] = q6 ? kx_fzero() : kx_u8f(t + KC_X16K_K4_M + 16 * g + KX_LANES * h);
             acc[h] = kc__x16s_fold(acc[h], vh[h], vl[h], x, d, dmin, q6 ? kx_fzero() : kc__x16s_mins(m, x), !q6);
         }
     }
-    kc__x16k_store(Y, 0, &acc[0], 1, 0, bias, accumulate);
-    kc__x16k_store(Y, 0, &acc[1], 1, 8, bias, accumulate);
+    KC_UNROLL for (int h = 0; h < parts; h++) kc__x16k_store(Y, 0, &acc[h], 1, KX_LANES * h, bias, accumulate);
 }
 #endif
 
@@ -331,7 +342,7 @@ KC_INLINE void kc__x16s_unpacked(const uint8_t *G, int wt, int s0, int s1, uint8
 /* One group of 16 rows, NT (<= KC_X16S_NT) tokens: Y[t][0..16). */
 KC_INLINE void kc__x16s_group(const uint8_t *G, int wt, int NS, const kc_q16s *X, int ldxs, int NT, float *Y, int ldy,
                               const float *bias, int accumulate, int a8) {
-#if KX_LANES == 8
+#if KX_LANES < 16
     if (NT == 1) {
         kc__x16s_group1(G, wt, NS, X, Y, bias, accumulate, a8);
         return;
@@ -594,7 +605,7 @@ KC_INLINE void kc__x16s_mms(const void *W, int wt, const kc_q16s *X, int ldxs, f
         const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * gb;
         const float *bi = bias ? bias + r : NULL;
         int u = t;
-#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__)
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__) || defined(__ARM_NEON)
         if (T - u >= KC_X16S_NT * 4) { /* enough token tiles to share the unpacking */
             kc__x16s_group_many(G, wt, NS, X + (size_t)u * (size_t)ldxs, ldxs, T - u, Y + (size_t)u * (size_t)ldy + r, ldy,
                                 bi, accumulate, a8);
