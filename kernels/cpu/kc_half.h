@@ -21,6 +21,10 @@ static inline float kc_bits_f32(uint32_t u) {
 static inline float kc_fp16_to_f32(uint16_t h) {
 #if defined(__F16C__)
     return _cvtsh_ss(h);
+#elif defined(__aarch64__)
+    __fp16 f; /* AArch64's half type is IEEE binary16: one fcvt */
+    memcpy(&f, &h, sizeof f);
+    return (float)f;
 #else
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
@@ -43,6 +47,11 @@ static inline float kc_fp16_to_f32(uint16_t h) {
 static inline uint16_t kc_f32_to_fp16(float f) {
 #if defined(__F16C__)
     return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#elif defined(__aarch64__)
+    const __fp16 v = (__fp16)f; /* fcvt, under the default rounding: nearest even */
+    uint16_t h;
+    memcpy(&h, &v, sizeof h);
+    return h;
 #else
     uint32_t x;
     memcpy(&x, &f, 4);

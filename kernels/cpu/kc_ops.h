@@ -14,6 +14,8 @@
 #include <string.h>
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#elif defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 
 #include "kc_half.h"
@@ -448,6 +450,13 @@ static inline float kc_dot(const float *a, const float *b, int n) {
         return _mm_cvtss_f32(h);
     }
 #endif
+#if defined(__ARM_NEON)
+    if (n % 4 == 0) {
+        float32x4_t acc = vdupq_n_f32(0.0f);
+        for (; i < n; i += 4) acc = vfmaq_f32(acc, vld1q_f32(a + i), vld1q_f32(b + i));
+        return vaddvq_f32(acc);
+    }
+#endif
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
@@ -467,6 +476,12 @@ static inline void kc_axpy(float a, const float *x, float *y, int n) {
         const __m256 va = _mm256_set1_ps(a);
         for (; i < n; i += 8)
             _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        return;
+    }
+#endif
+#if defined(__ARM_NEON)
+    if (n % 4 == 0) {
+        for (; i < n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
         return;
     }
 #endif

@@ -122,6 +122,32 @@ static inline void kc_quantize_q16(const float *x, kc_q16 *out, int n) {
         o->s16[0] = _mm512_reduce_add_epi32(q0);
         o->s16[1] = _mm512_reduce_add_epi32(q1);
         const int sum = o->s16[0] + o->s16[1];
+#elif defined(__ARM_NEON)
+        float32x4_t v[8];
+        float32x4_t m = vdupq_n_f32(0.0f);
+        KC_UNROLL for (int k = 0; k < 8; k++) m = vmaxq_f32(m, vabsq_f32(v[k] = vld1q_f32(x + 4 * k)));
+        const float amax = vmaxvq_f32(m);
+        const float id = amax > 0.0f ? (float)KC_X16_QMAX / amax : 0.0f;
+        int32x4_t sums[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
+        int16x8_t h16[4], l16[4];
+        KC_UNROLL for (int k = 0; k < 8; k += 2) {
+            int32x4_t hk[2], lk[2];
+            KC_UNROLL for (int e = 0; e < 2; e++) {
+                const int32x4_t q = vcvtnq_s32_f32(vmulq_n_f32(v[k + e], id)); /* nearest even */
+                hk[e] = vshrq_n_s32(vaddq_s32(q, vdupq_n_s32(64)), 7);        /* floor((q + 64) / 128) */
+                lk[e] = vsubq_s32(q, vshlq_n_s32(hk[e], 7));
+                sums[k / 4] = vaddq_s32(sums[k / 4], q);
+            }
+            h16[k / 2] = vcombine_s16(vmovn_s32(hk[0]), vmovn_s32(hk[1]));
+            l16[k / 2] = vcombine_s16(vmovn_s32(lk[0]), vmovn_s32(lk[1]));
+        }
+        vst1q_s8(o->h, vcombine_s8(vmovn_s16(h16[0]), vmovn_s16(h16[1])));
+        vst1q_s8(o->h + 16, vcombine_s8(vmovn_s16(h16[2]), vmovn_s16(h16[3])));
+        vst1q_s8(o->l, vcombine_s8(vmovn_s16(l16[0]), vmovn_s16(l16[1])));
+        vst1q_s8(o->l + 16, vcombine_s8(vmovn_s16(l16[2]), vmovn_s16(l16[3])));
+        o->s16[0] = vaddvq_s32(sums[0]);
+        o->s16[1] = vaddvq_s32(sums[1]);
+        const int sum = o->s16[0] + o->s16[1];
 #else
         float amax = 0.0f;
         for (int i = 0; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
