@@ -253,12 +253,14 @@ def machine_info():
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name") and cpu == "?":
                 cpu = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
+            elif line.startswith(("flags", "Features")) and not flags:  # x86-64, AArch64
                 flags = set(line.split(":", 1)[1].split())
+            elif line.startswith("CPU part") and cpu == "?":  # AArch64 names no model: its part number
+                cpu = f"ARM part {line.split(':', 1)[1].strip()}"
     except OSError:
         pass
-    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni",
-                       "amx_tile", "amx_int8") if f in flags]
+    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
+                       "asimd", "asimddp", "i8mm", "sve", "sve2", "bf16") if f in flags]
     return {"cpu": cpu, "nproc": os.cpu_count(), "isa": isa,
             "affinity": len(os.sched_getaffinity(0)), "kernel": platform.release()}
 

@@ -210,6 +210,56 @@ KC_INLINE void kc__kcodes(const uint8_t *b, int wt, int g, uint8_t q[32]) {
 }
 #endif
 
+#if defined(__ARM_NEON)
+/* NEON: the 32 codes of group g of block b as two vectors (elements 0..15, 16..31); byte shifts
+ * by a register (vshlq_u8 with a negative count) since the counts come from g. */
+KC_INLINE uint8x16x2_t kc__kfield_neon(const uint8_t *p, int sh, int mask) {
+    const int8x16_t n = vdupq_n_s8((int8_t)-sh);
+    const uint8x16_t m = vdupq_n_u8((uint8_t)mask);
+    return (uint8x16x2_t){{vandq_u8(vshlq_u8(vld1q_u8(p), n), m), vandq_u8(vshlq_u8(vld1q_u8(p + 16), n), m)}};
+}
+KC_INLINE uint8x16x2_t kc__knibbles_neon(const uint8_t *p) {
+    const uint8x16_t v = vld1q_u8(p);
+    return (uint8x16x2_t){{vandq_u8(v, vdupq_n_u8(0x0f)), vshrq_n_u8(v, 4)}};
+}
+/* bit j of the 32 bits at p as 0x10 in byte j: byte j/8 of them in every byte of its eight, tested
+ * against bit j%8 */
+KC_INLINE uint8x16x2_t kc__kfifth_neon(const uint8_t *p) {
+    uint32_t qh;
+    memcpy(&qh, p, sizeof qh);
+    const uint8x16_t v = vreinterpretq_u8_u32(vdupq_n_u32(qh));
+    static const uint8_t sel0[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t s0 = vld1q_u8(sel0), s1 = vaddq_u8(s0, vdupq_n_u8(2)), b = vld1q_u8(bits), f = vdupq_n_u8(0x10);
+    return (uint8x16x2_t){{vandq_u8(vtstq_u8(vqtbl1q_u8(v, s0), b), f), vandq_u8(vtstq_u8(vqtbl1q_u8(v, s1), b), f)}};
+}
+KC_INLINE uint8x16x2_t kc__kor_neon(uint8x16x2_t a, uint8x16x2_t b, int shl) {
+    const int8x16_t n = vdupq_n_s8((int8_t)shl);
+    return (uint8x16x2_t){{vorrq_u8(a.val[0], vshlq_u8(b.val[0], n)), vorrq_u8(a.val[1], vshlq_u8(b.val[1], n))}};
+}
+KC_INLINE uint8x16x2_t kc__kcodes_neon(const uint8_t *b, int wt, int g) {
+    switch (wt) {
+    case KC_WQ5_0: return kc__kor_neon(kc__knibbles_neon(b + offsetof(block_q5_0, qs)), kc__kfifth_neon(b + offsetof(block_q5_0, qh)), 0);
+    case KC_WQ5_1: return kc__kor_neon(kc__knibbles_neon(b + offsetof(block_q5_1, qs)), kc__kfifth_neon(b + offsetof(block_q5_1, qh)), 0);
+    case KC_WIQ4_NL: return kc__knibbles_neon(b + offsetof(block_iq4_nl, qs));
+    case KC_WMXFP4: return kc__knibbles_neon(b + offsetof(block_mxfp4, qs));
+    case KC_WQ8_Z: case KC_WF8_B32: return vld1q_u8_x2(b + offsetof(block_q8_z, qs));
+    case KC_WQ2_K: return kc__kfield_neon(b + offsetof(block_q2_K, qs) + 32 * (g / 4), 2 * (g % 4), 3);
+    case KC_WQ3_K:
+        return kc__kor_neon(kc__kfield_neon(b + offsetof(block_q3_K, qs) + 32 * (g / 4), 2 * (g % 4), 3),
+                            kc__kfield_neon(b + offsetof(block_q3_K, hmask), g, 1), 2);
+    case KC_WQ4_K: return kc__kfield_neon(b + offsetof(block_q4_K, qs) + 32 * (g / 2), 4 * (g % 2), 15);
+    case KC_WQ5_K:
+        return kc__kor_neon(kc__kfield_neon(b + offsetof(block_q5_K, qs) + 32 * (g / 2), 4 * (g % 2), 15),
+                            kc__kfield_neon(b + offsetof(block_q5_K, qh), g, 1), 4);
+    case KC_WQ6_K:
+        return kc__kor_neon(kc__kfield_neon(b + offsetof(block_q6_K, ql) + 64 * (g / 4) + 32 * (g % 2), 4 * ((g % 4) / 2), 15),
+                            kc__kfield_neon(b + offsetof(block_q6_K, qh) + 32 * (g / 4), 2 * (g % 4), 3), 4);
+    default: return kc__knibbles_neon(b + offsetof(block_iq4_xs, qs) + 16 * g);
+    }
+}
+#endif
+
 #define KC_KSV (32 / KC_VW) /* vectors per segment */
 
 /* The 32 dequantized weights of segment s of the row at `row`: w[v] holds
@@ -269,6 +319,35 @@ KC_INLINE void kc__kseg(const uint8_t *row, int wt, int s, kc_vf w[KC_KSV]) {
             w[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), _mm256_set1_ps(v < 2 ? d0 : d1),
                                    _mm256_set1_ps(v < 2 ? c0 : c1));
     }
+#elif defined(__ARM_NEON)
+    const uint8x16x2_t q = kc__kcodes_neon(b, wt, g);
+    KC_UNROLL for (int h = 0; h < 2; h++) {
+        if (wt == KC_WF8_B32) { /* E4M3 bits moved into f16 bits (sign to bit 15, the rest up by 7) */
+            KC_UNROLL for (int k = 0; k < 2; k++) {
+                const uint16x8_t v = k ? vmovl_high_u8(q.val[h]) : vmovl_u8(vget_low_u8(q.val[h]));
+                const uint16x8_t f = vorrq_u16(vshlq_n_u16(vandq_u16(v, vdupq_n_u16(0x80)), 8),
+                                               vshlq_n_u16(vandq_u16(v, vdupq_n_u16(0x7f)), 7));
+                KC_UNROLL for (int u = 0; u < 2; u++) {
+                    const float32x4_t x = vcvt_f32_f16(vreinterpret_f16_u16(u ? vget_high_u16(f) : vget_low_u16(f)));
+                    w[4 * h + 2 * k + u] = vmulq_n_f32(vmulq_n_f32(x, 256.0f), d0);
+                }
+            }
+            continue;
+        }
+        if (kc__ktable(wt)) { /* the signed table values, times d */
+            const int8x16_t t = vqtbl1q_s8(vld1q_s8(kc__ktable_values(wt)), q.val[h]);
+            const int16x8_t lo = vmovl_s8(vget_low_s8(t)), hi = vmovl_high_s8(t);
+            w[4 * h + 0] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d0);
+            w[4 * h + 1] = vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(lo)), d0);
+            w[4 * h + 2] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d0);
+            w[4 * h + 3] = vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(hi)), d0);
+            continue;
+        }
+        const uint16x8_t lo = vmovl_u8(vget_low_u8(q.val[h])), hi = vmovl_high_u8(q.val[h]);
+        const float d = h ? d1 : d0, c = h ? c1 : c0;
+        const uint32x4_t u4[4] = {vmovl_u16(vget_low_u16(lo)), vmovl_high_u16(lo), vmovl_u16(vget_low_u16(hi)), vmovl_high_u16(hi)};
+        KC_UNROLL for (int v = 0; v < 4; v++) w[4 * h + v] = vfmaq_n_f32(vdupq_n_f32(c), vcvtq_f32_u32(u4[v]), d);
+    }
 #else
     uint8_t q[32];
     kc__kcodes(b, wt, g, q);
@@ -327,6 +406,8 @@ KC_INLINE void kc__kpack(const void *W, int wt, size_t rb, int r, int nr, int s0
             _mm512_store_ps(tmp, w[0]), _mm512_store_ps(tmp + 16, w[1]);
 #elif defined(__AVX2__) && defined(__FMA__)
             KC_UNROLL for (int v = 0; v < 4; v++) _mm256_store_ps(tmp + 8 * v, w[v]);
+#elif defined(__ARM_NEON)
+            KC_UNROLL for (int v = 0; v < 8; v++) vst1q_f32(tmp + 4 * v, w[v]);
 #else
             for (int v = 0; v < 32; v++) tmp[v] = w[v];
 #endif

@@ -108,6 +108,21 @@ KC_INLINE kc_vf kc__ldw(const void *W, int wt, size_t i) {
     __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+#elif defined(__ARM_NEON)
+#define KC_VW 4
+#define KC_FRB 4
+#define KC_FTB 4 /* 16 accumulators, 4 weight vectors, 4 activation vectors: of 32 registers */
+typedef float32x4_t kc_vf;
+KC_INLINE kc_vf kc__vzero(void) { return vdupq_n_f32(0.0f); }
+KC_INLINE kc_vf kc__ldx(const float *p) { return vld1q_f32(p); }
+KC_INLINE kc_vf kc__vfma(kc_vf a, kc_vf b, kc_vf c) { return vfmaq_f32(c, a, b); }
+KC_INLINE float kc__vsum(kc_vf a) { return vaddvq_f32(a); }
+KC_INLINE kc_vf kc__ldw(const void *W, int wt, size_t i) {
+    if (wt == KC_WF32) return vld1q_f32((const float *)W + i);
+    const uint16x4_t h = vld1_u16((const uint16_t *)W + i);
+    if (wt == KC_WF16) return vcvt_f32_f16(vreinterpret_f16_u16(h));
+    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+}
 #else
 #define KC_VW 1
 #define KC_FRB 4
@@ -610,6 +625,11 @@ KC_INLINE kc_vf kc__xcodes(const void *W, int wt, size_t b, int s) {
     __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(q4 + 8 * (s & 1))));
     v = s < 2 ? _mm256_and_si256(v, _mm256_set1_epi32(15)) : _mm256_srli_epi32(v, 4);
     return _mm256_cvtepi32_ps(v);
+#elif defined(__ARM_NEON)
+    if (wt == KC_WQ8_0) return vcvtq_f32_s32(kc_neon_i8x4(q8 + 4 * s));
+    /* lanes 4s..4s+3: low nibbles of qs[4s..] for s < 4, high nibbles of qs[4(s - 4)..] after */
+    const int32x4_t v = kc_neon_u8x4(q4 + 4 * (s & 3));
+    return vcvtq_f32_s32(s < 4 ? vandq_s32(v, vdupq_n_s32(15)) : vshrq_n_s32(v, 4));
 #else
     if (wt == KC_WQ8_0) return (float)q8[s];
     return (float)(s < 16 ? (q4[s] & 15) : (q4[s - 16] >> 4));
@@ -622,6 +642,9 @@ KC_INLINE kc_vf kc__vmul(kc_vf a, kc_vf b) { return _mm512_mul_ps(a, b); }
 #elif defined(__AVX2__) && defined(__FMA__)
 KC_INLINE kc_vf kc__vset1(float a) { return _mm256_set1_ps(a); }
 KC_INLINE kc_vf kc__vmul(kc_vf a, kc_vf b) { return _mm256_mul_ps(a, b); }
+#elif defined(__ARM_NEON)
+KC_INLINE kc_vf kc__vset1(float a) { return vdupq_n_f32(a); }
+KC_INLINE kc_vf kc__vmul(kc_vf a, kc_vf b) { return vmulq_f32(a, b); }
 #else
 KC_INLINE kc_vf kc__vset1(float a) { return a; }
 KC_INLINE kc_vf kc__vmul(kc_vf a, kc_vf b) { return a * b; }
@@ -829,6 +852,8 @@ KC_INLINE void kc__mmx_kern(const float *buf, int kk, const float *X, int ldx, f
             _mm512_storeu_ps(y, v0), _mm512_storeu_ps(y + KC_VW, v1);
 #elif defined(__AVX2__) && defined(__FMA__)
             _mm256_storeu_ps(y, v0), _mm256_storeu_ps(y + KC_VW, v1);
+#elif defined(__ARM_NEON)
+            vst1q_f32(y, v0), vst1q_f32(y + KC_VW, v1);
 #else
             y[0] = v0, y[1] = v1;
 #endif
@@ -841,6 +866,8 @@ KC_INLINE void kc__mmx_kern(const float *buf, int kk, const float *X, int ldx, f
         _mm512_storeu_ps(tmp, acc[j][0]), _mm512_storeu_ps(tmp + KC_VW, acc[j][1]);
 #elif defined(__AVX2__) && defined(__FMA__)
         _mm256_storeu_ps(tmp, acc[j][0]), _mm256_storeu_ps(tmp + KC_VW, acc[j][1]);
+#elif defined(__ARM_NEON)
+        vst1q_f32(tmp, acc[j][0]), vst1q_f32(tmp + KC_VW, acc[j][1]);
 #else
         tmp[0] = acc[j][0], tmp[1] = acc[j][1];
 #endif

@@ -85,6 +85,9 @@ static inline void kc_x16f_row(int wt, const void *W, int IN, int64_t row, float
 #elif defined(__AVX2__) && defined(__FMA__)
 #define KC_X16F_NG 2
 #define KC_X16F_NT 2
+#elif defined(__ARM_NEON)
+#define KC_X16F_NG 1
+#define KC_X16F_NT 4 /* 16 accumulators (4 quarters x 4 tokens), 4 weight vectors, a broadcast: of 32 */
 #else
 #define KC_X16F_NG 1
 #define KC_X16F_NT 4
@@ -141,6 +144,39 @@ KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, i
         if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + r + 16 * g + 8 * h));
         if (accumulate) v = _mm256_add_ps(v, _mm256_loadu_ps(y));
         _mm256_storeu_ps(y, v);
+    }
+}
+#elif defined(__ARM_NEON)
+/* 4 weights of any float type from element i of W, as floats */
+KC_INLINE float32x4_t kc__x16f_ld4(const void *W, int wt, size_t i) {
+    if (wt == KC_WF32) return vld1q_f32((const float *)W + i);
+    const uint16x4_t h = vld1_u16((const uint16_t *)W + i);
+    if (wt == KC_WF16) return vcvt_f32_f16(vreinterpret_f16_u16(h));
+    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+}
+/* NEON: each column's 16 rows as four quarters of 4 lanes */
+KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, int ldx, float *Y, int ldy, int IN,
+                             int r, int t, int NG, int NT, const float *bias, int accumulate) {
+    float32x4_t acc[KC_X16F_NG][4][KC_X16F_NT];
+    KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int q = 0; q < 4; q++) KC_UNROLL for (int j = 0; j < NT; j++)
+        acc[g][q][j] = vdupq_n_f32(0.0f);
+    const float *x = X + (size_t)t * (size_t)ldx;
+    for (int k = 0; k < IN; k++) {
+        float32x4_t w[KC_X16F_NG][4];
+        KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int q = 0; q < 4; q++)
+            w[g][q] = kc__x16f_ld4((const char *)G + (size_t)g * gb, wt, (size_t)k * 16 + 4 * (size_t)q);
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            const float xv = x[(size_t)j * (size_t)ldx + (size_t)k];
+            KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int q = 0; q < 4; q++)
+                acc[g][q][j] = vfmaq_n_f32(acc[g][q][j], w[g][q], xv);
+        }
+    }
+    KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int q = 0; q < 4; q++) KC_UNROLL for (int j = 0; j < NT; j++) {
+        float *y = Y + (size_t)(t + j) * (size_t)ldy + r + 16 * g + 4 * q;
+        float32x4_t v = acc[g][q][j];
+        if (bias) v = vaddq_f32(v, vld1q_f32(bias + r + 16 * g + 4 * q));
+        if (accumulate) v = vaddq_f32(v, vld1q_f32(y));
+        vst1q_f32(y, v);
     }
 }
 #else
