@@ -55,18 +55,9 @@ static inline __attribute__((always_inline)) int32x4_t kc_neon_dot4_lane(int32x4
 #endif
 }
 
-/* 4 IEEE halves at p (any alignment) as floats */
+/* 4 IEEE halves at p (2-byte aligned, as every scale of a tile is: tiles have even sizes) as floats */
 static inline __attribute__((always_inline)) float32x4_t kc_neon_f16x4(const void *p) {
-    uint16_t h[4];
-    memcpy(h, p, sizeof h);
-    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
-}
-
-/* 4 bfloat16 at p as floats: the top halves of f32 */
-static inline __attribute__((always_inline)) float32x4_t kc_neon_bf16x4(const void *p) {
-    uint16_t h[4];
-    memcpy(h, p, sizeof h);
-    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(h), 16));
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)p)));
 }
 
 /* 4 bytes at p widened to 32-bit lanes, unsigned or signed */

@@ -593,13 +593,21 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
     }
 #endif
     if (NT == 1) { /* decode: the four quarters of each block in turn, streaming the tiles once */
-        float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+        /* four named sums rather than an array whose elements pass by address: GCC kept that one
+         * on the stack, a load and a store per quarter and block */
+        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
         for (int b = 0; b < NB; b++) {
             const uint8_t *t = G + (size_t)b * tb;
             kc__x16_prefetch(t, tb);
-            KC_UNROLL for (int q = 0; q < 4; q++) kc__x16_block_quarter(t, wt, b, q, X, ldxb, 1, &acc[q], a8);
+            kc__x16_block_quarter(t, wt, b, 0, X, ldxb, 1, &a0, a8);
+            kc__x16_block_quarter(t, wt, b, 1, X, ldxb, 1, &a1, a8);
+            kc__x16_block_quarter(t, wt, b, 2, X, ldxb, 1, &a2, a8);
+            kc__x16_block_quarter(t, wt, b, 3, X, ldxb, 1, &a3, a8);
         }
-        KC_UNROLL for (int q = 0; q < 4; q++) kc__x16_store_quarter(Y, ldy, &acc[q], 1, q, bias, accumulate);
+        kc__x16_store_quarter(Y, ldy, &a0, 1, 0, bias, accumulate);
+        kc__x16_store_quarter(Y, ldy, &a1, 1, 1, bias, accumulate);
+        kc__x16_store_quarter(Y, ldy, &a2, 1, 2, bias, accumulate);
+        kc__x16_store_quarter(Y, ldy, &a3, 1, 3, bias, accumulate);
         return;
     }
     for (int q = 0; q < 4; q++) {
