@@ -42,21 +42,29 @@ case "${1:-}" in
 esac
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 
+# apt-get install of the packages named that are not installed yet; --no-remove: a package that
+# would take another's place (an arm64 -dev package that cannot sit beside the host's) is an error,
+# never a silent removal
+apt_install_missing() {
+  local missing="" p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+  done
+  [ -n "$missing" ] || return 0
+  echo "setup: apt-get install$missing" >&2
+  $SUDO apt-get update -qq
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-remove $missing >/dev/null
+}
+
 if [ "$tier" = cross ]; then
   # the libraries a model binary links (APT_BUILD's -dev packages) in their arm64 builds, beside
   # the host's (Debian's multiarch; libevent's shared libraries alone, build/flags.mk says why);
   # qemu-user-binfmt tells the kernel to run ARM binaries with it
   APT_CROSS="gcc-aarch64-linux-gnu qemu-user qemu-user-binfmt libcjson-dev:arm64 libutf8proc-dev:arm64 libevent-2.1-7:arm64 libevent-pthreads-2.1-7:arm64 libpcre2-dev:arm64 libedit-dev:arm64"
-  missing=""
-  for p in $APT_CROSS; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-  done
-  if [ -n "$missing" ]; then
-    echo "setup: apt-get install$missing" >&2
-    dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
-  fi
+  dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
+  # shellcheck disable=SC2086
+  apt_install_missing $APT_CROSS
   # Without systemd (a container, a CI runner) nothing reads /usr/lib/binfmt.d at boot: mount the
   # kernel's binfmt_misc and register qemu-aarch64 from the package's own line.
   if ! grep -qx enabled /proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null; then
@@ -70,15 +78,8 @@ fi
 APT_PACKAGES="$APT_BUILD"
 [ "$tier" = debian ] || APT_PACKAGES="$APT_BUILD $APT_TEST"
 
-missing=""
-for p in $APT_PACKAGES; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  echo "setup: apt-get install$missing" >&2
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
-fi
+# shellcheck disable=SC2086
+apt_install_missing $APT_PACKAGES
 
 [ "$tier" != debian ] || exit 0
 

@@ -95,16 +95,22 @@ def assert_levels_identical(got, what):
         assert np.array_equal(lg, first), f"{what}: {level} differs from armv8 by {np.abs(lg - first).max():.3g}"
 
 
+def assert_levels_match_x86(arm, x86, tokens, what, tmp_path, monkeypatch):
+    """Every level's logits the same bits, within 1e-3 of the largest of the x86-64 build's, and
+    its greedy choices x86-64's but at near-ties, in prefill and in decode."""
+    for mode in ((), ("--decode",)):
+        got = levels_logits(arm, tokens, tmp_path, monkeypatch, *mode)
+        assert_levels_identical(got, f"{what} {mode}")
+        ref = modelbuild.logits(x86, tokens, *mode, tmp_path=tmp_path)
+        err, scale = float(np.abs(got["armv8"] - ref).max()), float(np.abs(ref).max())
+        assert err <= 1e-3 * scale, f"{what} {mode}: max |aarch64 - x86-64| = {err:.3g} (logits up to {scale:.3g})"
+        modelbuild.assert_greedy_near_ties(got["armv8"], ref, err, f"{what}: ")
+
+
 def test_smollm2_levels_identical_and_near_x86(cross, tmp_path, monkeypatch):
     gguf = modelbuild.smollm2_gguf()
-    arm, x86 = arm_build(gguf, "arm-smollm2"), modelbuild.build(gguf, "smollm2")
-    for mode in ((), ("--decode",)):
-        got = levels_logits(arm, PROMPT, tmp_path, monkeypatch, *mode)
-        assert_levels_identical(got, f"SmolLM2 {mode}")
-        ref = modelbuild.logits(x86, PROMPT, *mode, tmp_path=tmp_path)
-        err, scale = float(np.abs(got["armv8"] - ref).max()), float(np.abs(ref).max())
-        assert err <= 1e-3 * scale, f"SmolLM2 {mode}: max |aarch64 - x86-64| = {err:.3g} (logits up to {scale:.3g})"
-        modelbuild.assert_greedy_near_ties(got["armv8"], ref, err, "SmolLM2: ")
+    assert_levels_match_x86(arm_build(gguf, "arm-smollm2"), modelbuild.build(gguf, "smollm2"), PROMPT, "SmolLM2",
+                            tmp_path, monkeypatch)
 
 
 def greedy(binary, tmp_path, n=12):
@@ -149,14 +155,9 @@ def test_kquant_levels_identical_and_near_x86(cross, tmp_path, monkeypatch):
     gguf = ROOT / "tests" / "fixtures" / "kquant" / "tiny-llama-256.Q4_K_M.gguf"
     tokens = json.loads((gguf.parent / "reference.json").read_text())["tokens"]
     for aq in ("k8", "q16"):
-        arm = arm_build(gguf, f"arm-kq-q4km-{aq}", "--act-quant", aq)
-        x86 = modelbuild.build(gguf, f"arm-kq-q4km-{aq}-x86", "--act-quant", aq)
-        for mode in ((), ("--decode",)):
-            got = levels_logits(arm, tokens, tmp_path, monkeypatch, *mode)
-            assert_levels_identical(got, f"Q4_K_M {aq} {mode}")
-            ref = modelbuild.logits(x86, tokens, *mode, tmp_path=tmp_path)
-            err, scale = float(np.abs(got["armv8"] - ref).max()), float(np.abs(ref).max())
-            assert err <= 1e-3 * scale, f"Q4_K_M {aq} {mode}: max |aarch64 - x86-64| = {err:.3g} (logits up to {scale:.3g})"
+        assert_levels_match_x86(arm_build(gguf, f"arm-kq-q4km-{aq}", "--act-quant", aq),
+                                modelbuild.build(gguf, f"arm-kq-q4km-{aq}-x86", "--act-quant", aq), tokens,
+                                f"Q4_K_M {aq}", tmp_path, monkeypatch)
 
 
 # a family of each layer kind in the default tier: attention with GQA (qwen3), sliding windows and

@@ -171,12 +171,13 @@ KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, i
                 acc[g][q][j] = vfmaq_n_f32(acc[g][q][j], w[g][q], xv);
         }
     }
-    KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int q = 0; q < 4; q++) KC_UNROLL for (int j = 0; j < NT; j++) {
-        float *y = Y + (size_t)(t + j) * (size_t)ldy + r + 16 * g + 4 * q;
-        float32x4_t v = acc[g][q][j];
-        if (bias) v = vaddq_f32(v, vld1q_f32(bias + r + 16 * g + 4 * q));
-        if (accumulate) v = vaddq_f32(v, vld1q_f32(y));
-        vst1q_f32(y, v);
+    KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int q = 0; q < 4; q++) {
+        const float *bq = bias ? bias + r + 16 * g + 4 * q : NULL;
+        KC_UNROLL for (int j = 0; j < NT; j++) { /* sum + bias, then + Y when accumulating */
+            float *y = Y + (size_t)(t + j) * (size_t)ldy + r + 16 * g + 4 * q;
+            const float32x4_t v = bq ? vaddq_f32(acc[g][q][j], vld1q_f32(bq)) : acc[g][q][j];
+            vst1q_f32(y, accumulate ? vaddq_f32(v, vld1q_f32(y)) : v);
+        }
     }
 }
 #else
