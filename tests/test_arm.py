@@ -17,9 +17,11 @@ products), neoverse-n1 has sdot (dotprod), max has sdot and smmla (i8mm).
   prefill and decode, as test_gguf_families on x86-64 (the default tier: a family of each layer
   kind; every family at full breadth).
 No sanitizer build is made for another architecture (the optimized pass runs these)."""
+import collections
 import json
 import os
 import shutil
+import subprocess
 import urllib.request
 
 import numpy as np
@@ -70,6 +72,22 @@ def test_launcher_picks_the_level_of_the_cpu(cross, level, monkeypatch):
     r = run([binary, "--info"])
     assert r.returncode == 0, r.stderr
     assert f"isa:             {level}, the best level this CPU runs" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("level,forbidden,required", [("armv8", ("sdot", "smmla"), ()), ("dotprod", ("smmla",), ("sdot",)),
+                                                      ("i8mm", (), ("sdot", "smmla"))])
+def test_levels_hold_only_their_instructions(cross, level, forbidden, required):
+    """armv8 runs on a Cortex-A53 (no dot products at all), dotprod on a Neoverse N1 (no smmla);
+    each level does use what it is built for."""
+    binary = arm_build(modelbuild.smollm2_gguf(), "arm-smollm2")
+    dis = subprocess.run(["aarch64-linux-gnu-objdump", "-d", "--no-show-raw-insn", f"{binary}.{level}"],
+                         capture_output=True, text=True, timeout=300)
+    assert dis.returncode == 0, dis.stderr
+    ops = collections.Counter(line.split("\t")[1].split()[0] for line in dis.stdout.splitlines() if line.count("\t") >= 2)
+    for op in forbidden:
+        assert ops[op] == 0, f"{level}: {ops[op]} {op} instructions"
+    for op in required:
+        assert ops[op] > 0, f"{level}: no {op} instruction"
 
 
 def test_a_level_the_cpu_lacks_is_refused(cross, monkeypatch):
