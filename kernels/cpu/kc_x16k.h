@@ -484,6 +484,14 @@ KC_INLINE kx_vi kx_maddubs(kx_vi u, kx_vi s) {
 }
 KC_INLINE kx_vi kx_widen16(kx_vi v) { return vpaddlq_s16(vreinterpretq_s16_s32(v)); }
 #endif
+/* KX_PIN(p): p computed once into a register, so that the code vectors' loads take it plus an
+ * immediate (NEON: GCC otherwise re-added each vector's offset to the tile's base, one add per
+ * load); nothing elsewhere */
+#if KX_LANES == 4
+#define KX_PIN(p) __asm__("" : "+r"(p))
+#else
+#define KX_PIN(p) ((void)0)
+#endif
 /* a 16-bit shift left by s (right by -s): used to move one bit of each
  * byte to bit 4 (or two to bits 4-5) without crossing into the next byte */
 #define kx_shl(v, s) ((s) >= 0 ? kx_slli16(v, (unsigned)(s)) : kx_srli16(v, (unsigned)(-(s))))
@@ -503,6 +511,7 @@ KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[
         const int xs = wt == KC_WIQ4_XS;
         const uint8_t *t = G + (size_t)(xs ? b / 8 : b) * kc_x16k_tile_bytes(wt);
         const uint8_t *codes = t + (xs ? KC_X16K_XS_QS + 256 * (b % 8) : 32) + vo;
+        KX_PIN(codes);
         const kx_vi tbl = kx_table(KX_VNNI ? (const void *)kc__iq4_u8 : (const void *)dtype_iq4_values);
         *dA = xs ? kx_fmul(kx_f16(t + 2 * lo), kx_i8f(t + KC_X16K_XS_SC + 16 * (b % 8) + lo)) : kx_f16(t + 2 * lo);
         *c = KX_VNNI ? kx_fmul(*dA, kx_fset1(-128.0f)) : kx_fzero();
@@ -533,6 +542,7 @@ KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[
         *dA = kx_fmul(d, kx_i8f(t + KC_X16K_Q3_SC + 16 * (2 * g) + lo));
         *dB = kx_fmul(d, kx_i8f(t + KC_X16K_Q3_SC + 16 * (2 * g + 1) + lo));
         const uint8_t *qs = t + KC_X16K_Q3_QS + 512 * (g / 4) + vo, *hm = t + KC_X16K_Q3_HM + vo;
+        KX_PIN(qs);
         const kx_vi m3 = kx_set1_8(3), m4b = kx_set1_8(4);
         KC_UNROLL for (int k = 0; k < 8; k++)
             w[k] = kx_or(kx_and(kx_srli16(kx_load(qs + 64 * k), (unsigned)(2 * (g % 4))), m3),
@@ -548,6 +558,7 @@ KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[
         *c = kx_fmul(dm, kx_cvt(kx_srli32(sa, 4)));
         *cB = kx_fmul(dm, kx_cvt(kx_srli32(sb, 4)));
         const uint8_t *qs = t + KC_X16K_Q2_QS + 512 * (g / 4) + vo;
+        KX_PIN(qs);
         const kx_vi m3 = kx_set1_8(3);
         KC_UNROLL for (int k = 0; k < 8; k++) w[k] = kx_and(kx_srli16(kx_load(qs + 64 * k), (unsigned)(2 * (g % 4))), m3);
         return;
@@ -556,6 +567,8 @@ KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[
         *dA = kx_fmul(d, kx_i8f(t + KC_X16K_Q6_SC + 16 * (2 * g) + lo));
         *dB = kx_fmul(d, kx_i8f(t + KC_X16K_Q6_SC + 16 * (2 * g + 1) + lo));
         const uint8_t *ql = t + KC_X16K_Q6_QL + 512 * (2 * (g / 4) + g % 2) + vo, *qh = t + KC_X16K_Q6_QH + 512 * (g / 4) + vo;
+        KX_PIN(ql);
+        KX_PIN(qh);
         const kx_vi m48 = kx_set1_8(0x30);
         KC_UNROLL for (int k = 0; k < 8; k++) {
             const kx_vi v = kx_load(ql + 64 * k);
@@ -567,6 +580,7 @@ KC_INLINE void kc__x16k_unpack(const uint8_t *G, int wt, int b, int lo, kx_vi w[
     *dA = kx_fmul(d, kx_u8f(t + KC_X16K_K4_SC + 16 * g + lo));
     *c = kx_fmul(kx_fmul(kx_f16(t + 32 + 2 * lo), kx_u8f(t + KC_X16K_K4_M + 16 * g + lo)), kx_fset1(-1.0f));
     const uint8_t *qs = t + kc__x16k_k4codes(wt) + 512 * (g / 2) + vo;
+    KX_PIN(qs);
     KC_UNROLL for (int k = 0; k < 8; k++) {
         const kx_vi v = kx_load(qs + 64 * k);
         w[k] = g % 2 ? kx_and(kx_srli16(v, 4), m4) : kx_and(v, m4);
@@ -585,6 +599,21 @@ KC_INLINE void kc__x16k_chains(const kx_vi w[8], int k0, int k1, const int8_t *c
                                int NT, int wt, int a8, kx_vi ih[], kx_vi il[]) {
     /* AVX2 without VNNI: runs of kc__x16k_run16 vpmaddubsw results summed in 16 bits (sh, sl),
        each run widened into ih, il by one vpmaddwd */
+#if KX_LANES == 4
+    if (NT == 1) { /* NEON, one token: its 32 digits in two vectors, sdot's indexed form takes each 4 (no
+                      load and broadcast per code vector) */
+        const int8x16_t h[2] = {vld1q_s8(xh[0]), vld1q_s8(xh[0] + 16)};
+        const int8x16_t l[2] = {vld1q_s8(xl[0]), vld1q_s8(xl[0] + 16)};
+        ih[0] = il[0] = kx_zero();
+        KC_UNROLL for (int k = 0; k < 8; k++) {
+            if (k < k0 || k >= k1) continue;
+            ih[0] = kc_neon_dot4_lane(ih[0], vreinterpretq_s8_s32(w[k]), h[k / 4], k);
+            if (!a8) il[0] = kc_neon_dot4_lane(il[0], vreinterpretq_s8_s32(w[k]), l[k / 4], k);
+        }
+        (void)wt;
+        return;
+    }
+#endif
     const int run = KX_LANES == 8 && !KX_VNNI ? kc__x16k_run16(wt) : 0;
     kx_vi sh[KC_X16_NT], sl[KC_X16_NT];
     KC_UNROLL for (int j = 0; j < NT; j++) ih[j] = il[j] = sh[j] = sl[j] = kx_zero();
