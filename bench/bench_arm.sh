@@ -68,28 +68,38 @@ models=("$@")
                                    models/synthetic/tinyllama-1.1b-random.Q4_K_M.gguf)
 tmp=$(mktemp -d)
 echo "host: $(lscpu | sed -n 's/^Model name: *//p'), qemu $(qemu-aarch64 --version | head -1 | awk '{print $3}'), -cpu max"
-echo "llama.cpp: $("$llama_bin/llama-bench" --version 2>&1 | head -1 || true) (llama-cpp-python $(cd build/llama-cpp && ls -d llama_cpp_python-* | sed 's/llama_cpp_python-//'), armv8.6-a+i8mm)"
+llama_ver=$(cd build/llama-cpp && ls -d llama_cpp_python-*/ | head -1 | sed 's/^llama_cpp_python-//; s/\/$//')
+echo "llama.cpp: $("$llama_bin/llama-bench" --version 2>&1 | head -1 || true) (llama-cpp-python $llama_ver, armv8.6-a+i8mm)"
 echo "decode instructions per token, tokens $N1 -> $N2, 1 thread"
 echo
-printf '| %-44s | %12s | %12s | %12s | %12s | %7s |\n' "model" "ingot i8mm" "ingot dotprod" "ingot armv8" "llama.cpp" "ratio"
-printf '|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..46})" "--------------" "--------------" "--------------" "--------------" "---------"
+printf '| %-36s | %10s | %10s | %10s | %10s | %10s | %7s | %7s |\n' model "ingot" "ingot q8" "dotprod" "armv8" "llama.cpp" "ratio" "q8"
+printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..38})" "------------" "------------" "------------" \
+  "------------" "------------" "---------" "---------"
+# per_token LOG_PREFIX COMMAND...: instructions per decoded token of an ingot binary
+per_token() {
+  local a b
+  a=$(count "$tmp/i1" "$@" --threads 1 generate -p "The capital of France is" -n "$N1" --temp 0 --ignore-eos)
+  b=$(count "$tmp/i2" "$@" --threads 1 generate -p "The capital of France is" -n "$N2" --temp 0 --ignore-eos)
+  echo $(( (b - a) / (N2 - N1) ))
+}
+mega() { echo "$1 / 1000000" | bc -l; }
 for m in "${models[@]}"; do
   [ -f "$m" ] || { echo "bench_arm.sh: no file $m" >&2; exit 1; }
   name=$(basename "$m" .gguf | tr 'A-Z' 'a-z' | tr -c 'a-z0-9_.\n-' '-')
   bin=$(./ingot build "$m" --name "bench-arm-$name" --target aarch64-linux | tail -1)
-  per=()
-  for level in i8mm dotprod armv8; do
-    a=$(count "$tmp/i1" "$bin.$level" --threads 1 generate -p "The capital of France is" -n "$N1" --temp 0 --ignore-eos)
-    b=$(count "$tmp/i2" "$bin.$level" --threads 1 generate -p "The capital of France is" -n "$N2" --temp 0 --ignore-eos)
-    per+=($(( (b - a) / (N2 - N1) )))
-  done
+  bin8=$(./ingot build "$m" --name "bench-arm-$name-a8" --target aarch64-linux --act-quant q8 | tail -1)
+  i8mm=$(per_token "$bin.i8mm"); dotprod=$(per_token "$bin.dotprod"); armv8=$(per_token "$bin.armv8")
+  a8=$(per_token "$bin8.i8mm")
   a=$(count "$tmp/l1" "$llama_bin/llama-bench" -m "$m" -t 1 -p 0 -n "$N1" -r 1 --no-warmup)
   b=$(count "$tmp/l2" "$llama_bin/llama-bench" -m "$m" -t 1 -p 0 -n "$N2" -r 1 --no-warmup)
   llama=$(( (b - a) / (N2 - N1) ))
-  printf '| %-44s | %11.1fM | %12.1fM | %11.1fM | %11.1fM | %6.2fx |\n' "$(basename "$m")" \
-    "$(echo "${per[0]} / 1000000" | bc -l)" "$(echo "${per[1]} / 1000000" | bc -l)" "$(echo "${per[2]} / 1000000" | bc -l)" \
-    "$(echo "$llama / 1000000" | bc -l)" "$(echo "${per[0]} / $llama" | bc -l)"
+  printf '| %-36s | %9.1fM | %9.1fM | %9.1fM | %9.1fM | %9.1fM | %6.2fx | %6.2fx |\n' "$(basename "$m")" \
+    "$(mega "$i8mm")" "$(mega "$a8")" "$(mega "$dotprod")" "$(mega "$armv8")" "$(mega "$llama")" \
+    "$(echo "$i8mm / $llama" | bc -l)" "$(echo "$a8 / $llama" | bc -l)"
 done
 rm -rf "$tmp"
 echo
-echo "ratio: ingot's i8mm count over llama.cpp's (below 1: fewer instructions per token)"
+echo "ingot: the default build (--act-quant auto: 15-bit activations for Q4_0/Q4_1/Q8_0, int8 per 256 for"
+echo "K-quant matmuls) at its i8mm level; ingot q8: --act-quant q8 (int8 activations everywhere, llama.cpp's"
+echo "numerics); dotprod, armv8: the default build's lower levels on the same CPU. ratio: ingot over llama.cpp,"
+echo "q8: ingot q8 over llama.cpp (below 1: fewer instructions per token)"
