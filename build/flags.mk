@@ -26,7 +26,7 @@ endif
 # own (-march=native; -mcpu=native on ARM). A model built with ./ingot build --isa all is compiled
 # once per level below (each against a runtime library of that level, in its own folder), and a
 # launcher picks the best one the CPU runs at start (templates/cpu/isa_launcher.c).
-# x86-64: avx512 (AVX-512 VNNI), avx2, portable. aarch64: i8mm (Armv8.6-A: smmla, usdot), dotprod
+# x86-64: avx512 (AVX-512 VNNI), avx2, portable. aarch64: i8mm (Armv8.6-A), dotprod
 # (Armv8.2-A + sdot: Neoverse N1, Cortex-A76 and later), armv8 (Armv8-A NEON: Cortex-A53, A72).
 ifeq ($(TARGET_ARCH),aarch64)
 ISA_FLAGS_native   := $(if $(CROSS),,-mcpu=native)

@@ -5,8 +5,8 @@
  *   armv8    Armv8-A: no dot-product instruction; kc_neon_dot4 widens (smull, then two pairwise
  *            adds), 4 instructions for 16 multiplies (Cortex-A53, A72);
  *   dotprod  Armv8.2-A + sdot: one instruction (Neoverse N1, Cortex-A76 and later, Apple M1);
- *   i8mm     Armv8.6-A: sdot, and smmla (a 2x8 by 8x2 int8 product) for steps of several tokens
- *            (Neoverse V1/N2, Graviton 3, Apple M2).
+ *   i8mm     Armv8.6-A (Neoverse V1/N2, Graviton 3, Apple M2): today the dotprod kernels compiled for
+ *            it; smmla (a 2x8 by 8x2 int8 product) wants a layout of its own (kernels/cpu/README).
  * Each gives the same integers, so the same bits: the levels' logits are identical.
  */
 #ifndef INGOT_KC_NEON_H

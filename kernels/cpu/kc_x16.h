@@ -506,92 +506,10 @@ KC_INLINE void kc__x16_store_quarter(float *Y, int ldy, const float32x4_t acc[],
     }
 }
 
-#if defined(__ARM_FEATURE_MATMUL_INT8)
-/* i8mm: smmla multiplies a 2x8 matrix of codes (rows r, r + 1; 8 consecutive elements) by the 8x2
- * of two tokens' digits of those elements and adds the 2x2 products to one vector's lanes (r0 t0,
- * r0 t1, r1 t0, r1 t1): 32 multiplies an instruction where sdot makes 16, so two tokens take 64 a
- * block instead of 128. Code vectors c and c + 1 hold elements 4c.. and 4c + 4.. of 4 rows each;
- * zipping their 32-bit lanes gives two rows' 8 elements. The same integers and then the same float
- * steps per (row, token) as kc__x16_block_quarter: the same bits as the dotprod level.
- * Half hq (rows 8hq..8hq+7: row pairs k = 0..3) of block b against tokens x0, x1, into acc[k]. */
-KC_INLINE void kc__x16_block_pair(const uint8_t *t, int wt, int hq, const kc_q16 *x0, const kc_q16 *x1,
-                                  float32x4_t acc[4], int a8) {
-    const int hdr = kc_x16_hdr(wt);
-    int32x4_t ih[4], il[4];
-    KC_UNROLL for (int k = 0; k < 4; k++) ih[k] = il[k] = vdupq_n_s32(0);
-    KC_UNROLL for (int o = 0; o < 4; o++) { /* elements 8o..8o+7: code vectors 2o, 2o + 1 */
-        const int8x16_t bh = vcombine_s8(vld1_s8(x0->h + 8 * o), vld1_s8(x1->h + 8 * o));
-        const int8x16_t bl = vcombine_s8(vld1_s8(x0->l + 8 * o), vld1_s8(x1->l + 8 * o));
-        KC_UNROLL for (int qq = 0; qq < 2; qq++) {
-            const int q = 2 * hq + qq;
-            int8x16_t a[2];
-            KC_UNROLL for (int e = 0; e < 2; e++) {
-                const int c = 2 * o + e;
-                if (wt == KC_WQ8_0)
-                    a[e] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(t + hdr + 64 * c + 16 * q), vdupq_n_u8(0x80)));
-                else {
-                    const uint8x16_t v = vld1q_u8(t + hdr + 64 * (c % 4) + 16 * q);
-                    a[e] = vreinterpretq_s8_u8(c < 4 ? vandq_u8(v, vdupq_n_u8(0x0f)) : vshrq_n_u8(v, 4));
-                }
-            }
-            const int32x4_t a0 = vreinterpretq_s32_s8(a[0]), a1 = vreinterpretq_s32_s8(a[1]);
-            const int8x16_t lo = vreinterpretq_s8_s32(vzip1q_s32(a0, a1)), hi = vreinterpretq_s8_s32(vzip2q_s32(a0, a1));
-            ih[2 * qq] = vmmlaq_s32(ih[2 * qq], lo, bh);
-            ih[2 * qq + 1] = vmmlaq_s32(ih[2 * qq + 1], hi, bh);
-            if (!a8) {
-                il[2 * qq] = vmmlaq_s32(il[2 * qq], lo, bl);
-                il[2 * qq + 1] = vmmlaq_s32(il[2 * qq + 1], hi, bl);
-            }
-        }
-    }
-    const float32x4_t xd = vcombine_f32(vset_lane_f32(x1->d, vdup_n_f32(x0->d), 1), vset_lane_f32(x1->d, vdup_n_f32(x0->d), 1));
-    const float32x4_t xs = vcombine_f32(vset_lane_f32(x1->s, vdup_n_f32(x0->s), 1), vset_lane_f32(x1->s, vdup_n_f32(x0->s), 1));
-    KC_UNROLL for (int qq = 0; qq < 2; qq++) {
-        const int q = 2 * hq + qq;
-        const float32x4_t dq = kc_neon_f16x4(t + 8 * q);
-        const float32x4_t mq = wt == KC_WQ4_1 ? kc_neon_f16x4(t + 32 + 8 * q) : vdupq_n_f32(0.0f);
-        KC_UNROLL for (int e = 0; e < 2; e++) {
-            const int k = 2 * qq + e;
-            const float32x4_t dw = e ? vzip2q_f32(dq, dq) : vzip1q_f32(dq, dq); /* d of r0, r0, r1, r1 */
-            const float32x4_t f = vcvtq_f32_s32(vaddq_s32(vshlq_n_s32(ih[k], 7), il[k]));
-            if (wt == KC_WQ4_1) {
-                acc[k] = vfmaq_f32(acc[k], dw, vmulq_f32(f, xd));
-                acc[k] = vfmaq_f32(acc[k], e ? vzip2q_f32(mq, mq) : vzip1q_f32(mq, mq), xs);
-            } else {
-                const float off = wt == KC_WQ4_0 ? -8.0f : 0.0f;
-                acc[k] = vfmaq_f32(acc[k], dw, vfmaq_f32(vmulq_n_f32(xs, off), f, xd));
-            }
-        }
-    }
-}
-#endif
 
 KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
                              const float *bias, int accumulate, int a8) {
     const size_t tb = kc_x16_tile_bytes(wt);
-#if defined(__ARM_FEATURE_MATMUL_INT8)
-    if (NT % 2 == 0) { /* pairs of tokens on smmla, half the rows at a time */
-        for (int j = 0; j < NT; j += 2)
-            for (int hq = 0; hq < 2; hq++) {
-                float32x4_t acc[4];
-                KC_UNROLL for (int k = 0; k < 4; k++) acc[k] = vdupq_n_f32(0.0f);
-                for (int b = 0; b < NB; b++) {
-                    const uint8_t *t = G + (size_t)b * tb;
-                    if (!j && !hq) kc__x16_prefetch(t, tb);
-                    kc__x16_block_pair(t, wt, hq, &X[(size_t)j * (size_t)ldxb + (size_t)b],
-                                       &X[(size_t)(j + 1) * (size_t)ldxb + (size_t)b], acc, a8);
-                }
-                /* lanes (r0 t0, r0 t1, r1 t0, r1 t1) of row pairs 2m, 2m + 1: rows 4m.. of each token */
-                KC_UNROLL for (int m = 0; m < 2; m++) {
-                    const int q = 2 * hq + m;
-                    const float32x4_t t0 = vuzp1q_f32(acc[2 * m], acc[2 * m + 1]), t1 = vuzp2q_f32(acc[2 * m], acc[2 * m + 1]);
-                    kc__x16_store_quarter(Y + (size_t)j * (size_t)ldy, ldy, &t0, 1, q, bias, accumulate);
-                    kc__x16_store_quarter(Y + (size_t)(j + 1) * (size_t)ldy, ldy, &t1, 1, q, bias, accumulate);
-                }
-            }
-        return;
-    }
-#endif
     if (NT == 1) { /* decode: the four quarters of each block in turn, streaming the tiles once */
         /* four named sums rather than an array whose elements pass by address: GCC kept that one
          * on the stack, a load and a store per quarter and block */

@@ -4,7 +4,7 @@
  * The model is compiled once per level (NAME.avx512, NAME.avx2, NAME.portable beside this file on
  * x86-64; NAME.i8mm, NAME.dotprod, NAME.armv8 on 64-bit ARM), each with its own runtime library
  * (build/model.mk ISAS), because the kernels are chosen at compile time (kernels/cpu: AVX-512
- * VNNI, AVX2 + FMA, NEON with or without sdot and smmla, or plain C). This program picks the best level the CPU
+ * VNNI, AVX2 + FMA, NEON with or without sdot, or plain C). This program picks the best level the CPU
  * runs and execs that binary with the same arguments, so the process, its output, exit status and
  * signals are the model binary's own. INGOT_ISA=<level> forces a level (a lower one, e.g. to check
  * the portable path on a machine that has AVX-512); one the CPU lacks is an error, never a SIGILL.
