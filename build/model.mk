@@ -109,8 +109,11 @@ endif
 .DEFAULT_GOAL := $(BIN)
 
 $(MAIN_O): $(OBJDIR)/libingot.a ;
+# one build of a library folder at a time: two model builds (two ./ingot processes, parallel
+# tests) that both find it stale would otherwise write the same objects at once
 $(OBJDIR)/libingot.a: FORCE
-	$(MAKE) -s -C $(ROOT) SAN=$(SAN) TARGET=$(TARGET) ISA=$(ISA) lib $(if $(ISA_TAG)$(CROSS),,tools)
+	@mkdir -p $(OBJDIR)
+	flock $(OBJDIR)/.lock $(MAKE) -s -C $(ROOT) SAN=$(SAN) TARGET=$(TARGET) ISA=$(ISA) lib $(if $(ISA_TAG)$(CROSS),,tools)
 
 FORCE:
 .PHONY: FORCE
