@@ -39,7 +39,9 @@ Q8_DEFAULT = {"gemma3", "qwen3moe", "deepseek2"}  # the rest: make test-full
 def fixture(name):
     d = FIXTURES / name
     ref = json.loads((d / "reference.json").read_text())
-    logits = {k: np.fromfile(d / f, dtype="<f4").reshape(ref["shape"]) for k, f in ref["logits"].items()}
+    # llama.cpp's logits on a Q8_0 file Q8_DEFAULT leaves out are remade with it (regenerate.py --oracles)
+    logits = {k: np.fromfile(d / f, dtype="<f4").reshape(ref["shape"]) for k, f in ref["logits"].items()
+              if (d / f).exists()}
     for kind, f in ref["files"].items():  # the Q8_0 files Q8_DEFAULT leaves out: regenerate.py --oracles
         if (d / f).exists() or kind == "f32":
             assert hashlib.sha256((d / f).read_bytes()).hexdigest() == ref["sha256"][kind], f"{name}/{f} changed"
@@ -84,7 +86,8 @@ def test_q8_0_gguf_matches_llamacpp(name, tmp_path, built):
     d, ref, logits = fixture(name)
     q8 = modelbuild.logits(modelbuild.build(fixture_file(d / ref["files"]["q8_0"]), f"gg-{name}-q8"), ref["tokens"],
                            tmp_path=tmp_path)
-    assert_quantized_matches_llamacpp(name, q8, logits["llamacpp_q8_0"], tmp_path)
+    llama = np.fromfile(fixture_file(d / ref["logits"]["llamacpp_q8_0"]), dtype="<f4").reshape(ref["shape"])
+    assert_quantized_matches_llamacpp(name, q8, llama, tmp_path)
 
 
 MXFP4_NAMES = [n for n in NAMES if "mxfp4" in json.loads((FIXTURES / n / "reference.json").read_text())["files"]]

@@ -171,7 +171,7 @@ def build_direct(model, name, *opts):
 
 def reference_logits(preset):
     f = REF["f32_logits"]["logits_file"] if preset == "F32" else REF["presets"][preset]["logits_file"]
-    return np.fromfile(KQ / f, dtype="<f4").reshape(REF["shape"])
+    return np.fromfile(fixture_file(KQ / f), dtype="<f4").reshape(REF["shape"])
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 Fixtures come from tests/fixtures/make_corpus.py and make_tokenizer_fixtures.py (see their headers).
 """
+import gzip
 import json
 import re
 import shutil
@@ -73,7 +74,7 @@ def gguf_path():
 
 
 def load_llamacpp():
-    rows = [json.loads(l) for l in (TOKS / "smollm2_llamacpp.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [json.loads(l) for l in gzip.open(TOKS / "smollm2_llamacpp.jsonl.gz", "rt", encoding="utf-8").read().splitlines()]
     assert "meta" in rows[0]
     return rows[1:]
 
@@ -315,7 +316,7 @@ SPM = TOKS / "spm"
 
 
 def spm_rows():
-    rows = [json.loads(l) for l in (SPM / "llamacpp.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [json.loads(l) for l in gzip.open(SPM / "llamacpp.jsonl.gz", "rt", encoding="utf-8").read().splitlines()]
     assert "meta" in rows[0]
     return rows[1:]
 
