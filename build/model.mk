@@ -65,17 +65,15 @@ $(MODEL_DIR)/$(NAME).%$(SUFFIX): FORCE
 	$(MAKE) -s -f $(MODEL_MK) MODEL_DIR=$(MODEL_DIR) NAME=$(NAME) SAN=$(SAN) TARGET=$(TARGET) ISA=$* ISAS= \
 	  DRAFT_DIR=$(DRAFT_DIR)
 else ifeq ($(BACKEND),cpu)
-# DRAFT_DIR=build/<name>/draft (./ingot build --draft): the draft model's generated source, compiled with
-# every model_api.h symbol renamed ingot_draft_* (templates/cpu/draft_prefix.h) and linked beside the
-# target's; main.c then finds it as ingot_draft_api. No other global ingot_ symbol may come from it.
+# DRAFT_DIR=build/<name>/draft (./ingot build --draft): the draft model's generated source, whose table of
+# entry points is named ingot_generated_draft (templates/model_table.c.in) instead of the target's
+# ingot_generated_model, linked beside the target's. Everything else in a generated source is static:
+# the check below refuses a draft object that defines any other global symbol.
 ifneq ($(DRAFT_DIR),)
-DRAFT_OBJS := $(GEN)/draft_model$(ISA_TAG)$(SUFFIX).o $(GEN)/draft_api$(ISA_TAG)$(SUFFIX).o
-DRAFT_CC   := $(CC) $(MODEL_CFLAGS) -I$(ROOT)/templates/cpu -include $(ROOT)/templates/cpu/draft_prefix.h
-$(GEN)/draft_model$(ISA_TAG)$(SUFFIX).o: $(DRAFT_DIR)/gen/model.c $(ROOT)/templates/cpu/draft_prefix.h $(HEADERS)
-	$(DRAFT_CC) -c $< -o $@
-	@nm -g --defined-only $@ | awk '$$3 ~ /^ingot_/ && $$3 !~ /^ingot_draft_/ { print "the draft defines " $$3 " (not renamed by draft_prefix.h)"; bad = 1 } END { exit bad }' || { rm -f $@; exit 1; }
-$(GEN)/draft_api$(ISA_TAG)$(SUFFIX).o: $(ROOT)/templates/cpu/draft_api.c $(ROOT)/templates/cpu/draft_prefix.h $(HEADERS)
-	$(DRAFT_CC) -c $< -o $@
+DRAFT_OBJS := $(GEN)/draft_model$(ISA_TAG)$(SUFFIX).o
+$(GEN)/draft_model$(ISA_TAG)$(SUFFIX).o: $(DRAFT_DIR)/gen/model.c $(HEADERS)
+	$(CC) $(MODEL_CFLAGS) -I$(ROOT)/templates/cpu -DINGOT_MODEL_TABLE=ingot_generated_draft -c $< -o $@
+	@nm -g --defined-only $@ | awk '$$3 != "ingot_generated_draft" { print "the draft model defines " $$3 " (a generated source exports only its table)"; bad = 1 } END { exit bad }' || { rm -f $@; exit 1; }
 endif
 $(BIN): $(MODEL_DIR)/gen/model.c $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS) $(DRAFT_OBJS)
 	$(CC) $(MODEL_CFLAGS) -I$(ROOT)/templates/cpu $(MODEL_DIR)/gen/model.c $(MAIN_O) $(DRAFT_OBJS) -o $@ $(OBJDIR)/libingot.a $(LDLIBS)

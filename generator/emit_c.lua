@@ -13,17 +13,12 @@ local plan_mod = require("plan")
 
 local emit = {}
 
-local DT_ENUM = {f32 = "INGOT_F32", f16 = "INGOT_F16", bf16 = "INGOT_BF16",
-                 q8_0 = "INGOT_Q8_0", q4_0 = "INGOT_Q4_0", q4_1 = "INGOT_Q4_1"}
-local DT_CTYPE = {f32 = "const float", f16 = "const uint16_t", bf16 = "const uint16_t",
-                  q8_0 = "const block_q8_0", q4_0 = "const block_q4_0", q4_1 = "const block_q4_1"}
--- The GGUF types whose matmuls are in kernels/cpu/kc_kquant.h, and the types
--- GPTQ/AWQ/FP8 checkpoints are repacked into: block struct names follow
--- dtype.h (block_q4_K for q4_k), enums INGOT_Q4_K.
-for _, dt in ipairs({"q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "q4_z", "q8_z", "f8_b32",
-                     "mxfp4"}) do
-  DT_ENUM[dt] = "INGOT_" .. dt:upper()
-  DT_CTYPE[dt] = "const block_" .. dt:gsub("_k$", "_K")
+-- Each weight type's enum and C element (runtime/load/dtype_table.h: a block struct of dtype.h,
+-- or the float's storage type).
+local DT_ENUM, DT_CTYPE = {}, {}
+for _, t in ipairs(require("dtypes").list) do
+  DT_ENUM[t.name] = "INGOT_" .. t.enum
+  DT_CTYPE[t.name] = "const " .. t.ctype
 end
 
 -- Slot assignment for one kernel: buffers and weights are referred to by
@@ -531,8 +526,8 @@ local function moe_kernel(ctx, s, n, grp)
     "for (int t = 0; t < a->rows; t++)",
     string.format("    for (int k = 0; k < %d; k++) count[((const int32_t *)(a->buf[%d] + (size_t)t * %d))[k]]++;", K, s.buf_index["moe" .. grp.moe.route.id], 3 * K),
     string.format("for (int e = 0, o = 0; e < %d; e++) { offset[e] = o; o += count[e]; }", E),
-    "if (ingot_moe_observer) /* a debugging tap: the routing decisions of this layer */",
-    string.format("    for (int t = 0; t < a->rows; t++) ingot_moe_observer(a->kv_layer, a->b->pos[t], %d, (const int32_t *)(a->buf[%d] + (size_t)t * %d));",
+    "if (model_moe_observer) /* a debugging tap: the routing decisions of this layer */",
+    string.format("    for (int t = 0; t < a->rows; t++) model_moe_observer(a->kv_layer, a->b->pos[t], %d, (const int32_t *)(a->buf[%d] + (size_t)t * %d));",
       K, s.buf_index["moe" .. grp.moe.route.id], 3 * K),
     "for (int t = 0; t < a->rows; t++) /* gather each expert's rows, token order */",
     string.format("    for (int k = 0; k < %d; k++) {", K),
@@ -814,7 +809,7 @@ function emit.call(ctx, c)
   end
   local ws, slots = {}, {}
   for _, w in ipairs(s.weights) do
-    ws[#ws + 1] = string.format("m->w[%d]", w.slot)
+    ws[#ws + 1] = "W->" .. ctx.weight_paths[w.slot]
     slots[#slots + 1] = tostring(w.slot)
   end
   -- the weights' table entries, where a LoRA adapter's update applies (model_lora_apply)

@@ -26,17 +26,39 @@ emit.TMAX = 8        -- tokens per matmul launch (rows of X a warp multiplies ea
 emit.MM_WARPS = 4    -- warps (output rows) per matmul block
 emit.ROWS_NT = 256   -- threads of a rows kernel block
 
--- Every weight dtype of the runtime (kernels/cuda/common.cuh's IG_* ids), with its block
--- {elements, bytes}.
-local DT = {f32 = "IG_F32", f16 = "IG_F16", bf16 = "IG_BF16", q8_0 = "IG_Q8_0", q4_0 = "IG_Q4_0", q4_1 = "IG_Q4_1",
-            q5_0 = "IG_Q5_0", q5_1 = "IG_Q5_1", q2_k = "IG_Q2_K", q3_k = "IG_Q3_K", q4_k = "IG_Q4_K", q5_k = "IG_Q5_K",
-            q6_k = "IG_Q6_K", iq4_nl = "IG_IQ4_NL", iq4_xs = "IG_IQ4_XS",
-            q4_z = "IG_Q4_Z", q8_z = "IG_Q8_Z", f8_b32 = "IG_F8_B32", mxfp4 = "IG_MXFP4",
-            i32 = "IG_I32"} -- i32: an act-order weight's input order (read by the matmul, never multiplied)
-local DT_BYTES = {f32 = {1, 4}, f16 = {1, 2}, bf16 = {1, 2}, q8_0 = {32, 34}, q4_0 = {32, 18}, q4_1 = {32, 20},
-                  q5_0 = {32, 22}, q5_1 = {32, 24}, q2_k = {256, 84}, q3_k = {256, 110}, q4_k = {256, 144},
-                  q5_k = {256, 176}, q6_k = {256, 210}, iq4_nl = {32, 18}, iq4_xs = {256, 136},
-                  q4_z = {32, 20}, q8_z = {32, 36}, f8_b32 = {32, 36}, mxfp4 = {32, 17}, i32 = {1, 4}}
+-- Every weight dtype of the runtime (runtime/load/dtype_table.h) the kernels read, as
+-- kernels/cuda/common.cuh's IG_* id, with its block {elements, bytes}: the build, stored and
+-- repacked types, and i32 (an act-order weight's input order, read by the matmul, never
+-- multiplied). model.cu asserts that common.cuh's ids and block sizes are the table's
+-- (dtype_asserts).
+local DT, DT_BYTES = {}, {}
+for _, t in ipairs(require("dtypes").list) do
+  if t.role ~= "part" or t.name == "i32" then
+    DT[t.name] = "IG_" .. t.enum
+    DT_BYTES[t.name] = {t.elems, t.bytes}
+  end
+end
+
+-- A weight's device pointer in model.cu, by name (d->w.named.blk[3].q: generator/weight_names.lua).
+function emit.weight(ctx, slot) return "d->w.named." .. ctx.device_weight_paths[slot] end
+
+-- static_asserts of model.cu: common.cuh's IG_* ids are the table's enum values, its block sizes
+-- the table's.
+local function dtype_asserts()
+  local out = {}
+  for i, t in ipairs(require("dtypes").list) do
+    local ig = DT[t.name]
+    if ig then
+      out[#out + 1] = string.format('static_assert(%s == %d, "%s: common.cuh\'s id is not runtime/load/dtype_table.h\'s");',
+        ig, i - 1, ig)
+      if t.name ~= "i32" then
+        out[#out + 1] = string.format('static_assert(ig_dtype_info<%s>::elems == %d && ig_dtype_info<%s>::bytes == %d, "%s block");',
+          ig, t.elems, ig, t.bytes, ig)
+      end
+    end
+  end
+  return out
+end
 
 -- A weight of a dtype the kernels do not read stops the build rather than emit wrong code.
 function emit.check_dtypes(weights)
@@ -562,7 +584,7 @@ function emit.call(ctx, c, kid)
   local function arg_list(slots)
     local a = {}
     for _, b in ipairs(slots.bufs) do a[#a + 1] = host_ptr(b) end
-    for _, w in ipairs(slots.weights) do a[#a + 1] = string.format("d->w[%d]", w.slot) end
+    for _, w in ipairs(slots.weights) do a[#a + 1] = emit.weight(ctx, w.slot) end
     return a
   end
   local function argl(slots)
@@ -601,14 +623,14 @@ function emit.call(ctx, c, kid)
       if lt.pack then L[#L + 1] = "            " .. rows_launch(lt.pack.kernel, lt.pack.slots) end
       for i, l in ipairs(c.grp.linears) do
         local bias = l.inputs[3]
-        local x, b = lt.pack and "d->lt_x" or host_buf(lt.x), bias and string.format("d->w[%d]", bias.slot) or "nullptr"
+        local x, b = lt.pack and "d->lt_x" or host_buf(lt.x), bias and emit.weight(ctx, bias.slot) or "nullptr"
         L[#L + 1] = "            " .. emit_c.src(ctx, l)
         if lt.residual then
           if lt.residual.add.line ~= l.line then L[#L + 1] = "            " .. emit_c.src(ctx, lt.residual.add) end
-          L[#L + 1] = string.format("            LT_GEMM_ADD(%d, d->w[%d], %s, %s, %s, %s, %s); /* C = the residual, beta = 1 */",
-            lt.shape_ids[i], l.inputs[2].slot, x, host_buf(lt.residual.add), host_buf(lt.residual.other), rows, b)
+          L[#L + 1] = string.format("            LT_GEMM_ADD(%d, %s, %s, %s, %s, %s, %s); /* C = the residual, beta = 1 */",
+            lt.shape_ids[i], emit.weight(ctx, l.inputs[2].slot), x, host_buf(lt.residual.add), host_buf(lt.residual.other), rows, b)
         else
-          L[#L + 1] = string.format("            LT_GEMM(%d, d->w[%d], %s, %s, %s, %s);", lt.shape_ids[i], l.inputs[2].slot, x,
+          L[#L + 1] = string.format("            LT_GEMM(%d, %s, %s, %s, %s, %s);", lt.shape_ids[i], emit.weight(ctx, l.inputs[2].slot), x,
             host_buf(l), rows, b)
         end
       end
@@ -641,7 +663,7 @@ function emit.call(ctx, c, kid)
   local W = n.width
   local common = string.format("st.kv, N_KV_LAYERS, %d, st.n_blocks, st.block_tables, BT_STRIDE", a.kv_layer)
   -- the layer's sink logits (gpt-oss), one per query head
-  local sinks = n.inputs[3] and string.format("(const float *)d->w[%d]", n.inputs[3].slot) or "nullptr"
+  local sinks = n.inputs[3] and "(const float *)" .. emit.weight(ctx, n.inputs[3].slot) or "nullptr"
   local L = {"    " .. emit_c.src(ctx, n)}
   local lead = "    "
   if p.decode then
@@ -858,7 +880,12 @@ struct ig_step {
   M[#M + 1] = '#ifndef INGOT_CUDASIM'
   M[#M + 1] = '#include "kernel_sources.h"'
   M[#M + 1] = '#endif'
+  local names_decl
+  names_decl, ctx.device_weight_paths = require("weight_names").build(env.weights, "void *")
+  M[#M + 1] = "// The device copies of the weights by name: member k is WEIGHTS[k] of model.c (d->w.named)."
+  M[#M + 1] = names_decl
   M[#M + 1] = '#include "cuda_host.h"'
+  for _, a in ipairs(dtype_asserts()) do M[#M + 1] = a end
   M[#M + 1] = ""
   M[#M + 1] = "static int cu_run(cu_model *d, const ig_step &st, const ig_step_info &si) {"
   M[#M + 1] = "    const int T = st.n_tokens, L = st.n_logits, H = st.n_hidden;"

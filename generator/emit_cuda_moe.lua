@@ -271,7 +271,7 @@ function moe.launches(ctx, c, kid, GEMM_MIN_ROWS, MM_WARPS, ROWS_NT)
   local function launch(indent, k, grid, block)
     local args = {}
     for _, b in ipairs(k.slots.bufs) do args[#args + 1] = string.format("A(%d)", b.node.buffer.offset) end
-    for _, w in ipairs(k.slots.weights) do args[#args + 1] = string.format("d->w[%d]", w.slot) end
+    for _, w in ipairs(k.slots.weights) do args[#args + 1] = "d->w.named." .. ctx.device_weight_paths[w.slot] end
     return string.format("%sLAUNCH(%d, %s, %s, dim3(%d), st, 0, T, 0, %s);", indent, kid(k.kernel), k.kernel.name, grid,
       block, table.concat(args, ", "))
   end

@@ -1,7 +1,7 @@
 -- generator/main.lua — the ingot generator: models.lua + a model's config → specialized sources.
 --
 -- usage: lua5.4 generator/main.lua --inspect INSPECT.json --source PATH --name NAME --out DIR
---            [--hf-config config.json] [--dtype native|f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]
+--            [--hf-config config.json] [--dtype native|TYPE|MIX (runtime/load/dtype_table.h)]
 --            [--backend cpu] [--no-fuse] [--act-quant none|q8|q16|k8] [--max-tokens N]
 --            [--models models.lua] [--dry-run] [--allow-unused]
 --
@@ -20,6 +20,8 @@ local fuse = require("fuse")
 local plan = require("plan")
 local emit_c = require("emit_c")
 local emit_cuda = require("emit_cuda")
+local dtypes = require("dtypes")
+local weight_names = require("weight_names")
 
 local VERSION = "ingot-generator 0.1"
 
@@ -36,8 +38,12 @@ local VERSION = "ingot-generator 0.1"
 -- decode GEMV into one weight stream with no horizontal sums (1.5x the
 -- row-major kernel's read speed from DRAM, bench/RESULTS.md). --act-quant
 -- none keeps every weight in the file's own layout.
-local X16_TYPES = {q8_0 = 32, q4_0 = 32, q4_1 = 32, q5_0 = 32, q5_1 = 32, iq4_nl = 32, q2_k = 256, q3_k = 256,
-  q4_k = 256, q5_k = 256, q6_k = 256, iq4_xs = 256, f32 = 32, f16 = 32, bf16 = 32}
+-- Every type the kernels are compiled for (dtype_table.h's "build" role) has x16 kernels: a
+-- block type's tile is its block, a float's 32 columns.
+local X16_TYPES = {}
+for _, t in ipairs(dtypes.list) do
+  if t.role == "build" then X16_TYPES[t.name] = t.elems > 1 and t.elems or 32 end
+end
 local function choose_x16_layouts(g, weights, opts)
   if opts.backend ~= "cpu" or opts.act_quant == "none" then return end
   local readers_ok = {}
@@ -150,9 +156,8 @@ local function parse_args(argv)
   if o.act_quant == "auto" then o.act_quant = o.backend == "cpu" and "k8" or "none" end
   if o.backend == "cuda" and o.act_quant ~= "none" then util.die("--act-quant " .. o.act_quant .. " is a CPU option") end
   -- the dtypes a weight can be converted to at load (runtime/load/dtype.c has a quantizer for each)
-  local ok = {native = 1, f32 = 1, f16 = 1, bf16 = 1, q8_0 = 1, q4_0 = 1, q4_1 = 1, q5_0 = 1, q5_1 = 1,
-              q2_k = 1, q3_k = 1, q4_k = 1, q5_k = 1, q6_k = 1, q3_k_s = 1, q3_k_m = 1, q3_k_l = 1, q4_k_m = 1,
-              q5_k_m = 1, iq4_nl = 1, iq4_xs = 1}
+  local ok = {}
+  for _, d in ipairs(dtypes.build_choices()) do ok[d] = true end
   if not ok[o.dtype] then util.die("unknown --dtype " .. o.dtype) end
   if o.act_quant ~= "none" and o.act_quant ~= "q8" and o.act_quant ~= "q16" and o.act_quant ~= "k8" then
     util.die("--act-quant is none, q8, q16 or k8")
@@ -188,7 +193,7 @@ end
 --    q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, iq4_xs -> iq4_nl), else keeps
 --    its stored dtype.
 -- So --dtype q4_k_m on SmolLM2 gives the very mix of llama.cpp's Q4_K_M file.
-local MIXES = {q4_k_m = "q4_k", q5_k_m = "q5_k", q2_k = "q2_k", q3_k_s = "q3_k", q3_k_m = "q3_k", q3_k_l = "q3_k"}
+local MIXES = dtypes.mixes -- runtime/load/dtype_table.h's INGOT_DTYPE_MIX rows: name -> base type
 local KQUANT_FALLBACK = {q2_k = "q4_0", q3_k = "q4_0", q4_k = "q5_0", q5_k = "q5_1", q6_k = "q8_0", iq4_xs = "iq4_nl"}
 
 local function use_more_bits(i, n) return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2 end
@@ -680,6 +685,8 @@ local function main(argv)
   }
   env.common_weights = render("model_weights.c.in", env)
   local outputs = {}
+  -- the weights by name (W->blk[3].q): the host's model state (both backends) and the forward's calls
+  env.weight_names, ctx.weight_paths = weight_names.build(weights, "const void *")
   if opts.backend == "cpu" then
     local forward_lines, last_layer = {}, "none"
     local names = {}
@@ -705,6 +712,8 @@ local function main(argv)
       kv_bytes_per_pos = kv.parts * kv_layers * kv.heads * kv.row_bytes, layers = c.layers, script_dir = script_dir,
       cuda_archs = opts.cuda_archs})
   end
+  -- the table of entry points, the generated source's one exported symbol (runtime/core/model_api.h)
+  outputs["model.c"] = outputs["model.c"] .. "\n" .. render("model_table.c.in", env)
 
   if os.getenv("INGOT_DEBUG") then
     io.stderr:write(string.format("ingot: %s: %d kernels per step (%d distinct), arena %d bytes/token (%d without reuse)\n",

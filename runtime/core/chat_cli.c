@@ -383,29 +383,29 @@ static int parse_options(chat_session *c, int argc, char **argv) {
     return 0;
 }
 
-int chat_cli_main(ingot_model *m, tok_tokenizer *tok, int threads, int argc, char **argv) {
-    chat_session c = {.tok = tok, .sp = samp_default_params(), .messages = cJSON_CreateArray(), .adapter = ingot_model_lora_count(m) > 0,
+int chat_cli_main(const ingot_model_api *api, ingot_model *m, tok_tokenizer *tok, int threads, int argc, char **argv) {
+    chat_session c = {.tok = tok, .sp = samp_default_params(), .messages = cJSON_CreateArray(), .adapter = api->lora_count(m) > 0,
                       .interactive = isatty(STDIN_FILENO)};
-    c.ctx = ingot_model_desc.max_ctx < CHAT_DEFAULT_CTX ? ingot_model_desc.max_ctx : CHAT_DEFAULT_CTX;
+    c.ctx = api->desc->max_ctx < CHAT_DEFAULT_CTX ? api->desc->max_ctx : CHAT_DEFAULT_CTX;
     if (parse_options(&c, argc, argv) != 0) {
         fprintf(stderr, "usage: %s chat [--system TEXT] [-n MAX_TOKENS] [--ctx TOKENS] [--temp T] [--top-k K] "
-                        "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n", ingot_model_desc.name);
+                        "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n", api->desc->name);
         free(c.system);
         cJSON_Delete(c.messages);
         return 2;
     }
-    if (c.ctx > ingot_model_desc.max_ctx) c.ctx = ingot_model_desc.max_ctx;
+    if (c.ctx > api->desc->max_ctx) c.ctx = api->desc->max_ctx;
     char err[1024];
-    if (!(c.tpl = chat_load(ingot_model_weights(m), tok, err, sizeof err))) {
-        fprintf(stderr, "%s: error: %s\n", ingot_model_desc.name, err);
+    if (!(c.tpl = chat_load(api->weights(m), tok, err, sizeof err))) {
+        fprintf(stderr, "%s: error: %s\n", api->desc->name, err);
         return 1;
     }
     sched_config cfg = {.n_threads = threads, .kv_blocks = c.ctx / INGOT_KV_BLOCK + 2,
-                        .max_batch_tokens = ingot_model_max_tokens(m), .max_running = 1, .prefix_cache = 1,
+                        .max_batch_tokens = api->max_tokens(m), .max_running = 1, .prefix_cache = 1,
                         .max_waiting = 1};
     cfg.n_stop_ids = tok_stop_ids(tok, &cfg.stop_ids);
-    if (!(c.s = sched_create(m, &cfg, err, sizeof err))) {
-        fprintf(stderr, "%s: error: %s\n", ingot_model_desc.name, err);
+    if (!(c.s = sched_create(api, m, &cfg, err, sizeof err))) {
+        fprintf(stderr, "%s: error: %s\n", api->desc->name, err);
         chat_free(c.tpl);
         return 1;
     }
@@ -415,7 +415,7 @@ int chat_cli_main(ingot_model *m, tok_tokenizer *tok, int threads, int argc, cha
     if (c.interactive) {
         using_history();
         fprintf(stderr, "%s (%s template, context %d tokens). /help for commands, Ctrl-D to leave.\n",
-                ingot_model_desc.name, chat_source(c.tpl), c.ctx);
+                api->desc->name, chat_source(c.tpl), c.ctx);
     }
     char *line;
     while ((line = read_turn(&c))) {

@@ -21,6 +21,6 @@
 #include "tokenizer.h"
 
 /* Runs the conversation until the input ends or /exit; 0, or 2 on a bad option. */
-int chat_cli_main(ingot_model *m, tok_tokenizer *tok, int threads, int argc, char **argv);
+int chat_cli_main(const ingot_model_api *api, ingot_model *m, tok_tokenizer *tok, int threads, int argc, char **argv);
 
 #endif

@@ -49,17 +49,13 @@ typedef struct {
     const char *lora[CLI_MAX_LORA]; /* --lora [NAME=]PATH, in order: adapter ids 1, 2, ... */
     int n_lora;
     const char *lora_merge; /* --lora-merge PATH */
+    const ingot_model_api *model; /* the generated model the commands drive */
+    const ingot_model_api *draft; /* the draft model of speculative decoding, in a binary built with
+                                     --draft (build/model.mk links it); NULL otherwise */
 } cli_common;
 
-/* The draft model of speculative decoding, in a binary built with --draft
- * (build/model.mk links it as ingot_draft_api); NULL otherwise. */
-#ifdef INGOT_DRAFT
-extern const ingot_model_api ingot_draft_api;
-static const ingot_model_api *draft_api_of_build = &ingot_draft_api;
-#else
-static const ingot_model_api *draft_api_of_build = NULL;
-#endif
-#define DRAFT_API draft_api_of_build
+/* The model's name, for messages (die, usage): set by main from the model's descriptor. */
+static const char *program_name = "ingot";
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -68,7 +64,7 @@ static double now_seconds(void) {
 }
 
 static void die(const char *msg) {
-    fprintf(stderr, "%s: error: %s\n", ingot_model_desc.name, msg);
+    fprintf(stderr, "%s: error: %s\n", program_name, msg);
     exit(1);
 }
 
@@ -99,7 +95,7 @@ static void usage(FILE *f) {
             "  batch -f REQUESTS.jsonl [--kv-blocks N] [--max-batch-tokens N] [--max-running N] [--no-prefix-cache]\n"
             "        [--spec off|ngram|draft] [--spec-k 4] [--spec-ngram-min 1] [--spec-ngram-max 3]\n"
             "  cast-weights                    write NAME.weights beside the binary (./ingot build does)\n" SRV_USAGE,
-            ingot_model_desc.name);
+            program_name);
 }
 
 static long parse_long(const char *s, const char *what, long lo, long hi) {
@@ -128,6 +124,7 @@ static float parse_float(const char *s, const char *what) {
 /* ---- a single sequence over a private KV pool ------------------------- */
 
 typedef struct {
+    const ingot_model_api *api;
     ingot_model *model;
     tp_pool *pool;
     ingot_kv kv;
@@ -138,25 +135,26 @@ typedef struct {
     int32_t adapter; /* the LoRA adapter it runs with: the first --lora, else 0 (none) */
 } cli_seq;
 
-static void seq_init(cli_seq *s, ingot_model *m, tp_pool *pool, int capacity) {
+static void seq_init(cli_seq *s, const ingot_model_api *api, ingot_model *m, tp_pool *pool, int capacity) {
     memset(s, 0, sizeof *s);
+    s->api = api;
     s->model = m;
     s->pool = pool;
-    if (capacity > ingot_model_desc.max_ctx) capacity = ingot_model_desc.max_ctx;
+    if (capacity > api->desc->max_ctx) capacity = api->desc->max_ctx;
     s->capacity = capacity;
     const int blocks = (capacity + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
     char err[512];
-    if (ingot_kv_alloc(m, &s->kv, blocks, err, sizeof err) != 0 || ingot_state_alloc(m, &s->kv, 1, err, sizeof err) != 0)
+    if (api->kv_alloc(m, &s->kv, blocks, err, sizeof err) != 0 || api->state_alloc(m, &s->kv, 1, err, sizeof err) != 0)
         die(err);
     s->block_table = malloc(sizeof(int32_t) * (size_t)blocks);
-    s->logits = malloc(sizeof(float) * (size_t)ingot_model_desc.vocab * (size_t)ingot_model_max_tokens(m));
+    s->logits = malloc(sizeof(float) * (size_t)api->desc->vocab * (size_t)api->max_tokens(m));
     if (!s->kv.data || !s->block_table || !s->logits) die("out of memory for the KV cache");
     for (int i = 0; i < blocks; i++) s->block_table[i] = i;
-    s->adapter = ingot_model_lora_count(m) > 0;
+    s->adapter = api->lora_count(m) > 0;
 }
 
 static void seq_free(cli_seq *s) {
-    ingot_kv_release(s->model, &s->kv);
+    s->api->kv_release(s->model, &s->kv);
     free(s->block_table);
     free(s->logits);
 }
@@ -178,7 +176,7 @@ static void seq_step(cli_seq *s, const int32_t *tokens, int n, int want) {
                      .block_tables = tables, .seq_len = &seq_len, .state_slots = &state_slot, .n_logits = want,
                      .logit_rows = rows, .logits = s->logits, .adapters = &s->adapter};
     char err[512];
-    if (ingot_forward(s->model, &s->kv, &b, s->pool, err, sizeof err) != 0) die(err);
+    if (s->api->forward(s->model, &s->kv, &b, s->pool, err, sizeof err) != 0) die(err);
     s->len += n;
 }
 
@@ -205,7 +203,7 @@ static void lora_name(const char *spec, char *name, size_t cap, const char **pat
 }
 
 /* Requests name an adapter as their "model": a name as unambiguous as the model's own. */
-static void check_lora_name(const ingot_model *m, const char *name, size_t len) {
+static void check_lora_name(const ingot_model_api *api, const ingot_model *m, const char *name, size_t len) {
     char msg[256];
     int ok = len >= 1 && len <= 63;
     for (size_t k = 0; ok && k < len; k++)
@@ -215,8 +213,8 @@ static void check_lora_name(const ingot_model *m, const char *name, size_t len) 
         snprintf(msg, sizeof msg, "--lora: the name '%.80s' is not 1 to 63 letters, digits and ._-: (NAME=PATH names it)", name);
         die(msg);
     }
-    int taken = !strcmp(name, ingot_model_desc.name);
-    for (int id = 1; id <= ingot_model_lora_count(m); id++) taken |= !strcmp(name, ingot_model_lora_name(m, id));
+    int taken = !strcmp(name, api->desc->name);
+    for (int id = 1; id <= api->lora_count(m); id++) taken |= !strcmp(name, api->lora_name(m, id));
     if (taken) {
         snprintf(msg, sizeof msg, "--lora: the name '%s' is already the model's or another adapter's", name);
         die(msg);
@@ -224,29 +222,31 @@ static void check_lora_name(const ingot_model *m, const char *name, size_t len) 
 }
 
 static ingot_model *load_model(const cli_common *c) {
+    const ingot_model_api *api = c->model;
     char err[1024];
-    const char *path = c->weights ? c->weights : ingot_model_desc.source;
+    const char *path = c->weights ? c->weights : api->desc->source;
     /* 0: the most tokens per step this build was planned for; every command
-     * chunks longer inputs to ingot_model_max_tokens() */
-    ingot_model *m = ingot_model_load_merged(path, c->lora_merge, 0, load_flags(c), err, sizeof err);
+     * chunks longer inputs to api->max_tokens() */
+    ingot_model *m = api->load_merged(path, c->lora_merge, 0, load_flags(c), err, sizeof err);
     if (!m) die(err);
     for (int i = 0; i < c->n_lora; i++) {
         char name[128];
         const char *lora_path;
         lora_name(c->lora[i], name, sizeof name, &lora_path);
-        check_lora_name(m, name, strlen(name));
-        if (ingot_model_add_lora(m, name, lora_path, err, sizeof err) < 0) die(err);
+        check_lora_name(api, m, name, strlen(name));
+        if (api->add_lora(m, name, lora_path, err, sizeof err) < 0) die(err);
     }
     return m;
 }
 
 /* The model's tokenizer; NULL with err filled when it has none. */
 static tok_tokenizer *try_load_tokenizer(const cli_common *c, ingot_model *m, char *err, size_t errlen) {
+    const ingot_model_api *api = c->model;
     tok_tokenizer *t = NULL;
     if (c->tokenizer) {
         t = tok_from_json_file(c->tokenizer, err, errlen);
     } else {
-        t = tok_from_weights(ingot_model_weights(m), err, errlen);
+        t = tok_from_weights(api->weights(m), err, errlen);
     }
     return t;
 }
@@ -261,7 +261,8 @@ static tok_tokenizer *load_tokenizer(const cli_common *c, ingot_model *m) {
 /* ---- commands ---------------------------------------------------------- */
 
 static int cmd_info(const cli_common *c, int load) {
-    const ingot_desc *d = &ingot_model_desc;
+    const ingot_model_api *api = c->model;
+    const ingot_desc *d = api->desc;
     printf("name:            %s\n", d->name);
     printf("architecture:    %s (models.lua entry), %s weights, backend %s, %s\n", d->arch,
            d->source_format, d->backend, d->fused ? "fused" : "unfused (--no-fuse)");
@@ -277,8 +278,8 @@ static int cmd_info(const cli_common *c, int load) {
         printf("isa:             %s%s%s%s\n", INGOT_ISA, strcmp(INGOT_ISA, "native") == 0 ? " (-march=native: this machine's)" : "",
                choice ? ", " : "", choice ? choice : "");
     }
-    if (DRAFT_API) {
-        const ingot_desc *dd = DRAFT_API->desc;
+    if (c->draft) {
+        const ingot_desc *dd = c->draft->desc;
         printf("draft model:     %s (%s, dim %d, layers %d, vocab %d, context %d, %s) from %s: --spec draft\n",
                dd->name, dd->arch, dd->dim, dd->n_layers, dd->vocab, dd->max_ctx, dd->weight_dtypes, dd->source);
     } else {
@@ -298,15 +299,15 @@ static int cmd_info(const cli_common *c, int load) {
     if (load) {
         ingot_model *m = load_model(c);
         const long long huge = ha_process_huge_bytes();
-        printf("weights:         %.1f MiB in memory (%s)", (double)ingot_model_weight_bytes(m) / (1 << 20),
-               ingot_model_weight_origin(m));
+        printf("weights:         %.1f MiB in memory (%s)", (double)api->weight_bytes(m) / (1 << 20),
+               api->weight_origin(m));
         if (huge >= 0) printf("; %.1f MiB of the process on huge pages", (double)huge / (1 << 20));
         printf("\n");
-        if (*ingot_model_merged_lora(m)) printf("merged adapter:  %s\n", ingot_model_merged_lora(m));
-        for (int id = 1; id <= ingot_model_lora_count(m); id++)
-            printf("adapter %d:       %s = %s: %s\n", id, ingot_model_lora_name(m, id), ingot_model_lora_path(m, id),
-                   ingot_model_lora_summary(m, id));
-        if (ingot_model_lora_count(m) == 0 && !strcmp(d->backend, "cpu"))
+        if (*api->merged_lora(m)) printf("merged adapter:  %s\n", api->merged_lora(m));
+        for (int id = 1; id <= api->lora_count(m); id++)
+            printf("adapter %d:       %s = %s: %s\n", id, api->lora_name(m, id), api->lora_path(m, id),
+                   api->lora_summary(m, id));
+        if (api->lora_count(m) == 0 && !strcmp(d->backend, "cpu"))
             printf("adapters:        none (--lora [NAME=]PATH, chosen per request; --lora-merge PATH)\n");
         char err[512];
         tok_tokenizer *tok = try_load_tokenizer(c, m, err, sizeof err);
@@ -324,7 +325,7 @@ static int cmd_info(const cli_common *c, int load) {
         } else {
             printf("stop tokens:     none (no tokenizer: %s)\n", err);
         }
-        ingot_model_free(m);
+        api->free(m);
     }
     return 0;
 }
@@ -358,6 +359,7 @@ static void write_routing(int layer, int pos, int top_k, const int32_t *experts)
 /* Teacher-forced logits for every position, written as raw f32 [n][vocab];
  * --routing-out writes a mixture-of-experts model's routing decisions. */
 static int cmd_logits(const cli_common *c, int argc, char **argv) {
+    const ingot_model_api *api = c->model;
     const char *tokens_arg = NULL, *out_path = NULL;
     int chunk = 0;
     for (int i = 0; i < argc; i++) {
@@ -368,7 +370,7 @@ static int cmd_logits(const cli_common *c, int argc, char **argv) {
         else if (!strcmp(argv[i], "--routing-out") && i + 1 < argc) {
             routing_out = fopen(argv[++i], "w");
             if (!routing_out) die("cannot open --routing-out file");
-            ingot_moe_observer = write_routing;
+            *api->moe_observer = write_routing;
         }
         else die("logits: unknown option (see --help)");
     }
@@ -378,21 +380,21 @@ static int cmd_logits(const cli_common *c, int argc, char **argv) {
     ingot_model *m = load_model(c);
     tp_pool *pool = tp_create(c->threads);
     cli_seq s;
-    seq_init(&s, m, pool, n);
-    const int max = ingot_model_max_tokens(m);
+    seq_init(&s, api, m, pool, n);
+    const int max = api->max_tokens(m);
     if (chunk <= 0 || chunk > max) chunk = max;
     FILE *out = out_path ? fopen(out_path, "wb") : stdout;
     if (!out) die("cannot open --out file");
     for (int i = 0; i < n; i += chunk) {
         const int k = n - i < chunk ? n - i : chunk;
         seq_step(&s, ids + i, k, k);
-        fwrite(s.logits, sizeof(float), (size_t)k * ingot_model_desc.vocab, out);
+        fwrite(s.logits, sizeof(float), (size_t)k * api->desc->vocab, out);
     }
     if (out != stdout) fclose(out);
     if (routing_out) fclose(routing_out);
     seq_free(&s);
     tp_free(pool);
-    ingot_model_free(m);
+    api->free(m);
     free(ids);
     return 0;
 }
@@ -416,6 +418,7 @@ static char *read_whole_file(const char *path, size_t *len) {
 /* Perplexity over non-overlapping windows of --ctx tokens, each evaluated from
  * an empty cache; the partial tail window is dropped. */
 static int cmd_perplexity(const cli_common *c, int argc, char **argv) {
+    const ingot_model_api *api = c->model;
     const char *file = NULL, *argmax_out = NULL, *tokens_out = NULL, *ids_file = NULL;
     int ctx = 512;
     for (int i = 0; i < argc; i++) {
@@ -427,7 +430,7 @@ static int cmd_perplexity(const cli_common *c, int argc, char **argv) {
         else die("perplexity: unknown option (see --help)");
     }
     if (!file == !ids_file) die("perplexity needs -f TEXT_FILE or --ids IDS_FILE");
-    if (ctx > ingot_model_desc.max_ctx) die("--ctx exceeds the model's context");
+    if (ctx > api->desc->max_ctx) die("--ctx exceeds the model's context");
     size_t len;
     char *text = read_whole_file(file ? file : ids_file, &len);
     if (!text) die("cannot read the input file");
@@ -464,12 +467,12 @@ static int cmd_perplexity(const cli_common *c, int argc, char **argv) {
     FILE *am = argmax_out ? fopen(argmax_out, "wb") : NULL;
     double nll = 0.0;
     long count = 0;
-    const int max = ingot_model_max_tokens(m);
+    const int max = api->max_tokens(m);
     const int progress = isatty(STDERR_FILENO);
     const double t0 = now_seconds();
     for (int w = 0; w < windows; w++) {
         cli_seq s;
-        seq_init(&s, m, pool, ctx);
+        seq_init(&s, api, m, pool, ctx);
         const int32_t *win = ids + (size_t)w * ctx;
         for (int i = 0; i < ctx; i += max) {
             const int k = ctx - i < max ? ctx - i : max;
@@ -477,11 +480,11 @@ static int cmd_perplexity(const cli_common *c, int argc, char **argv) {
             for (int j = 0; j < k; j++) {
                 const int p = i + j; /* logits at p predict token p+1 */
                 if (p + 1 >= ctx) break;
-                const float *lg = s.logits + (size_t)j * ingot_model_desc.vocab;
-                nll -= samp_logprob(lg, ingot_model_desc.vocab, win[p + 1]);
+                const float *lg = s.logits + (size_t)j * api->desc->vocab;
+                nll -= samp_logprob(lg, api->desc->vocab, win[p + 1]);
                 count++;
                 if (am) {
-                    int32_t a = samp_argmax(lg, ingot_model_desc.vocab);
+                    int32_t a = samp_argmax(lg, api->desc->vocab);
                     fwrite(&a, sizeof a, 1, am);
                 }
             }
@@ -499,7 +502,7 @@ static int cmd_perplexity(const cli_common *c, int argc, char **argv) {
     fprintf(stderr, "%.1f tokens/s\n", windows * (double)ctx / dt);
     tp_free(pool);
     if (tok) tok_free(tok);
-    ingot_model_free(m);
+    api->free(m);
     free(ids);
     free(text);
     return 0;
@@ -540,13 +543,13 @@ static int draft_vocabulary_differs(const tok_tokenizer *tok, const ingot_model_
  * cfg->draft->free after the scheduler). */
 static void attach_draft(const cli_common *c, sched_config *cfg, const tok_tokenizer *tok) {
     if (cfg->spec != SCHED_SPEC_DRAFT) return;
-    if (!DRAFT_API) die("--spec draft needs a binary built with a draft model (./ingot build MODEL --draft DRAFT)");
+    if (!c->draft) die("--spec draft needs a binary built with a draft model (./ingot build MODEL --draft DRAFT)");
     char err[1024];
-    const char *path = c->draft_weights ? c->draft_weights : DRAFT_API->desc->source;
-    cfg->draft = DRAFT_API;
-    cfg->draft_model = DRAFT_API->load(path, 0, load_flags(c), err, sizeof err);
+    const char *path = c->draft_weights ? c->draft_weights : c->draft->desc->source;
+    cfg->draft = c->draft;
+    cfg->draft_model = c->draft->load(path, 0, load_flags(c), err, sizeof err);
     if (!cfg->draft_model) die(err);
-    if (draft_vocabulary_differs(tok, DRAFT_API, cfg->draft_model, err, sizeof err)) die(err);
+    if (draft_vocabulary_differs(tok, c->draft, cfg->draft_model, err, sizeof err)) die(err);
 }
 
 static void detach_draft(sched_config *cfg) {
@@ -555,6 +558,7 @@ static void detach_draft(sched_config *cfg) {
 }
 
 static int cmd_tokenize(const cli_common *c, int argc, char **argv) {
+    const ingot_model_api *api = c->model;
     const char *prompt = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-p") && i + 1 < argc) prompt = argv[++i];
@@ -571,7 +575,7 @@ static int cmd_tokenize(const cli_common *c, int argc, char **argv) {
     printf("\n");
     free(ids);
     tok_free(tok);
-    ingot_model_free(m);
+    api->free(m);
     return 0;
 }
 
@@ -580,6 +584,7 @@ static int cmd_tokenize(const cli_common *c, int argc, char **argv) {
 static int generate_scheduled(const cli_common *c, ingot_model *m, tok_tokenizer *tok, sched_config *cfg,
                               const int32_t *prompt_ids, size_t n_prompt, int n_predict, const samp_params *sp,
                               int ignore_eos) {
+    const ingot_model_api *api = c->model;
     char err[512];
     cfg->n_threads = c->threads;
     cfg->kv_blocks = (int)((n_prompt + (size_t)n_predict) / INGOT_KV_BLOCK + 1);
@@ -587,10 +592,10 @@ static int generate_scheduled(const cli_common *c, ingot_model *m, tok_tokenizer
     cfg->prefix_cache = 0;
     cfg->n_stop_ids = tok_stop_ids(tok, &cfg->stop_ids);
     attach_draft(c, cfg, tok);
-    sched *s = sched_create(m, cfg, err, sizeof err);
+    sched *s = sched_create(api, m, cfg, err, sizeof err);
     if (!s) die(err);
     sched_request r = {.prompt = prompt_ids, .n_prompt = n_prompt, .sampling = *sp, .max_tokens = n_predict,
-                       .top_logprobs = -1, .ignore_eos = ignore_eos, .adapter = ingot_model_lora_count(m) > 0};
+                       .top_logprobs = -1, .ignore_eos = ignore_eos, .adapter = api->lora_count(m) > 0};
     uint64_t id;
     const double t0 = now_seconds();
     if (sched_submit(s, &r, &id, err, sizeof err) != 0) die(err);
@@ -641,6 +646,7 @@ static int generate_scheduled(const cli_common *c, ingot_model *m, tok_tokenizer
 }
 
 static int cmd_generate(const cli_common *c, int argc, char **argv) {
+    const ingot_model_api *api = c->model;
     const char *prompt = NULL, *ids_out = NULL;
     int n_predict = 64, ignore_eos = 0;
     samp_params sp = samp_default_params();
@@ -672,26 +678,26 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
     if (tok_encode(tok, prompt, strlen(prompt), 1, 1, &prompt_ids, &n_prompt, err, sizeof err) != 0) die(err);
     if (n_prompt == 0) die("the prompt encodes to no tokens");
     const int total = (int)n_prompt + n_predict;
-    if (total > ingot_model_desc.max_ctx) die("prompt plus -n exceeds the model's context");
+    if (total > api->desc->max_ctx) die("prompt plus -n exceeds the model's context");
     if (spec.spec != SCHED_SPEC_OFF) {
         if (ids_out) die("--ids-out needs --spec off");
         if (n_predict < 1) die("--spec needs -n of at least 1");
         generate_scheduled(c, m, tok, &spec, prompt_ids, n_prompt, n_predict, &sp, ignore_eos);
         tok_free(tok);
-        ingot_model_free(m);
+        api->free(m);
         free(prompt_ids);
         return 0;
     }
     tp_pool *pool = tp_create(c->threads);
     cli_seq s;
-    seq_init(&s, m, pool, total);
+    seq_init(&s, api, m, pool, total);
     samp_sampler smp;
-    if (samp_init(&smp, ingot_model_desc.vocab, &sp) != 0) die("out of memory");
+    if (samp_init(&smp, api->desc->vocab, &sp) != 0) die("out of memory");
     int32_t *history = malloc(sizeof(int32_t) * (size_t)total);
     memcpy(history, prompt_ids, sizeof(int32_t) * n_prompt);
     int n_hist = (int)n_prompt;
 
-    const int max = ingot_model_max_tokens(m);
+    const int max = api->max_tokens(m);
     const double t0 = now_seconds();
     for (size_t i = 0; i < n_prompt; i += (size_t)max) {
         const int k = (int)(n_prompt - i < (size_t)max ? n_prompt - i : (size_t)max);
@@ -708,7 +714,7 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
     if (ids_out && !ids_file) die("cannot open --ids-out file");
     for (; generated < n_predict; generated++) {
         if (ids_file) {
-            const int V = ingot_model_desc.vocab;
+            const int V = api->desc->vocab;
             int a = samp_argmax(s.logits, V), b2 = a == 0 ? 1 : 0;
             for (int j = 0; j < V; j++)
                 if (j != a && s.logits[j] > s.logits[b2]) b2 = j;
@@ -739,7 +745,7 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
     seq_free(&s);
     tp_free(pool);
     tok_free(tok);
-    ingot_model_free(m);
+    api->free(m);
     free(prompt_ids);
     return 0;
 }
@@ -748,6 +754,7 @@ static int cmd_generate(const cli_common *c, int argc, char **argv) {
 /* One line of a batch file as a scheduler request (the tokenizer is loaded on the first text prompt). */
 static void parse_batch_line(const cli_common *c, ingot_model *m, tok_tokenizer **tok, const char *line,
                              sched_request *r) {
+    const ingot_model_api *api = c->model;
     cJSON *j = cJSON_Parse(line);
     if (!j) die("batch: a line is not JSON");
     memset(r, 0, sizeof *r);
@@ -763,7 +770,7 @@ static void parse_batch_line(const cli_common *c, ingot_model *m, tok_tokenizer 
         size_t k = 0;
         const cJSON *id;
         cJSON_ArrayForEach(id, p) {
-            if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= ingot_model_desc.vocab)
+            if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= api->desc->vocab)
                 die("batch: a prompt's ids are integers in [0, vocab)");
             ids[k++] = (int32_t)id->valuedouble;
         }
@@ -785,9 +792,9 @@ static void parse_batch_line(const cli_common *c, ingot_model *m, tok_tokenizer 
     if ((v = cJSON_GetObjectItem(j, "ignore_eos")) && cJSON_IsBool(v)) r->ignore_eos = cJSON_IsTrue(v);
     if ((v = cJSON_GetObjectItem(j, "model"))) { /* an adapter's name (--lora NAME=PATH), or the model's own */
         if (!cJSON_IsString(v)) die("batch: \"model\" is a name");
-        int found = !strcmp(v->valuestring, ingot_model_desc.name);
-        for (int id = 1; !found && id <= ingot_model_lora_count(m); id++)
-            if (!strcmp(v->valuestring, ingot_model_lora_name(m, id))) r->adapter = id, found = 1;
+        int found = !strcmp(v->valuestring, api->desc->name);
+        for (int id = 1; !found && id <= api->lora_count(m); id++)
+            if (!strcmp(v->valuestring, api->lora_name(m, id))) r->adapter = id, found = 1;
         if (!found) die("batch: a line's \"model\" is neither the model's name nor an adapter's (--lora NAME=PATH)");
     }
     if ((v = cJSON_GetObjectItem(j, "embed"))) {
@@ -847,7 +854,7 @@ static double run_batch(sched *s, sched_request *reqs, int n_req, batch_result *
 }
 
 /* One JSON line per request, in input order, then the scheduler's stats line. */
-static void print_batch_results(sched *s, const batch_result *res, int n_req, double seconds) {
+static void print_batch_results(const ingot_desc *d, sched *s, const batch_result *res, int n_req, double seconds) {
     static const char *const why[] = {"length", "eos", "cancelled", "error"};
     long total = 0;
     for (int i = 0; i < n_req; i++) {
@@ -857,7 +864,7 @@ static void print_batch_results(sched *s, const batch_result *res, int n_req, do
         printf("], \"finish\": \"%s\", \"cached_tokens\": %d", why[done->finish], done->cached_tokens);
         if (done->embedding) {
             printf(", \"embedding\": [");
-            for (int k = 0; k < ingot_model_desc.dim; k++) printf("%s%.9g", k ? ", " : "", done->embedding[k]);
+            for (int k = 0; k < d->dim; k++) printf("%s%.9g", k ? ", " : "", done->embedding[k]);
             printf("]");
         }
         if (done->error[0]) printf(", \"error\": \"%s\"", done->error);
@@ -882,6 +889,7 @@ static void print_batch_results(sched *s, const batch_result *res, int n_req, do
  * "embedding": [dim floats] for an embedding), then a stats line. For tests
  * and benchmarks of the scheduler without HTTP. */
 static int cmd_batch(const cli_common *c, int argc, char **argv) {
+    const ingot_model_api *api = c->model;
     const char *file = NULL;
     sched_config cfg = {.n_threads = c->threads, .kv_blocks = 0, .max_batch_tokens = 0, .max_running = 64,
                         .prefix_cache = 1, .max_waiting = 4096};
@@ -914,10 +922,10 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
         for (int i = 0; i < n_req; i++) cfg.kv_blocks += (int)((reqs[i].n_prompt + reqs[i].max_tokens) / INGOT_KV_BLOCK + 1);
     }
     attach_draft(c, &cfg, tok);
-    sched *s = sched_create(m, &cfg, err, sizeof err);
+    sched *s = sched_create(api, m, &cfg, err, sizeof err);
     if (!s) die(err);
     batch_result *res = calloc((size_t)n_req, sizeof *res);
-    print_batch_results(s, res, n_req, run_batch(s, reqs, n_req, res));
+    print_batch_results(api->desc, s, res, n_req, run_batch(s, reqs, n_req, res));
     sched_destroy(s);
     detach_draft(&cfg);
     for (int i = 0; i < n_req; i++) {
@@ -929,19 +937,20 @@ static int cmd_batch(const cli_common *c, int argc, char **argv) {
     free(reqs);
     free(text);
     if (tok) tok_free(tok);
-    ingot_model_free(m);
+    api->free(m);
     return 0;
 }
 
 /* Loads the checkpoint the long way (every check, conversion and interleaving) and writes the
  * weights as the kernels read them to the build's cast file; `./ingot build` runs it. */
 static int cmd_cast_weights(cli_common *c) {
+    const ingot_model_api *api = c->model;
     c->no_cast = 1;
     ingot_model *m = load_model(c);
     char err[1024];
-    const int rc = ingot_model_cast(m, err, sizeof err);
-    if (rc == 0) printf("cast %.1f MiB of weights for %s\n", (double)ingot_model_weight_bytes(m) / (1 << 20), ingot_model_desc.name);
-    ingot_model_free(m);
+    const int rc = api->cast(m, err, sizeof err);
+    if (rc == 0) printf("cast %.1f MiB of weights for %s\n", (double)api->weight_bytes(m) / (1 << 20), api->desc->name);
+    api->free(m);
     if (rc != 0) die(err);
     return 0;
 }
@@ -952,7 +961,14 @@ static void add_lora_option(cli_common *c, const char *spec) {
 }
 
 int main(int argc, char **argv) {
-    cli_common c = {.threads = 2};
+    /* The one place the generated model's table is named: every command receives it in c. */
+#ifdef INGOT_DRAFT
+    cli_common c = {.threads = 2, .model = &ingot_generated_model, .draft = &ingot_generated_draft};
+#else
+    cli_common c = {.threads = 2, .model = &ingot_generated_model};
+#endif
+    const ingot_model_api *api = c.model;
+    program_name = api->desc->name;
     const char *env_threads = getenv("INGOT_THREADS");
     if (env_threads) c.threads = (int)parse_long(env_threads, "INGOT_THREADS", 1, 64);
     int i = 1;
@@ -1003,20 +1019,20 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "chat")) {
         ingot_model *m = load_model(&c);
         tok_tokenizer *tok = load_tokenizer(&c, m);
-        const int rc = chat_cli_main(m, tok, c.threads, argc - i, argv + i);
+        const int rc = chat_cli_main(api, m, tok, c.threads, argc - i, argv + i);
         tok_free(tok);
-        ingot_model_free(m);
+        api->free(m);
         return rc;
     }
     if (!strcmp(cmd, "serve")) {
-        const srv_draft draft = {DRAFT_API, c.draft_weights, load_flags(&c)};
-        const int pre = server_preflight(&draft, argc - i, argv + i); /* before the weights are mapped or copied */
+        const srv_draft draft = {c.draft, c.draft_weights, load_flags(&c)};
+        const int pre = server_preflight(api, &draft, argc - i, argv + i); /* before the weights are mapped or copied */
         if (pre != 0) return pre < 0 ? 0 : pre; /* < 0: --print-memory answered */
         ingot_model *m = load_model(&c);
         tok_tokenizer *tok = load_tokenizer(&c, m);
-        const int rc = server_main(m, tok, c.threads, &draft, argc - i, argv + i);
+        const int rc = server_main(api, m, tok, c.threads, &draft, argc - i, argv + i);
         tok_free(tok);
-        ingot_model_free(m);
+        api->free(m);
         return rc;
     }
     if (!strcmp(cmd, "batch")) return cmd_batch(&c, argc - i, argv + i);

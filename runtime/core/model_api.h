@@ -1,8 +1,8 @@
 /* model_api.h — the contract between a generated model and the runtime.
  *
- * A generated model (build/<name>/gen/model.c) defines ingot_model_desc and
- * the functions below; the runtime (CLI, scheduler, server) never knows which
- * model or backend it drives. One forward call is one step for many
+ * A generated model (build/<name>/gen/model.c) exports one table of
+ * functions and constants (ingot_model_api, below); the runtime (CLI,
+ * scheduler, server) never knows which model or backend it drives. One forward call is one step for many
  * sequences: each sequence brings its new tokens (1 for decode, a chunk for
  * prefill), their positions, and the block table that maps its positions to
  * blocks of the paged KV pool. A step returns next-token logits for the rows
@@ -37,7 +37,7 @@ typedef struct {
                                   never read again and may be released (block table entry -1) */
     size_t state_bytes_per_seq;/* recurrent layers' state of one sequence (a causal convolution's
                                   last inputs, a state-space or delta-rule scan's state); 0: none. Held in a slot of its own per
-                                  sequence (ingot_state_alloc), not per position: a step must bring
+                                  sequence (state_alloc), not per position: a step must bring
                                   a sequence's tokens in order from its last one, so the prefix cache
                                   and speculative decoding, which resume or rewind at other
                                   positions, do not apply to such a model */
@@ -51,15 +51,13 @@ typedef struct {
                                   bytes moved per token), one item per line; NULL if none */
 } ingot_desc;
 
-extern const ingot_desc ingot_model_desc;
-
 /* The paged KV pool: n_blocks blocks of INGOT_KV_BLOCK tokens for every
  * layer. Layout is the model's own business (see the generated file); the
  * runtime only allocates kv_bytes_per_token * INGOT_KV_BLOCK * n_blocks bytes. */
 typedef struct {
     void *data;
     int n_blocks;
-    void *state;              /* n_state_slots x state_bytes_per_seq (ingot_state_alloc); NULL when none */
+    void *state;              /* n_state_slots x state_bytes_per_seq (state_alloc); NULL when none */
     int n_state_slots;
 } ingot_kv;
 
@@ -89,104 +87,96 @@ typedef struct {
                                  the LM head reads; transformers' last_hidden_state), written by the
                                  step. A step with n_logits == 0 skips the LM head. */
     const int32_t *adapters;  /* [n_seqs] the LoRA adapter each sequence runs with: 0 the base model,
-                                 k the k-th ingot_model_add_lora; NULL: every sequence the base model */
+                                 k the k-th add_lora; NULL: every sequence the base model */
 } ingot_batch;
 
 typedef struct ingot_model ingot_model;
 
-/* Maps weights, checks every tensor's name/shape/dtype against the
- * description, converts where the build asked for another dtype, and
- * allocates the scratch arena for up to max_tokens tokens per step (<= 0: the
- * build's --max-tokens, which ingot_model_max_tokens reports; callers chunk
- * longer inputs). NULL and err filled on failure. */
-ingot_model *ingot_model_load(const char *weights_path, int max_tokens, unsigned flags, char *err, size_t errlen);
-/* flags of ingot_model_load. By default the CPU backend copies the weights
- * out of the file mapping into huge pages (hugealloc.h: faster decode, a
- * slower start, memory of its own); INGOT_LOAD_MMAP reads them in place. */
+/* A generated model's entry points and constants: the one value through which the runtime (CLI,
+ * scheduler, server) reaches a model. Every function of the generated source is static; it
+ * exports only this table, as ingot_generated_model, and a binary built with a draft model
+ * (./ingot build TARGET --draft DRAFT) holds the draft's as ingot_generated_draft
+ * (build/model.mk compiles the draft with INGOT_MODEL_TABLE set to that name). Only main.c names
+ * them: everything else receives the table as a value. */
+typedef struct {
+    const ingot_desc *desc;
+
+    /* Maps weights, checks every tensor's name/shape/dtype against the description, converts where
+     * the build asked for another dtype, and allocates the scratch arena for up to max_tokens
+     * tokens per step (<= 0: the build's --max-tokens, which max_tokens reports; callers chunk
+     * longer inputs). NULL and err filled on failure. flags: INGOT_LOAD_*. */
+    ingot_model *(*load)(const char *weights_path, int max_tokens, unsigned flags, char *err, size_t errlen);
+    /* The same, with the LoRA adapter at lora_path (runtime/load/lora.h: PEFT's or a GGUF) folded
+     * into the weights it updates as they load (W + scale B A, then stored in the compiled dtype):
+     * one fine-tune served at the base model's speed (--lora-merge). lora_path NULL: load. A
+     * merged load never reads the build's cast file, which holds the base weights. */
+    ingot_model *(*load_merged)(const char *weights_path, const char *lora_path, int max_tokens, unsigned flags,
+                                char *err, size_t errlen);
+    /* What load_merged folded in ("PATH: rank 8, alpha 16, ..."), or "" when nothing. */
+    const char *(*merged_lora)(const ingot_model *m);
+    /* Adds a LoRA adapter a step's sequences may choose (ingot_batch.adapters), under a name
+     * requests give as their "model" (at most 63 bytes, kept): its id (1, 2, ...), or -1 with err
+     * filled (a file that is not an adapter of this model, or a backend without them). */
+    int (*add_lora)(ingot_model *m, const char *name, const char *path, char *err, size_t errlen);
+    int (*lora_count)(const ingot_model *m);
+    /* Adapter id's name, path and what it updates ("rank 8, alpha 16, 14 of 30 linears (q_proj, ...)"). */
+    const char *(*lora_name)(const ingot_model *m, int id);
+    const char *(*lora_path)(const ingot_model *m, int id);
+    const char *(*lora_summary)(const ingot_model *m, int id);
+    void (*free)(ingot_model *m);
+    /* Writes a loaded model's weights, as its kernels read them, to the build's cast file (see
+     * INGOT_LOAD_NO_CAST): 0, or -1 with err filled (the CUDA backend has no cast: it uploads). */
+    int (*cast)(const ingot_model *m, char *err, size_t errlen);
+    const wt_file *(*weights)(const ingot_model *m);
+    size_t (*weight_bytes)(const ingot_model *m);
+    /* How the load got the weights, counted by kind: "30 read in place from the file, 14 repacked
+     * from the checkpoint's quantized format at open, 2 copied, 5 converted to another dtype at
+     * load, 2 joined from parts" (the kinds with a count, in that order). */
+    const char *(*weight_origin)(const ingot_model *m);
+    /* Scratch the model holds besides weights and the KV pool: the activation arena, RoPE tables,
+     * attention scores (CUDA: their device copies and the step's logits and hidden rows). A
+     * function of the build's constants: m may be NULL (before loading), as for max_tokens. */
+    size_t (*scratch_bytes)(const ingot_model *m);
+    /* What weight_bytes will report, from the build's weight table (shapes and compiled dtypes),
+     * before anything is loaded. */
+    size_t (*weights_planned_bytes)(void);
+    int (*max_tokens)(const ingot_model *m);
+
+    /* The KV pool lives where the backend computes: host memory for the CPU backend, device memory
+     * for CUDA. kv_alloc fills kv with a zeroed pool of n_blocks blocks (0, or -1 with err
+     * filled); kv_release frees it. kv_fit_blocks is the number of blocks the backend's own memory
+     * holds after weights and scratch at the given utilization fraction (CUDA: free device memory
+     * x fraction), or 0 when the backend has no such limit (host memory: the caller's budget
+     * decides). */
+    int (*kv_alloc)(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen);
+    void (*kv_release)(ingot_model *m, ingot_kv *kv);
+    /* Gives kv, after kv_alloc, the recurrent state of n_slots sequences (state_bytes_per_seq each,
+     * where the model computes; nothing when the model has none): 0, or -1 with err filled.
+     * kv_release frees it with the pool. */
+    int (*state_alloc)(ingot_model *m, ingot_kv *kv, int n_slots, char *err, size_t errlen);
+    int (*kv_fit_blocks)(ingot_model *m, double fraction);
+
+    /* Runs one step; returns 0, or -1 with err filled for a batch that breaks the contract (too
+     * many tokens, position beyond the context, bad ids). */
+    int (*forward)(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *pool, char *err, size_t errlen);
+
+    /* Debugging tap of mixture-of-experts models: when *moe_observer is set, it is called for
+     * every token of every MoE layer with the experts chosen, best first. */
+    void (**moe_observer)(int moe_layer, int pos, int top_k, const int32_t *experts);
+} ingot_model_api;
+
+/* flags of load. By default the CPU backend copies the weights out of the file mapping into huge
+ * pages (hugealloc.h: faster decode, a slower start, memory of its own); INGOT_LOAD_MMAP reads
+ * them in place. */
 #define INGOT_LOAD_MMAP 1u
 /* A CPU build reads the weights `./ingot build` cast for its checkpoint (BUILD_NAME.weights beside
  * the binary: runtime/load/model_cast.h) when that file matches the checkpoint loaded;
  * INGOT_LOAD_NO_CAST converts the checkpoint at load even then. */
 #define INGOT_LOAD_NO_CAST 2u
-/* The same, with the LoRA adapter at lora_path (runtime/load/lora.h: PEFT's or a GGUF) folded into
- * the weights it updates as they load (W + scale B A, then stored in the compiled dtype): one
- * fine-tune served at the base model's speed (--lora-merge). lora_path NULL: ingot_model_load. A
- * merged load never reads the build's cast file, which holds the base weights. */
-ingot_model *ingot_model_load_merged(const char *weights_path, const char *lora_path, int max_tokens, unsigned flags,
-                                     char *err, size_t errlen);
-/* What ingot_model_load_merged folded in ("PATH: rank 8, alpha 16, ..."), or "" when nothing. */
-const char *ingot_model_merged_lora(const ingot_model *m);
-/* Adds a LoRA adapter a step's sequences may choose (ingot_batch.adapters), under a name requests
- * give as their "model" (at most 63 bytes, kept): its id (1, 2, ...), or -1 with err filled (a file
- * that is not an adapter of this model, or a backend without them). */
-int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, char *err, size_t errlen);
-int ingot_model_lora_count(const ingot_model *m);
-/* Adapter id's name, path and what it updates ("rank 8, alpha 16, 14 of 30 linears (q_proj, ...)"). */
-const char *ingot_model_lora_name(const ingot_model *m, int id);
-const char *ingot_model_lora_path(const ingot_model *m, int id);
-const char *ingot_model_lora_summary(const ingot_model *m, int id);
-void ingot_model_free(ingot_model *m);
-/* Writes a loaded model's weights, as its kernels read them, to the build's cast file (see
- * INGOT_LOAD_NO_CAST): 0, or -1 with err filled (the CUDA backend has no cast: it uploads). */
-int ingot_model_cast(const ingot_model *m, char *err, size_t errlen);
-const wt_file *ingot_model_weights(const ingot_model *m);
-size_t ingot_model_weight_bytes(const ingot_model *m);
-/* How the load got the weights, counted by kind: "30 read in place from the
- * file, 14 repacked from the checkpoint's quantized format at open, 2
- * copied, 5 converted to another dtype at load, 2 joined from parts" (the
- * kinds with a count, in that order). */
-const char *ingot_model_weight_origin(const ingot_model *m);
-/* Scratch the model holds besides weights and the KV pool: the activation
- * arena, RoPE tables, attention scores (CUDA: their device copies and the
- * step's logits and hidden rows). A function of the build's constants: m may
- * be NULL (before loading), as for ingot_model_max_tokens. */
-size_t ingot_model_scratch_bytes(const ingot_model *m);
-/* What ingot_model_weight_bytes will report, from the build's weight table
- * (shapes and compiled dtypes), before anything is loaded. */
-size_t ingot_weights_planned_bytes(void);
-int ingot_model_max_tokens(const ingot_model *m);
 
-/* The KV pool lives where the backend computes: host memory for the CPU
- * backend, device memory for CUDA. ingot_kv_alloc fills kv with a zeroed
- * pool of n_blocks blocks (0, or -1 with err filled); ingot_kv_release frees
- * it. ingot_kv_fit_blocks is the number of blocks the backend's own memory
- * holds after weights and scratch at the given utilization fraction (CUDA:
- * free device memory x fraction), or 0 when the backend has no such limit
- * (host memory: the caller's budget decides). */
-int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen);
-void ingot_kv_release(ingot_model *m, ingot_kv *kv);
-/* Gives kv, after ingot_kv_alloc, the recurrent state of n_slots sequences (state_bytes_per_seq
- * each, where the model computes; nothing when the model has none): 0, or -1 with err filled.
- * ingot_kv_release frees it with the pool. */
-int ingot_state_alloc(ingot_model *m, ingot_kv *kv, int n_slots, char *err, size_t errlen);
-int ingot_kv_fit_blocks(ingot_model *m, double fraction);
-
-/* Runs one step; returns 0, or -1 with err filled for a batch that breaks the
- * contract (too many tokens, position beyond the context, bad ids). */
-int ingot_forward(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *pool, char *err,
-                  size_t errlen);
-
-/* A model's entry points as values. A binary built with a draft model
- * (./ingot build TARGET --draft DRAFT) holds a second generated model whose
- * symbols carry the ingot_draft_ prefix (templates/cpu/draft_prefix.h); it
- * exports them as ingot_draft_api, and the runtime drives it through this
- * table (speculative decoding), while the target keeps the plain names. */
-typedef struct {
-    const ingot_desc *desc;
-    ingot_model *(*load)(const char *weights_path, int max_tokens, unsigned flags, char *err, size_t errlen);
-    void (*free)(ingot_model *m);
-    const wt_file *(*weights)(const ingot_model *m);
-    int (*max_tokens)(const ingot_model *m);
-    size_t (*weight_bytes)(const ingot_model *m);
-    size_t (*scratch_bytes)(const ingot_model *m);
-    size_t (*weights_planned_bytes)(void);
-    int (*kv_alloc)(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen);
-    void (*kv_release)(ingot_model *m, ingot_kv *kv);
-    int (*forward)(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *pool, char *err, size_t errlen);
-} ingot_model_api;
-
-/* Debugging tap of mixture-of-experts models: when set, called for every
- * token of every MoE layer with the experts chosen, best first. */
-extern void (*ingot_moe_observer)(int moe_layer, int pos, int top_k, const int32_t *experts);
+extern const ingot_model_api ingot_generated_model;
+#ifdef INGOT_DRAFT
+extern const ingot_model_api ingot_generated_draft;
+#endif
 
 #endif

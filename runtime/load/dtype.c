@@ -8,21 +8,22 @@
 #include <strings.h>
 
 static const char *const dtype_names[INGOT_DTYPE_COUNT] = {
-    [INGOT_F32] = "f32", [INGOT_F16] = "f16", [INGOT_BF16] = "bf16",
-    [INGOT_Q8_0] = "q8_0", [INGOT_Q4_0] = "q4_0", [INGOT_Q4_1] = "q4_1",
-    [INGOT_Q5_0] = "q5_0", [INGOT_Q5_1] = "q5_1", [INGOT_Q2_K] = "q2_k",
-    [INGOT_Q3_K] = "q3_k", [INGOT_Q4_K] = "q4_k", [INGOT_Q5_K] = "q5_k",
-    [INGOT_Q6_K] = "q6_k", [INGOT_IQ4_NL] = "iq4_nl", [INGOT_IQ4_XS] = "iq4_xs",
-    [INGOT_I32] = "i32", [INGOT_F8_E4M3] = "f8_e4m3", [INGOT_Q4_Z] = "q4_z", [INGOT_Q8_Z] = "q8_z",
-    [INGOT_F8_B32] = "f8_b32", [INGOT_MXFP4] = "mxfp4",
+#define INGOT_DTYPE(E, name, elems, bytes, ggml, ctype, role) [INGOT_##E] = #name,
+#include "dtype_table.h"
 };
+static const int dtype_elems[INGOT_DTYPE_COUNT] = {
+#define INGOT_DTYPE(E, name, elems, bytes, ggml, ctype, role) [INGOT_##E] = elems,
+#include "dtype_table.h"
+};
+static const size_t dtype_bytes[INGOT_DTYPE_COUNT] = {
+#define INGOT_DTYPE(E, name, elems, bytes, ggml, ctype, role) [INGOT_##E] = bytes,
+#include "dtype_table.h"
+};
+/* The table's block bytes are the block structs' sizes (the layouts are GGUF's: dtype.h). */
+#define INGOT_DTYPE(E, name, elems, bytes, ggml, ctype, role) \
+    _Static_assert(sizeof(ctype) == (bytes), #name ": dtype_table.h's block bytes are not sizeof(" #ctype ")");
+#include "dtype_table.h"
 
-_Static_assert(sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_iq4_nl) == 18, "32-block sizes");
-_Static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(block_q4_K) == 144 &&
-                   sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 && sizeof(block_iq4_xs) == 136,
-               "super-block sizes");
-_Static_assert(sizeof(block_q4_z) == 20 && sizeof(block_q8_z) == 36 && sizeof(block_f8_b32) == 36, "zero-point and fp8 blocks");
-_Static_assert(sizeof(block_mxfp4) == 17, "mxfp4 block");
 
 const int8_t dtype_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 const int8_t dtype_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -45,45 +46,10 @@ int dtype_from_name(const char *name, ingot_dtype *out) {
 }
 
 /* 32 or 256 for block-quantized types, 1 for plain floats (and unknown values). */
-int dtype_block_elems(ingot_dtype t) {
-    switch (t) {
-    case INGOT_Q8_0: case INGOT_Q4_0: case INGOT_Q4_1: case INGOT_Q5_0: case INGOT_Q5_1: case INGOT_IQ4_NL:
-    case INGOT_Q4_Z: case INGOT_Q8_Z: case INGOT_F8_B32: case INGOT_MXFP4:
-        return INGOT_QBLOCK;
-    case INGOT_Q2_K: case INGOT_Q3_K: case INGOT_Q4_K: case INGOT_Q5_K: case INGOT_Q6_K: case INGOT_IQ4_XS:
-        return INGOT_KBLOCK;
-    default:
-        return 1;
-    }
-}
+int dtype_block_elems(ingot_dtype t) { return (unsigned)t < INGOT_DTYPE_COUNT ? dtype_elems[t] : 1; }
 
 /* Bytes per block; 0 for an unknown type so callers' size checks fail. */
-size_t dtype_block_bytes(ingot_dtype t) {
-    switch (t) {
-    case INGOT_F32: return 4;
-    case INGOT_F16: return 2;
-    case INGOT_BF16: return 2;
-    case INGOT_Q8_0: return sizeof(block_q8_0);
-    case INGOT_Q4_0: return sizeof(block_q4_0);
-    case INGOT_Q4_1: return sizeof(block_q4_1);
-    case INGOT_Q5_0: return sizeof(block_q5_0);
-    case INGOT_Q5_1: return sizeof(block_q5_1);
-    case INGOT_Q2_K: return sizeof(block_q2_K);
-    case INGOT_Q3_K: return sizeof(block_q3_K);
-    case INGOT_Q4_K: return sizeof(block_q4_K);
-    case INGOT_Q5_K: return sizeof(block_q5_K);
-    case INGOT_Q6_K: return sizeof(block_q6_K);
-    case INGOT_IQ4_NL: return sizeof(block_iq4_nl);
-    case INGOT_IQ4_XS: return sizeof(block_iq4_xs);
-    case INGOT_I32: return 4;
-    case INGOT_F8_E4M3: return 1;
-    case INGOT_Q4_Z: return sizeof(block_q4_z);
-    case INGOT_Q8_Z: return sizeof(block_q8_z);
-    case INGOT_F8_B32: return sizeof(block_f8_b32);
-    case INGOT_MXFP4: return sizeof(block_mxfp4);
-    default: return 0;
-    }
-}
+size_t dtype_block_bytes(ingot_dtype t) { return (unsigned)t < INGOT_DTYPE_COUNT ? dtype_bytes[t] : 0; }
 
 /* Row size in bytes with overflow and block-multiple checks. */
 int dtype_row_bytes(ingot_dtype t, int64_t n, size_t *out) {

@@ -12,33 +12,11 @@
 #include <stdint.h>
 #include <string.h>
 
+/* INGOT_F32, INGOT_F16, ...: one per row of dtype_table.h, in its order (what each block holds:
+ * the table's comments and the layouts below). */
 typedef enum {
-    INGOT_F32 = 0,
-    INGOT_F16,
-    INGOT_BF16,
-    INGOT_Q8_0,  /* 32 elements: f16 scale d, int8 q[32];        x = d*q           */
-    INGOT_Q4_0,  /* 32 elements: f16 scale d, 16 bytes of nibbles; x = d*(q-8)     */
-    INGOT_Q4_1,  /* 32 elements: f16 scale d, f16 min m, nibbles;  x = d*q + m     */
-    INGOT_Q5_0,  /* 32 elements: d, 5-bit q (nibble + 1 bit of qh); x = d*(q-16)   */
-    INGOT_Q5_1,  /* 32 elements: d, m, 5-bit q;                     x = d*q + m     */
-    INGOT_Q2_K,  /* 256: 16 groups of 16, 4-bit scale and min each, 2-bit q          */
-    INGOT_Q3_K,  /* 256: 16 groups of 16, 6-bit signed scale, 3-bit q (2 + hmask bit) */
-    INGOT_Q4_K,  /* 256: 8 groups of 32, 6-bit scale and min each, 4-bit q           */
-    INGOT_Q5_K,  /* 256: as Q4_K with a fifth bit per q from qh                      */
-    INGOT_Q6_K,  /* 256: 16 groups of 16, int8 scale, 6-bit q (4 + 2 bits)           */
-    INGOT_IQ4_NL, /* 32 elements: d, 4-bit index into a fixed non-linear table      */
-    INGOT_IQ4_XS, /* 256: 8 groups of 32, 6-bit signed scale, 4-bit table index     */
-    /* Safetensors element types that are parts of a quantized checkpoint
-     * (GPTQ/AWQ packed codes, FP8 weights): read, never a kernel's type. */
-    INGOT_I32,     /* int32 element                                               */
-    INGOT_F8_E4M3, /* float8_e4m3fn element (no infinities; 0x7f/0xff are NaN)    */
-    /* What GPTQ, AWQ and FP8 checkpoints are repacked into at load
-     * (quant_ckpt.h): every weight they define, exactly. */
-    INGOT_Q4_Z,   /* 32 elements: f16 scale d, integer zero z, nibbles; x = d*(q-z)     */
-    INGOT_Q8_Z,   /* 32 elements: f16 scale d, integer zero z, bytes;   x = d*(q-z)     */
-    INGOT_F8_B32, /* 32 elements: f32 scale d, E4M3 codes;             x = d*e4m3(q)   */
-    INGOT_MXFP4,  /* 32 elements: E8M0 scale e, 4-bit E2M1 codes (OCP microscaling, gpt-oss's
-                     experts); x = 2^(e-128) * dtype_mxfp4_values[q] */
+#define INGOT_DTYPE(E, name, elems, bytes, ggml, ctype, role) INGOT_##E,
+#include "dtype_table.h"
     INGOT_DTYPE_COUNT
 } ingot_dtype;
 

@@ -11,14 +11,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* GGML type ids this engine supports (ggml.h's enum ggml_type), and their mapping. */
-enum {
-    GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8,
-    GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_IQ4_NL = 20,
-    GGML_IQ4_XS = 23, GGML_BF16 = 30, GGML_MXFP4 = 39
+/* The GGML type ids this engine reads (ggml.h's enum ggml_type): dtype_table.h's GGML column. */
+static const struct { int ggml; ingot_dtype dtype; const char *name; } GGML_TYPES[] = {
+#define INGOT_DTYPE(E, name, elems, bytes, ggml, ctype, role) {ggml, INGOT_##E, #E},
+#include "dtype_table.h"
 };
-#define SUPPORTED_TYPES "F32=0, F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8, Q2_K=10, Q3_K=11, Q4_K=12, " \
-                        "Q5_K=13, Q6_K=14, IQ4_NL=20, IQ4_XS=23, BF16=30, MXFP4=39"
+#define N_GGML_TYPES ((int)(sizeof GGML_TYPES / sizeof GGML_TYPES[0]))
 
 /* Smallest possible encodings, used to reject counts that cannot fit in
  * the bytes that remain before trusting them for allocation. */
@@ -224,25 +222,24 @@ static int cmp_tn_offset(const void *a, const void *b) {
 }
 
 static int map_type(uint32_t g, ingot_dtype *out) {
-    switch (g) {
-    case GGML_F32: *out = INGOT_F32; return 0;
-    case GGML_F16: *out = INGOT_F16; return 0;
-    case GGML_BF16: *out = INGOT_BF16; return 0;
-    case GGML_Q8_0: *out = INGOT_Q8_0; return 0;
-    case GGML_Q4_0: *out = INGOT_Q4_0; return 0;
-    case GGML_Q4_1: *out = INGOT_Q4_1; return 0;
-    case GGML_Q5_0: *out = INGOT_Q5_0; return 0;
-    case GGML_Q5_1: *out = INGOT_Q5_1; return 0;
-    case GGML_Q2_K: *out = INGOT_Q2_K; return 0;
-    case GGML_Q3_K: *out = INGOT_Q3_K; return 0;
-    case GGML_Q4_K: *out = INGOT_Q4_K; return 0;
-    case GGML_Q5_K: *out = INGOT_Q5_K; return 0;
-    case GGML_Q6_K: *out = INGOT_Q6_K; return 0;
-    case GGML_IQ4_NL: *out = INGOT_IQ4_NL; return 0;
-    case GGML_IQ4_XS: *out = INGOT_IQ4_XS; return 0;
-    case GGML_MXFP4: *out = INGOT_MXFP4; return 0;
-    default: return -1;
-    }
+    for (int i = 0; i < N_GGML_TYPES; i++)
+        if (GGML_TYPES[i].ggml >= 0 && (uint32_t)GGML_TYPES[i].ggml == g) {
+            *out = GGML_TYPES[i].dtype;
+            return 0;
+        }
+    return -1;
+}
+
+/* "F32=0, F16=1, ..." in GGML id order, for the error that names an unsupported type. */
+static void supported_types(char *out, size_t cap) {
+    size_t n = 0;
+    out[0] = 0;
+    for (int id = 0, last = -1; id < 256; id++)
+        for (int i = 0; i < N_GGML_TYPES; i++)
+            if (GGML_TYPES[i].ggml == id && n < cap) {
+                n += (size_t)snprintf(out + n, cap - n, "%s%s=%d", last < 0 ? "" : ", ", GGML_TYPES[i].name, id);
+                last = id;
+            }
 }
 
 /* Parses one tensor info and validates everything that does not depend on
@@ -260,8 +257,11 @@ static int parse_tensor(reader *r, gguf_tensor *t, uint64_t index) {
         if (rd_u64(r, &t->ne[i], what)) return -1;
     for (uint32_t i = t->n_dims; i < 4; i++) t->ne[i] = 1;
     if (rd_u32(r, &t->ggml_type, what) || rd_u64(r, &t->offset, what)) return -1;
-    if (map_type(t->ggml_type, &t->dtype))
-        return fail(r, "tensor '%s': unsupported ggml type %u (supported: " SUPPORTED_TYPES ")", name, t->ggml_type);
+    if (map_type(t->ggml_type, &t->dtype)) {
+        char supported[256];
+        supported_types(supported, sizeof supported);
+        return fail(r, "tensor '%s': unsupported ggml type %u (supported: %s)", name, t->ggml_type, supported);
+    }
     /* Element count must fit in int64 (shapes are exposed as int64). */
     uint64_t nel = 1;
     for (uint32_t i = 0; i < t->n_dims; i++) {

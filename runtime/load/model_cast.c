@@ -25,7 +25,7 @@ typedef struct {
     uint32_t version, n_weights;
     uint64_t layout;       /* model_cast_layout() of the binary that wrote it */
     uint64_t source;       /* model_cast_source() of the checkpoint it was cast from */
-    uint64_t weight_bytes; /* ingot_model_weight_bytes() */
+    uint64_t weight_bytes; /* the model table's weight_bytes() */
     uint64_t data_offset, data_bytes;
 } model_cast_header;
 

@@ -69,7 +69,7 @@ typedef struct {
     unsigned char *wmem;     /* the weights copied or converted, one hugealloc.h buffer */
     size_t wmem_bytes;
     size_t weight_bytes;     /* what the kernels read, in all */
-    char origin[192];        /* how the load got each weight: ingot_model_weight_origin */
+    char origin[192];        /* how the load got each weight: the model table's weight_origin */
     void *cast_map;          /* the mapped cast file of a load with --mmap (model_cast.h), else NULL */
     size_t cast_map_bytes;
 } mw_weights;

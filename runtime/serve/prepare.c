@@ -167,11 +167,11 @@ static void submit_error(oai_error *e, const char *msg) {
 /* What a request's "model" names: 0 for the model this server serves, k for its k-th LoRA adapter
  * (--lora NAME=PATH); else -1 with a 404 in e. */
 static int check_model(const server *s, const char *model, oai_error *e) {
-    const ingot_desc *d = &ingot_model_desc;
+    const ingot_desc *d = s->api->desc;
     if (strcmp(model, d->name) == 0) return 0;
-    const int n = ingot_model_lora_count(s->model);
+    const int n = s->api->lora_count(s->model);
     for (int id = 1; id <= n; id++)
-        if (!strcmp(model, ingot_model_lora_name(s->model, id))) return id;
+        if (!strcmp(model, s->api->lora_name(s->model, id))) return id;
     oai_error_set(e, 404, "invalid_request_error", "model", "model_not_found",
                   "The model '%.100s' does not exist; this server serves '%s'%s", model, d->name,
                   n ? " and its adapters (GET /v1/models lists them)" : "");
@@ -246,13 +246,13 @@ static int completion_prompt(server *s, oai_request *q, int32_t **ids, size_t *n
 }
 
 /* The prompt has tokens and fits the context with max_tokens. 0, or -1 with e filled. */
-static int check_prompt_length(const oai_request *q, size_t n_ids, oai_error *e) {
+static int check_prompt_length(const server *s, const oai_request *q, size_t n_ids, oai_error *e) {
     const char *pparam = q->kind == OAI_CHAT ? "messages" : "prompt";
     if (n_ids == 0) {
         oai_error_set(e, 400, "invalid_request_error", pparam, NULL, "the prompt encodes to no tokens");
         return -1;
     }
-    const long ctx = ingot_model_desc.max_ctx;
+    const long ctx = s->api->desc->max_ctx;
     if ((long)n_ids < ctx && (q->max_tokens <= 0 || (long)n_ids + q->max_tokens <= ctx)) return 0;
     if (q->max_tokens > 0)
         oai_error_set(e, 400, "invalid_request_error", pparam, "context_length_exceeded",
@@ -315,7 +315,7 @@ static int prepare_generate(server *s, srv_intake *in) {
                               : completion_prompt(s, &q->q, &ids, &n_ids, &e)) != 0)
         goto fail;
     /* a count needs no room to generate and no grammar */
-    if (!count && (check_prompt_length(&q->q, n_ids, &e) != 0 || make_constraints(s, &q->q, in->cons, &e) != 0)) {
+    if (!count && (check_prompt_length(s, &q->q, n_ids, &e) != 0 || make_constraints(s, &q->q, in->cons, &e) != 0)) {
         free(ids);
         goto fail;
     }
@@ -375,7 +375,7 @@ static void start_stream(struct evhttp_request *r) {
  * submitted to the scheduler, the reply started. */
 static void submit_generate(server *s, srv_intake *in) {
     struct evhttp_request *r = in->r;
-    const ingot_desc *d = &ingot_model_desc;
+    const ingot_desc *d = s->api->desc;
     srv_req *q = in->q;
     sched_constraint **cons = in->cons;
     oai_error e = {0};
@@ -396,7 +396,7 @@ static void submit_generate(server *s, srv_intake *in) {
     snprintf(q->id, sizeof q->id, "%s%016llx%08llx", ID_PREFIX[q->q.api], (unsigned long long)srv_splitmix(&s->rng),
              (unsigned long long)++s->next_id);
     q->meta = (oai_meta){.kind = q->q.kind, .id = q->id, .created = (long long)time(NULL),
-                         .model = q->adapter ? ingot_model_lora_name(s->model, q->adapter) : d->name};
+                         .model = q->adapter ? s->api->lora_name(s->model, q->adapter) : d->name};
     q->out = (out_request){.q = &q->q, .meta = &q->meta, .tok = s->tok, .tool_format = s->tool_format,
                            .tool_marker_id = s->tool_marker_id, .rng = &s->rng, .write = srv_write_event, .user = q,
                            .prompt_tokens = (int)in->n_ids};
@@ -435,7 +435,7 @@ static void submit_generate(server *s, srv_intake *in) {
 /* Intake worker: the request parsed and every input tokenized and checked (as
  * prepare_generate). 0, or -1 with in->e and all freed. */
 static int prepare_embeddings(server *s, srv_intake *in) {
-    const ingot_desc *d = &ingot_model_desc;
+    const ingot_desc *d = s->api->desc;
     oai_error e = {0};
     srv_req *q = calloc(1, sizeof *q);
     emb_request *er = calloc(1, sizeof *er);

@@ -156,7 +156,7 @@ static void reply_embeddings(server *s, srv_req *q, struct evhttp_request *h) {
     char *body = NULL;
     if (vecs) {
         for (int i = 0; i < q->n_choices; i++) vecs[i] = q->choices[i].embedding;
-        body = emb_response_json(q->emb, ingot_model_desc.name, vecs, ingot_model_desc.dim, q->n_prompt);
+        body = emb_response_json(q->emb, s->api->desc->name, vecs, s->api->desc->dim, q->n_prompt);
         free(vecs);
     }
     if (body) srv_reply(s, h, 200, "application/json", body, strlen(body));

@@ -84,11 +84,11 @@ static void handle_models(server *s, struct evhttp_request *r) {
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", ingot_model_desc.name);
+    cJSON_AddStringToObject(m, "id", s->api->desc->name);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)s->created);
     cJSON_AddStringToObject(m, "owned_by", "ingot");
-    cJSON_AddNumberToObject(m, "max_model_len", ingot_model_desc.max_ctx);
+    cJSON_AddNumberToObject(m, "max_model_len", s->api->desc->max_ctx);
     /* "model": the checkpoint's own template; "builtin-chatml": it has none */
     cJSON_AddStringToObject(m, "chat_template", chat_is_builtin(s->chat) ? "builtin-chatml" : "model");
     /* how tool calls are parsed, and whether the template or the server describes the tools */
@@ -109,16 +109,16 @@ static void handle_models(server *s, struct evhttp_request *r) {
     }
     cJSON_AddItemToArray(data, m);
     /* the LoRA adapters (--lora NAME=PATH), each a model a request may name, over this one */
-    for (int id = 1; id <= ingot_model_lora_count(s->model); id++) {
+    for (int id = 1; id <= s->api->lora_count(s->model); id++) {
         cJSON *a = cJSON_CreateObject();
-        cJSON_AddStringToObject(a, "id", ingot_model_lora_name(s->model, id));
+        cJSON_AddStringToObject(a, "id", s->api->lora_name(s->model, id));
         cJSON_AddStringToObject(a, "object", "model");
         cJSON_AddNumberToObject(a, "created", (double)s->created);
         cJSON_AddStringToObject(a, "owned_by", "ingot");
-        cJSON_AddStringToObject(a, "parent", ingot_model_desc.name);
-        cJSON_AddStringToObject(a, "root", ingot_model_lora_path(s->model, id));
-        cJSON_AddStringToObject(a, "lora", ingot_model_lora_summary(s->model, id));
-        cJSON_AddNumberToObject(a, "max_model_len", ingot_model_desc.max_ctx);
+        cJSON_AddStringToObject(a, "parent", s->api->desc->name);
+        cJSON_AddStringToObject(a, "root", s->api->lora_path(s->model, id));
+        cJSON_AddStringToObject(a, "lora", s->api->lora_summary(s->model, id));
+        cJSON_AddNumberToObject(a, "max_model_len", s->api->desc->max_ctx);
         cJSON_AddItemToArray(data, a);
     }
     srv_reply_json(s, r, 200, root);
@@ -141,7 +141,7 @@ static void handle_health(server *s, struct evhttp_request *r) {
     const int ok = strcmp(state, "stalled") != 0;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "status", !strcmp(state, "ready") ? "ok" : state);
-    cJSON_AddStringToObject(j, "model", ingot_model_desc.name);
+    cJSON_AddStringToObject(j, "model", s->api->desc->name);
     cJSON_AddStringToObject(j, "state", state);
     cJSON_AddNumberToObject(j, "kv_blocks_used", st.kv_blocks_used);
     cJSON_AddNumberToObject(j, "kv_blocks_total", st.kv_blocks_total);
@@ -164,7 +164,7 @@ static void handle_ready(server *s, struct evhttp_request *r) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddBoolToObject(j, "ready", ok);
     cJSON_AddStringToObject(j, "state", state);
-    cJSON_AddStringToObject(j, "model", ingot_model_desc.name);
+    cJSON_AddStringToObject(j, "model", s->api->desc->name);
     srv_reply_json(s, r, ok ? 200 : 503, j);
 }
 

@@ -105,7 +105,7 @@ static void release_blocks(sched *s, sched_seq *q) {
     q->n_blocks = 0;
     q->n_computed = 0;
     /* a recomputed embedding pools its rows again from the first */
-    if (q->pool_sum) memset(q->pool_sum, 0, sizeof(double) * (size_t)ingot_model_desc.dim);
+    if (q->pool_sum) memset(q->pool_sum, 0, sizeof(double) * (size_t)s->api->desc->dim);
     q->n_published = 0;
     q->last_hash = hash_seed(q);
     q->matched = 0;
@@ -193,8 +193,8 @@ static int submit(sched *s, const sched_request *r, uint64_t *id, char *err, siz
                  r->n_prompt, s->max_ctx);
         return -1;
     }
-    if (r->adapter < 0 || r->adapter > ingot_model_lora_count(s->model)) {
-        snprintf(err, errlen, "adapter %d is not one of the model's %d", r->adapter, ingot_model_lora_count(s->model));
+    if (r->adapter < 0 || r->adapter > s->api->lora_count(s->model)) {
+        snprintf(err, errlen, "adapter %d is not one of the model's %d", r->adapter, s->api->lora_count(s->model));
         return -1;
     }
     for (size_t i = 0; i < r->n_prompt; i++) {
@@ -208,8 +208,8 @@ static int submit(sched *s, const sched_request *r, uint64_t *id, char *err, siz
     /* the most blocks it holds at once: all of them, or with a sliding
      * window, its prompt (admitted whole) and then a window plus a step */
     int need = blocks_for(s, (int)capacity);
-    if (ingot_model_desc.kv_window > 0) {
-        int windowed = blocks_for(s, ingot_model_desc.kv_window + s->cfg.max_batch_tokens) + 1;
+    if (s->api->desc->kv_window > 0) {
+        int windowed = blocks_for(s, s->api->desc->kv_window + s->cfg.max_batch_tokens) + 1;
         if (windowed < blocks_for(s, (int)r->n_prompt)) windowed = blocks_for(s, (int)r->n_prompt);
         if (windowed < need) need = windowed;
     }
@@ -382,8 +382,8 @@ static void match_prefix(sched *s, sched_seq *q) {
  * sequence could need more than the whole pool to come back. */
 static int admission_blocks(const sched *s, const sched_seq *q) {
     int n = blocks_for(s, q->n_tokens);
-    if (ingot_model_desc.kv_window > 0) {
-        const int windowed = blocks_for(s, ingot_model_desc.kv_window + s->cfg.max_batch_tokens) + 1;
+    if (s->api->desc->kv_window > 0) {
+        const int windowed = blocks_for(s, s->api->desc->kv_window + s->cfg.max_batch_tokens) + 1;
         if (windowed < n) n = windowed;
     }
     return n;
@@ -444,7 +444,7 @@ static void preempt_newest(sched *s) {
  * position < n_computed - window + 1) go back to the pool, so a sequence's
  * memory is bounded by the window, not its length. */
 static void release_out_of_window(sched *s, sched_seq *q) {
-    const int window = ingot_model_desc.kv_window;
+    const int window = s->api->desc->kv_window;
     if (window <= 0) return;
     const int first_visible = q->n_computed - window + 1;
     for (int i = 0; i < q->n_blocks && (i + 1) * s->block <= first_visible; i++) {
@@ -813,7 +813,7 @@ static int step(sched *s) {
     ingot_batch b = lay_out_batch(s, &sb);
     char err[256];
     const double tf = now_s();
-    const int rc = ingot_forward(s->model, &s->kv, &b, s->pool, err, sizeof err);
+    const int rc = s->api->forward(s->model, &s->kv, &b, s->pool, err, sizeof err);
     const double tf1 = now_s();
     take_results(s, &sb, rc != 0 ? err : NULL);
     record_step(s, &sb, now_s() - t0, tf1 - tf);
@@ -884,27 +884,28 @@ static int spec_rows_for(const sched_config *cfg, int running) {
     return (running < 16 ? running : 16) * cfg->spec_k;
 }
 
-size_t sched_scratch_bytes(const sched_config *cfg, int model_max_tokens) {
+size_t sched_scratch_bytes(const ingot_desc *d, const sched_config *cfg, int model_max_tokens) {
     int B, R;
     effective_limits(cfg, model_max_tokens, &B, &R);
-    const size_t vocab = (size_t)ingot_model_desc.vocab, dim = (size_t)ingot_model_desc.dim;
+    const size_t vocab = (size_t)d->vocab, dim = (size_t)d->dim;
     const size_t rows = (size_t)(R + spec_rows_for(cfg, R));
     return sizeof(float) * (rows * vocab + vocab + (size_t)B * dim) + sizeof(int32_t) * (size_t)(5 * B + 10 * R) +
-           sizeof(int32_t) * rows + ingot_model_desc.state_bytes_per_seq * (size_t)R;
+           sizeof(int32_t) * rows + d->state_bytes_per_seq * (size_t)R;
 }
 
-const char *sched_prefix_cache_refusal(void) {
-    return ingot_model_desc.state_bytes_per_seq > 0
+const char *sched_prefix_cache_refusal(const ingot_desc *d) {
+    return d->state_bytes_per_seq > 0
                ? "the model's recurrent layers keep each sequence's state in a slot, not per KV block"
                : NULL;
 }
 
-sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t errlen) {
+sched *sched_create(const ingot_model_api *api, ingot_model *m, const sched_config *cfg, char *err, size_t errlen) {
     sched *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    s->api = api;
     s->model = m;
     s->cfg = *cfg;
     if (cfg->n_stop_ids > 0) {
@@ -918,21 +919,21 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
         s->n_stop_ids = cfg->n_stop_ids;
     }
     s->cfg.stop_ids = s->stop_ids;
-    s->max_ctx = ingot_model_desc.max_ctx;
-    s->vocab = ingot_model_desc.vocab;
-    s->dim = ingot_model_desc.dim;
+    s->max_ctx = api->desc->max_ctx;
+    s->vocab = api->desc->vocab;
+    s->dim = api->desc->dim;
     s->block = INGOT_KV_BLOCK;
     if (s->cfg.n_threads < 1) s->cfg.n_threads = 1;
     if (s->cfg.max_running < 1) s->cfg.max_running = 64;
     if (s->cfg.max_waiting < 1) s->cfg.max_waiting = 1024;
-    effective_limits(&s->cfg, ingot_model_max_tokens(m), &s->cfg.max_batch_tokens, &s->cfg.max_running);
+    effective_limits(&s->cfg, api->max_tokens(m), &s->cfg.max_batch_tokens, &s->cfg.max_running);
     if (s->cfg.spec_k < 1) s->cfg.spec_k = 4;
     if (s->cfg.spec_ngram_max < 1) s->cfg.spec_ngram_max = 3;
     if (s->cfg.spec_ngram_min < 1) s->cfg.spec_ngram_min = 1;
     if (s->cfg.spec_ngram_min > s->cfg.spec_ngram_max) s->cfg.spec_ngram_min = s->cfg.spec_ngram_max;
     s->spec_rows = spec_rows_for(&s->cfg, s->cfg.max_running);
-    if (sched_prefix_cache_refusal()) s->cfg.prefix_cache = 0;
-    if (s->cfg.spec != SCHED_SPEC_OFF && ingot_model_desc.state_bytes_per_seq > 0) {
+    if (sched_prefix_cache_refusal(api->desc)) s->cfg.prefix_cache = 0;
+    if (s->cfg.spec != SCHED_SPEC_OFF && api->desc->state_bytes_per_seq > 0) {
         snprintf(err, errlen, "speculative decoding needs a model whose every layer caches per position; this one has "
                  "recurrent layers (a rejected draft would have advanced their state): use --spec off");
         free(s->stop_ids);
@@ -943,7 +944,7 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
         const char *why = NULL;
         if (!s->cfg.draft || !s->cfg.draft_model) why = "--spec draft needs a binary built with --draft DRAFT";
         else if (s->cfg.draft->desc->vocab != s->vocab) why = "the draft model's vocabulary differs from the model's";
-        else if (ingot_model_desc.kv_window > 0 || s->cfg.draft->desc->kv_window > 0)
+        else if (api->desc->kv_window > 0 || s->cfg.draft->desc->kv_window > 0)
             why = "--spec draft does not support sliding-window models";
         else if (s->cfg.draft->desc->state_bytes_per_seq > 0)
             why = "the draft model has recurrent layers (a rejected draft would have advanced their state)";
@@ -959,12 +960,12 @@ sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t e
         free(s);
         return NULL;
     }
-    const size_t block_bytes = ingot_model_desc.kv_bytes_per_token * INGOT_KV_BLOCK;
+    const size_t block_bytes = api->desc->kv_bytes_per_token * INGOT_KV_BLOCK;
     char kv_err[256] = "";
     const int B = s->cfg.max_batch_tokens, R = s->cfg.max_running;
-    if (ingot_kv_alloc(m, &s->kv, s->cfg.kv_blocks, kv_err, sizeof kv_err) != 0) s->kv.data = NULL;
-    else if (ingot_state_alloc(m, &s->kv, R, kv_err, sizeof kv_err) != 0) {
-        ingot_kv_release(m, &s->kv);
+    if (api->kv_alloc(m, &s->kv, s->cfg.kv_blocks, kv_err, sizeof kv_err) != 0) s->kv.data = NULL;
+    else if (api->state_alloc(m, &s->kv, R, kv_err, sizeof kv_err) != 0) {
+        api->kv_release(m, &s->kv);
         s->kv.data = NULL;
     }
     s->blocks = kv_create(s->cfg.kv_blocks, INGOT_KV_BLOCK);
@@ -1042,7 +1043,7 @@ void sched_destroy(sched *s) {
     }
     tp_free(s->pool);
     kv_destroy(s->blocks);
-    if (s->kv.data) ingot_kv_release(s->model, &s->kv);
+    if (s->kv.data) s->api->kv_release(s->model, &s->kv);
     if (s->draft_kv.data) s->cfg.draft->kv_release(s->cfg.draft_model, &s->draft_kv);
     free(s->d_tokens);
     free(s->d_pos);

@@ -100,7 +100,7 @@ typedef struct {
     int ignore_eos;         /* stop ids are generated as text (not with a constraint: a stop it allows ends) */
     sched_task task;        /* SCHED_GENERATE (0), or an embedding: then max_tokens and sampling are unused */
     sched_constraint *constraint; /* NULL, or taken over by sched_submit (freed even when it fails) */
-    int adapter;            /* 0: the base model; k: the model's k-th LoRA adapter (ingot_model_add_lora) */
+    int adapter;            /* 0: the base model; k: the model's k-th LoRA adapter (the model's add_lora) */
 } sched_request;
 
 typedef enum {
@@ -153,17 +153,17 @@ typedef struct sched sched;
 /* Bytes sched_create allocates besides the KV pool for cfg on a model that
  * takes model_max_tokens per step (logits of every running sequence, hidden
  * rows of a step, the step's index arrays): for memory budgets. */
-size_t sched_scratch_bytes(const sched_config *cfg, int model_max_tokens);
+size_t sched_scratch_bytes(const ingot_desc *d, const sched_config *cfg, int model_max_tokens);
 
 /* Why the prefix cache serves no prompt of this model, or NULL when it does: a model with
  * recurrent layers carries each sequence's state in a slot, not per KV block, so a prompt cannot
  * resume from cached blocks. sched_create turns the cache off for it. */
-const char *sched_prefix_cache_refusal(void);
+const char *sched_prefix_cache_refusal(const ingot_desc *d);
 
 /* Starts the scheduler thread; NULL and err filled on failure. A model with recurrent layers gets a
  * state slot per running sequence; speculative decoding is refused for it (a rejected draft would
  * have advanced the state). */
-sched *sched_create(ingot_model *m, const sched_config *cfg, char *err, size_t errlen);
+sched *sched_create(const ingot_model_api *api, ingot_model *m, const sched_config *cfg, char *err, size_t errlen);
 /* Stops the thread (in-flight requests end with SCHED_FINISH_CANCELLED) and frees everything. */
 void sched_destroy(sched *s);
 

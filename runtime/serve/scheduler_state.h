@@ -49,6 +49,7 @@ typedef struct sched_seq {
 } sched_seq;
 
 struct sched {
+    const ingot_model_api *api; /* the model's table (model_api.h), as sched_create was given it */
     ingot_model *model;
     sched_config cfg;
     tp_pool *pool;

@@ -15,12 +15,16 @@
 
 /* ---- values --------------------------------------------------------------- */
 
+/* The served model's name, the prefix of every message below: set by srv_parse_config (which runs
+ * before any other thread starts) from the model's descriptor. */
+static const char *model_name = "ingot";
+
 static int parse_num(const char *s, const char *what, double lo, double hi, int integer, double *out) {
     char *end;
     errno = 0;
     const double v = strtod(s, &end);
     if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi || (integer && v != floor(v))) {
-        fprintf(stderr, "%s: error: %s must be %s in [%g, %g], got '%s'\n", ingot_model_desc.name, what,
+        fprintf(stderr, "%s: error: %s must be %s in [%g, %g], got '%s'\n", model_name, what,
                 integer ? "an integer" : "a number", lo, hi, s);
         return -1;
     }
@@ -46,7 +50,7 @@ static int parse_bytes(const char *v, const char *what, double *out) {
     if (*end == 'B' || *end == 'b') end++;
     if (errno || end == v || *end || !isfinite(x) || x <= 0 || x * unit > 1e18) {
         fprintf(stderr, "%s: error: %s must be a positive byte count (e.g. 512M, 4G), got '%s'\n",
-                ingot_model_desc.name, what, v);
+                model_name, what, v);
         return -1;
     }
     *out = floor(x * unit);
@@ -57,7 +61,7 @@ static int parse_pooling(const char *v, const char *what, sched_task *out) {
     if (!strcmp(v, "last")) *out = SCHED_EMBED_LAST;
     else if (!strcmp(v, "mean")) *out = SCHED_EMBED_MEAN;
     else {
-        fprintf(stderr, "%s: error: %s must be last or mean, got '%s'\n", ingot_model_desc.name, what, v);
+        fprintf(stderr, "%s: error: %s must be last or mean, got '%s'\n", model_name, what, v);
         return -1;
     }
     return 0;
@@ -65,7 +69,7 @@ static int parse_pooling(const char *v, const char *what, sched_task *out) {
 
 static int parse_spec(const char *v, const char *what, sched_spec_mode *out) {
     if (sched_spec_parse(v, out) == 0) return 0;
-    fprintf(stderr, "%s: error: %s must be off, ngram or draft, got '%s'\n", ingot_model_desc.name, what, v);
+    fprintf(stderr, "%s: error: %s must be off, ngram or draft, got '%s'\n", model_name, what, v);
     return -1;
 }
 
@@ -177,7 +181,7 @@ static int read_numeric_option(srv_config *c, srv_numbers *n, const char *a, con
     for (; k < N_NUMERIC_OPTIONS; k++)
         if (!strcmp(a, NUMERIC_OPTIONS[k].flag)) break;
     if (k == N_NUMERIC_OPTIONS || !val) {
-        fprintf(stderr, "%s: error: serve: unknown option or missing value '%s'\n%s", ingot_model_desc.name, a,
+        fprintf(stderr, "%s: error: serve: unknown option or missing value '%s'\n%s", model_name, a,
                 SRV_USAGE);
         return -1;
     }
@@ -221,14 +225,16 @@ static int store_numbers(srv_config *c, const srv_numbers *n) {
     c->responses_store = (int)n->rs_entries;
     c->responses_store_mib = n->rs_mib;
     if (c->spec_ngram_min > c->spec_ngram_max) {
-        fprintf(stderr, "%s: error: --spec-ngram-min (%d) is above --spec-ngram-max (%d)\n", ingot_model_desc.name,
+        fprintf(stderr, "%s: error: --spec-ngram-min (%d) is above --spec-ngram-max (%d)\n", model_name,
                 c->spec_ngram_min, c->spec_ngram_max);
         return -1;
     }
     return 0;
 }
 
-int srv_parse_config(srv_config *c, int argc, char **argv) {
+int srv_parse_config(srv_config *c, const ingot_model_api *model, int argc, char **argv) {
+    c->model = model;
+    model_name = model->desc->name;
     srv_numbers n = {.port = 8080, .running = 32, .waiting = 1024, .body = 4 << 20, .grace = 30, .dev_frac = 0.90,
                      .read_timeout = 30, .max_conns = 512, .spec_k = 4, .ngram_min = 1, .ngram_max = 3,
                      .intake_threads = 2, .rs_entries = 256, .rs_mib = 64};
@@ -240,7 +246,7 @@ int srv_parse_config(srv_config *c, int argc, char **argv) {
 
 int srv_plan_memory(const srv_config *c, const ingot_model_api *draft, double weight_bytes, int model_max,
                     int device_blocks, srv_mem_plan *p) {
-    const ingot_desc *d = &ingot_model_desc;
+    const ingot_desc *d = c->model->desc;
     const double mib = 1048576.0, budget = c->memory_budget;
     /* --spec draft: the draft's weights, scratch and a KV pool of as many blocks as the target's */
     if (c->spec != SCHED_SPEC_DRAFT) draft = NULL;
@@ -260,7 +266,7 @@ int srv_plan_memory(const srv_config *c, const ingot_model_api *draft, double we
     if (mbt > model_max) mbt = model_max;
     const sched_config limits = {.max_batch_tokens = mbt, .max_running = c->max_running, .spec = c->spec,
                                  .spec_k = c->spec_k};
-    const double scratch_bytes = (double)ingot_model_scratch_bytes(NULL) + (double)sched_scratch_bytes(&limits, model_max) +
+    const double scratch_bytes = (double)c->model->scratch_bytes(NULL) + (double)sched_scratch_bytes(d, &limits, model_max) +
                                  (draft ? (double)draft->scratch_bytes(NULL) +
                                               sizeof(float) * (double)c->max_running * (double)d->vocab : 0.0);
     if (budget > 0 && !c->kv_explicit) {
@@ -288,20 +294,20 @@ int srv_plan_memory(const srv_config *c, const ingot_model_api *draft, double we
     return 0;
 }
 
-int server_preflight(const srv_draft *draft, int argc, char **argv) {
+int server_preflight(const ingot_model_api *api, const srv_draft *draft, int argc, char **argv) {
     srv_config c;
     memset(&c, 0, sizeof c);
-    if (srv_parse_config(&c, argc, argv) != 0) return 2;
+    if (srv_parse_config(&c, api, argc, argv) != 0) return 2;
     if (c.memory_budget <= 0 && !c.print_memory) return 0;
     /* the device's free memory is not known before the model is loaded: only the budget's own limit here */
     srv_mem_plan p;
-    if (srv_plan_memory(&c, draft ? draft->api : NULL, (double)ingot_weights_planned_bytes(),
-                        ingot_model_max_tokens(NULL), 0, &p) != 0)
+    if (srv_plan_memory(&c, draft ? draft->api : NULL, (double)api->weights_planned_bytes(),
+                        api->max_tokens(NULL), 0, &p) != 0)
         return 1;
     if (!c.print_memory) return 0;
     /* what a supervisor (ingot-router) adds up against its own budget before starting this process */
     printf("{\"model\": \"%s\", \"weights_bytes\": %.0f, \"kv_bytes\": %.0f, \"kv_blocks\": %d, "
-           "\"scratch_bytes\": %.0f, \"total_bytes\": %.0f}\n", ingot_model_desc.name, p.weights, p.kv,
+           "\"scratch_bytes\": %.0f, \"total_bytes\": %.0f}\n", api->desc->name, p.weights, p.kv,
            p.kv_blocks, p.scratch, p.total);
     fflush(stdout);
     return -1;

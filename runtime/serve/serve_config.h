@@ -11,6 +11,7 @@
 
 /* Every option of serve, as parsed. */
 typedef struct {
+    const ingot_model_api *model; /* the model served: its name for messages, its sizes for the plan */
     char host[256];
     int port;
     const char *api_key;   /* NULL: no authentication */
@@ -45,7 +46,7 @@ typedef struct {
 /* Defaults, then the environment, then the options after "serve" (the
  * command line wins). 0, or -1 with the reason printed (usage included for an
  * unknown option). */
-int srv_parse_config(srv_config *c, int argc, char **argv);
+int srv_parse_config(srv_config *c, const ingot_model_api *model, int argc, char **argv);
 
 /* What the process will hold, and the KV pool's size. */
 typedef struct {

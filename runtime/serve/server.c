@@ -90,7 +90,7 @@ static void on_grace_over(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     server *s = arg;
     fprintf(stderr, "%s: grace period over with %d request(s) in flight; cancelling them\n",
-            ingot_model_desc.name, s->n_reqs);
+            s->api->desc->name, s->n_reqs);
     event_base_loopexit(s->base, NULL);
 }
 
@@ -98,13 +98,13 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
     (void)what;
     server *s = arg;
     if (s->draining) {
-        fprintf(stderr, "%s: second signal; exiting now\n", ingot_model_desc.name);
+        fprintf(stderr, "%s: second signal; exiting now\n", s->api->desc->name);
         event_base_loopexit(s->base, NULL);
         return;
     }
     s->draining = 1;
     fprintf(stderr, "%s: %s received; no new connections, %d request(s) in flight, grace %.0f s\n",
-            ingot_model_desc.name, sig == SIGTERM ? "SIGTERM" : "SIGINT", s->n_reqs, s->cfg.grace);
+            s->api->desc->name, sig == SIGTERM ? "SIGTERM" : "SIGINT", s->n_reqs, s->cfg.grace);
     if (s->listener) {
         evhttp_del_accept_socket(s->http, s->listener);
         s->listener = NULL;
@@ -159,9 +159,9 @@ static void add_metrics(server *s) {
 /* The model's chat template, and the tool-call format it implies. */
 static int load_template(server *s) {
     char err[1024];
-    s->chat = chat_load(ingot_model_weights(s->model), s->tok, err, sizeof err);
+    s->chat = chat_load(s->api->weights(s->model), s->tok, err, sizeof err);
     if (!s->chat) {
-        fprintf(stderr, "%s: error: %s\n", ingot_model_desc.name, err);
+        fprintf(stderr, "%s: error: %s\n", s->api->desc->name, err);
         return -1;
     }
     s->tool_format = tc_detect(chat_text(s->chat), &s->tools_native);
@@ -173,7 +173,7 @@ static int load_template(server *s) {
 /* The event loop and what lives on it: metrics, the intake workers, the
  * scheduler's wake-up, the signals that start a drain. */
 static int create_loop(server *s) {
-    const char *name = ingot_model_desc.name;
+    const char *name = s->api->desc->name;
     if (s->cfg.rate_rpm > 0 || s->cfg.rate_tpm > 0) {
         if (!(s->rl = rl_create(s->cfg.rate_rpm, s->cfg.rate_tpm))) {
             fprintf(stderr, "%s: error: out of memory\n", name);
@@ -217,7 +217,7 @@ static int create_loop(server *s) {
 /* The HTTP guard and evhttp on the listening socket; *port: the port bound
  * (--port 0 binds a free one). */
 static int listen_http(server *s, int *port) {
-    const char *name = ingot_model_desc.name;
+    const char *name = s->api->desc->name;
     /* the guard frames and limits requests before evhttp sees them and times
      * reads; evhttp gets no timeout of its own, as a long generation is a long
      * write. A reply that makes no progress for an hour is abandoned. */
@@ -249,7 +249,7 @@ static int listen_http(server *s, int *port) {
 /* --spec draft: the draft model loaded and checked against the model's
  * tokenizer, and handed to the scheduler's config. */
 static int load_draft(server *s, const srv_draft *draft, sched_config *sc) {
-    const char *name = ingot_model_desc.name;
+    const char *name = s->api->desc->name;
     char err[1024];
     if (!draft || !draft->api) {
         fprintf(stderr, "%s: error: --spec draft needs a binary built with a draft model (./ingot build MODEL "
@@ -279,8 +279,8 @@ static int load_draft(server *s, const srv_draft *draft, sched_config *sc) {
 
 /* The scheduler's thread over the planned KV pool, and the grammar vocabulary it masks with. */
 static int start_scheduler(server *s, const srv_draft *draft, const srv_mem_plan *mp) {
-    const char *name = ingot_model_desc.name;
-    const char *no_prefix_cache = sched_prefix_cache_refusal();
+    const char *name = s->api->desc->name;
+    const char *no_prefix_cache = sched_prefix_cache_refusal(s->api->desc);
     if (s->cfg.prefix_cache && no_prefix_cache) {
         s->cfg.prefix_cache = 0;
         fprintf(stderr, "%s: prefix cache off: %s\n", name, no_prefix_cache);
@@ -300,7 +300,7 @@ static int start_scheduler(server *s, const srv_draft *draft, const srv_mem_plan
     }
     if (s->cfg.spec == SCHED_SPEC_DRAFT && load_draft(s, draft, &sc) != 0) return -1;
     char err[1024];
-    s->sched = sched_create(s->model, &sc, err, sizeof err);
+    s->sched = sched_create(s->api, s->model, &sc, err, sizeof err);
     if (!s->sched) {
         fprintf(stderr, "%s: error: scheduler: %s\n", name, err);
         return -1;
@@ -310,7 +310,7 @@ static int start_scheduler(server *s, const srv_draft *draft, const srv_mem_plan
 
 /* What the server runs with, on stderr once it listens. */
 static void print_banner(server *s, const srv_mem_plan *mp, int port) {
-    const ingot_desc *d = &ingot_model_desc;
+    const ingot_desc *d = s->api->desc;
     const size_t block_bytes = d->kv_bytes_per_token * INGOT_KV_BLOCK;
     const int kv_blocks = mp->kv_blocks, mbt = mp->batch_tokens;
     const double mib = 1048576.0, budget = s->cfg.memory_budget;
@@ -375,9 +375,9 @@ static void print_banner(server *s, const srv_mem_plan *mp, int port) {
 static int plan_memory(server *s, const srv_draft *draft, srv_mem_plan *mp) {
     /* a device backend sizes its KV pool by its free memory, unless told */
     const int device_blocks = s->cfg.kv_blocks || s->cfg.kv_memory_mib > 0
-                                  ? 0 : ingot_kv_fit_blocks(s->model, s->cfg.device_memory_fraction);
-    return srv_plan_memory(&s->cfg, draft ? draft->api : NULL, (double)ingot_model_weight_bytes(s->model),
-                           ingot_model_max_tokens(s->model), device_blocks, mp);
+                                  ? 0 : s->api->kv_fit_blocks(s->model, s->cfg.device_memory_fraction);
+    return srv_plan_memory(&s->cfg, draft ? draft->api : NULL, (double)s->api->weight_bytes(s->model),
+                           s->api->max_tokens(s->model), device_blocks, mp);
 }
 
 /* Everything server_main made, whether it started or not. */
@@ -405,13 +405,15 @@ static void server_free(server *s) {
     libevent_global_shutdown();
 }
 
-int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_draft *draft, int argc, char **argv) {
+int server_main(const ingot_model_api *api, ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_draft *draft,
+                int argc, char **argv) {
     server *s = calloc(1, sizeof *s);
     if (!s) return 1;
-    if (srv_parse_config(&s->cfg, argc, argv) != 0) {
+    if (srv_parse_config(&s->cfg, api, argc, argv) != 0) {
         free(s);
         return 2;
     }
+    s->api = api;
     s->model = m;
     s->tok = tok;
     s->n_threads = n_threads;
@@ -427,7 +429,7 @@ int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_dra
         start_scheduler(s, draft, &mp) == 0) {
         print_banner(s, &mp, port);
         event_base_dispatch(s->base);
-        fprintf(stderr, "%s: shutting down (%d request(s) unfinished)\n", ingot_model_desc.name, s->n_reqs);
+        fprintf(stderr, "%s: shutting down (%d request(s) unfinished)\n", s->api->desc->name, s->n_reqs);
         rc = 0;
     }
     server_free(s);

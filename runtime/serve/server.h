@@ -45,7 +45,7 @@
 typedef struct {
     const ingot_model_api *api; /* NULL: the binary has none */
     const char *weights;        /* NULL: the checkpoint it was built from */
-    unsigned load_flags;        /* ingot_model_load's */
+    unsigned load_flags;        /* the load's INGOT_LOAD_* */
 } srv_draft;
 
 /* Checks the options before the model is loaded and, with --memory-budget,
@@ -59,11 +59,12 @@ typedef struct {
  * ingot-router counts against its budget): exit 0 without loading. With
  * --spec draft the draft model's weights, scratch and KV pool (as many blocks
  * as the target's) count too. */
-int server_preflight(const srv_draft *draft, int argc, char **argv);
+int server_preflight(const ingot_model_api *api, const srv_draft *draft, int argc, char **argv);
 
 /* Runs until SIGTERM/SIGINT and the grace period; returns the exit status
  * (0 after a clean shutdown, 2 for bad options, 1 when it cannot start).
- * argv: the options after "serve". The model and tokenizer stay the caller's. */
-int server_main(ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_draft *draft, int argc, char **argv);
+ * argv: the options after "serve". api is the model's table (model_api.h); the model and
+ * tokenizer stay the caller's. */
+int server_main(const ingot_model_api *api, ingot_model *m, tok_tokenizer *tok, int n_threads, const srv_draft *draft, int argc, char **argv);
 
 #endif

@@ -85,6 +85,7 @@ typedef struct srv_req {
 
 struct server {
     srv_config cfg;
+    const ingot_model_api *api;       /* the generated model served (main.c hands it over) */
     ingot_model *model;
     const ingot_model_api *draft_api; /* --spec draft: the draft model and its entry points */
     ingot_model *draft_model;

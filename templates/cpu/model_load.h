@@ -15,7 +15,7 @@
 
 /* This model's weight table, as the library's load takes it. */
 static mw_table model_weight_table(void) {
-    return (mw_table){WEIGHTS, N_WEIGHTS, ALLOW_UNUSED_TENSORS, ingot_model_desc.arch, NULL};
+    return (mw_table){WEIGHTS, N_WEIGHTS, ALLOW_UNUSED_TENSORS, model_desc.arch, NULL};
 }
 
 static void *model_aligned_alloc(size_t bytes) {
@@ -23,7 +23,7 @@ static void *model_aligned_alloc(size_t bytes) {
     return aligned_alloc(64, rounded ? rounded : 64);
 }
 
-void ingot_model_free(ingot_model *m) {
+static void model_free(ingot_model *m) {
     if (!m) return;
 #ifdef MODEL_BEFORE_FREE
     MODEL_BEFORE_FREE(m);
@@ -41,13 +41,9 @@ void ingot_model_free(ingot_model *m) {
     free(m);
 }
 
-const char *ingot_model_weight_origin(const ingot_model *m) { return m->wt.origin; }
+static const char *model_weight_origin(const ingot_model *m) { return m->wt.origin; }
 
-ingot_model *ingot_model_load(const char *path, int max_tokens, unsigned flags, char *err, size_t errlen) {
-    return ingot_model_load_merged(path, NULL, max_tokens, flags, err, errlen);
-}
-
-ingot_model *ingot_model_load_merged(const char *path, const char *lora_path, int max_tokens, unsigned flags,
+static ingot_model *model_load_merged(const char *path, const char *lora_path, int max_tokens, unsigned flags,
                                      char *err, size_t errlen) {
     if (max_tokens > STEP_TOKENS) {
         snprintf(err, errlen, "this build plans for at most %d tokens per step, %d requested", STEP_TOKENS, max_tokens);
@@ -55,15 +51,15 @@ ingot_model *ingot_model_load_merged(const char *path, const char *lora_path, in
     }
     ingot_model *m = calloc(1, sizeof *m);
     if (!m) { snprintf(err, errlen, "out of memory"); return NULL; }
-    m->wt.w = m->w;
+    m->wt.w = m->w.slot;
     m->wt.file = wt_open(path, err, errlen);
     if (!m->wt.file) { free(m); return NULL; }
     mw_table table = model_weight_table();
     lora_adapter merge = {0};
     int rc = 1;
     if (lora_path) { /* any whole or row-sliced matrix may take the update: no sites */
-        if (lora_open(lora_path, &table, NULL, ingot_model_desc.source_format, &merge, err, errlen) != 0) {
-            ingot_model_free(m);
+        if (lora_open(lora_path, &table, NULL, model_desc.source_format, &merge, err, errlen) != 0) {
+            model_free(m);
             return NULL;
         }
         table.merge = &merge;
@@ -71,12 +67,12 @@ ingot_model *ingot_model_load_merged(const char *path, const char *lora_path, in
     }
 #ifdef MODEL_CAST_FILE
     /* 0: the weights cast at build time, 1: none applies (nor to a merge: the cast holds the base weights) */
-    if (!lora_path) rc = mc_load(&table, &m->wt, flags, ingot_model_desc.name, ingot_model_desc.source, err, errlen);
+    if (!lora_path) rc = mc_load(&table, &m->wt, flags, model_desc.name, model_desc.source, err, errlen);
 #endif
     if (rc > 0) rc = mw_load(&table, &m->wt, (flags & INGOT_LOAD_MMAP) || MODEL_HOST_WEIGHTS_IN_PLACE, err, errlen);
     lora_free(&merge);
     if (rc != 0) {
-        ingot_model_free(m);
+        model_free(m);
         return NULL;
     }
     m->arena = ha_alloc(MODEL_ARENA_BYTES);
@@ -84,7 +80,7 @@ ingot_model *ingot_model_load_merged(const char *path, const char *lora_path, in
     m->scratch = model_aligned_alloc(sizeof(float) * ((size_t)MAX_THREADS * SCRATCH_PER_THREAD + ATTN_SPLIT_FLOATS));
     if (!m->arena || !m->rope || !m->scratch) {
         snprintf(err, errlen, "out of memory allocating scratch");
-        ingot_model_free(m);
+        model_free(m);
         return NULL;
     }
     const kc_rope_params ropes[N_ROPE] = ROPE_TABLES;
@@ -92,26 +88,30 @@ ingot_model *ingot_model_load_merged(const char *path, const char *lora_path, in
     const int factor_slots[N_ROPE] = ROPE_FACTOR_SLOTS;
     for (int i = 0; i < N_ROPE; i++)
         kc_rope_table_ex(m->rope + (size_t)i * MAX_CTX * ROPE_DIM, MAX_CTX, ROPE_DIM, &ropes[i],
-                         factor_slots[i] >= 0 ? (const float *)m->w[factor_slots[i]] : NULL);
+                         factor_slots[i] >= 0 ? (const float *)m->w.slot[factor_slots[i]] : NULL);
 #ifdef MODEL_AFTER_LOAD
     if (MODEL_AFTER_LOAD(m, err, errlen) != 0) {
-        ingot_model_free(m);
+        model_free(m);
         return NULL;
     }
 #endif
     return m;
 }
 
-const wt_file *ingot_model_weights(const ingot_model *m) { return m->wt.file; }
+static ingot_model *model_load(const char *path, int max_tokens, unsigned flags, char *err, size_t errlen) {
+    return model_load_merged(path, NULL, max_tokens, flags, err, errlen);
+}
 
-const char *ingot_model_merged_lora(const ingot_model *m) { return m->merged; }
+static const wt_file *model_weights_file(const ingot_model *m) { return m->wt.file; }
+
+static const char *model_merged_lora(const ingot_model *m) { return m->merged; }
 
 /* LoRA adapters chosen per sequence (runtime/core/lora_step.h); a backend without them (MODEL_NO_LORA_STEP) refuses. */
-int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, char *err, size_t errlen) {
+static int model_add_lora(ingot_model *m, const char *name, const char *path, char *err, size_t errlen) {
 #ifdef MODEL_NO_LORA_STEP
     (void)m, (void)name;
     snprintf(err, errlen, "%s: the %s backend does not apply adapters per request; --lora-merge folds one into the "
-                          "weights at load", path, ingot_model_desc.backend);
+                          "weights at load", path, model_desc.backend);
     return -1;
 #else
     if (m->n_lora >= LORA_MAX_ADAPTERS) {
@@ -120,7 +120,7 @@ int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, cha
     }
     const mw_table table = model_weight_table();
     lora_adapter a;
-    if (lora_open(path, &table, LORA_SITES, ingot_model_desc.source_format, &a, err, errlen) != 0) return -1;
+    if (lora_open(path, &table, LORA_SITES, model_desc.source_format, &a, err, errlen) != 0) return -1;
     lora_adapter *grown = realloc(m->lora, sizeof *grown * (size_t)(m->n_lora + 1));
     if (!grown || (!m->lora_step.down && lora_set_scratch(&m->lora_step, MAX_TOKENS) != 0)) {
         if (grown) m->lora = grown;
@@ -135,36 +135,36 @@ int ingot_model_add_lora(ingot_model *m, const char *name, const char *path, cha
     return m->n_lora;
 #endif
 }
-int ingot_model_lora_count(const ingot_model *m) { return m->n_lora; }
-const char *ingot_model_lora_name(const ingot_model *m, int id) {
+static int model_lora_count(const ingot_model *m) { return m->n_lora; }
+static const char *model_lora_name(const ingot_model *m, int id) {
     return id >= 1 && id <= m->n_lora ? m->lora[id - 1].name : NULL;
 }
-const char *ingot_model_lora_path(const ingot_model *m, int id) {
+static const char *model_lora_path(const ingot_model *m, int id) {
     return id >= 1 && id <= m->n_lora ? m->lora[id - 1].path : NULL;
 }
-const char *ingot_model_lora_summary(const ingot_model *m, int id) {
+static const char *model_lora_summary(const ingot_model *m, int id) {
     return id >= 1 && id <= m->n_lora ? m->lora[id - 1].summary : NULL;
 }
 
 #ifndef MODEL_DEVICE_KV
 static size_t model_kv_bytes(int n_blocks) {
-    return (size_t)n_blocks * INGOT_KV_BLOCK * ingot_model_desc.kv_bytes_per_token;
+    return (size_t)n_blocks * INGOT_KV_BLOCK * model_desc.kv_bytes_per_token;
 }
-int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen) {
+static int model_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen) {
     (void)m;
     kv->n_blocks = n_blocks;
-    kv->state = NULL; /* ingot_state_alloc, after this */
+    kv->state = NULL; /* model_state_alloc, after this */
     kv->n_state_slots = 0;
     /* huge pages: attention streams the KV of every position it reads */
     kv->data = n_blocks > 0 ? ha_alloc(model_kv_bytes(n_blocks)) : NULL;
     if (!kv->data) {
         snprintf(err, errlen, "out of memory for a KV pool of %d blocks (%zu bytes each)", n_blocks,
-                 ingot_model_desc.kv_bytes_per_token * INGOT_KV_BLOCK);
+                 model_desc.kv_bytes_per_token * INGOT_KV_BLOCK);
         return -1;
     }
     return 0;
 }
-void ingot_kv_release(ingot_model *m, ingot_kv *kv) {
+static void model_kv_release(ingot_model *m, ingot_kv *kv) {
     (void)m;
     ha_free(kv->data, model_kv_bytes(kv->n_blocks));
     kv->data = NULL;
@@ -172,7 +172,7 @@ void ingot_kv_release(ingot_model *m, ingot_kv *kv) {
     kv->state = NULL;
     kv->n_state_slots = 0;
 }
-int ingot_state_alloc(ingot_model *m, ingot_kv *kv, int n_slots, char *err, size_t errlen) {
+static int model_state_alloc(ingot_model *m, ingot_kv *kv, int n_slots, char *err, size_t errlen) {
     (void)m;
     free(kv->state);
     kv->state = NULL;
@@ -186,15 +186,15 @@ int ingot_state_alloc(ingot_model *m, ingot_kv *kv, int n_slots, char *err, size
     kv->n_state_slots = n_slots;
     return 0;
 }
-int ingot_kv_fit_blocks(ingot_model *m, double fraction) { (void)m; (void)fraction; return 0; }
+static int model_kv_fit_blocks(ingot_model *m, double fraction) { (void)m; (void)fraction; return 0; }
 #endif
-size_t ingot_model_weight_bytes(const ingot_model *m) { return m->wt.weight_bytes; }
-size_t ingot_weights_planned_bytes(void) {
+static size_t model_weight_bytes(const ingot_model *m) { return m->wt.weight_bytes; }
+static size_t model_weights_planned_bytes(void) {
     const mw_table table = model_weight_table();
     return mw_planned_bytes(&table);
 }
 
-size_t ingot_model_scratch_bytes(const ingot_model *m) {
+static size_t model_scratch_bytes(const ingot_model *m) {
     (void)m;
     size_t bytes = (size_t)ARENA_BYTES_PER_TOKEN * MAX_TOKENS + sizeof(float) * (size_t)N_ROPE * MAX_CTX * ROPE_DIM +
                    sizeof(float) * ((size_t)MAX_THREADS * SCRATCH_PER_THREAD + ATTN_SPLIT_FLOATS);
@@ -203,13 +203,13 @@ size_t ingot_model_scratch_bytes(const ingot_model *m) {
 #endif
     return bytes;
 }
-int ingot_model_max_tokens(const ingot_model *m) { (void)m; return STEP_TOKENS; }
+static int model_max_tokens(const ingot_model *m) { (void)m; return STEP_TOKENS; }
 
 /* A model with recurrent state reads a sequence's earlier tokens of the step or its slot: each
  * sequence needs a slot of its own, and its tokens contiguous at consecutive positions. */
 static int model_check_states(const ingot_kv *kv, const ingot_batch *b, char *err, size_t errlen) {
     if (!kv->state || !b->state_slots) {
-        snprintf(err, errlen, "this model has recurrent layers: the batch needs state slots (ingot_state_alloc)");
+        snprintf(err, errlen, "this model has recurrent layers: the batch needs state slots (model_state_alloc)");
         return -1;
     }
     for (int s = 0; s < b->n_seqs; s++) {

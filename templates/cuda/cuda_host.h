@@ -46,9 +46,13 @@ struct ig_step_info {
 };
 
 struct cu_model {
+  const ingot_desc* desc; // the model's descriptor (model.c's, given to cu_model_init): its name, KV row bytes
   int device, cc, sm_count;
   cudaStream_t stream;
-  void* w[N_WEIGHTS];
+  union {
+    void* slot[N_WEIGHTS];    // device copies, in WEIGHTS order
+    model_weight_names named; // the same, by name (model.cu declares it: generator/weight_names.lua)
+  } w;
   unsigned char* arena;
   float *logits, *hidden, *rope, *part_o, *part_ml; // hidden: [MAX_TOKENS][HIDDEN_DIM] (embeddings)
   unsigned* done;
@@ -311,7 +315,7 @@ static void ig_jit_load(cu_model* d) {
     free(image);
     image = NULL;
     if (ig_nvrtc_compile(arch, &image, &size, lowered, err, sizeof err) != 0) {
-      fprintf(stderr, "%s: warning: %s; using the embedded code\n", ingot_model_desc.name, err);
+      fprintf(stderr, "%s: warning: %s; using the embedded code\n", d->desc->name, err);
       return;
     }
     // the symbols first, then the cubin: a cached cubin always has its symbol list beside it
@@ -335,21 +339,21 @@ static void ig_jit_load(cu_model* d) {
   }
   cudaLibrary_t mod;
   if (cudaLibraryLoadData(&mod, image, NULL, NULL, 0, NULL, NULL, 0) != cudaSuccess) {
-    fprintf(stderr, "%s: warning: cannot load %s; using the embedded code\n", ingot_model_desc.name, path);
+    fprintf(stderr, "%s: warning: cannot load %s; using the embedded code\n", d->desc->name, path);
     free(image);
     return;
   }
   free(image);
   for (int i = 0; i < IG_N_KERNELS; i++) {
     if (cudaLibraryGetKernel(&d->fn[i], mod, lowered[i]) != cudaSuccess) {
-      fprintf(stderr, "%s: warning: %s missing from the JIT module; using the embedded code\n", ingot_model_desc.name,
+      fprintf(stderr, "%s: warning: %s missing from the JIT module; using the embedded code\n", d->desc->name,
               lowered[i]);
       cudaLibraryUnload(mod);
       return;
     }
   }
   d->module = mod;
-  fprintf(stderr, "%s: kernels JIT-compiled for %s (%s)\n", ingot_model_desc.name, arch, cached ? "cache" : "NVRTC");
+  fprintf(stderr, "%s: kernels JIT-compiled for %s (%s)\n", d->desc->name, arch, cached ? "cache" : "NVRTC");
 }
 #endif
 
@@ -473,13 +477,13 @@ static void ig_lt_init(cu_model* d) {
   if (IG_LT_N_SHAPES == 0 || (env && !strcmp(env, "0"))) return;
   char why[512] = "";
   if (!ig_lt_open(why, sizeof why)) {
-    fprintf(stderr, "%s: warning: %s; prefill uses the tiled GEMM\n", ingot_model_desc.name, why);
+    fprintf(stderr, "%s: warning: %s; prefill uses the tiled GEMM\n", d->desc->name, why);
     return;
   }
   cublasStatus_t st = ig_lt.create(&d->lt);
   if (st != CUBLAS_STATUS_SUCCESS) {
     d->lt = NULL;
-    fprintf(stderr, "%s: warning: cuBLASLt: %s; prefill uses the tiled GEMM\n", ingot_model_desc.name, ig_lt.status(st));
+    fprintf(stderr, "%s: warning: cuBLASLt: %s; prefill uses the tiled GEMM\n", d->desc->name, ig_lt.status(st));
     return;
   }
   const int32_t transposed = CUBLAS_OP_T, bias_type = CUDA_R_32F;
@@ -510,7 +514,7 @@ static void ig_lt_init(cu_model* d) {
     ok = ig_lt_plan(d, i, MAX_TOKENS) >= 0;
   }
   if (!ok) {
-    fprintf(stderr, "%s: warning: %s; prefill uses the tiled GEMM\n", ingot_model_desc.name, d->why);
+    fprintf(stderr, "%s: warning: %s; prefill uses the tiled GEMM\n", d->desc->name, d->why);
     d->why[0] = 0;
     ig_lt_free(d);
   }
@@ -522,8 +526,8 @@ extern "C" void cu_model_free(cu_model* d) {
   if (!d) return;
   for (int i = 0; i < N_WEIGHTS; i++) {
     bool first = true; // weights shared by several slots are freed once
-    for (int j = 0; j < i; j++) first = first && d->w[j] != d->w[i];
-    if (first && d->w[i]) cudaFree(d->w[i]);
+    for (int j = 0; j < i; j++) first = first && d->w.slot[j] != d->w.slot[i];
+    if (first && d->w.slot[i]) cudaFree(d->w.slot[i]);
   }
   cudaFree(d->arena);
   cudaFree(d->logits);
@@ -538,7 +542,7 @@ extern "C" void cu_model_free(cu_model* d) {
   const char* stats = getenv("INGOT_CUDA_STATS");
   if (stats && !strcmp(stats, "1"))
     fprintf(stderr, "%s: cuda: %lld steps, %d graphs captured, %lld graph replays, %lld kernel launches outside graphs\n",
-            ingot_model_desc.name, d->steps, d->n_graphs, d->graph_replays, d->launches);
+            d->desc->name, d->steps, d->n_graphs, d->graph_replays, d->launches);
   for (int i = 0; i < d->n_graphs; i++) cudaGraphExecDestroy(d->graphs[i].exec);
 #ifndef INGOT_CUDASIM
   if (d->module) cudaLibraryUnload(d->module);
@@ -547,8 +551,8 @@ extern "C" void cu_model_free(cu_model* d) {
   free(d);
 }
 
-extern "C" int cu_model_init(cu_model** out, const void* const* host_w, const size_t* bytes, int n, const float* rope,
-                             char* err, size_t errlen) {
+extern "C" int cu_model_init(cu_model** out, const ingot_desc* desc, const void* const* host_w, const size_t* bytes,
+                             int n, const float* rope, char* err, size_t errlen) {
   *out = NULL;
 #ifndef INGOT_CUDASIM
   const char* check = getenv("INGOT_NVRTC_CHECK");
@@ -563,6 +567,7 @@ extern "C" int cu_model_init(cu_model** out, const void* const* host_w, const si
   }
   cu_model* d = (cu_model*)calloc(1, sizeof *d);
   if (!d) return snprintf(err, errlen, "out of memory"), -1;
+  d->desc = desc;
   const char* dev_env = getenv("INGOT_CUDA_DEVICE");
   d->device = dev_env ? atoi(dev_env) : 0;
   cudaDeviceProp prop;
@@ -592,11 +597,11 @@ extern "C" int cu_model_init(cu_model** out, const void* const* host_w, const si
   const char* graphs = getenv("INGOT_CUDA_GRAPHS");
   d->use_graphs = !(graphs && !strcmp(graphs, "0"));
   for (int i = 0; i < n; i++) {
-    for (int j = 0; j < i && !d->w[i]; j++)
-      if (host_w[j] == host_w[i]) d->w[i] = d->w[j]; // one tensor, several slots (tied weights)
-    if (d->w[i]) continue;
-    if ((e = cudaMalloc(&d->w[i], bytes[i])) != cudaSuccess ||
-        (e = cudaMemcpy(d->w[i], host_w[i], bytes[i], cudaMemcpyHostToDevice)) != cudaSuccess) {
+    for (int j = 0; j < i && !d->w.slot[i]; j++)
+      if (host_w[j] == host_w[i]) d->w.slot[i] = d->w.slot[j]; // one tensor, several slots (tied weights)
+    if (d->w.slot[i]) continue;
+    if ((e = cudaMalloc(&d->w.slot[i], bytes[i])) != cudaSuccess ||
+        (e = cudaMemcpy(d->w.slot[i], host_w[i], bytes[i], cudaMemcpyHostToDevice)) != cudaSuccess) {
       cu_model_free(d);
       return ig_fail(err, errlen, "weight upload", e);
     }
@@ -626,7 +631,7 @@ extern "C" int cu_model_init(cu_model** out, const void* const* host_w, const si
 
 extern "C" int cu_kv_alloc(cu_model* d, ingot_kv* kv, int n_blocks, char* err, size_t errlen) {
   (void)d;
-  const size_t bytes = (size_t)n_blocks * INGOT_KV_BLOCK * ingot_model_desc.kv_bytes_per_token;
+  const size_t bytes = (size_t)n_blocks * INGOT_KV_BLOCK * d->desc->kv_bytes_per_token;
   kv->n_blocks = n_blocks;
   kv->data = NULL;
   kv->state = NULL;

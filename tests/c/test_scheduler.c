@@ -45,14 +45,14 @@ typedef struct {
 enum { VOCAB = 48, MAX_CTX = 192, MAX_STEP = 64, STOP_TOKEN = 0, DIM = 4 };
 
 static const char *const KERNEL_NAMES[] = {"hash"};
-const ingot_desc ingot_model_desc = {
+static const ingot_desc hash_model_desc = {
     .name = "hash-model", .arch = "test", .backend = "cpu", .source = "", .source_format = "none",
     .fused = 1, .dim = DIM, .n_layers = 1, .n_heads = 1, .n_kv_heads = 1, .head_dim = 1, .ffn_dim = 1,
     .vocab = VOCAB, .max_ctx = MAX_CTX, .weight_dtypes = "", .kv_bytes_per_token = sizeof(int32_t),
     .kv_window = KV_WINDOW, .state_bytes_per_seq = RECURRENT ? sizeof(seq_state) : 0, .kernels_per_step = 1, .n_kernel_kinds = 1, .kernel_names = KERNEL_NAMES,
     .generator = "test",
 };
-void (*ingot_moe_observer)(int, int, int, const int32_t *);
+static void (*hash_model_moe_observer)(int, int, int, const int32_t *);
 
 struct ingot_model {
     int max_step;
@@ -60,11 +60,11 @@ struct ingot_model {
     char first_error[200];
 };
 
-int ingot_model_max_tokens(const ingot_model *m) { return m->max_step; }
+static int hash_model_max_tokens(const ingot_model *m) { return m->max_step; }
 /* no LoRA adapters: requests with one are refused at submit (tests/test_lora.py serves real ones) */
-int ingot_model_lora_count(const ingot_model *m) { (void)m; return 0; }
+static int hash_model_lora_count(const ingot_model *m) { (void)m; return 0; }
 
-int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen) {
+static int hash_model_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t errlen) {
     (void)m;
     (void)err;
     (void)errlen;
@@ -76,7 +76,7 @@ int ingot_kv_alloc(ingot_model *m, ingot_kv *kv, int n_blocks, char *err, size_t
     return 0;
 }
 
-void ingot_kv_release(ingot_model *m, ingot_kv *kv) {
+static void hash_model_kv_release(ingot_model *m, ingot_kv *kv) {
     (void)m;
     free(kv->data);
     kv->data = NULL;
@@ -84,7 +84,7 @@ void ingot_kv_release(ingot_model *m, ingot_kv *kv) {
     kv->state = NULL;
 }
 
-int ingot_state_alloc(ingot_model *m, ingot_kv *kv, int n_slots, char *err, size_t errlen) {
+static int hash_model_state_alloc(ingot_model *m, ingot_kv *kv, int n_slots, char *err, size_t errlen) {
     (void)m;
     (void)err;
     (void)errlen;
@@ -179,7 +179,7 @@ static int recurrent_outputs(ingot_model *m, ingot_kv *kv, const ingot_batch *b)
  * the first step holds the first request alone, every later one sees all. */
 static atomic_int forward_gate_closed, forward_waiting;
 
-int ingot_forward(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *pool, char *err, size_t errlen) {
+static int hash_model_forward(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *pool, char *err, size_t errlen) {
     (void)pool;
     if (atomic_load(&forward_gate_closed)) {
         atomic_store(&forward_waiting, 1);
@@ -235,6 +235,19 @@ int ingot_forward(ingot_model *m, ingot_kv *kv, const ingot_batch *b, tp_pool *p
     }
     return 0;
 }
+
+/* The hash model's entry points, as a generated model exports its table (model_api.h): only what
+ * the scheduler calls. */
+static const ingot_model_api hash_model = {
+    .desc = &hash_model_desc,
+    .max_tokens = hash_model_max_tokens,
+    .lora_count = hash_model_lora_count,
+    .kv_alloc = hash_model_kv_alloc,
+    .kv_release = hash_model_kv_release,
+    .state_alloc = hash_model_state_alloc,
+    .forward = hash_model_forward,
+    .moe_observer = &hash_model_moe_observer,
+};
 
 /* ---- expected outputs ---------------------------------------------------- */
 
@@ -348,7 +361,7 @@ static int run_scenario(const char *label, const scenario *sc, request *reqs) {
                         .max_running = sc->max_running, .prefix_cache = sc->prefix_cache, .max_waiting = 4096,
                         .stop_ids = stops, .n_stop_ids = 1};
     char err[256];
-    sched *s = sched_create(&model, &cfg, err, sizeof err);
+    sched *s = sched_create(&hash_model, &model, &cfg, err, sizeof err);
     CHECK(s != NULL, "%s: sched_create: %s", label, err);
     if (!s) return -1;
     const int n_first = sc->n_requests - sc->late;
