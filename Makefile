@@ -16,15 +16,16 @@
 
 include build/flags.mk
 
-# runtime/router is a program of its own (ingot-router), not part of the library
-RUNTIME_SRC := $(filter-out runtime/core/main.c runtime/router/%,$(wildcard runtime/*/*.c))
+# the library: every runtime/ source but the model binary's entry point (tools/router, ingot-router, is a
+# program of its own)
+RUNTIME_SRC := $(filter-out runtime/core/main.c,$(wildcard runtime/*/*.c))
 RUNTIME_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(RUNTIME_SRC))
 TOOLS       := $(patsubst tools/%.c,$(OBJDIR)/tools/%,$(wildcard tools/*.c))
 TESTS       := $(patsubst tests/c/%.c,$(OBJDIR)/tests/%,$(wildcard tests/c/test_*.c))
-HEADERS     := $(wildcard runtime/*/*.h kernels/cpu/*.h tests/c/*.h tools/*.h)
+HEADERS     := $(wildcard runtime/*/*.h kernels/cpu/*.h tests/c/*.h tools/*.h tools/router/*.h)
 FUZZERS     := $(patsubst tests/fuzz/%.c,$(OBJDIR)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
-ROUTER_OBJ  := $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard runtime/router/*.c))
+ROUTER_OBJ  := $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard tools/router/*.c))
 ROUTER      := $(OBJDIR)/ingot-router
 
 # main.c, the model binary's entry point, compiled once here rather than in every model build;

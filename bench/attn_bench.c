@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
         return fprintf(stderr, "KV heads 1-64, group 1-%d, layers 2-128\n", MAX_GROUP), 2;
     const int n_blocks = (L + BLOCK - 1) / BLOCK;
     const size_t rows = (size_t)LAYERS * n_blocks * KVH * BLOCK * 2;
-    /* on huge pages, as the engine allocates its pool (templates/cpu/model_load.h) */
+    /* on huge pages, as the engine allocates its pool (runtime/load/model_load.h) */
     const size_t row_elems = KC_KV_ROW(HD), kv_bytes = sizeof(kc_kv_t) * rows * row_elems;
     kc_kv_t *kv = ha_alloc(kv_bytes);
     int32_t *bt = malloc(sizeof(int32_t) * n_blocks);

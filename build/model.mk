@@ -30,7 +30,7 @@ SUFFIX    := $(if $(filter 1,$(SAN)),-san,)
 ISAS      ?=
 ISA_TAG   := $(if $(or $(filter native,$(ISA)),$(ISAS)),,.$(ISA))
 BIN       := $(MODEL_DIR)/$(NAME)$(ISA_TAG)$(SUFFIX)
-HEADERS   := $(wildcard $(ROOT)/runtime/*/*.h $(ROOT)/kernels/cpu/*.h $(ROOT)/templates/cpu/*.h)
+HEADERS   := $(wildcard $(ROOT)/runtime/*/*.h $(ROOT)/kernels/cpu/*.h)
 # main.c, compiled once with the library (the root Makefile's MAIN_OBJ), with INGOT_DRAFT where the
 # binary carries a draft model
 MAIN_O    := $(OBJDIR)/runtime/core/main$(if $(DRAFT_DIR),_draft,).o
@@ -39,7 +39,7 @@ BACKEND   ?= cpu
 CUDA_HOME ?= /usr/local/cuda
 NVCC      := $(CUDA_HOME)/bin/nvcc
 GEN       := $(MODEL_DIR)/gen
-CUDA_HDRS := $(wildcard $(ROOT)/kernels/cuda/*.cuh $(ROOT)/templates/cuda/*.h) $(GEN)/kernels.cu $(GEN)/kernel_sources.h
+CUDA_HDRS := $(wildcard $(ROOT)/kernels/cuda/*.cuh $(ROOT)/runtime/cuda/*.h) $(GEN)/kernels.cu $(GEN)/kernel_sources.h
 # Cubins for the architectures the generator wrote into $(GEN)/cuda_arch.mk (./ingot build
 # --cuda-arch; by default every datacenter/workstation one since Ampere: 80 86 89 90), plus the
 # newest one's PTX, which the driver compiles for any later GPU.
@@ -49,7 +49,7 @@ endif
 CUDA_NEWEST := $(lastword $(CUDA_ARCH))
 CUDA_ARCHS := $(foreach a,$(filter-out $(CUDA_NEWEST),$(CUDA_ARCH)),-gencode arch=compute_$(a),code=sm_$(a)) \
               -gencode arch=compute_$(CUDA_NEWEST),code=[sm_$(CUDA_NEWEST),compute_$(CUDA_NEWEST)]
-CUDA_INC  := -I$(ROOT)/kernels/cuda -I$(ROOT)/templates/cuda $(RUNTIME_INC) -I$(GEN)
+CUDA_INC  := -I$(ROOT)/kernels/cuda -I$(ROOT)/runtime/cuda $(RUNTIME_INC) -I$(GEN)
 # cudasim mode: plain, or race (shared/global-memory race detection); asan under SAN=1
 SIM_MODE  ?= $(if $(filter 1,$(SAN)),asan,plain)
 
@@ -68,15 +68,16 @@ else ifeq ($(BACKEND),cpu)
 # DRAFT_DIR=build/<name>/draft (./ingot build --draft): the draft model's generated source, whose table of
 # entry points is named ingot_generated_draft (templates/model_table.c.in) instead of the target's
 # ingot_generated_model, linked beside the target's. Everything else in a generated source is static:
-# the check below refuses a draft object that defines any other global symbol.
+# the check below refuses a draft object that defines any other global symbol (but the ODR indicator
+# ASan adds for the table under SAN=1).
 ifneq ($(DRAFT_DIR),)
 DRAFT_OBJS := $(GEN)/draft_model$(ISA_TAG)$(SUFFIX).o
 $(GEN)/draft_model$(ISA_TAG)$(SUFFIX).o: $(DRAFT_DIR)/gen/model.c $(HEADERS)
-	$(CC) $(MODEL_CFLAGS) -I$(ROOT)/templates/cpu -DINGOT_MODEL_TABLE=ingot_generated_draft -c $< -o $@
-	@nm -g --defined-only $@ | awk '$$3 != "ingot_generated_draft" { print "the draft model defines " $$3 " (a generated source exports only its table)"; bad = 1 } END { exit bad }' || { rm -f $@; exit 1; }
+	$(CC) $(MODEL_CFLAGS) -DINGOT_MODEL_TABLE=ingot_generated_draft -c $< -o $@
+	@nm -g --defined-only $@ | awk '$$3 != "ingot_generated_draft" && $$3 != "__odr_asan.ingot_generated_draft" { print "the draft model defines " $$3 " (a generated source exports only its table)"; bad = 1 } END { exit bad }' || { rm -f $@; exit 1; }
 endif
 $(BIN): $(MODEL_DIR)/gen/model.c $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS) $(DRAFT_OBJS)
-	$(CC) $(MODEL_CFLAGS) -I$(ROOT)/templates/cpu $(MODEL_DIR)/gen/model.c $(MAIN_O) $(DRAFT_OBJS) -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
+	$(CC) $(MODEL_CFLAGS) $(MODEL_DIR)/gen/model.c $(MAIN_O) $(DRAFT_OBJS) -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 
 endif
 
@@ -86,7 +87,7 @@ $(GEN)/model.cuda.o: $(GEN)/model.cu $(GEN)/cuda_arch.mk $(CUDA_HDRS) $(HEADERS)
 	$(NVCC) -std=c++17 -O3 $(CUDA_ARCHS) --threads 2 -Werror all-warnings -Xptxas -v -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-function \
 	  $(CUDA_INC) -c $< -o $@ 2> $(MODEL_DIR)/ptxas.txt || { cat $(MODEL_DIR)/ptxas.txt >&2; rm -f $@; exit 1; }
 $(GEN)/model_host.o: $(GEN)/model.c $(HEADERS)
-	$(CC) $(MODEL_CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@
+	$(CC) $(MODEL_CFLAGS) -c $< -o $@
 $(BIN): $(GEN)/model.cuda.o $(GEN)/model_host.o $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS)
 	$(NVCC) $(CUDA_ARCHS) $(GEN)/model.cuda.o $(GEN)/model_host.o $(MAIN_O) $(OBJDIR)/libingot.a -o $@ \
 	  -cudart static -ldl -lrt $(filter-out -pthread -fsanitize%,$(LDLIBS)) -lpthread $(if $(filter 1,$(SAN)),-Xcompiler -fsanitize=address$(comma)undefined)
@@ -94,11 +95,11 @@ endif
 
 ifeq ($(BACKEND),cudasim)
 BIN := $(MODEL_DIR)/$(NAME)-cudasim$(if $(filter race,$(SIM_MODE)),-race,)$(SUFFIX)
-# The same model.cu on cudasim: every CUDA thread a fiber, on the CPU (kernels/cuda/sim).
+# The same model.cu on cudasim: every CUDA thread a fiber, on the CPU (kernels/cudasim).
 $(GEN)/model_host$(SUFFIX).o: $(GEN)/model.c $(HEADERS)
-	$(CC) $(MODEL_CFLAGS) -I$(ROOT)/templates/cpu -c $< -o $@
-$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(wildcard $(ROOT)/kernels/cuda/sim/*.cpp $(ROOT)/kernels/cuda/sim/*.h $(ROOT)/kernels/cuda/sim/*.py) $(GEN)/model_host$(SUFFIX).o $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS)
-	python3 $(ROOT)/kernels/cuda/sim/cudasim_build.py --mode $(SIM_MODE) -o $@ $(GEN)/model.cu \
+	$(CC) $(MODEL_CFLAGS) -c $< -o $@
+$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(wildcard $(ROOT)/kernels/cudasim/*.cpp $(ROOT)/kernels/cudasim/*.h $(ROOT)/kernels/cudasim/*.py) $(GEN)/model_host$(SUFFIX).o $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS)
+	python3 $(ROOT)/kernels/cudasim/cudasim_build.py --mode $(SIM_MODE) -o $@ $(GEN)/model.cu \
 	  --link-arg=$(GEN)/model_host$(SUFFIX).o --link-arg=$(MAIN_O) --link-arg=$(OBJDIR)/libingot.a \
 	  $(foreach l,$(LDLIBS) $(if $(filter 1,$(SAN)),-fsanitize=undefined),--link-arg=$(l)) \
 	  -- $(CUDA_INC) -I$(ROOT)/kernels/cpu -Wno-unused-function -Wno-unused-parameter -Wno-missing-field-initializers

@@ -756,7 +756,7 @@ local function c_string(text)
 end
 
 -- The files of a CUDA build: kernels.cu (device code; what NVRTC compiles), model.cu (host
--- launches, with templates/cuda/cuda_host.h), kernel_sources.h (the NVRTC sources, embedded) and
+-- launches, with runtime/cuda/cuda_host.h), kernel_sources.h (the NVRTC sources, embedded) and
 -- model.c (host C: weights, descriptor, load).
 function emit.files(ctx, env, calls, kernels, aux)
   local c = env.c
@@ -853,7 +853,7 @@ struct ig_step {
   out["kernel_sources.h"] = srcs
 
   -- model.cu
-  local M = {aux.banner("emit_cuda.lua", "templates/cuda/cuda_host.h + generator/emit_cuda.lua (launches)", "//"),
+  local M = {aux.banner("emit_cuda.lua", "runtime/cuda/cuda_host.h + generator/emit_cuda.lua (launches)", "//"),
              "// The host side of the CUDA forward of " .. env.model_name .. ": cu_run launches one step's kernels in order.",
              '#include "kernels.cu"',
              string.format("#define N_WEIGHTS %d", #env.weights),

@@ -100,7 +100,7 @@ local function act_info(opts, weights)
 end
 
 -- The architectures a CUDA build carries cubins for: the kernels are checked (no spills, nvcc
--- warnings as errors) on each of these; any other GPU runs NVRTC-compiled code (templates/cuda/cuda_host.h)
+-- warnings as errors) on each of these; any other GPU runs NVRTC-compiled code (runtime/cuda/cuda_host.h)
 local CUDA_ARCHS = {80, 86, 89, 90}
 
 -- "all" or a comma-separated subset of CUDA_ARCHS, as a sorted list without repeats

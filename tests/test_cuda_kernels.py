@@ -35,7 +35,7 @@ CUDA = os.environ.get("CUDA_HOME", "/usr/local/cuda")
 # of test_cuda_models compile every kernel for sm_90).
 ARCHS = ["80", "86", "89", "90"] if FULL else ["86"]
 
-_spec = importlib.util.spec_from_file_location("cudasim_build", os.path.join(KDIR, "sim", "cudasim_build.py"))
+_spec = importlib.util.spec_from_file_location("cudasim_build", os.path.join(ROOT, "kernels", "cudasim", "cudasim_build.py"))
 cb = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cb)
 

@@ -8,7 +8,7 @@
   architectures asked for and say so in --info.
 * NVRTC: the binary compiles the kernel sources it carries to PTX for compute_80 and compute_90
   (INGOT_NVRTC_CHECK, the same code path as its start-up JIT) and finds every kernel in it.
-* cudasim: the same generated model.cu built against kernels/cuda/sim (each CUDA thread a fiber,
+* cudasim: the same generated model.cu built against kernels/cudasim (each CUDA thread a fiber,
   real barriers and warp rendezvous) runs whole forward passes; its logits must match the CPU
   backend's build of the same model within 1e-3 (both f32 activations: observed <= 3e-6, the
   margin is the issue's bound for f32/f16 paths) for prefill in one chunk, in several chunks and

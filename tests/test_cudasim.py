@@ -1,4 +1,4 @@
-"""cudasim: CUDA kernels executed on the CPU (kernels/cuda/sim), no GPU needed.
+"""cudasim: CUDA kernels executed on the CPU (kernels/cudasim), no GPU needed.
 
 Good kernels (tests/cuda_sim/*.cu) must compile with real nvcc (-arch=sm_80,
 warnings as errors) and, under the simulator, match their C++ references in
@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SIM = os.path.join(ROOT, "kernels", "cuda", "sim")
+SIM = os.path.join(ROOT, "kernels", "cudasim")
 CASES = os.path.join(ROOT, "tests", "cuda_sim")
 
 _spec = importlib.util.spec_from_file_location("cudasim_build", os.path.join(SIM, "cudasim_build.py"))

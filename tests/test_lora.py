@@ -1,4 +1,4 @@
-"""LoRA adapters (runtime/load/lora.h, templates/cpu/lora_step.h) against transformers + PEFT.
+"""LoRA adapters (runtime/load/lora.h, runtime/core/lora_step.h) against transformers + PEFT.
 
 Each family's first tiny fixture (tests/fixtures/families) gets a random PEFT adapter
 (tests/lora_ref.py: A and B both drawn, so the update moves the logits by about their own size)

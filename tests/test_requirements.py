@@ -31,7 +31,7 @@ from conftest import FULL, ROOT
 REQUIREMENTS = ROOT / "scripts" / "requirements"
 # the project's own import roots: tests put these on sys.path
 LOCAL_DIRS = [ROOT / "tests", ROOT / "tests" / "fixtures", ROOT / "scripts", ROOT / "bench",
-              ROOT / "kernels" / "cuda" / "sim"]
+              ROOT / "kernels" / "cudasim"]
 
 
 def normalized(dist):

@@ -230,6 +230,79 @@ static int read_pair(lora_delta *d, const weight_spec *s, const wt_tensor *A, co
     return 0;
 }
 
+/* Each A/B pair of the adapter file f matched to the weight it updates (src_a[i], src_b[i] for the
+ * table's entry i, the ranks and scales in out->delta): 0, or -1 with err filled for a pair the
+ * model has no weight for, reads in a way that takes no update, or a half pair. */
+static int match_pairs(lora_adapter *out, const mw_table *t, const unsigned char *sites, const wt_file *f, int gguf,
+                       const peft_config *peft, const wt_tensor **src_a, const wt_tensor **src_b, const char *path,
+                       char *err, size_t errlen) {
+    const size_t n = wt_count(f);
+    if (n == 0) {
+        snprintf(err, errlen, "%s: an adapter with no tensors", path);
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        const wt_tensor *x = wt_at(f, k);
+        char base[400], other[440];
+        int is_b;
+        if (split_name(x->name, gguf, base, sizeof base, &is_b, err, errlen) != 0) return -1;
+        if (is_b) continue; /* found from its A */
+        /* the pair's other half */
+        const size_t stem = strlen(x->name) - strlen(gguf ? ".lora_a" : ".lora_A.weight");
+        snprintf(other, sizeof other, "%.*s%s", (int)stem, x->name, gguf ? ".lora_b" : ".lora_B.weight");
+        const wt_tensor *B = wt_find(f, other);
+        if (!B) {
+            snprintf(err, errlen, "adapter tensor '%.200s' has no '%.200s'", x->name, other);
+            return -1;
+        }
+        int matched = 0;
+        for (int i = 0; i < t->n; i++) {
+            const weight_spec *s = &t->spec[i];
+            int part = 0;
+            for (int p = 0; p < s->n_parts; p++) part |= !strcmp(s->parts[p].name, base);
+            if (strcmp(s->name, base) && !part) continue;
+            if (s->n_dims != 2 || s->n_parts || s->stacked) {
+                snprintf(err, errlen, "adapter of '%s': the model reads it as %s (models.lua:%d), which takes no "
+                                      "low-rank update", base, s->n_dims != 2 ? "a vector" : s->stacked ?
+                                      "one expert of a stacked tensor" : "one part of a weight joined at load", s->line);
+                return -1;
+            }
+            if (sites && !sites[i]) {
+                snprintf(err, errlen, "adapter of '%s': the model does not read it as a linear over the step's tokens "
+                                      "(models.lua:%d), where adapters apply per request; --lora-merge folds it in",
+                         base, s->line);
+                return -1;
+            }
+            if (out->delta[i].rank) {
+                snprintf(err, errlen, "adapter of '%s': two pairs update it", s->name);
+                return -1;
+            }
+            if (check_pair(out, t, i, x, B, peft->alpha, peft->rslora, gguf, err, errlen) != 0) return -1;
+            src_a[i] = x, src_b[i] = B;
+            matched = 1;
+        }
+        if (!matched) {
+            snprintf(err, errlen, "adapter tensor '%.200s': the model has no weight '%.200s' (models.lua entry '%s')",
+                     x->name, base, t->arch);
+            return -1;
+        }
+    }
+    /* every B had its A: a B alone is a half pair */
+    for (size_t k = 0; k < n; k++) {
+        const wt_tensor *x = wt_at(f, k);
+        char base[400], other[440];
+        int is_b;
+        if (split_name(x->name, gguf, base, sizeof base, &is_b, err, errlen) != 0 || !is_b) continue;
+        const size_t stem = strlen(x->name) - strlen(gguf ? ".lora_b" : ".lora_B.weight");
+        snprintf(other, sizeof other, "%.*s%s", (int)stem, x->name, gguf ? ".lora_a" : ".lora_A.weight");
+        if (!wt_find(f, other)) {
+            snprintf(err, errlen, "adapter tensor '%.200s' has no '%.200s'", x->name, other);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int lora_open(const char *path, const mw_table *t, const unsigned char *sites, const char *source_format,
               lora_adapter *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -287,70 +360,7 @@ int lora_open(const char *path, const mw_table *t, const unsigned char *sites, c
         snprintf(err, errlen, "out of memory");
         goto done;
     }
-    const size_t n = wt_count(f);
-    if (n == 0) {
-        snprintf(err, errlen, "%s: an adapter with no tensors", path);
-        goto done;
-    }
-    for (size_t k = 0; k < n; k++) {
-        const wt_tensor *x = wt_at(f, k);
-        char base[400], other[440];
-        int is_b;
-        if (split_name(x->name, gguf, base, sizeof base, &is_b, err, errlen) != 0) goto done;
-        if (is_b) continue; /* found from its A */
-        /* the pair's other half */
-        const size_t stem = strlen(x->name) - strlen(gguf ? ".lora_a" : ".lora_A.weight");
-        snprintf(other, sizeof other, "%.*s%s", (int)stem, x->name, gguf ? ".lora_b" : ".lora_B.weight");
-        const wt_tensor *B = wt_find(f, other);
-        if (!B) {
-            snprintf(err, errlen, "adapter tensor '%.200s' has no '%.200s'", x->name, other);
-            goto done;
-        }
-        int matched = 0;
-        for (int i = 0; i < t->n; i++) {
-            const weight_spec *s = &t->spec[i];
-            int part = 0;
-            for (int p = 0; p < s->n_parts; p++) part |= !strcmp(s->parts[p].name, base);
-            if (strcmp(s->name, base) && !part) continue;
-            if (s->n_dims != 2 || s->n_parts || s->stacked) {
-                snprintf(err, errlen, "adapter of '%s': the model reads it as %s (models.lua:%d), which takes no "
-                                      "low-rank update", base, s->n_dims != 2 ? "a vector" : s->stacked ?
-                                      "one expert of a stacked tensor" : "one part of a weight joined at load", s->line);
-                goto done;
-            }
-            if (sites && !sites[i]) {
-                snprintf(err, errlen, "adapter of '%s': the model does not read it as a linear over the step's tokens "
-                                      "(models.lua:%d), where adapters apply per request; --lora-merge folds it in",
-                         base, s->line);
-                goto done;
-            }
-            if (out->delta[i].rank) {
-                snprintf(err, errlen, "adapter of '%s': two pairs update it", s->name);
-                goto done;
-            }
-            if (check_pair(out, t, i, x, B, peft.alpha, peft.rslora, gguf, err, errlen) != 0) goto done;
-            src_a[i] = x, src_b[i] = B;
-            matched = 1;
-        }
-        if (!matched) {
-            snprintf(err, errlen, "adapter tensor '%.200s': the model has no weight '%.200s' (models.lua entry '%s')",
-                     x->name, base, t->arch);
-            goto done;
-        }
-    }
-    /* every B had its A: a B alone is a half pair */
-    for (size_t k = 0; k < n; k++) {
-        const wt_tensor *x = wt_at(f, k);
-        char base[400], other[440];
-        int is_b;
-        if (split_name(x->name, gguf, base, sizeof base, &is_b, err, errlen) != 0 || !is_b) continue;
-        const size_t stem = strlen(x->name) - strlen(gguf ? ".lora_b" : ".lora_B.weight");
-        snprintf(other, sizeof other, "%.*s%s", (int)stem, x->name, gguf ? ".lora_a" : ".lora_A.weight");
-        if (!wt_find(f, other)) {
-            snprintf(err, errlen, "adapter tensor '%.200s' has no '%.200s'", x->name, other);
-            goto done;
-        }
-    }
+    if (match_pairs(out, t, sites, f, gguf, &peft, src_a, src_b, path, err, errlen) != 0) goto done;
     /* the values, in one buffer of huge pages: a step streams every adapter it serves */
     size_t floats = 0;
     for (int i = 0; i < t->n; i++) floats += out->delta[i].rank ? delta_floats(&out->delta[i]) : 0;

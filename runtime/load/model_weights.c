@@ -269,19 +269,14 @@ int mw_weight_bytes(const weight_spec *s, size_t *bytes) {
     return 0;
 }
 
-int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_t errlen) {
-    /* Pass 1: find and check every weight, and lay out the ones that get a
-     * copy in one huge-page buffer (hugealloc.h): all of them by default,
-     * only those converted to another dtype with INGOT_LOAD_MMAP (the rest
-     * are read in place from the file mapping: less memory when processes
-     * share the file, slower decode). */
-    const wt_tensor **src = calloc(tab->n, sizeof *src);
-    size_t *offset = calloc(tab->n, sizeof *offset), *src_row = calloc(tab->n, sizeof *src_row);
-    if (!src || !offset || !src_row) {
-        free(src), free(offset), free(src_row);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+/* Pass 1 of mw_load: finds and checks every weight (src[i] its tensor, src_row[i] the bytes of
+ * one stored row) and lays out the ones that get a copy in one huge-page buffer (hugealloc.h):
+ * all of them by default, only those converted to another dtype with INGOT_LOAD_MMAP (the rest
+ * are read in place from the file mapping: less memory when processes share the file, slower
+ * decode). Returns the buffer's bytes; a weight it cannot use stops it with src[i] NULL and err
+ * filled. */
+static size_t plan_weights(const mw_table *tab, mw_weights *out, int in_place, const wt_tensor **src, size_t *offset,
+                           size_t *src_row, char *err, size_t errlen) {
     size_t wmem_bytes = 0;
     for (int i = 0; i < tab->n; i++) {
         const weight_spec *s = &tab->spec[i];
@@ -329,18 +324,19 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
         offset[i] = wmem_bytes;
         wmem_bytes += (stored + 63) / 64 * 64; /* every weight 64-byte aligned */
     }
+    return wmem_bytes;
+}
+
+/* How many weights mw_load got each way (describe_origin). */
+typedef struct { int converted, in_place, repacked, copied, assembled, interleaved, merged; } load_counts;
+
+/* Pass 2 of mw_load: points at, copies or converts each weight as pass 1 planned. Converting (or
+ * quantizing) a large checkpoint takes a while: a terminal (progress) is told how far it got; a
+ * pipe or a log is not. 1, or 0 with err filled. */
+static int place_weights(const mw_table *tab, mw_weights *out, int in_place, const wt_tensor *const *src,
+                         const size_t *offset, const size_t *src_row, int progress, load_counts *n, char *err,
+                         size_t errlen) {
     int ok = 1;
-    for (int i = 0; i < tab->n; i++) ok &= tab->spec[i].same_as >= 0 || src[i] != NULL;
-    if (ok && !(out->wmem = ha_alloc(wmem_bytes))) {
-        snprintf(err, errlen, "out of memory for %zu bytes of weights", wmem_bytes);
-        ok = 0;
-    }
-    out->wmem_bytes = wmem_bytes;
-    /* Pass 2: point at, copy or convert each weight. Converting (or
-     * quantizing) a large checkpoint takes a while: a terminal is told how
-     * far it got; a pipe or a log is not. */
-    const int progress = isatty(STDERR_FILENO);
-    int converted = 0, in_place_n = 0, repacked = 0, copied = 0, assembled = 0, interleaved = 0, merged = 0;
     for (int i = 0; ok && i < tab->n; i++) {
         const weight_spec *s = &tab->spec[i];
         if (s->same_as >= 0) { out->w[i] = out->w[s->same_as]; continue; }
@@ -353,21 +349,21 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
                 break;
             }
             out->w[i] = out->wmem + offset[i];
-            assembled++;
+            n->assembled++;
             continue;
         }
         const int64_t rows = s->n_dims == 1 ? 1 : s->shape[0];
         const unsigned char *from = (const unsigned char *)t->data + (size_t)s->first_row * src_row[i];
         unsigned char *to = out->wmem + offset[i];
         const lora_delta *merge = merged_at(tab, i);
-        merged += merge != NULL;
+        n->merged += merge != NULL;
         if (t->dtype == s->dtype && !s->x16 && !merge) {
-            if (t->repacked) out->w[i] = from, repacked++;
-            else if (in_place) out->w[i] = from, in_place_n++;
+            if (t->repacked) out->w[i] = from, n->repacked++;
+            else if (in_place) out->w[i] = from, n->in_place++;
             else {
                 out->w[i] = memcpy(to, from, src_row[i] * (size_t)rows);
                 ha_forget_mapped(from, src_row[i] * (size_t)rows);
-                copied++;
+                n->copied++;
             }
             continue;
         }
@@ -379,7 +375,7 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
                 break;
             }
             if (!t->repacked) ha_forget_mapped(from, src_row[i] * (size_t)rows);
-            copied++, interleaved++;
+            n->copied++, n->interleaved++;
             out->w[i] = to;
             continue;
         }
@@ -398,29 +394,48 @@ int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_
             ok = 0;
             break;
         }
-        converted++;
+        n->converted++;
         if (s->x16) {
             if (interleave(s, to) != 0) {
                 snprintf(err, errlen, "out of memory interleaving weight '%s'", s->name);
                 ok = 0;
                 break;
             }
-            interleaved++;
+            n->interleaved++;
         }
         out->w[i] = to;
         if (progress && t->dtype != s->dtype)
             fprintf(stderr, "\rconverting weights at load: tensor %d of %d (%s)", i + 1, tab->n, dtype_name(s->dtype));
     }
-    free(src), free(offset), free(src_row);
-    if (!ok) {
-        if (progress && converted) fprintf(stderr, "\n");
+    return ok;
+}
+
+int mw_load(const mw_table *tab, mw_weights *out, int in_place, char *err, size_t errlen) {
+    const wt_tensor **src = calloc(tab->n, sizeof *src);
+    size_t *offset = calloc(tab->n, sizeof *offset), *src_row = calloc(tab->n, sizeof *src_row);
+    if (!src || !offset || !src_row) {
+        free(src), free(offset), free(src_row);
+        snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (progress && converted) fprintf(stderr, "\n");
-    describe_origin(out, in_place_n, repacked, copied, converted, assembled, interleaved);
+    const size_t wmem_bytes = plan_weights(tab, out, in_place, src, offset, src_row, err, errlen);
+    int ok = 1;
+    for (int i = 0; i < tab->n; i++) ok &= tab->spec[i].same_as >= 0 || src[i] != NULL;
+    if (ok && !(out->wmem = ha_alloc(wmem_bytes))) {
+        snprintf(err, errlen, "out of memory for %zu bytes of weights", wmem_bytes);
+        ok = 0;
+    }
+    out->wmem_bytes = wmem_bytes;
+    const int progress = isatty(STDERR_FILENO);
+    load_counts n = {0};
+    ok = ok && place_weights(tab, out, in_place, src, offset, src_row, progress, &n, err, errlen);
+    free(src), free(offset), free(src_row);
+    if (progress && n.converted) fprintf(stderr, "\n");
+    if (!ok) return -1;
+    describe_origin(out, n.in_place, n.repacked, n.copied, n.converted, n.assembled, n.interleaved);
     const size_t used = strlen(out->origin);
-    if (merged && used < sizeof out->origin)
-        snprintf(out->origin + used, sizeof out->origin - used, "; %d with a LoRA adapter merged in", merged);
+    if (n.merged && used < sizeof out->origin)
+        snprintf(out->origin + used, sizeof out->origin - used, "; %d with a LoRA adapter merged in", n.merged);
     return check_all_used(tab, out->file, err, errlen);
 }
 

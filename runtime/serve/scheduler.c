@@ -899,6 +899,47 @@ const char *sched_prefix_cache_refusal(const ingot_desc *d) {
                : NULL;
 }
 
+/* Why cfg cannot run on s's model (speculative decoding it does not support, no KV block), or NULL. */
+static const char *config_refusal(const sched *s) {
+    const ingot_desc *d = s->api->desc;
+    if (s->cfg.spec != SCHED_SPEC_OFF && d->state_bytes_per_seq > 0)
+        return "speculative decoding needs a model whose every layer caches per position; this one has "
+               "recurrent layers (a rejected draft would have advanced their state): use --spec off";
+    if (s->cfg.spec == SCHED_SPEC_DRAFT) {
+        if (!s->cfg.draft || !s->cfg.draft_model) return "--spec draft needs a binary built with --draft DRAFT";
+        if (s->cfg.draft->desc->vocab != s->vocab) return "the draft model's vocabulary differs from the model's";
+        if (d->kv_window > 0 || s->cfg.draft->desc->kv_window > 0) return "--spec draft does not support sliding-window models";
+        if (s->cfg.draft->desc->state_bytes_per_seq > 0)
+            return "the draft model has recurrent layers (a rejected draft would have advanced their state)";
+    }
+    if (s->cfg.kv_blocks < 1) return "the KV pool needs at least one block";
+    return NULL;
+}
+
+/* The draft model's step arrays for R sequences and its KV pool (the same block ids as the
+ * target's): 0, or -1 (kv_err filled where the pool failed; sched_destroy frees what was made). */
+static int alloc_draft(sched *s, int R, char *kv_err, size_t kv_errlen) {
+    s->d_max = s->cfg.draft->max_tokens(s->cfg.draft_model);
+    s->d_tokens = malloc(sizeof(int32_t) * (size_t)s->d_max);
+    s->d_pos = malloc(sizeof(int32_t) * (size_t)s->d_max);
+    s->d_seq = malloc(sizeof(int32_t) * (size_t)s->d_max);
+    s->d_rows = malloc(sizeof(int32_t) * (size_t)R);
+    s->d_seq_len = malloc(sizeof(int32_t) * (size_t)R);
+    s->d_tables = malloc(sizeof(*s->d_tables) * (size_t)R);
+    s->d_cands = malloc(sizeof(*s->d_cands) * (size_t)R);
+    s->d_want = malloc(sizeof(int) * (size_t)R);
+    s->d_row = malloc(sizeof(int) * (size_t)R);
+    s->d_logits = malloc(sizeof(float) * (size_t)R * s->vocab);
+    if (!(s->d_tokens && s->d_pos && s->d_seq && s->d_rows && s->d_seq_len && s->d_tables && s->d_cands && s->d_want &&
+          s->d_row && s->d_logits))
+        return -1;
+    if (s->cfg.draft->kv_alloc(s->cfg.draft_model, &s->draft_kv, s->cfg.kv_blocks, kv_err, kv_errlen) != 0) {
+        s->draft_kv.data = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 sched *sched_create(const ingot_model_api *api, ingot_model *m, const sched_config *cfg, char *err, size_t errlen) {
     sched *s = calloc(1, sizeof *s);
     if (!s) {
@@ -933,30 +974,10 @@ sched *sched_create(const ingot_model_api *api, ingot_model *m, const sched_conf
     if (s->cfg.spec_ngram_min > s->cfg.spec_ngram_max) s->cfg.spec_ngram_min = s->cfg.spec_ngram_max;
     s->spec_rows = spec_rows_for(&s->cfg, s->cfg.max_running);
     if (sched_prefix_cache_refusal(api->desc)) s->cfg.prefix_cache = 0;
-    if (s->cfg.spec != SCHED_SPEC_OFF && api->desc->state_bytes_per_seq > 0) {
-        snprintf(err, errlen, "speculative decoding needs a model whose every layer caches per position; this one has "
-                 "recurrent layers (a rejected draft would have advanced their state): use --spec off");
+    const char *why = config_refusal(s);
+    if (why) {
+        snprintf(err, errlen, "%s", why);
         free(s->stop_ids);
-        free(s);
-        return NULL;
-    }
-    if (s->cfg.spec == SCHED_SPEC_DRAFT) {
-        const char *why = NULL;
-        if (!s->cfg.draft || !s->cfg.draft_model) why = "--spec draft needs a binary built with --draft DRAFT";
-        else if (s->cfg.draft->desc->vocab != s->vocab) why = "the draft model's vocabulary differs from the model's";
-        else if (api->desc->kv_window > 0 || s->cfg.draft->desc->kv_window > 0)
-            why = "--spec draft does not support sliding-window models";
-        else if (s->cfg.draft->desc->state_bytes_per_seq > 0)
-            why = "the draft model has recurrent layers (a rejected draft would have advanced their state)";
-        if (why) {
-            snprintf(err, errlen, "%s", why);
-            free(s->stop_ids);
-            free(s);
-            return NULL;
-        }
-    }
-    if (s->cfg.kv_blocks < 1) {
-        snprintf(err, errlen, "the KV pool needs at least one block");
         free(s);
         return NULL;
     }
@@ -989,28 +1010,7 @@ sched *sched_create(const ingot_model_api *api, ingot_model *m, const sched_conf
     s->raw_logits = malloc(sizeof(float) * (size_t)s->vocab);
     s->b_hidden_rows = malloc(sizeof(int32_t) * (size_t)B);
     s->hidden = malloc(sizeof(float) * (size_t)B * s->dim);
-    int draft_ok = 1;
-    if (s->cfg.spec == SCHED_SPEC_DRAFT) {
-        s->d_max = s->cfg.draft->max_tokens(s->cfg.draft_model);
-        s->d_tokens = malloc(sizeof(int32_t) * (size_t)s->d_max);
-        s->d_pos = malloc(sizeof(int32_t) * (size_t)s->d_max);
-        s->d_seq = malloc(sizeof(int32_t) * (size_t)s->d_max);
-        s->d_rows = malloc(sizeof(int32_t) * (size_t)R);
-        s->d_seq_len = malloc(sizeof(int32_t) * (size_t)R);
-        s->d_tables = malloc(sizeof(*s->d_tables) * (size_t)R);
-        s->d_cands = malloc(sizeof(*s->d_cands) * (size_t)R);
-        s->d_want = malloc(sizeof(int) * (size_t)R);
-        s->d_row = malloc(sizeof(int) * (size_t)R);
-        s->d_logits = malloc(sizeof(float) * (size_t)R * s->vocab);
-        draft_ok = s->d_tokens && s->d_pos && s->d_seq && s->d_rows && s->d_seq_len && s->d_tables && s->d_cands &&
-                   s->d_want && s->d_row && s->d_logits;
-        /* the draft's KV pool: the same block ids as the target's */
-        if (draft_ok && s->cfg.draft->kv_alloc(s->cfg.draft_model, &s->draft_kv, s->cfg.kv_blocks, kv_err,
-                                               sizeof kv_err) != 0) {
-            s->draft_kv.data = NULL;
-            draft_ok = 0;
-        }
-    }
+    const int draft_ok = s->cfg.spec != SCHED_SPEC_DRAFT || alloc_draft(s, R, kv_err, sizeof kv_err) == 0;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->stats.kv_blocks_total = s->cfg.kv_blocks;

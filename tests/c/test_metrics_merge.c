@@ -1,4 +1,4 @@
-/* test_metrics_merge.c — runtime/router/metrics_merge.c on children's Prometheus text:
+/* test_metrics_merge.c — tools/router/metrics_merge.c on children's Prometheus text:
  * the model label goes first on every sample (none, empty or existing labels),
  * each family's HELP and TYPE appear once with every child's samples together,
  * histogram series stay with their family, CRLF and a missing final newline
@@ -7,7 +7,7 @@
 #include <string.h>
 
 /* the router is not in libingot.a: its merge is compiled into this test */
-#include "../../runtime/router/metrics_merge.c"
+#include "../../tools/router/metrics_merge.c"
 #include "check.h"
 
 static const char child_a[] =

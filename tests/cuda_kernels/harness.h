@@ -1,6 +1,6 @@
 // harness.h — host helpers of the CUDA kernel tests (tests/cuda_kernels/t_*.cu): inputs, GGUF-block
 // builders, device buffers, comparison with the CPU kernels of kernels/cpu/, checksums.
-// The programs are built by cudasim (kernels/cuda/sim/cudasim_build.py) with -I kernels/cpu -I runtime.
+// The programs are built by cudasim (kernels/cudasim/cudasim_build.py) with -I kernels/cpu -I runtime.
 #pragma once
 #include <cuda_runtime.h>
 #include <cmath>

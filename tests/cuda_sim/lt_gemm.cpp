@@ -1,4 +1,4 @@
-// cuBLASLt calls as ingot makes them (templates/cuda/cuda_host.h), written against the real
+// cuBLASLt calls as ingot makes them (runtime/cuda/cuda_host.h), written against the real
 // <cublasLt.h>. Under cudasim they run on the simulator's reference GEMM: each case's inputs and
 // result go to the file named by argv[1] for the test to recompute with numpy; refusals print
 // their status. With the real toolkit headers the program must compile and link unchanged

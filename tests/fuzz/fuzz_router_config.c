@@ -1,9 +1,9 @@
-/* fuzz_router_config.c — an ingot-router configuration file (runtime/router/config.c): the JSON,
+/* fuzz_router_config.c — an ingot-router configuration file (tools/router/config.c): the JSON,
  * its models, names, binaries and serve arguments, and the bounds on their counts. The router is a
  * program of its own, not in the library: its config reader is compiled into this harness. */
 #include "fuzz_common.h"
 
-#include "../../runtime/router/config.c"
+#include "../../tools/router/config.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     char path[64];

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build CUDA sources for cudasim, the CPU simulator of CUDA's execution model.
 
-    python3 kernels/cuda/sim/cudasim_build.py [--mode plain|race|asan] -o prog \
+    python3 kernels/cudasim/cudasim_build.py [--mode plain|race|asan] -o prog \
         file.cu [host.cpp ...] [-- extra g++ flags]
 
 Modes
@@ -17,7 +17,7 @@ Modes
 
 What the build does beyond plain g++:
   * .cu files are compiled as C++17 with `-include cudasim.h` and
-    -I kernels/cuda/sim/include (shims for <cuda_runtime.h>, <cuda_fp16.h>, ...);
+    -I kernels/cudasim/include (shims for <cuda_runtime.h>, <cuda_fp16.h>, ...);
   * if a .cu file contains `kernel<<<...>>>(...)` launches, a copy with those
     rewritten to `::cudasim::launcher(kernel, "kernel", ...)(...)` is compiled
     instead (with a #line directive, so diagnostics name the original file);
@@ -32,7 +32,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 HEADER = os.path.join(HERE, "cudasim.h")
 RUNTIME = os.path.join(HERE, "cudasim.cpp")
 SHIMS = os.path.join(HERE, "include")

@@ -1,4 +1,5 @@
-/* model_load.h — load, free and batch checking shared by every generated CPU model.
+/* model_load.h — load, free and batch checking shared by every generated model (the CPU backend's and
+ * the host side of the CUDA backend's).
  *
  * Included by the generated model.c after its WEIGHTS table and constants. The weights' load
  * itself (checks, copies, conversions, interleaving) and the cast file are the library's

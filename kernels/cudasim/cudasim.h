@@ -2,10 +2,10 @@
 //
 // A CUDA source written for nvcc compiles unchanged with
 //
-//     g++ -std=c++17 -x c++ -include kernels/cuda/sim/cudasim.h
-//         -I kernels/cuda/sim/include file.cu kernels/cuda/sim/cudasim.cpp
+//     g++ -std=c++17 -x c++ -include kernels/cudasim/cudasim.h
+//         -I kernels/cudasim/include file.cu kernels/cudasim/cudasim.cpp
 //
-// (kernels/cuda/sim/cudasim_build.py does this, plus the two link-time details
+// (kernels/cudasim/cudasim_build.py does this, plus the two link-time details
 // described below; use it).  Kernels are launched with
 //
 //     cudasim::launch(kernel, grid, block, dyn_smem_bytes, args...);

@@ -7,7 +7,7 @@
  *                [-- SERVE OPTIONS given to every model's process]
  *
  * `ingot serve A.gguf B.gguf ...` and `ingot serve --config models.json` build
- * the binaries and exec this. See runtime/router/README.md.
+ * the binaries and exec this. See tools/router/README.md.
  */
 #include <errno.h>
 #include <math.h>

@@ -2,7 +2,7 @@
 // the paged KV pool in device memory, per-step metadata, kernel launches (nvcc-built code, NVRTC
 // JIT for the exact device, or cudasim on a machine without a GPU), CUDA graphs for decode steps.
 //
-// Included by build/<name>/gen/model.cu after kernels.cu and the generated constants:
+// Included by build/<name>/gen/model.cu after kernels.cu, model_weight_names and the generated constants:
 //   N_WEIGHTS, MAX_TOKENS, VOCAB, MAX_CTX, BT_STRIDE, N_HEADS_MAX, HEAD_DIM_MAX, ARENA_BYTES_PER_TOKEN,
 //   IG_N_KERNELS, IG_KERNEL_NAMES (launch table: extern "C" names or template instantiations),
 //   IG_SOURCE_HASH, and kernel_sources.h (the NVRTC sources).
@@ -361,7 +361,7 @@ static void ig_jit_load(cu_model* d) {
 
 // The entry points, opened from libcublasLt at run time like NVRTC: a binary runs (with the tiled
 // GEMM) where the driver is installed but not the CUDA libraries. Under cudasim they are the
-// simulator's reference GEMM (kernels/cuda/sim/include/cublasLt.h).
+// simulator's reference GEMM (kernels/cudasim/include/cublasLt.h).
 #define IG_LT_SYMBOLS(X)                                                                              \
   X(create, cublasLtCreate) X(destroy, cublasLtDestroy) X(status, cublasLtGetStatusString)            \
   X(op_create, cublasLtMatmulDescCreate) X(op_destroy, cublasLtMatmulDescDestroy)                     \
@@ -688,7 +688,10 @@ extern "C" int cu_kv_fit_blocks(cu_model* d, size_t block_bytes, double fraction
 
 // ---- one step ----------------------------------------------------------------------------------
 
-extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char* err, size_t errlen) {
+// A step's metadata in the host staging buffer (tokens, positions, sequences, block tables, the
+// rows wanted) and what the launches are told of its shape (si): whether it is all decode, and the
+// split-K of decode attention.
+static void ig_stage_step(cu_model* d, const ingot_batch* b, ig_step_info* si_out) {
   const int T = b->n_tokens, S = b->n_seqs, L = b->n_logits, H = b->n_hidden;
   int* h = d->meta_host;
   ig_step_info si = {1, 1, 0, 0, 0};
@@ -727,12 +730,12 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
     si.splits = splits;
     si.chunk = splits > 1 ? (forced || splits == IG_ATTN_MAX_SPLITS ? (si.max_len + splits - 1) / splits : IG_ATTN_CHUNK) : 0;
   }
-  cudaError_t e;
+  *si_out = si;
+}
+
+// The kernels' view of a step: device pointers into the uploaded metadata, the KV pool, the state.
+static ig_step ig_step_args(cu_model* d, ingot_kv* kv, const ingot_batch* b) {
   const size_t head_ints = (size_t)META_ARRAYS * MAX_TOKENS;
-  if ((e = cudaMemcpyAsync(d->meta, h, sizeof(int) * head_ints, cudaMemcpyHostToDevice, d->stream)) != cudaSuccess ||
-      (e = cudaMemcpyAsync(d->meta + head_ints, bt, sizeof(int) * (size_t)S * BT_STRIDE, cudaMemcpyHostToDevice,
-                           d->stream)) != cudaSuccess)
-    return ig_fail(err, errlen, "step upload", e);
   ig_step st;
   st.tokens = d->meta + META_TOKENS * MAX_TOKENS;
   st.pos = d->meta + META_POS * MAX_TOKENS;
@@ -751,12 +754,18 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
   st.done = d->done;
   st.state = (float*)kv->state;
   st.state_slots = d->meta + META_STATE_SLOT * MAX_TOKENS;
-  st.n_tokens = T;
-  st.n_logits = L;
-  st.n_hidden = H;
-  st.n_seqs = S;
+  st.n_tokens = b->n_tokens;
+  st.n_logits = b->n_logits;
+  st.n_hidden = b->n_hidden;
+  st.n_seqs = b->n_seqs;
+  return st;
+}
+
+// Runs a step's launches: a decode step by replaying (or first capturing) its graph, any other
+// launch by launch. 0, or -1 (d->why says what failed, or the CUDA error is pending).
+static int ig_launch_step(cu_model* d, ingot_kv* kv, const ig_step& st, const ig_step_info& si) {
+  const int T = st.n_tokens, L = st.n_logits, H = st.n_hidden;
   int rc = 0;
-  d->steps++;
   // Decode steps replay a captured graph per (tokens, splits): the metadata above changes every
   // step, the launches and their arguments do not (fixed chunk, fixed buffers). The KV pool
   // pointer is part of the arguments: graphs are dropped when it changes. A captured graph holds the
@@ -792,11 +801,30 @@ extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char*
     }
   }
   if (gi >= 0) {
-    if ((e = cudaGraphLaunch(d->graphs[gi].exec, d->stream)) != cudaSuccess) return ig_fail(err, errlen, "graph", e);
+    const cudaError_t e = cudaGraphLaunch(d->graphs[gi].exec, d->stream);
+    if (e != cudaSuccess) return ig_fail(d->why, sizeof d->why, "graph", e);
     d->graph_replays++;
   } else {
     rc = cu_run(d, st, si);
   }
+  return rc;
+}
+
+extern "C" int cu_forward(cu_model* d, ingot_kv* kv, const ingot_batch* b, char* err, size_t errlen) {
+  const int S = b->n_seqs, L = b->n_logits, H = b->n_hidden;
+  ig_step_info si;
+  ig_stage_step(d, b, &si);
+  int* h = d->meta_host;
+  int* bt = h + META_ARRAYS * MAX_TOKENS;
+  cudaError_t e;
+  const size_t head_ints = (size_t)META_ARRAYS * MAX_TOKENS;
+  if ((e = cudaMemcpyAsync(d->meta, h, sizeof(int) * head_ints, cudaMemcpyHostToDevice, d->stream)) != cudaSuccess ||
+      (e = cudaMemcpyAsync(d->meta + head_ints, bt, sizeof(int) * (size_t)S * BT_STRIDE, cudaMemcpyHostToDevice,
+                           d->stream)) != cudaSuccess)
+    return ig_fail(err, errlen, "step upload", e);
+  const ig_step st = ig_step_args(d, kv, b);
+  d->steps++;
+  const int rc = ig_launch_step(d, kv, st, si);
   if (rc != 0 && d->why[0]) {
     snprintf(err, errlen, "%s", d->why);
     d->why[0] = 0;
