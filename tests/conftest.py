@@ -20,6 +20,10 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAN = os.environ.get("INGOT_SAN") == "1"
 OBJDIR = ROOT / "build" / ("_obj-san" if SAN else "_obj")
+# the sanitizer pass runs the front end (./ingot, tools/frontend) under ASan + UBSan too: every
+# build a test makes goes through it
+if SAN:
+    os.environ["INGOT_FRONTEND_SAN"] = "1"
 FULL = os.environ.get("INGOT_TEST_FULL") == "1"
 FIXTURES = ROOT / "tests" / "fixtures"
 
