@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make check`: the edit-compile-test loop, in well under a minute once built.
-#   1. builds the runtime, tools and C test programs (incrementally);
+#   1. builds the runtime, tools, the front end (tools/frontend) and C test programs (incrementally);
 #   2. runs every C test program (tests/c/test_*.c: kernels, scheduler, grammar, intake, ...);
 #   3. runs the generator alone (--dry-run: the graph, fusion and plan passes, no C written or
 #      compiled) on every checkpoint of tests/fixtures/{tiny,families}, which between them hold
@@ -14,6 +14,7 @@ start=$(date +%s)
 failed=0
 
 make -s -j"$jobs" all tests || exit 1
+make -s -f tools/frontend/frontend.mk || exit 1
 # the fixture weights the tree does not track (torch remakes them from their seeds, once)
 python3 tests/fixtures/regenerate.py || exit 1
 

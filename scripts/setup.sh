@@ -26,7 +26,8 @@ set -euo pipefail
 # libpcre2-dev: GPTQModel's per-module rules are Python regular expressions (runtime/load/quant_rules.c)
 # clang, libclang-rt-14-dev: libFuzzer for the fuzz harnesses (tests/fuzz, make fuzz; the default tier replays their corpora)
 # libedit-dev: line editing and history of `NAME chat` (runtime/core/chat_cli.c)
-APT_BUILD="gcc make clang libclang-rt-14-dev lua5.4 lua-penlight lua-cjson libcjson-dev libutf8proc-dev libevent-dev libpcre2-dev libedit-dev"
+# libssl-dev: SHA-256 (libcrypto) for the front end's inputs key (tools/frontend/inputs_key.c)
+APT_BUILD="gcc make clang libclang-rt-14-dev lua5.4 lua-penlight lua-cjson libcjson-dev libssl-dev libutf8proc-dev libevent-dev libpcre2-dev libedit-dev"
 # What the tests use besides:
 # prometheus: promtool checks /metrics; nginx-light: the gateway in front of several `serve` processes
 # (tests/test_router.py, docs/deployment.md); chromium, chromium-driver: the chat page in a headless

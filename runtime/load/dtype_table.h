@@ -1,6 +1,7 @@
 /* dtype_table.h — the one table of weight element types. Read by C (dtype.h's enum, dtype.c's
  * names and block sizes, gguf.c's mapping of GGML type ids), by the generator
- * (generator/dtypes.lua parses these rows) and by the front end (./ingot's --dtype choices):
+ * (generator/dtypes.lua parses these rows) and by the front end (tools/frontend/options.c: the
+ * --dtype choices, by including it):
  * a type is added here, once.
  *
  *   INGOT_DTYPE(ENUM, name, block elements, block bytes, GGML type id, C block type, role)
@@ -18,7 +19,7 @@
  *
  * The including file defines INGOT_DTYPE (and INGOT_DTYPE_MIX where it wants them); no include
  * guard: it is included once per table it builds. The format of a row is fixed (one per line, no
- * spaces inside an argument): the generator and the front end parse it as text. */
+ * spaces inside an argument): the generator parses it as text. */
 #ifndef INGOT_DTYPE_MIX
 #define INGOT_DTYPE_MIX(name, base)
 #endif
