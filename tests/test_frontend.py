@@ -257,3 +257,26 @@ def test_a_missing_model_is_an_error(tmp_path):
     r = ingot("run", tmp_path / "absent.gguf", "-p", "x")
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [f"ingot: {tmp_path / 'absent.gguf'}: no such file or folder"]
+
+
+def test_two_front_ends_building_one_name_take_turns(model):
+    """Two `ingot run` of one new name at once: one builds, the other waits on build/NAME/.lock and
+    then runs the binary the first one built (it never builds over it or runs half of it)."""
+    name = NAME + "-lock"
+    opts = ["--name", name] + (["--san"] if SAN else [])
+    env = dict(os.environ, INGOT_PROGRESS="1")
+    for _ in range(3):
+        shutil.rmtree(ROOT / "build" / name, ignore_errors=True)
+        runs = [subprocess.Popen([str(INGOT), "run", str(model), *opts, "-p", PROMPT, "-n", "4"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=600) for p in runs]
+        for p, (out, err) in zip(runs, outs):
+            assert p.returncode == 0, err
+            assert "Paris" in out, out
+        builders = [err for _, err in outs if any(line.startswith("ingot: compiling") for line in own_lines(err))]
+        waiters = [err for _, err in outs if any(line.startswith("ingot: cached:") for line in own_lines(err))]
+        if len(builders) == 1 and len(waiters) == 1:
+            return
+        # both built: the sources changed between them (another process at work in the tree)
+        assert len(builders) == 2, outs
+    pytest.fail("the sources changed during every pair of builds")
