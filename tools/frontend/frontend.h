@@ -11,6 +11,7 @@
 #ifndef INGOT_FRONTEND_H
 #define INGOT_FRONTEND_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* The repository root (the folder ./ingot is in) and the command being run ("build", "run",
@@ -22,6 +23,8 @@ extern const char *fe_cmd;
 _Noreturn void fe_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Anything else that stops the front end: "ingot: ..." on stderr, exit status 1. */
 _Noreturn void fe_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "ingot: MESSAGE" and a newline on stderr. */
+void fe_vsay(const char *fmt, va_list ap);
 /* malloc'd printf; out of memory is fatal. */
 char *fe_format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

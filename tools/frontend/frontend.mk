@@ -7,7 +7,7 @@
 ROOT     := $(patsubst %/tools/frontend/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 FRONTEND := $(ROOT)/build/_obj/ingot-frontend
 SOURCES  := $(wildcard $(ROOT)/tools/frontend/*.c)
-HEADERS  := $(ROOT)/tools/frontend/frontend.h $(ROOT)/runtime/load/dtype_table.h
+HEADERS  := $(ROOT)/tools/frontend/frontend.h $(ROOT)/tools/tool_file.h $(ROOT)/runtime/load/dtype_table.h
 CC       ?= cc
 FRONTEND_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror
 # INGOT_FRONTEND_SAN=1 (the tests' sanitizer pass): the front end under ASan + UBSan too

@@ -47,12 +47,16 @@ _Noreturn void fe_usage_error(const char *fmt, ...) {
     exit(2);
 }
 
-_Noreturn void fe_die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
+void fe_vsay(const char *fmt, va_list ap) {
     fputs("ingot: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+}
+
+_Noreturn void fe_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fe_vsay(fmt, ap);
     va_end(ap);
     exit(1);
 }

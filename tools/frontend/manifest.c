@@ -11,28 +11,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../tool_file.h"
+
 char *fe_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *grown = realloc(buf, 2 * cap + 1);
-        if (!grown) free(buf);
-        buf = grown;
-        cap *= 2;
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (!buf || failed) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
+    size_t n = 0;
+    char *text = tool_read_file(path, &n);
+    if (text && len) *len = n;
+    return text;
 }
 
 char *fe_descriptor_field(const char *text, const char *field) {

@@ -32,9 +32,7 @@ void fe_note(const char *fmt, ...) {
     if (fe_progress == FE_PROGRESS_NONE) return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("ingot: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    fe_vsay(fmt, ap);
     va_end(ap);
 }
 
