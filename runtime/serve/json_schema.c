@@ -21,6 +21,7 @@
 
 #include "grammar.h"
 #include "json_schema_pattern.h"
+#include "text_buf.h"
 
 #define JS_MAX_DEPTH 64
 
@@ -46,41 +47,11 @@
 
 const char *js_object_grammar(void) { return "root ::= json-object\n" JS_COMMON_RULES; }
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
+typedef text_buf sbuf;
 
-static void sb_addn(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void sb_add(sbuf *b, const char *s) { sb_addn(b, s, strlen(s)); }
-
-static void sb_addf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_addf(sbuf *b, const char *fmt, ...) {
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    const int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    sb_addn(b, tmp, n < (int)sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
+static void sb_addn(sbuf *b, const char *s, size_t n) { text_buf_add(b, s, n); }
+static void sb_add(sbuf *b, const char *s) { text_buf_puts(b, s); }
+#define sb_addf text_buf_printf
 
 /* s as a GBNF literal: quotes and backslashes escaped, control bytes as \xHH. */
 static void sb_literal(sbuf *b, const char *s) {

@@ -17,6 +17,7 @@
  */
 #include "json_schema_pattern.h"
 #include "json_schema_pattern_nfa.h"
+#include "text_buf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -419,39 +420,10 @@ static int find_live(dctx *c, const graph *p, char *live) {
 
 /* ---- GBNF text ------------------------------------------------------------------------ */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} tbuf;
+typedef text_buf tbuf;
 
-static void tb_add(tbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void tb_addf(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tb_addf(tbuf *b, const char *fmt, ...) {
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    const int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    tb_add(b, tmp, n < (int)sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
+static void tb_add(tbuf *b, const char *s, size_t n) { text_buf_add(b, s, n); }
+#define tb_addf text_buf_printf
 
 /* One code point inside a GBNF character class. */
 static void tb_class_char(tbuf *b, uint32_t cp) {

@@ -2,10 +2,11 @@
 #include "metrics.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "text_buf.h"
 
 #define MET_MAX_SERIES 64
 
@@ -115,100 +116,69 @@ void met_observe(met_family *f, double v) {
 
 /* ---- rendering ----------------------------------------------------------- */
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    int oom;
-} met_buf;
-
-static void out(met_buf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap * 2 + (size_t)n;
-        char *nb = realloc(b->buf, cap);
-        if (!nb) {
-            b->oom = 1;
-            return;
-        }
-        b->buf = nb;
-        b->cap = cap;
-    }
-}
+typedef text_buf met_buf;
 
 /* Sample values: integers exactly, others with enough digits to round-trip. */
 static void out_value(met_buf *b, double v) {
-    if (isnan(v)) out(b, "NaN");
-    else if (isinf(v)) out(b, v > 0 ? "+Inf" : "-Inf");
-    else if (v == floor(v) && fabs(v) < 1e15) out(b, "%.0f", v);
-    else out(b, "%.17g", v);
+    if (isnan(v)) text_buf_printf(b, "NaN");
+    else if (isinf(v)) text_buf_printf(b, v > 0 ? "+Inf" : "-Inf");
+    else if (v == floor(v) && fabs(v) < 1e15) text_buf_printf(b, "%.0f", v);
+    else text_buf_printf(b, "%.17g", v);
 }
 
 /* HELP text escapes backslash and newline; label values also escape quotes. */
 static void out_escaped(met_buf *b, const char *s, int quote) {
     for (; *s; s++) {
-        if (*s == '\\') out(b, "\\\\");
-        else if (*s == '\n') out(b, "\\n");
-        else if (quote && *s == '"') out(b, "\\\"");
-        else out(b, "%c", *s);
+        if (*s == '\\') text_buf_printf(b, "\\\\");
+        else if (*s == '\n') text_buf_printf(b, "\\n");
+        else if (quote && *s == '"') text_buf_printf(b, "\\\"");
+        else text_buf_printf(b, "%c", *s);
     }
 }
 
 char *met_render(const met_registry *r, size_t *len) {
-    met_buf b = {malloc(4096), 0, 4096, 0};
-    if (!b.buf) return NULL;
-    b.buf[0] = 0;
+    met_buf b = {0};
+    text_buf_puts(&b, ""); /* "" when nothing is registered */
     static const char *type_names[] = {"counter", "gauge", "histogram"};
     for (const met_family *f = r->first; f; f = f->next) {
-        out(&b, "# HELP %s ", f->name);
+        text_buf_printf(&b, "# HELP %s ", f->name);
         out_escaped(&b, f->help, 0);
-        out(&b, "\n# TYPE %s %s\n", f->name, type_names[f->type]);
+        text_buf_printf(&b, "\n# TYPE %s %s\n", f->name, type_names[f->type]);
         if (f->type == MET_HISTOGRAM) {
             unsigned long long cum = 0;
             for (int i = 0; i <= f->n_bounds; i++) {
                 cum += f->counts[i];
-                out(&b, "%s_bucket{le=\"", f->name);
+                text_buf_printf(&b, "%s_bucket{le=\"", f->name);
                 if (i < f->n_bounds) out_value(&b, f->bounds[i]);
-                else out(&b, "+Inf");
-                out(&b, "\"} %llu\n", cum);
+                else text_buf_printf(&b, "+Inf");
+                text_buf_printf(&b, "\"} %llu\n", cum);
             }
-            out(&b, "%s_sum ", f->name);
+            text_buf_printf(&b, "%s_sum ", f->name);
             out_value(&b, f->sum);
-            out(&b, "\n%s_count %llu\n", f->name, f->count);
+            text_buf_printf(&b, "\n%s_count %llu\n", f->name, f->count);
             continue;
         }
         if (f->n_series == 0 && !f->label) { /* an unlabeled family always has its one sample */
-            out(&b, "%s 0\n", f->name);
+            text_buf_printf(&b, "%s 0\n", f->name);
             continue;
         }
         for (int i = 0; i < f->n_series; i++) {
             const met_series *s = &f->series[i];
             if (f->label) {
-                out(&b, "%s{%s=\"", f->name, f->label);
+                text_buf_printf(&b, "%s{%s=\"", f->name, f->label);
                 out_escaped(&b, s->label_value, 1);
-                out(&b, "\"} ");
+                text_buf_printf(&b, "\"} ");
             } else {
-                out(&b, "%s ", f->name);
+                text_buf_printf(&b, "%s ", f->name);
             }
             out_value(&b, s->value);
-            out(&b, "\n");
+            text_buf_printf(&b, "\n");
         }
     }
     if (b.oom) {
-        free(b.buf);
+        free(b.p);
         return NULL;
     }
     if (len) *len = b.len;
-    return b.buf;
+    return b.p;
 }
