@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "printable.h"
+
 /* The GGML type ids this engine reads (ggml.h's enum ggml_type): dtype_table.h's GGML column. */
 static const struct { int ggml; ingot_dtype dtype; const char *name; } GGML_TYPES[] = {
 #define INGOT_DTYPE(E, name, elems, bytes, ggml, ctype, role) {ggml, INGOT_##E, #E},
@@ -62,18 +64,6 @@ static int fail(reader *r, const char *fmt, ...) {
     /* The message must stay one line even if it quotes hostile names. */
     for (char *p = r->err; *p; p++) if (*p == '\n' || *p == '\r') *p = ' ';
     return -1;
-}
-
-/* Copies a name for use in a message: printable ASCII only, truncated. */
-static const char *printable(const char *s, char *buf, size_t cap) {
-    size_t j = 0;
-    for (size_t i = 0; s && s[i] && j + 4 < cap; i++) {
-        unsigned char c = (unsigned char)s[i];
-        buf[j++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-        if (i >= 120) { memcpy(buf + j, "...", 3); j += 3; break; }
-    }
-    buf[j] = 0;
-    return buf;
 }
 
 /* Checks that n bytes are available at the cursor. */
@@ -167,7 +157,7 @@ static int parse_kv(reader *r, gguf_kv *kv, uint64_t index) {
     char what[160], nb[160];
     snprintf(what, sizeof what, "metadata key #%llu", (unsigned long long)index);
     if (rd_str(r, &kv->key, NULL, what)) return -1;
-    const char *key = printable(kv->key, nb, sizeof nb);
+    const char *key = load_printable(kv->key, nb, sizeof nb);
     snprintf(what, sizeof what, "type of metadata '%.40s'", key);
     uint32_t type;
     if (rd_u32(r, &type, what)) return -1;
@@ -248,7 +238,7 @@ static int parse_tensor(reader *r, gguf_tensor *t, uint64_t index) {
     char what[160], nb[160];
     snprintf(what, sizeof what, "name of tensor #%llu", (unsigned long long)index);
     if (rd_str(r, &t->name, NULL, what)) return -1;
-    const char *name = printable(t->name, nb, sizeof nb);
+    const char *name = load_printable(t->name, nb, sizeof nb);
     snprintf(what, sizeof what, "info of tensor '%.40s'", name);
     if (rd_u32(r, &t->n_dims, what)) return -1;
     if (t->n_dims < 1 || t->n_dims > 4)
@@ -341,7 +331,7 @@ static int parse(reader *r) {
     qsort(f->kv_sorted, f->n_kv, sizeof *f->kv_sorted, cmp_kv);
     for (size_t i = 1; i < f->n_kv; i++)
         if (strcmp(f->kv_sorted[i - 1]->key, f->kv_sorted[i]->key) == 0)
-            return fail(r, "duplicate metadata key '%s'", printable(f->kv_sorted[i]->key, nb, sizeof nb));
+            return fail(r, "duplicate metadata key '%s'", load_printable(f->kv_sorted[i]->key, nb, sizeof nb));
     if (read_alignment(r)) return -1;
 
     for (uint64_t i = 0; i < n_tensors; i++) {
@@ -352,7 +342,7 @@ static int parse(reader *r) {
     qsort(f->tn_sorted, f->n_tensors, sizeof *f->tn_sorted, cmp_tn);
     for (size_t i = 1; i < f->n_tensors; i++)
         if (strcmp(f->tn_sorted[i - 1]->name, f->tn_sorted[i]->name) == 0)
-            return fail(r, "duplicate tensor name '%s'", printable(f->tn_sorted[i]->name, nb, sizeof nb));
+            return fail(r, "duplicate tensor name '%s'", load_printable(f->tn_sorted[i]->name, nb, sizeof nb));
 
     /* The data section starts at the next alignment boundary after the infos. */
     size_t pad = (f->alignment - r->pos % f->alignment) % f->alignment;
@@ -368,7 +358,7 @@ static int parse(reader *r) {
         gguf_tensor *t = &f->tensors[i];
         if (t->offset > data_size || t->nbytes > data_size - t->offset)
             return fail(r, "tensor '%s': data [offset %llu, %zu bytes] runs past end of file (%zu bytes, data section starts at %zu)",
-                        printable(t->name, nb, sizeof nb), (unsigned long long)t->offset, t->nbytes, f->size, f->data_start);
+                        load_printable(t->name, nb, sizeof nb), (unsigned long long)t->offset, t->nbytes, f->size, f->data_start);
         t->data = f->map + f->data_start + t->offset;
     }
     /* Overlap check on a by-offset order; tn_sorted is re-sorted by name afterwards. */
@@ -380,8 +370,8 @@ static int parse(reader *r) {
         const gguf_tensor *a = by_off[i - 1], *b = by_off[i];
         if (a->nbytes && b->nbytes && a->offset + a->nbytes > b->offset) {
             fail(r, "tensors '%s' [offset %llu, %zu bytes] and '%s' [offset %llu, %zu bytes] overlap",
-                 printable(a->name, nb, sizeof nb), (unsigned long long)a->offset, a->nbytes,
-                 printable(b->name, nb2, sizeof nb2), (unsigned long long)b->offset, b->nbytes);
+                 load_printable(a->name, nb, sizeof nb), (unsigned long long)a->offset, a->nbytes,
+                 load_printable(b->name, nb2, sizeof nb2), (unsigned long long)b->offset, b->nbytes);
             free(by_off);
             return -1;
         }

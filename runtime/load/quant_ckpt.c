@@ -14,6 +14,7 @@
 
 #include "hugealloc.h"
 #include "quant_rules.h"
+#include "printable.h"
 
 #define QC_MAX_CONFIG (16u << 20) /* a config.json larger than this is not a config */
 
@@ -53,18 +54,6 @@ static int qc_fail(qc_ctx *c, const char *fmt, ...) {
     }
     for (char *p = c->err; *p; p++) if (*p == '\n' || *p == '\r') *p = ' ';
     return -1;
-}
-
-/* Printable, truncated copy of an untrusted name for messages. */
-static const char *printable(const char *s, char *buf, size_t cap) {
-    size_t j = 0;
-    for (size_t i = 0; s && s[i] && j + 4 < cap; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        buf[j++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
-        if (i >= 120) { memcpy(buf + j, "...", 3); j += 3; break; }
-    }
-    buf[j] = 0;
-    return buf;
 }
 
 static inline uint32_t ld32(const void *base, size_t i) {
@@ -132,7 +121,7 @@ static int parse_config(qc_ctx *c, const char *config_path, qc_config *q) {
     else if (strcasecmp(m->valuestring, "fp8") == 0) q->method = QC_FP8;
     else {
         rc = qc_fail(c, "%s: quantization_config.quant_method '%s' is not supported (gptq, awq, fp8)", config_path,
-                     printable(m->valuestring, vb, sizeof vb));
+                     load_printable(m->valuestring, vb, sizeof vb));
         goto done;
     }
     if (q->method == QC_GPTQ || q->method == QC_AWQ) {
@@ -165,7 +154,7 @@ static int parse_config(qc_ctx *c, const char *config_path, qc_config *q) {
             const cJSON *ver = cJSON_GetObjectItemCaseSensitive(qcfg, "version");
             if (ver && !cJSON_IsNull(ver) && (!cJSON_IsString(ver) || strcasecmp(ver->valuestring, "gemm") != 0)) {
                 rc = qc_fail(c, "%s: quantization_config.version '%s' is not supported (AWQ's \"gemm\" packing only)",
-                             config_path, cJSON_IsString(ver) ? printable(ver->valuestring, vb, sizeof vb) : "?");
+                             config_path, cJSON_IsString(ver) ? load_printable(ver->valuestring, vb, sizeof vb) : "?");
                 goto done;
             }
             const cJSON *zp = cJSON_GetObjectItemCaseSensitive(qcfg, "zero_point");
@@ -374,7 +363,7 @@ static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw,
     L.group_size = q->group_size;
     L.qweight = qw;
     char qb[160];
-    const char *qname = printable(qw->name, qb, sizeof qb);
+    const char *qname = load_printable(qw->name, qb, sizeof qb);
     if (qw->dtype != INGOT_I32 || qw->n_dims != 2)
         return qc_fail(c, "tensor '%s': expected a 2-D int32 tensor, found %s %s", qname, dtype_name(qw->dtype),
                        shape_str(qw, sb, sizeof sb));
@@ -399,36 +388,36 @@ static int repack_zero_point(qc_ctx *c, const qc_config *q, const wt_tensor *qw,
     if (!L.scales || !L.qzeros) {
         char want[1024], wb[160];
         join(want, sizeof want, prefix, plen, L.scales ? ".qzeros" : ".scales");
-        return qc_fail(c, "tensor '%s' has no '%s' beside it", qname, printable(want, wb, sizeof wb));
+        return qc_fail(c, "tensor '%s' has no '%s' beside it", qname, load_printable(want, wb, sizeof wb));
     }
     if (force_perm && !L.g_idx)
         return qc_fail(c, "tensor '%s' has no g_idx beside it, but other experts of its layer are act-order (their g_idx "
                           "mixes groups)", qname);
     if (L.scales->dtype != INGOT_F16 || !shape_is(L.scales, 2, L.groups, L.out))
         return qc_fail(c, "tensor '%s': expected f16 [%lld, %lld] (%lld groups of %lld inputs), found %s %s",
-                       printable(L.scales->name, nb, sizeof nb), (long long)L.groups, (long long)L.out,
+                       load_printable(L.scales->name, nb, sizeof nb), (long long)L.groups, (long long)L.out,
                        (long long)L.groups, (long long)(L.group_size < 0 ? L.in : L.group_size),
                        dtype_name(L.scales->dtype), shape_str(L.scales, sb, sizeof sb));
     if (L.qzeros->dtype != INGOT_I32 || !shape_is(L.qzeros, 2, L.groups, L.out / L.pack))
-        return qc_fail(c, "tensor '%s': expected i32 [%lld, %lld], found %s %s", printable(L.qzeros->name, nb, sizeof nb),
+        return qc_fail(c, "tensor '%s': expected i32 [%lld, %lld], found %s %s", load_printable(L.qzeros->name, nb, sizeof nb),
                        (long long)L.groups, (long long)(L.out / L.pack), dtype_name(L.qzeros->dtype),
                        shape_str(L.qzeros, sb, sizeof sb));
     if (L.g_idx) {
         if (L.g_idx->dtype != INGOT_I32 || !shape_is(L.g_idx, 1, L.in, 0))
-            return qc_fail(c, "tensor '%s': expected i32 [%lld], found %s %s", printable(L.g_idx->name, nb, sizeof nb),
+            return qc_fail(c, "tensor '%s': expected i32 [%lld], found %s %s", load_printable(L.g_idx->name, nb, sizeof nb),
                            (long long)L.in, dtype_name(L.g_idx->dtype), shape_str(L.g_idx, sb, sizeof sb));
         for (int64_t i = 0; i < L.in; i++) {
             const int64_t g = (int32_t)ld32(L.g_idx->data, (size_t)i);
             if (g < 0 || g >= L.groups)
                 return qc_fail(c, "tensor '%s': entry %lld is group %lld, outside [0, %lld)",
-                               printable(L.g_idx->name, nb, sizeof nb), (long long)i, (long long)g, (long long)L.groups);
+                               load_printable(L.g_idx->name, nb, sizeof nb), (long long)i, (long long)g, (long long)L.groups);
         }
     }
     for (int64_t g = 0; g < L.groups; g++)
         for (int64_t j = 0; j < L.out; j++)
             if ((ld16(L.scales->data, (size_t)(g * L.out + j)) & 0x7c00) == 0x7c00)
                 return qc_fail(c, "tensor '%s': the scale of group %lld, output %lld is not finite (NaN or infinity)",
-                               printable(L.scales->name, nb, sizeof nb), (long long)g, (long long)j);
+                               load_printable(L.scales->name, nb, sizeof nb), (long long)g, (long long)j);
     /* Blocks of 32 inputs with one group each take the block types. An
      * act-order g_idx that mixes groups inside a block is reordered: the
      * inputs sorted by group (`<prefix>.weight.perm`, the kernels read the
@@ -494,7 +483,7 @@ static float scale_at(const wt_tensor *t, size_t k) {
 static int repack_fp8(qc_ctx *c, const qc_config *q, const wt_tensor *wq, const char *prefix, size_t plen) {
     char nb[160], sb[64];
     char wb[160];
-    const char *wname = printable(wq->name, wb, sizeof wb);
+    const char *wname = load_printable(wq->name, wb, sizeof wb);
     if (wq->n_dims != 2 || wq->shape[0] == 0 || wq->shape[1] == 0)
         return qc_fail(c, "tensor '%s': expected a 2-D float8_e4m3fn matrix, found %s", wname, shape_str(wq, sb, sizeof sb));
     const int64_t rows = wq->shape[0], cols = wq->shape[1];
@@ -504,7 +493,7 @@ static int repack_fp8(qc_ctx *c, const qc_config *q, const wt_tensor *wq, const 
     const wt_tensor *inp = part(c, prefix, plen, ".input_scale");
     if (inp)
         return qc_fail(c, "tensor '%s': static activation scales are not supported (activation_scheme \"dynamic\" only)",
-                       printable(inp->name, nb, sizeof nb));
+                       load_printable(inp->name, nb, sizeof nb));
     const wt_tensor *s;
     int64_t srows = 1, scols = 1; /* the scale grid */
     if (q->block[0]) {
@@ -514,7 +503,7 @@ static int repack_fp8(qc_ctx *c, const qc_config *q, const wt_tensor *wq, const 
         if (!s) return qc_fail(c, "tensor '%s' has no weight_scale_inv beside it (weight_block_size is set)", wname);
         if (!shape_is(s, 2, srows, scols))
             return qc_fail(c, "tensor '%s': expected [%lld, %lld] (blocks of %lldx%lld over %lldx%lld), found %s",
-                           printable(s->name, nb, sizeof nb), (long long)srows, (long long)scols, (long long)q->block[0],
+                           load_printable(s->name, nb, sizeof nb), (long long)srows, (long long)scols, (long long)q->block[0],
                            (long long)q->block[1], (long long)rows, (long long)cols, shape_str(s, sb, sizeof sb));
     } else {
         s = part(c, prefix, plen, ".weight_scale");
@@ -524,15 +513,15 @@ static int repack_fp8(qc_ctx *c, const qc_config *q, const wt_tensor *wq, const 
         if (nel == rows && rows > 1 && s->n_dims >= 1 && s->shape[0] == rows) srows = rows; /* one per output row */
         else if (nel != 1)
             return qc_fail(c, "tensor '%s': expected one scale or one per row (%lld), found %s",
-                           printable(s->name, nb, sizeof nb), (long long)rows, shape_str(s, sb, sizeof sb));
+                           load_printable(s->name, nb, sizeof nb), (long long)rows, shape_str(s, sb, sizeof sb));
     }
     if (s->dtype != INGOT_F32 && s->dtype != INGOT_BF16)
-        return qc_fail(c, "tensor '%s': scales must be f32 or bf16, found %s", printable(s->name, nb, sizeof nb),
+        return qc_fail(c, "tensor '%s': scales must be f32 or bf16, found %s", load_printable(s->name, nb, sizeof nb),
                        dtype_name(s->dtype));
     for (int64_t k = 0; k < srows * scols; k++)
         if (!isfinite(scale_at(s, (size_t)k)))
             return qc_fail(c, "tensor '%s': scale %lld (block row %lld, column %lld) is not finite (NaN or infinity)",
-                           printable(s->name, nb, sizeof nb), (long long)k, (long long)(k / scols), (long long)(k % scols));
+                           load_printable(s->name, nb, sizeof nb), (long long)k, (long long)(k / scols), (long long)(k % scols));
     const int64_t nb32 = cols / INGOT_QBLOCK;
     const size_t nbytes = (size_t)rows * (size_t)nb32 * sizeof(block_f8_b32);
     uint8_t *w = weight_alloc(c, nbytes);
@@ -668,8 +657,8 @@ static int check_expert_families(qc_ctx *c) {
         if (!same) {
             char na[160], nb[160], sa[64], sb[64];
             rc = qc_fail(c, "tensor '%s' is %s %s, but '%s' is %s %s: every expert of a layer must have the same shape "
-                            "and type", printable(b->name, nb, sizeof nb), dtype_name(b->dtype), shape_str(b, sb, sizeof sb),
-                         printable(a->name, na, sizeof na), dtype_name(a->dtype), shape_str(a, sa, sizeof sa));
+                            "and type", load_printable(b->name, nb, sizeof nb), dtype_name(b->dtype), shape_str(b, sb, sizeof sb),
+                         load_printable(a->name, na, sizeof na), dtype_name(a->dtype), shape_str(a, sa, sizeof sa));
         }
     }
     for (size_t i = 0; i < n; i++) free(m[i].family);
@@ -709,7 +698,7 @@ int qc_repack(const char *label, const char *config_path, const wt_tensor *in, s
         for (size_t i = 0; i < n && rc == 0; i++)
             if (in[i].dtype == INGOT_I32 || in[i].dtype == INGOT_F8_E4M3)
                 rc = qc_fail(&c, "tensor '%s' is %s: a quantized checkpoint needs its quantization_config in %s",
-                             printable(in[i].name, nb, sizeof nb), dtype_name(in[i].dtype), config_path);
+                             load_printable(in[i].name, nb, sizeof nb), dtype_name(in[i].dtype), config_path);
     }
     if (q.method == QC_GPTQ && rc == 0) rc = find_perm_families(&c);
     /* Pass 1: repack each quantized linear (marking its parts consumed), with the settings the
@@ -722,7 +711,7 @@ int qc_repack(const char *label, const char *config_path, const wt_tensor *in, s
         } else if (q.method == QC_FP8) {
             if (t->dtype != INGOT_F8_E4M3) continue;
             if (!ends_with(t->name, ".weight", &plen)) {
-                rc = qc_fail(&c, "tensor '%s': a float8_e4m3fn tensor must be a linear's .weight", printable(t->name, nb, sizeof nb));
+                rc = qc_fail(&c, "tensor '%s': a float8_e4m3fn tensor must be a linear's .weight", load_printable(t->name, nb, sizeof nb));
                 break;
             }
         } else {
@@ -730,7 +719,7 @@ int qc_repack(const char *label, const char *config_path, const wt_tensor *in, s
         }
         char module[1024], eb[96], mb[160];
         if (plen >= sizeof module) {
-            rc = qc_fail(&c, "tensor '%s': name too long", printable(t->name, nb, sizeof nb));
+            rc = qc_fail(&c, "tensor '%s': name too long", load_printable(t->name, nb, sizeof nb));
             break;
         }
         memcpy(module, t->name, plen);
@@ -738,8 +727,8 @@ int qc_repack(const char *label, const char *config_path, const wt_tensor *in, s
         const qr_match m = qr_lookup(q.rules, module);
         if (m.excluded) {
             rc = qc_fail(&c, "tensor '%s' is quantized, but quantization_config.%s entry '%s' leaves module '%s' unquantized",
-                         printable(t->name, nb, sizeof nb), m.key, printable(m.entry, eb, sizeof eb),
-                         printable(module, mb, sizeof mb));
+                         load_printable(t->name, nb, sizeof nb), m.key, load_printable(m.entry, eb, sizeof eb),
+                         load_printable(module, mb, sizeof mb));
             break;
         }
         c.consumed[i] = 1;
@@ -758,13 +747,13 @@ int qc_repack(const char *label, const char *config_path, const wt_tensor *in, s
         if (c.consumed[i]) continue;
         if (in[i].dtype == INGOT_I32 || in[i].dtype == INGOT_F8_E4M3) {
             rc = qc_fail(&c, "tensor '%s' (%s) belongs to no quantized linear of this %s checkpoint",
-                         printable(in[i].name, nb, sizeof nb), dtype_name(in[i].dtype),
+                         load_printable(in[i].name, nb, sizeof nb), dtype_name(in[i].dtype),
                          q.method == QC_GPTQ ? "GPTQ" : q.method == QC_AWQ ? "AWQ" : "FP8");
             break;
         }
         for (size_t k = 0; k < repacked; k++)
             if (strcmp(out->tensors[k].name, in[i].name) == 0) {
-                rc = qc_fail(&c, "tensor '%s' is stored both quantized and as it is", printable(in[i].name, nb, sizeof nb));
+                rc = qc_fail(&c, "tensor '%s' is stored both quantized and as it is", load_printable(in[i].name, nb, sizeof nb));
                 break;
             }
         out->tensors[out->n++] = in[i];

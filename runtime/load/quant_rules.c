@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "printable.h"
+
 typedef struct {
     const char *key; /* the quantization_config key (static) */
     char *entry;     /* the list entry, or the rule's key as written */
@@ -27,18 +29,6 @@ struct qr_rules {
     qr_rule *rules;
     size_t n;
 };
-
-/* Printable, truncated copy of an untrusted string for messages. */
-static const char *printable(const char *s, char *buf, size_t cap) {
-    size_t j = 0;
-    for (size_t i = 0; s[i] && j + 4 < cap; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        buf[j++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
-        if (i >= 80) { memcpy(buf + j, "...", 3); j += 3; break; }
-    }
-    buf[j] = 0;
-    return buf;
-}
 
 static qr_rule *add_rule(qr_rules *r, const char *key, const char *entry) {
     qr_rule *nr = realloc(r->rules, (r->n + 1) * sizeof *nr);
@@ -93,7 +83,7 @@ static int parse_dynamic(qr_rules *r, const cJSON *qcfg, char *err, size_t errle
             PCRE2_UCHAR why[160];
             pcre2_get_error_message(code, why, sizeof why);
             snprintf(err, errlen, "quantization_config.dynamic rule '%s': not a regular expression: %s (at offset %zu)",
-                     printable(k, pb, sizeof pb), (const char *)why, (size_t)at);
+                     load_printable(k, pb, sizeof pb), (const char *)why, (size_t)at);
             return -1;
         }
         if (!(q->match = pcre2_match_data_create_from_pattern(q->re, NULL))) {
@@ -102,13 +92,13 @@ static int parse_dynamic(qr_rules *r, const cJSON *qcfg, char *err, size_t errle
         }
         if (q->excluded) continue;
         if (!cJSON_IsObject(e)) {
-            snprintf(err, errlen, "quantization_config.dynamic rule '%s' must map to an object", printable(k, pb, sizeof pb));
+            snprintf(err, errlen, "quantization_config.dynamic rule '%s' must map to an object", load_printable(k, pb, sizeof pb));
             return -1;
         }
         const cJSON *bits = cJSON_GetObjectItemCaseSensitive(e, "bits");
         if (bits && !cJSON_IsNull(bits)) {
             if (!cJSON_IsNumber(bits) || (bits->valuedouble != 4 && bits->valuedouble != 8)) {
-                snprintf(err, errlen, "quantization_config.dynamic rule '%s': bits must be 4 or 8", printable(k, pb, sizeof pb));
+                snprintf(err, errlen, "quantization_config.dynamic rule '%s': bits must be 4 or 8", load_printable(k, pb, sizeof pb));
                 return -1;
             }
             q->bits = (int)bits->valuedouble;
@@ -118,7 +108,7 @@ static int parse_dynamic(qr_rules *r, const cJSON *qcfg, char *err, size_t errle
             const double d = cJSON_IsNumber(gs) ? gs->valuedouble : 0;
             if (!isfinite(d) || floor(d) != d || (d != -1 && (d < 1 || d > INT32_MAX))) {
                 snprintf(err, errlen, "quantization_config.dynamic rule '%s': group_size must be -1 or a positive integer",
-                         printable(k, pb, sizeof pb));
+                         load_printable(k, pb, sizeof pb));
                 return -1;
             }
             q->group_size = (int64_t)d;

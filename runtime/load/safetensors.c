@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "printable.h"
+
 #define ST_MAX_INDEX (100u << 20) /* an index.json larger than this is not an index */
 
 typedef struct {
@@ -44,18 +46,6 @@ static int st_fail(char *err, size_t errlen, const char *path, const char *fmt, 
     }
     for (char *p = err; *p; p++) if (*p == '\n' || *p == '\r') *p = ' ';
     return -1;
-}
-
-/* Printable, truncated copy of an untrusted name for messages. */
-static const char *printable(const char *s, char *buf, size_t cap) {
-    size_t j = 0;
-    for (size_t i = 0; s && s[i] && j + 4 < cap; i++) {
-        unsigned char c = (unsigned char)s[i];
-        buf[j++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-        if (i >= 120) { memcpy(buf + j, "...", 3); j += 3; break; }
-    }
-    buf[j] = 0;
-    return buf;
 }
 
 /* A JSON number that is an exact non-negative integer below 2^53 (beyond
@@ -105,7 +95,7 @@ static int parse_dtype(const char *s, ingot_dtype *out) {
 static int add_tensor(st_file *f, size_t si, const cJSON *item, char *err, size_t errlen) {
     st_shard *sh = &f->shards[si];
     char nb[160];
-    const char *name = printable(item->string, nb, sizeof nb);
+    const char *name = load_printable(item->string, nb, sizeof nb);
     if (!cJSON_IsObject(item)) return st_fail(err, errlen, sh->path, "tensor '%s': header entry is not a JSON object", name);
     const cJSON *jd = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(item, "shape");
@@ -119,7 +109,7 @@ static int add_tensor(st_file *f, size_t si, const cJSON *item, char *err, size_
     if (parse_dtype(jd->valuestring, &t.dtype)) {
         char db[64];
         return st_fail(err, errlen, sh->path, "tensor '%s': unsupported dtype '%s' (supported: F32, F16, BF16, I32, F8_E4M3)", name,
-                       printable(jd->valuestring, db, sizeof db));
+                       load_printable(jd->valuestring, db, sizeof db));
     }
     int nd = cJSON_GetArraySize(js);
     if (nd > ST_MAX_DIMS) return st_fail(err, errlen, sh->path, "tensor '%s': %d dimensions (at most %d supported)", name, nd, ST_MAX_DIMS);
@@ -182,8 +172,8 @@ static int check_overlaps(st_file *f, size_t from, size_t to, const char *path, 
         if (a->nbytes && b->nbytes && a->begin + a->nbytes > b->begin) {
             char n1[160], n2[160];
             rc = st_fail(err, errlen, path, "tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap",
-                         printable(a->name, n1, sizeof n1), (unsigned long long)a->begin,
-                         (unsigned long long)(a->begin + a->nbytes), printable(b->name, n2, sizeof n2),
+                         load_printable(a->name, n1, sizeof n1), (unsigned long long)a->begin,
+                         (unsigned long long)(a->begin + a->nbytes), load_printable(b->name, n2, sizeof n2),
                          (unsigned long long)b->begin, (unsigned long long)(b->begin + b->nbytes));
         }
     }
@@ -248,7 +238,7 @@ static int finish(st_file *f, char *err, size_t errlen) {
     for (size_t i = 1; i < f->n_tensors; i++) {
         if (strcmp(f->sorted[i - 1]->name, f->sorted[i]->name) == 0) {
             char nb[160];
-            return st_fail(err, errlen, f->path, "duplicate tensor name '%s'", printable(f->sorted[i]->name, nb, sizeof nb));
+            return st_fail(err, errlen, f->path, "duplicate tensor name '%s'", load_printable(f->sorted[i]->name, nb, sizeof nb));
         }
     }
     return 0;
@@ -325,12 +315,12 @@ st_file *st_open_index(const char *index_path, char *err, size_t errlen) {
     size_t dlen = strlen(dir);
     for (const cJSON *it = wm->child; it; it = it->next) {
         if (!cJSON_IsString(it)) {
-            st_fail(err, errlen, index_path, "weight_map entry '%s' is not a string", printable(it->string, nb, sizeof nb));
+            st_fail(err, errlen, index_path, "weight_map entry '%s' is not a string", load_printable(it->string, nb, sizeof nb));
             goto fail;
         }
         if (bad_shard_name(it->valuestring)) {
             st_fail(err, errlen, index_path, "weight_map entry '%s': shard name '%s' must be a plain file name (no '/' or '..')",
-                    printable(it->string, nb, sizeof nb), printable(it->valuestring, sb, sizeof sb));
+                    load_printable(it->string, nb, sizeof nb), load_printable(it->valuestring, sb, sizeof sb));
             goto fail;
         }
         free(buf);
@@ -347,7 +337,7 @@ st_file *st_open_index(const char *index_path, char *err, size_t errlen) {
         goto fail;
     }
     char ctx[200];
-    snprintf(ctx, sizeof ctx, " (shard listed in %s)", printable(index_path, nb, sizeof nb));
+    snprintf(ctx, sizeof ctx, " (shard listed in %s)", load_printable(index_path, nb, sizeof nb));
     for (size_t k = 0; k < f->n_shards; k++)
         if (parse_shard(f, k, err, errlen, ctx)) goto fail;
     if (finish(f, err, errlen)) goto fail;
@@ -357,13 +347,13 @@ st_file *st_open_index(const char *index_path, char *err, size_t errlen) {
         const char *want_shard = it->valuestring;
         if (!t) {
             st_fail(err, errlen, index_path, "tensor '%s' is mapped to shard '%s' but not found there",
-                    printable(it->string, nb, sizeof nb), printable(want_shard, sb, sizeof sb));
+                    load_printable(it->string, nb, sizeof nb), load_printable(want_shard, sb, sizeof sb));
             goto fail;
         }
         const char *have = f->shards[t->shard].path + dlen;
         if (strcmp(have, want_shard) != 0) {
             st_fail(err, errlen, index_path, "tensor '%s' is mapped to shard '%s' but not found there (it is in '%s')",
-                    printable(it->string, nb, sizeof nb), printable(want_shard, sb, sizeof sb), have);
+                    load_printable(it->string, nb, sizeof nb), load_printable(want_shard, sb, sizeof sb), have);
             goto fail;
         }
     }
