@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "byte_count.h"
 #include "server.h"
 
 /* ---- values --------------------------------------------------------------- */
@@ -32,28 +33,15 @@ static int parse_num(const char *s, const char *what, double lo, double hi, int 
     return 0;
 }
 
-/* A byte count: a number with an optional binary suffix K, M, G or T
- * (KiB ... TiB; "B" or "iB" may follow: 512M, 4GiB, 1.5G). */
+/* A positive byte count (byte_count.h: 512M, 4GiB, 1.5G). */
 static int parse_bytes(const char *v, const char *what, double *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    double unit = 1;
-    switch (*end) {
-    case 'k': case 'K': unit = 1024.0; end++; break;
-    case 'm': case 'M': unit = 1048576.0; end++; break;
-    case 'g': case 'G': unit = 1073741824.0; end++; break;
-    case 't': case 'T': unit = 1099511627776.0; end++; break;
-    default: break;
-    }
-    if (unit > 1 && *end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (errno || end == v || *end || !isfinite(x) || x <= 0 || x * unit > 1e18) {
+    double x;
+    if (byte_count_parse(v, &x) != 0 || x <= 0) {
         fprintf(stderr, "%s: error: %s must be a positive byte count (e.g. 512M, 4G), got '%s'\n",
                 model_name, what, v);
         return -1;
     }
-    *out = floor(x * unit);
+    *out = x;
     return 0;
 }
 

@@ -24,6 +24,7 @@
 #include <event2/http.h>
 #include <unistd.h>
 
+#include "byte_count.h"
 #include "router.h"
 
 #define USAGE                                                                                                   \
@@ -39,26 +40,6 @@ static int usage_error(const char *fmt, const char *what) {
     fprintf(stderr, fmt, what);
     fprintf(stderr, "\n%s", USAGE);
     return 2;
-}
-
-/* 512M, 4G, 1.5G (binary units), or plain bytes. */
-static int parse_bytes(const char *s, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1;
-    double unit = 1;
-    switch (*end) {
-    case 'k': case 'K': unit = 1024.0; end++; break;
-    case 'm': case 'M': unit = 1048576.0; end++; break;
-    case 'g': case 'G': unit = 1073741824.0; end++; break;
-    case 't': case 'T': unit = 1099511627776.0; end++; break;
-    default: break;
-    }
-    if (*end == 'i' || *end == 'B') end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
-    if (*end || !isfinite(v * unit)) return -1;
-    *out = v * unit;
-    return 0;
 }
 
 static int parse_number(const char *s, double lo, double hi, double *out) {
@@ -159,10 +140,10 @@ static int parse_args(rt_router *r, int argc, char **argv, const char **config, 
                 return usage_error("--port must be 0..65535, not '%s'", v);
             r->port = (int)d;
         } else if (!strcmp(a, "--memory-budget")) {
-            if (parse_bytes(v, &r->memory_budget) != 0)
+            if (byte_count_parse(v, &r->memory_budget) != 0)
                 return usage_error("--memory-budget takes bytes (512M, 4G), not '%s'", v);
         } else if (!strcmp(a, "--max-body")) {
-            if (parse_bytes(v, &d) != 0 || d < 1024 || d > (1 << 30))
+            if (byte_count_parse(v, &d) != 0 || d < 1024 || d > (1 << 30))
                 return usage_error("--max-body must be 1K..1G, not '%s'", v);
             r->max_body = (long)d;
         } else if (!strcmp(a, "--start-timeout")) {
