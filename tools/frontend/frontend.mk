@@ -8,7 +8,9 @@ ROOT     := $(patsubst %/tools/frontend/,%,$(dir $(abspath $(lastword $(MAKEFILE
 FRONTEND := $(ROOT)/build/_obj/ingot-frontend
 SOURCES  := $(wildcard $(ROOT)/tools/frontend/*.c)
 HEADERS  := $(ROOT)/tools/frontend/frontend.h $(ROOT)/tools/tool_file.h $(ROOT)/runtime/load/dtype_table.h
-CC       ?= cc
+# the host's own compiler, whatever CC says: CC chooses the models' compiler (it is part of a build's
+# options), and may be a cross compiler
+FRONTEND_CC := $(or $(INGOT_FRONTEND_CC),cc)
 FRONTEND_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror
 # INGOT_FRONTEND_SAN=1 (the tests' sanitizer pass): the front end under ASan + UBSan too
 ifeq ($(INGOT_FRONTEND_SAN),1)
@@ -18,4 +20,4 @@ endif
 
 $(FRONTEND): $(SOURCES) $(HEADERS) $(lastword $(MAKEFILE_LIST))
 	@mkdir -p $(dir $@)
-	$(CC) $(FRONTEND_CFLAGS) $(SOURCES) -o $@.$$$$ -lcjson -lcrypto && mv -f $@.$$$$ $@
+	$(FRONTEND_CC) $(FRONTEND_CFLAGS) $(SOURCES) -o $@.$$$$ -lcjson -lcrypto && mv -f $@.$$$$ $@
