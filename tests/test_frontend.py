@@ -280,3 +280,18 @@ def test_two_front_ends_building_one_name_take_turns(model):
         # both built: the sources changed between them (another process at work in the tree)
         assert len(builders) == 2, outs
     pytest.fail("the sources changed during every pair of builds")
+
+
+def test_a_relative_model_path_is_the_same_build(fresh, build_opts):
+    """MODEL given relative to the working directory ("./x.gguf", "d/../x.gguf") is the same
+    checkpoint as its absolute path: the same manifest, and no rebuild for the spelling."""
+    generate(fresh, build_opts)
+    (fresh.parent / "d").mkdir(exist_ok=True)
+    env = dict(os.environ, INGOT_PROGRESS="1")
+    for spelling in ("./" + fresh.name, "d/../" + fresh.name):
+        r = subprocess.run([str(INGOT), "run", spelling, *build_opts, "-p", PROMPT, "-n", "2"], cwd=fresh.parent,
+                           env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert recorded()["model"] == str(fresh), recorded()["model"]
+        if not cached(r):  # another process changed the sources meanwhile: the build says so
+            assert "sources" in building_line(r) and "build options" not in building_line(r), r.stderr
