@@ -304,6 +304,9 @@ static const char *parse_count(parser *p, const char *s, long *v) {
  * (outside parentheses) the end of the line. */
 static const char *parse_sequence(parser *p, const char *s, int rule, gseq *out, int nested) {
     int last = out->n;
+    /* out->n right after `*` or `+` made the item at `last` an unbounded repetition (-1: it is
+     * not one), and that repetition's least count (1 for +, 0 for *) */
+    int unbounded_end = -1, unbounded_min = 0;
     while (s && s < p->end) {
         const char *at = s;
         if (*s == '"') {
@@ -384,7 +387,22 @@ static const char *parse_sequence(parser *p, const char *s, int rule, gseq *out,
             s = skip_space(p, s + 1, nested);
         } else if (*s == '*' || *s == '+' || *s == '?') {
             const long min = *s == '+' ? 1 : 0, max = *s == '?' ? 1 : -1;
-            if (repeat_last(p, out, last, rule, min, max, at)) return NULL;
+            if (unbounded_end >= 0 && unbounded_end == out->n) {
+                /* A repetition of an unbounded one: (x+)+ is x+; (x*)+, (x*)*, (x*)? are x*; (x+)*
+                 * and (x+)? are x*. The same language, where expanding it again would give the
+                 * matcher exponentially many ways to split a text (x+ is x R, R ::= x R | ""; x*
+                 * is R: the inline copy leaves) */
+                if (unbounded_min == 1 && min == 0) {
+                    const int item_n = out->n - last - 1;
+                    out->e[last] = out->e[out->n - 1];
+                    out->n = last + 1;
+                    p->total -= (size_t)item_n;
+                    unbounded_end = out->n, unbounded_min = 0;
+                }
+            } else {
+                if (repeat_last(p, out, last, rule, min, max, at)) return NULL;
+                unbounded_end = max < 0 ? out->n : -1, unbounded_min = (int)min;
+            }
             s = skip_space(p, s + 1, nested);
         } else if (*s == '{') {
             long min, max;
@@ -405,6 +423,7 @@ static const char *parse_sequence(parser *p, const char *s, int rule, gseq *out,
             }
             if (s >= p->end || *s != '}') return fail(p, s, "expected '}'");
             if (repeat_last(p, out, last, rule, min, max, at)) return NULL;
+            unbounded_end = -1;
             s = skip_space(p, s + 1, nested);
         } else {
             break;

@@ -298,6 +298,34 @@ static void test_repetition_counts(void) {
     }
 }
 
+/* A repetition of an unbounded repetition is the same language, compiled once: (x+)+ as x+, the
+ * rest as x* (expanded again, nested repetitions gave the matcher exponentially many ways to
+ * split a text: a fuzzer's 159-byte ".+++++++++" took seconds). Each form accepts and refuses
+ * what its language does, and sixty nested `+` over a long text stay fast and small. */
+static void test_nested_repetitions(void) {
+    expect_matches("root ::= \"a\"++\n", (const char *const[]){"a", "aaaa", NULL}, (const char *const[]){"", "b", NULL});
+    expect_matches("root ::= (\"ab\"+)+ \"!\"\n", (const char *const[]){"ab!", "ababab!", NULL},
+                   (const char *const[]){"!", "aba!", NULL});
+    expect_matches("root ::= \"ab\"+*\n", (const char *const[]){"", "ab", "abab", NULL}, (const char *const[]){"a", NULL});
+    expect_matches("root ::= [0-9]*+ \"x\"\n", (const char *const[]){"x", "12x", NULL}, (const char *const[]){"1", NULL});
+    expect_matches("root ::= \"ab\"+? \"c\"\n", (const char *const[]){"c", "abc", "ababc", NULL},
+                   (const char *const[]){"ac", NULL});
+    expect_matches("root ::= \"a\"*? \"b\"+ +\n", (const char *const[]){"b", "aabbb", NULL},
+                   (const char *const[]){"a", "ba", NULL});
+    char grammar[128] = "root ::= .", text[4097];
+    for (int i = 0; i < 60; i++) strcat(grammar, "+");
+    strcat(grammar, "\n");
+    memset(text, 'z', 4096);
+    text[4096] = 0;
+    char err[256];
+    gram_grammar *g = compile(grammar, err);
+    check(g != NULL, "sixty nested + compile: %s", err);
+    if (g) {
+        check(matches(g, text, 64) == 1, "sixty nested + accept 4096 bytes");
+        gram_free(g);
+    }
+}
+
 /* ---- mask against brute force ------------------------------------------- */
 
 #define N_TOK 3000
@@ -571,6 +599,7 @@ int main(void) {
     test_matching();
     test_limits();
     test_repetition_counts();
+    test_nested_repetitions();
     test_large_grammars();
     test_mask(0);
     test_mask(1);
