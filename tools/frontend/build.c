@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,9 +127,8 @@ static int cast_work(void *ctx) {
                         "every start\n", b->target_arch);
         return 0;
     }
-    char log_path[] = "/tmp/ingot-cast-XXXXXX";
-    int fd = mkstemp(log_path);
-    if (fd < 0) fe_die("cannot create a file in /tmp: %s", strerror(errno));
+    char log_path[PATH_MAX];
+    const int fd = fe_temp_file("cast", log_path, sizeof log_path);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {

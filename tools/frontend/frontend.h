@@ -98,6 +98,9 @@ int fe_exec_work(void *argv);
 /* Runs argv to completion with stdout to OUT_PATH ("" or NULL: unchanged); its exit status, or
  * -1 when it could not run. */
 int fe_run(char *const argv[], const char *out_path);
+/* A new file $TMPDIR/ingot-WHAT-XXXXXX (/tmp without TMPDIR), open for reading and writing: its
+ * descriptor, its path in path[cap]; fatal when it cannot be made. */
+int fe_temp_file(const char *what, char *path, size_t cap);
 /* Milliseconds on a monotonic clock. */
 long long fe_now_ms(void);
 

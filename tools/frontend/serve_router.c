@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,9 +189,8 @@ _Noreturn void fe_serve_router(int argc, char **argv) {
     char *bin = fe_format("%s/build/%s/ingot-router", fe_root, router_san ? "_obj-san" : "_obj");
 
     /* the configuration on stdin: a file already unlinked, so nothing is left behind */
-    char tmp[] = "/tmp/ingot-router-XXXXXX";
-    int fd = mkstemp(tmp);
-    if (fd < 0) fe_die("cannot create a file in /tmp: %s", strerror(errno));
+    char tmp[PATH_MAX];
+    const int fd = fe_temp_file("router", tmp, sizeof tmp);
     unlink(tmp);
     size_t len = strlen(json);
     if (write(fd, json, len) != (ssize_t)len || write(fd, "\n", 1) != 1 || lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, 0) < 0)

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -80,8 +81,17 @@ int fe_run(char *const argv[], const char *out_path) {
     return wait_for(pid);
 }
 
+int fe_temp_file(const char *what, char *path, size_t cap) {
+    const char *dir = getenv("TMPDIR");
+    if (!dir || !*dir) dir = "/tmp";
+    if (snprintf(path, cap, "%s/ingot-%s-XXXXXX", dir, what) >= (int)cap) fe_die("TMPDIR is too long: %s", dir);
+    const int fd = mkstemp(path);
+    if (fd < 0) fe_die("cannot create a file in %s: %s", dir, strerror(errno));
+    return fd;
+}
+
 /* The held-back output of the step on a terminal, removed if the front end is interrupted. */
-static char held_log[64];
+static char held_log[PATH_MAX];
 
 static void interrupted(int sig) {
     if (held_log[0]) unlink(held_log);
@@ -110,10 +120,7 @@ static pid_t start_work(int (*work)(void *), void *ctx, int log_fd) {
 /* the step with a timer redrawn every second; the step's output after it */
 static int step_on_terminal(const char *label, int (*work)(void *), void *ctx) {
     long long t0 = fe_now_ms();
-    const char *tmp = getenv("TMPDIR");
-    snprintf(held_log, sizeof held_log, "%s/ingot-step-XXXXXX", tmp && strlen(tmp) < 40 ? tmp : "/tmp");
-    int log_fd = mkstemp(held_log);
-    if (log_fd < 0) fe_die("cannot create a file in %s: %s", tmp ? tmp : "/tmp", strerror(errno));
+    const int log_fd = fe_temp_file("step", held_log, sizeof held_log);
     signal(SIGINT, interrupted);
     signal(SIGTERM, interrupted);
     fprintf(stderr, "\r\033[Kingot: %s ...", label);
