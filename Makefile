@@ -31,6 +31,13 @@ ROUTER      := $(OBJDIR)/ingot-router
 # main.c, the model binary's entry point, compiled once here rather than in every model build;
 # main_draft.o is the same with INGOT_DRAFT (a binary that carries a draft model)
 MAIN_OBJ    := $(OBJDIR)/runtime/core/main.o $(OBJDIR)/runtime/core/main_draft.o
+ifeq ($(TARGET),wasm32)
+# a web page's module (TARGET=wasm32): no server (libevent), no terminal chat (libedit); its entry
+# points are templates/wasm/ingot_web.c's
+RUNTIME_SRC := $(filter-out runtime/serve/% runtime/core/chat_cli.c,$(RUNTIME_SRC))
+RUNTIME_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(RUNTIME_SRC))
+MAIN_OBJ    := $(OBJDIR)/templates/wasm/ingot_web.o
+endif
 
 .PHONY: all lib tools router tests check soak test test-full fuzz fuzzers clean
 all: $(OBJDIR)/libingot.a $(MAIN_OBJ) tools router
@@ -106,4 +113,4 @@ test-full:
 	./scripts/test.sh --full
 
 clean:
-	rm -rf build/_obj build/_obj-san build/_obj-fuzz build/_obj-msan build/_obj-isa-* build/_obj-aarch64* build/_obj-cudasim build/fuzz
+	rm -rf build/_obj build/_obj-san build/_obj-fuzz build/_obj-msan build/_obj-isa-* build/_obj-aarch64* build/_obj-wasm32* build/_obj-cudasim build/fuzz

@@ -7,20 +7,30 @@ ROOT    ?= .
 # TARGET: the machine the binaries run on. host (the default): this one. aarch64-linux: 64-bit ARM
 # Linux (./ingot build --target aarch64-linux), compiled by Debian's gcc-aarch64-linux-gnu on any
 # other host, by the host's own compiler on an ARM one; its objects live apart (build/_obj-aarch64*).
+# wasm32: WebAssembly for a web page (./ingot build --target wasm32), compiled by Debian's emscripten
+# against the libraries scripts/wasm_deps.sh builds for it (build/_obj-wasm32*).
 TARGET  ?= host
 HOST_ARCH := $(shell uname -m)
 ifeq ($(TARGET),host)
 TARGET_ARCH := $(if $(filter aarch64 arm64,$(HOST_ARCH)),aarch64,x86_64)
 else ifeq ($(TARGET),aarch64-linux)
 TARGET_ARCH := aarch64
+else ifeq ($(TARGET),wasm32)
+TARGET_ARCH := wasm32
 else
-$(error unknown TARGET '$(TARGET)' (host or aarch64-linux))
+$(error unknown TARGET '$(TARGET)' (host, aarch64-linux or wasm32))
 endif
 # a cross build: its own compiler and folders (the tools that run during a build stay the host's)
-CROSS   := $(if $(and $(filter aarch64,$(TARGET_ARCH)),$(filter-out aarch64 arm64,$(HOST_ARCH))),aarch64,)
-ifneq ($(CROSS),)
+CROSS   := $(if $(filter wasm32,$(TARGET_ARCH)),wasm32,$(if $(and $(filter aarch64,$(TARGET_ARCH)),$(filter-out aarch64 arm64,$(HOST_ARCH))),aarch64,))
+ifeq ($(CROSS),aarch64)
 CC      := aarch64-linux-gnu-gcc
 AR      := aarch64-linux-gnu-ar
+else ifeq ($(CROSS),wasm32)
+CC      := emcc
+AR      := emar
+# Emscripten's tools are node programs that require Debian's node-acorn (/usr/share/nodejs), which a
+# node installed from elsewhere does not search
+export NODE_PATH := /usr/share/nodejs$(if $(NODE_PATH),:$(NODE_PATH),)
 endif
 # ISA: the instruction-set level everything is compiled for. native (the default): this machine's
 # own (-march=native; -mcpu=native on ARM). A model built with ./ingot build --isa all is compiled
@@ -28,7 +38,12 @@ endif
 # launcher picks the best one the CPU runs at start (templates/cpu/isa_launcher.c).
 # x86-64: avx512 (AVX-512 VNNI), avx2, portable. aarch64: i8mm (Armv8.6-A), dotprod
 # (Armv8.2-A + sdot: Neoverse N1, Cortex-A76 and later), armv8 (Armv8-A NEON: Cortex-A53, A72).
-ifeq ($(TARGET_ARCH),aarch64)
+# wasm32: simd128 (WebAssembly's 128-bit vectors, in every browser since 2021), its one level.
+ifeq ($(TARGET_ARCH),wasm32)
+ISA_FLAGS_simd128  := -msimd128
+ISA_LEVELS         := simd128
+ISA_BASE           := simd128
+else ifeq ($(TARGET_ARCH),aarch64)
 ISA_FLAGS_native   := $(if $(CROSS),,-mcpu=native)
 ISA_FLAGS_i8mm     := -march=armv8.6-a+i8mm -mtune=generic
 ISA_FLAGS_dotprod  := -march=armv8.2-a+dotprod -mtune=generic
@@ -62,11 +77,18 @@ LINK_DEPS :=
 RUNTIME_INC := -I$(ROOT)/runtime/core -I$(ROOT)/runtime/load -I$(ROOT)/runtime/text -I$(ROOT)/runtime/serve
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -DINGOT_ISA='"$(ISA)"' -pthread $(RUNTIME_INC) -I$(ROOT)/kernels/cpu
 LDLIBS  := -lcjson -lutf8proc -levent -levent_pthreads -lpcre2-8 -ledit -lm -pthread
-ifneq ($(CROSS),)
+ifeq ($(CROSS),aarch64)
 # Debian's libevent-dev cannot be installed for two architectures at once (its event-config.h is
 # not in a multiarch folder, though the same bytes on every 64-bit Linux): a cross build reads the
 # host's headers and links the arm64 shared libraries by their file names
 LDLIBS  := $(subst -levent_pthreads,-l:libevent_pthreads-2.1.so.7,$(subst -levent ,-l:libevent-2.1.so.7 ,$(LDLIBS)))
+else ifeq ($(CROSS),wasm32)
+# one thread (a page's WebAssembly threads need cross-origin isolation): no -pthread, which would
+# make Emscripten build for shared memory; the libraries are scripts/wasm_deps.sh's static ones
+WASM_DEPS := $(ROOT)/build/wasm-deps
+CFLAGS  := -I$(WASM_DEPS)/include $(filter-out -pthread,$(CFLAGS))
+LINK_DEPS := $(addprefix $(WASM_DEPS)/lib/,libcjson.a libutf8proc.a libpcre2-8.a)
+LDLIBS  := $(LINK_DEPS) -lm
 endif
 ifeq ($(SAN),fuzz)
 # the fuzz harnesses' library (tests/fuzz): clang, libFuzzer's coverage hooks, ASan + UBSan

@@ -7,6 +7,9 @@
 #                                                   level and a launcher (./ingot build --isa all)
 #   make -f build/model.mk MODEL_DIR=... NAME=... TARGET=aarch64-linux ISAS="i8mm dotprod armv8"
 #                                                   the same for 64-bit ARM Linux (--target aarch64-linux)
+#   make -f build/model.mk MODEL_DIR=... NAME=... TARGET=wasm32
+#                                                   a web page's WebAssembly module and the page
+#                                                   (--target wasm32): $(MODEL_DIR)/ingot.js is its $(BIN)
 # ./ingot build runs this after the generator; the binary is $(MODEL_DIR)/$(NAME)
 # ($(NAME)-cudasim for BACKEND=cudasim, -san suffixed for SAN=1).
 comma := ,
@@ -34,6 +37,9 @@ HEADERS   := $(wildcard $(ROOT)/runtime/*/*.h $(ROOT)/kernels/cpu/*.h)
 # main.c, compiled once with the library (the root Makefile's MAIN_OBJ), with INGOT_DRAFT where the
 # binary carries a draft model
 MAIN_O    := $(OBJDIR)/runtime/core/main$(if $(DRAFT_DIR),_draft,).o
+ifeq ($(TARGET),wasm32)
+MAIN_O    := $(OBJDIR)/templates/wasm/ingot_web.o
+endif
 
 BACKEND   ?= cpu
 CUDA_HOME ?= /usr/local/cuda
@@ -53,7 +59,26 @@ CUDA_INC  := -I$(ROOT)/kernels/cuda -I$(ROOT)/runtime/cuda $(RUNTIME_INC) -I$(GE
 # cudasim mode: plain, or race (shared/global-memory race detection); asan under SAN=1
 SIM_MODE  ?= $(if $(filter 1,$(SAN)),asan,plain)
 
-ifneq ($(ISAS),)
+ifeq ($(TARGET),wasm32)
+ifneq ($(BACKEND)$(DRAFT_DIR),cpu)
+$(error TARGET=wasm32 is a CPU-backend build without a draft model)
+endif
+# The model and the runtime as one WebAssembly module (ingot.wasm, with Emscripten's loader ingot.js)
+# beside the page that chats with it (templates/wasm): what a static web server needs, with the
+# checkpoint (./ingot build links it there as model.gguf). Memory grows as the weights load, up to
+# WebAssembly's 4 GiB; the entry points are templates/wasm/ingot_web.c's.
+WASM_PAGE    := $(addprefix $(MODEL_DIR)/,index.html chat.js worker.js)
+WASM_EXPORTS := ingot_web_load ingot_web_info ingot_web_start ingot_web_start_text ingot_web_next ingot_web_token \
+                ingot_web_error
+BIN := $(MODEL_DIR)/ingot.js
+$(BIN): $(MODEL_DIR)/gen/model.c $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS) $(WASM_PAGE)
+	$(CC) $(filter-out -g%,$(MODEL_CFLAGS)) $(MODEL_DIR)/gen/model.c $(MAIN_O) -o $@ $(OBJDIR)/libingot.a $(LDLIBS) \
+	  -sMODULARIZE=1 -sEXPORT_NAME=createIngot -sALLOW_MEMORY_GROWTH=1 -sMAXIMUM_MEMORY=4GB \
+	  -sEXPORTED_FUNCTIONS=$(subst $(space),$(comma),$(addprefix _,$(WASM_EXPORTS))) \
+	  -sEXPORTED_RUNTIME_METHODS=ccall,FS,UTF8ToString
+$(WASM_PAGE): $(MODEL_DIR)/%: $(ROOT)/templates/wasm/%
+	cp $< $@
+else ifneq ($(ISAS),)
 ifneq ($(BACKEND),cpu)
 $(error ISAS (one binary per x86-64 level) is a CPU-backend build)
 endif
@@ -112,6 +137,7 @@ $(MAIN_O): $(OBJDIR)/libingot.a ;
 # tests) that both find it stale would otherwise write the same objects at once
 $(OBJDIR)/libingot.a: FORCE
 	@mkdir -p $(OBJDIR)
+	$(if $(filter wasm32,$(TARGET)),flock $(ROOT)/build/.wasm-deps.lock $(ROOT)/scripts/wasm_deps.sh)
 	flock $(OBJDIR)/.lock $(MAKE) -s -C $(ROOT) SAN=$(SAN) TARGET=$(TARGET) ISA=$(ISA) lib $(if $(ISA_TAG)$(CROSS),,tools)
 
 FORCE:

@@ -21,33 +21,10 @@ work=$prefix/src
 mkdir -p "$work" "$prefix/include/cjson" "$prefix/lib"
 msan=(-fsanitize=memory -fsanitize-memory-track-origins -fno-omit-frame-pointer -g -O1 -fPIC)
 
-# download URL SHA256: the file in $work, checked; its path on stdout
-download() {
-  local file
-  file=$work/$(basename "$1")
-  if [ ! -f "$file" ]; then curl -fsSL --retry 3 -o "$file.part" "$1" && mv "$file.part" "$file"; fi
-  echo "$2  $file" | sha256sum -c --quiet - >&2 || { rm -f "$file"; echo "msan_deps: $1: checksum mismatch" >&2; exit 1; }
-  echo "$file"
-}
-# fetch DIR ORIG SHA256 DEBIAN SHA256: the upstream tarball unpacked into $work/DIR (afresh), with
-# Debian's patches applied in the order of its debian/patches/series
-fetch() {
-  local orig deb patch
-  orig=$(download "$2" "$3")
-  deb=$(download "$4" "$5")
-  rm -rf "${work:?}/$1"
-  tar xzf "$orig" -C "$work"
-  tar xJf "$deb" -C "$work/$1"
-  if [ -f "$work/$1/debian/patches/series" ]; then
-    while read -r patch _; do
-      case $patch in ''|'#'*) continue;; esac
-      patch -s -p1 -d "$work/$1" < "$work/$1/debian/patches/$patch"
-    done < "$work/$1/debian/patches/series"
-  fi
-}
+. "$root/scripts/debian_source.sh"
 
-pool=http://deb.debian.org/debian/pool/main
-security=http://deb.debian.org/debian-security/pool/updates/main
+pool=$debian_pool
+security=$debian_security
 fetch cJSON-1.7.15 $pool/c/cjson/cjson_1.7.15.orig.tar.gz 5308fd4bd90cef7aa060558514de6a1a4a0819974a26e6ed13973c5f624c24b2 \
   $pool/c/cjson/cjson_1.7.15-1+deb12u4.debian.tar.xz afd19a970966cf534ff1e9ec077d710a5e7e78eb4ec9b499c8bdc32e55da12cb
 fetch utf8proc-2.8.0 $pool/u/utf8proc/utf8proc_2.8.0.orig.tar.gz a0a60a79fe6f6d54e7d411facbfcc867a6e198608f2cd992490e46f04b1bcecc \

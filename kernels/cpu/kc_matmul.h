@@ -15,6 +15,8 @@
 #include <immintrin.h>
 #elif defined(__ARM_NEON)
 #include "kc_neon.h"
+#elif defined(__wasm_simd128__)
+#include "kc_wasm.h"
 #endif
 
 /* Conventions shared by every kernel:

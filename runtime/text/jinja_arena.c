@@ -1,6 +1,7 @@
 /* jinja_arena.c — what every jinja_*.c file stands on: errors that unwind with longjmp, the arenas
  * that make that leak-free, growable buffers, and UTF-8 helpers. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@ void jj_fail(jerr *e, int line, const char *fmt, ...) {
 }
 
 void *jj_alloc(jarena *a, size_t n) {
-    if (n > ((size_t)1 << 40)) jj_fail(a->e, 0, "template needs too much memory");
+    if (n > SIZE_MAX / 2) jj_fail(a->e, 0, "template needs too much memory");
     n = (n + 15) & ~(size_t)15;
     if (n == 0) n = 16;
     jchunk *h = a->head;

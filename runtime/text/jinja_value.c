@@ -332,12 +332,18 @@ static void json_float(jbuf *b, double f) {
     }
 }
 
-static int key_cmp_idx(const void *x, const void *y, void *ctx) {
-    const jdict *d = ctx;
-    size_t i = *(const size_t *)x, j = *(const size_t *)y;
-    js a = d->k[i].u.s, c = d->k[j].u.s;
-    int r = memcmp(a.p, c.p, a.n < c.n ? a.n : c.n);
-    return r ? r : (a.n > c.n) - (a.n < c.n);
+/* A dict entry's place and its key, sorted for sort_keys by plain qsort: the element carries its key,
+ * so no context pointer (qsort_r) is needed, which not every C library has (Emscripten's). */
+typedef struct {
+    js key;
+    size_t i;
+} key_slot;
+static int key_slot_cmp(const void *x, const void *y) {
+    const key_slot *a = x, *c = y;
+    int r = memcmp(a->key.p, c->key.p, a->key.n < c->key.n ? a->key.n : c->key.n);
+    if (r) return r;
+    if (a->key.n != c->key.n) return (a->key.n > c->key.n) - (a->key.n < c->key.n);
+    return (a->i > c->i) - (a->i < c->i);
 }
 
 void jv_json(jbuf *b, jv v, const jjson_opts *o, int level) {
@@ -366,16 +372,17 @@ void jv_json(jbuf *b, jv v, const jjson_opts *o, int level) {
         jdict *d = v.u.d;
         if (d->ns) break;
         if (!d->n) { jb_puts(b, "{}"); return; }
-        size_t *idx = jj_alloc(b->a, d->n * sizeof *idx);
+        key_slot *idx = jj_alloc(b->a, d->n * sizeof *idx);
         int all_str = 1;
         for (size_t i = 0; i < d->n; i++) {
-            idx[i] = i;
+            idx[i].i = i;
             if (d->k[i].t != JV_STR) all_str = 0;
+            else idx[i].key = d->k[i].u.s;
         }
-        if (o->sort_keys && all_str) qsort_r(idx, d->n, sizeof *idx, key_cmp_idx, d);
+        if (o->sort_keys && all_str) qsort(idx, d->n, sizeof *idx, key_slot_cmp);
         jb_putc(b, '{');
         for (size_t j = 0; j < d->n; j++) {
-            size_t i = idx[j];
+            size_t i = idx[j].i;
             if (j) jb_put(b, o->item_sep.p, o->item_sep.n);
             if (o->has_indent) json_newline(b, o, level + 1);
             jv k = d->k[i];

@@ -41,12 +41,16 @@ static int rules_from_pre(tok_tokenizer *t, const char *pre) {
     return -1;
 }
 
-static int cmp_added_len_desc(const void *pa, const void *pb, void *ctx) {
-    const tok_tokenizer *t = ctx;
-    const added_tok *a = pa, *b = pb;
-    uint32_t la = t->text_len[a->id], lb = t->text_len[b->id];
-    if (la != lb) return la > lb ? -1 : 1;
-    return a->id < b->id ? -1 : a->id > b->id;
+/* An added token and its text's length, sorted by plain qsort: the element carries the length, so
+ * no context pointer (qsort_r) is needed, which not every C library has (Emscripten's). */
+typedef struct {
+    uint32_t len;
+    added_tok tok;
+} added_by_len;
+static int cmp_added_len_desc(const void *pa, const void *pb) {
+    const added_by_len *a = pa, *b = pb;
+    if (a->len != b->len) return a->len > b->len ? -1 : 1;
+    return a->tok.id < b->tok.id ? -1 : a->tok.id > b->tok.id;
 }
 
 /* The tokenizer.ggml.* entries a vocabulary is built from, their shapes checked. */
@@ -156,7 +160,12 @@ static int list_added(tok_tokenizer *t, size_t n_added) {
     for (int i = 0; i < t->n_vocab; i++)
         if ((t->flags[i] & TF_ADDED) && t->text_len[i] > 0) t->added[t->n_added++].id = i;
     /* llama.cpp tries longer special tokens first, over the whole text. */
-    qsort_r(t->added, t->n_added, sizeof *t->added, cmp_added_len_desc, t);
+    added_by_len *order = malloc((t->n_added ? t->n_added : 1) * sizeof *order);
+    if (!order) return -1;
+    for (size_t k = 0; k < t->n_added; k++) order[k] = (added_by_len){t->text_len[t->added[k].id], t->added[k]};
+    qsort(order, t->n_added, sizeof *order, cmp_added_len_desc);
+    for (size_t k = 0; k < t->n_added; k++) t->added[k] = order[k].tok;
+    free(order);
     return 0;
 }
 
