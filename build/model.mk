@@ -137,7 +137,7 @@ $(MAIN_O): $(OBJDIR)/libingot.a ;
 # tests) that both find it stale would otherwise write the same objects at once
 $(OBJDIR)/libingot.a: FORCE
 	@mkdir -p $(OBJDIR)
-	$(if $(filter wasm32,$(TARGET)),flock $(ROOT)/build/.wasm-deps.lock $(ROOT)/scripts/wasm_deps.sh)
+	$(if $(filter wasm32,$(TARGET)),mkdir -p $(ROOT)/build/wasm-deps && flock $(ROOT)/build/wasm-deps/.lock $(ROOT)/scripts/wasm_deps.sh)
 	flock $(OBJDIR)/.lock $(MAKE) -s -C $(ROOT) SAN=$(SAN) TARGET=$(TARGET) ISA=$(ISA) lib $(if $(ISA_TAG)$(CROSS),,tools)
 
 FORCE:

@@ -187,7 +187,13 @@ void fe_build_model(const fe_build *b, const fe_keys *k) {
                           fe_format("DRAFT_DIR=%s", draft_dir), fe_format("TARGET=%s", b->target),
                           fe_format("ISAS=%s", b->isa_levels), NULL};
     fe_step(fe_format("compiling %s (%s)", shown, mk_backend), fe_exec_work, make_model);
-    if (strcmp(b->backend, "cpu") == 0) {
+    if (b->wasm) {
+        /* the page fetches model.gguf beside it: the checkpoint, linked */
+        char *link = fe_format("%s/model.gguf", b->out);
+        unlink(link);
+        if (symlink(b->model, link) != 0) fe_die("cannot link %s: %s", link, strerror(errno));
+        free(link);
+    } else if (strcmp(b->backend, "cpu") == 0) {
         char *weights = fe_format("%s/%s.weights", b->out, b->name);
         unlink(weights);
         fe_step(fe_format("casting the weights into build/%s/%s.weights", b->name, b->name), cast_work, (void *)b);
@@ -213,7 +219,7 @@ int fe_lock_build(const fe_build *b) {
 }
 
 static int up_to_date(const fe_build *b, const fe_keys *k) {
-    if (access(b->bin, X_OK) != 0) return 0;
+    if (access(b->bin, b->wasm ? R_OK : X_OK) != 0) return 0;
     char *recorded = fe_manifest_field(b->manifest, "inputs_key");
     int same = recorded && strcmp(recorded, k->inputs) == 0;
     free(recorded);
@@ -222,7 +228,7 @@ static int up_to_date(const fe_build *b, const fe_keys *k) {
 
 /* Why a build is needed, for the progress line. */
 static char *stale_reason(const fe_build *b, const fe_keys *k) {
-    if (access(b->bin, X_OK) != 0 || access(b->manifest, F_OK) != 0) return fe_format("no binary yet");
+    if (access(b->bin, b->wasm ? R_OK : X_OK) != 0 || access(b->manifest, F_OK) != 0) return fe_format("no binary yet");
     static const char *const PARTS[] = {"sources_key", "sources", "options_key", "build options", "checkpoint_key",
                                         "checkpoint"};
     const char *now[] = {k->sources, k->options, k->checkpoint};

@@ -37,8 +37,9 @@ typedef struct {
     const char *draft;       /* absolute after fe_resolve_model, "" when not given */
     int fuse, san, cudasim, allow_unused, max_tokens;
     /* derived: the machine the binary runs on, whether it is another one, the ISA levels */
-    const char *target_arch;
+    const char *target_arch; /* x86_64, aarch64 or wasm32 */
     int cross;
+    int wasm;               /* --target wasm32: a web page's module, not a binary that runs here */
     const char *isa_levels; /* "" (native), "avx512 avx2 portable", or one level */
     /* the words that are not build options (run, serve, chat): the binary's */
     const char **passthrough;
@@ -46,8 +47,8 @@ typedef struct {
     /* after fe_resolve_model: the checkpoint and where its build lands */
     const char *model;    /* absolute */
     const char *out;      /* build/NAME */
-    const char *bin;      /* build/NAME/NAME[-cudasim][-san] */
-    const char *manifest; /* BIN.manifest.json */
+    const char *bin;      /* build/NAME/NAME[-cudasim][-san]; --target wasm32: build/NAME/ingot.js */
+    const char *manifest; /* BIN.manifest.json; --target wasm32: build/NAME/NAME.manifest.json */
 } fe_build;
 
 /* Parses argv[0..argc) as build options into *b (defaults first). With fe_cmd "build" anything

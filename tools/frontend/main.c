@@ -134,6 +134,9 @@ static int model_command(int argc, char **argv) {
     }
     fe_ensure_built(&b);
     const char *sub = strcmp(fe_cmd, "serve") == 0 ? "serve" : strcmp(fe_cmd, "chat") == 0 ? "chat" : "generate";
+    if (b.wasm)
+        fe_die("build/%s is a web page's WebAssembly module: serve the folder (python3 -m http.server -d build/%s) and open "
+               "it in a browser", b.name, b.name);
     if (!fe_target_runs_here(&b))
         fe_die("%s is a %s binary: scripts/setup.sh --cross lets qemu-user run it here, or copy build/%s to a %s machine",
                b.bin, b.target_arch, b.name, b.target_arch);

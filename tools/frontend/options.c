@@ -141,14 +141,28 @@ void fe_parse_build_options(fe_build *b, int argc, char **argv) {
     if (b->cudasim && !cuda) fe_usage_error("--cudasim needs --backend cuda");
     if (cuda && !fe_is_one_of(b->act_quant, "none|auto")) fe_usage_error("--act-quant %s is a CPU option", b->act_quant);
     if (*b->draft && cuda) fe_usage_error("--draft is a CPU option (the draft model runs on the CPU backend)");
-    if (!fe_is_one_of(b->target, "host|aarch64-linux"))
-        fe_usage_error("unknown --target '%s' (host or aarch64-linux)", b->target);
+    if (!fe_is_one_of(b->target, "host|aarch64-linux|wasm32"))
+        fe_usage_error("unknown --target '%s' (host, aarch64-linux or wasm32)", b->target);
     int host = strcmp(b->target, "host") == 0;
     if (!host && cuda) fe_usage_error("--target %s is a CPU option", b->target);
     if (!host && b->san) fe_usage_error("--san runs on the host (no --target)");
 
-    b->target_arch = host ? host_arch() : "aarch64";
+    if (!cuda_arch_valid(b->cuda_arch))
+        fe_usage_error("--cuda-arch is all or a comma-separated list of 80, 86, 89, 90, not '%s'", b->cuda_arch);
+    if (strcmp(b->cuda_arch, "all") != 0 && !cuda) fe_usage_error("--cuda-arch is a CUDA option (--backend cuda)");
+
+    b->wasm = strcmp(b->target, "wasm32") == 0;
+    b->target_arch = host ? host_arch() : b->wasm ? "wasm32" : "aarch64";
     b->cross = strcmp(b->target_arch, host_arch()) != 0;
+    if (b->wasm) {
+        /* WebAssembly has one vector level, SIMD128 (build/flags.mk), and a page one module */
+        if (!fe_is_one_of(b->isa, "native|all|simd128"))
+            fe_usage_error("unknown --isa '%s' for wasm32 (simd128, its one level)", b->isa);
+        if (*b->draft) fe_usage_error("--draft is not supported with --target wasm32 (a page runs one model)");
+        b->isa = "simd128";
+        b->isa_levels = "";
+        return;
+    }
     int arm = strcmp(b->target_arch, "aarch64") == 0;
     const char *levels = arm ? "i8mm dotprod armv8" : "avx512 avx2 portable";
     const char *level_list = arm ? "i8mm|dotprod|armv8" : "avx512|avx2|portable";
@@ -159,9 +173,6 @@ void fe_parse_build_options(fe_build *b, int argc, char **argv) {
                        arm ? "i8mm, dotprod, armv8" : "avx512, avx2, portable");
     if (strcmp(b->isa, "native") != 0 && cuda) fe_usage_error("--isa %s is a CPU option", b->isa);
     b->isa_levels = strcmp(b->isa, "native") == 0 ? "" : strcmp(b->isa, "all") == 0 ? levels : b->isa;
-    if (!cuda_arch_valid(b->cuda_arch))
-        fe_usage_error("--cuda-arch is all or a comma-separated list of 80, 86, 89, 90, not '%s'", b->cuda_arch);
-    if (strcmp(b->cuda_arch, "all") != 0 && !cuda) fe_usage_error("--cuda-arch is a CUDA option (--backend cuda)");
 }
 
 /* PATH as an absolute path the way the shell's `cd "$(dirname PATH)" && pwd` gives it: the
@@ -238,6 +249,15 @@ void fe_resolve_model(fe_build *b, const char *model) {
     if (!*b->name || b->name[0] == '_' || b->name[0] == '.' || strchr(b->name, '/'))
         fe_usage_error("bad --name '%s'", b->name);
     b->out = fe_format("%s/build/%s", fe_root, b->name);
+    if (b->wasm) {
+        /* the page's folder: its module (ingot.js, ingot.wasm), index.html, and the checkpoint as
+         * model.gguf, which the page fetches: a GGUF file is what a page can load */
+        if (!S_ISREG(st.st_mode) || !ends_with(b->model, ".gguf"))
+            fe_usage_error("--target wasm32 needs a GGUF file (a page loads one file), not '%s'", model);
+        b->bin = fe_format("%s/ingot.js", b->out);
+        b->manifest = fe_format("%s/%s.manifest.json", b->out, b->name);
+        return;
+    }
     b->bin = fe_format("%s/%s%s%s", b->out, b->name, b->cudasim ? "-cudasim" : "", b->san ? "-san" : "");
     b->manifest = fe_format("%s.manifest.json", b->bin);
     if (*b->draft) {
@@ -250,6 +270,7 @@ void fe_resolve_model(fe_build *b, const char *model) {
  * qemu-user-binfmt registers it; scripts/setup.sh --cross where nothing does), so that it runs,
  * execs its level (templates/cpu/isa_launcher.c) and serves as it would on its machine. */
 int fe_target_runs_here(const fe_build *b) {
+    if (b->wasm) return 0; /* a page's module: a browser runs it */
     if (!b->cross) return 1;
     char *path = fe_format("/proc/sys/fs/binfmt_misc/qemu-%s", b->target_arch);
     FILE *f = fopen(path, "r");
