@@ -11,6 +11,8 @@
 #   scripts/setup.sh --cross   what --target aarch64-linux needs on an x86-64 host: the cross
 #                              compiler, the libraries' arm64 packages, and qemu-user registered
 #                              with the kernel so that ARM binaries run here
+#   scripts/setup.sh --wasm    what --target wasm32 needs: Debian's emscripten, and the libraries
+#                              the runtime links built for WebAssembly (scripts/wasm_deps.sh)
 #   scripts/setup.sh --oracles also the rest of the reference libraries
 #                              (llama-cpp-python, sentencepiece, matplotlib)
 #                              needed only to regenerate tests/fixtures, by
@@ -39,7 +41,8 @@ case "${1:-}" in
   --oracles) tier=oracles ;;
   --debian) tier=debian ;;
   --cross) tier=cross ;;
-  *) echo "usage: scripts/setup.sh [--check|--oracles|--debian|--cross]" >&2; exit 2 ;;
+  --wasm) tier=wasm ;;
+  *) echo "usage: scripts/setup.sh [--check|--oracles|--debian|--cross|--wasm]" >&2; exit 2 ;;
 esac
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 
@@ -75,6 +78,12 @@ if [ "$tier" = cross ]; then
       { echo "setup: qemu-aarch64 is not registered with the kernel (/proc/sys/fs/binfmt_misc)" >&2; exit 1; }
   fi
   exit 0
+fi
+if [ "$tier" = wasm ]; then
+  # Debian's emscripten (3.1.6: clang 14 with its WebAssembly C library, prebuilt) and what it
+  # compiles the runtime's libraries with (cmake: PCRE2's build); node runs its tools
+  apt_install_missing emscripten cmake
+  exec "$(dirname "$0")/wasm_deps.sh"
 fi
 APT_PACKAGES="$APT_BUILD"
 [ "$tier" = debian ] || APT_PACKAGES="$APT_BUILD $APT_TEST"

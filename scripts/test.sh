@@ -71,10 +71,11 @@ end() { tiers="$tiers${tiers:+, }$1 $(( $(date +%s) - tier_start ))s"; }
 #   oracle packages (llama-cpp-python, sentencepiece) for the tests that use them live
 # - the fixture files the tree does not track: weights remade from their seeds, and for the full
 #   tier llama.cpp's other presets (tests/fixtures/regenerate.py)
-# - the 64-bit ARM cross compiler, its libraries and qemu-user (tests/test_arm.py): first, since
-#   apt cannot run beside setup.sh's own apt-get of the test tools
+# - the 64-bit ARM cross compiler, its libraries and qemu-user (tests/test_arm.py), and Emscripten
+#   with the libraries it links (tests/test_wasm.py): first, since apt cannot run beside setup.sh's
+#   own apt-get of the test tools
 python_setup() {
-  "$root/scripts/setup.sh" --cross &&
+  "$root/scripts/setup.sh" --cross && "$root/scripts/setup.sh" --wasm &&
   if [ "$mode" = --full ]; then "$root/scripts/setup.sh" --oracles; else "$root/scripts/setup.sh" --check; fi &&
     "$root/scripts/fetch_smollm2.sh" >/dev/null &&
     if [ "$mode" = --full ]; then python3 "$root/tests/fixtures/regenerate.py" --oracles

@@ -46,7 +46,7 @@ worker.onmessage = (event) => {
     setStatus(`reading ${msg.tokens} tokens…`, 'busy');
   } else if (msg.type === 'token') {
     answer.text += msg.text;
-    answer.ids.push(msg.id);
+    if (msg.id >= 0) answer.ids.push(msg.id);
     answer.element.textContent = answer.text;
     answer.element.scrollIntoView({block: 'end'});
   } else if (msg.type === 'done') {

@@ -212,6 +212,7 @@ const char *ingot_web_next(void) {
     web.err[0] = 0;
     if (web.remaining <= 0) {
         web.generating = 0;
+        web.last_token = -1; /* what is left is the incomplete bytes of earlier tokens */
         const size_t w = tok_stream_flush(&web.ts, web.piece, sizeof web.piece - 1);
         web.piece[w] = 0;
         return w ? web.piece : NULL;
@@ -238,5 +239,6 @@ const char *ingot_web_next(void) {
     return web.piece;
 }
 
-/* The token the last ingot_web_next sampled (a stop token included), -1 before any. */
+/* The token whose text the last ingot_web_next returned; -1 before any, and for the answer's
+ * trailing piece (an incomplete character's bytes, flushed as U+FFFD: no token of its own). */
 int ingot_web_token(void) { return web.last_token; }

@@ -4,7 +4,8 @@
 //   {type: 'chat', messages, maxTokens, temperature, seed}
 //   {type: 'stop'}                                    ends the answer being generated
 // and it answers with {type: 'loaded', info}, {type: 'prompt', tokens}, {type: 'token', text, id}
-// per generated token, {type: 'done', tokens, seconds}, or {type: 'error', error}.
+// per generated token (id -1: the answer's trailing bytes, no token of their own),
+// {type: 'done', tokens, seconds}, or {type: 'error', error}.
 // The entry points are templates/wasm/ingot_web.c's.
 importScripts('ingot.js');
 
