@@ -69,13 +69,13 @@ endif
 # WebAssembly's 4 GiB; the entry points are templates/wasm/ingot_web.c's.
 WASM_PAGE    := $(addprefix $(MODEL_DIR)/,index.html chat.js worker.js)
 WASM_EXPORTS := ingot_web_load ingot_web_info ingot_web_start ingot_web_start_text ingot_web_next ingot_web_token \
-                ingot_web_error
+                ingot_web_error ingot_web_logits malloc free
 BIN := $(MODEL_DIR)/ingot.js
 $(BIN): $(MODEL_DIR)/gen/model.c $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS) $(WASM_PAGE)
 	$(CC) $(filter-out -g%,$(MODEL_CFLAGS)) $(MODEL_DIR)/gen/model.c $(MAIN_O) -o $@ $(OBJDIR)/libingot.a $(LDLIBS) \
 	  -sMODULARIZE=1 -sEXPORT_NAME=createIngot -sALLOW_MEMORY_GROWTH=1 -sMAXIMUM_MEMORY=4GB \
 	  -sEXPORTED_FUNCTIONS=$(subst $(space),$(comma),$(addprefix _,$(WASM_EXPORTS))) \
-	  -sEXPORTED_RUNTIME_METHODS=ccall,FS,UTF8ToString
+	  -sEXPORTED_RUNTIME_METHODS=ccall,FS,UTF8ToString,HEAP32,HEAPF32
 $(WASM_PAGE): $(MODEL_DIR)/%: $(ROOT)/templates/wasm/%
 	cp $< $@
 else ifneq ($(ISAS),)

@@ -10,6 +10,11 @@ SmolLM2-135M-Instruct Q4_1 file, both with an f32 KV cache:
   as much as x86-64's own AVX-512 and portable builds differ (0.01 on logits up to 31, test_arm.py).
   So the tokens must be equal up to a position where the native top two are within NEAR_TIE, and
   the prompts here have none: every token is compared.
+- teacher-forced logits, in prefill and in decode, within 1e-3 of the largest of the native build's
+  (the bound test_arm.py holds NEON to, for the same reason), greedy choices the native build's but
+  at near ties: SmolLM2 (kc_x16.h's SIMD128 kernel for Q4_1 and Q8_0) and tests/fixtures/kquant's
+  Q4_K_M llama, every matrix in whole super-blocks (kc_x16s.h and kc_x16k.h's 4-lane body on
+  SIMD128, its Q6_K too), with --act-quant k8 (the default) and q16.
 - one loaded module answering a conversation turn by turn (the second turn reuses the first's KV
   cache) gives the native server's greedy answers to the same messages.
 - in headless Chromium (tests/webdriver.py): the page loads model.gguf beside it; a typed message
@@ -25,11 +30,12 @@ import shutil
 import subprocess
 import threading
 
+import numpy as np
 import openai
 import pytest
 
 import modelbuild
-from conftest import ROOT, SAN
+from conftest import BREADTH, ROOT, SAN
 from serverproc import ServerProc
 from webdriver import Browser
 
@@ -100,6 +106,42 @@ def test_greedy_tokens_equal_the_native_builds(wasm, request, tmp_path):
                 assert ours[t] == s["id"], f"{prompt!r}: token {t}: {ours[t]} against {s['id']}"
                 compared += 1
         assert compared == len(ours) and len(ours) in (len(theirs), len(theirs) - 1), (ours, theirs)
+
+
+SMOLLM2_TOKENS = [1, 504, 3458, 282, 4649, 314, 253, 1345, 30, 378]
+KQUANT = ROOT / "tests" / "fixtures" / "kquant" / "tiny-llama-256.Q4_K_M.gguf"
+
+
+def module_logits(glue, gguf, tokens, decode, tmp_path):
+    out = tmp_path / f"wasm-logits-{glue.parent.name}-{int(decode)}.f32"
+    r = subprocess.run(["node", str(ROOT / "tests" / "wasm_run.js"), str(glue), str(gguf), "logits",
+                        ",".join(map(str, tokens)), str(out)] + (["decode"] if decode else []),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return np.fromfile(out, dtype="<f4").reshape(len(tokens), -1)
+
+
+def assert_logits_near_native(glue, native, gguf, tokens, what, tmp_path):
+    for decode in (False, True):
+        got = module_logits(glue, gguf, tokens, decode, tmp_path)
+        ref = modelbuild.logits(native, tokens, *(("--decode",) if decode else ()), tmp_path=tmp_path)
+        err, scale = float(np.abs(got - ref).max()), float(np.abs(ref).max())
+        assert err <= 1e-3 * scale, f"{what} decode={decode}: max |wasm32 - x86-64| = {err:.3g} (logits up to {scale:.3g})"
+        modelbuild.assert_greedy_near_ties(got, ref, err, f"{what}: ")
+
+
+def test_smollm2_logits_near_native(wasm, request, tmp_path):
+    assert_logits_near_native(wasm, modelbuild.serving_binary(request), modelbuild.smollm2_gguf(), SMOLLM2_TOKENS,
+                              "SmolLM2 Q4_1", tmp_path)
+
+
+@pytest.mark.parametrize("aq", ["k8", pytest.param("q16", marks=BREADTH)])
+def test_kquant_logits_near_native(request, aq, tmp_path):
+    request.getfixturevalue("built")
+    tokens = json.loads((KQUANT.parent / "reference.json").read_text())["tokens"]
+    glue = modelbuild.build(KQUANT, f"wasm-kq-q4km-{aq}", "--target", "wasm32", "--act-quant", aq)
+    native = modelbuild.build(KQUANT, f"arm-kq-q4km-{aq}-x86", "--act-quant", aq)  # test_arm.py's x86-64 build
+    assert_logits_near_native(glue, native, KQUANT, tokens, f"Q4_K_M {aq}", tmp_path)
 
 
 def test_conversation_turns_equal_the_servers_answers(wasm, server):

@@ -30,6 +30,16 @@ static inline __attribute__((always_inline)) v128_t kc_wasm_row_sums(v128_t lo, 
     return wasm_i32x4_add(wasm_i32x4_shuffle(lo, hi, 0, 2, 4, 6), wasm_i32x4_shuffle(lo, hi, 1, 3, 5, 7));
 }
 
+/* acc[i] += sum over k < 4 of w[4i + k] * x[4i + k] (signed bytes) for each 32-bit lane i, as NEON's
+ * sdot or x86's vpdpbusd with signed bytes: the 16 products in 16 bits (|w x| <= 128 * 128 fits
+ * with its sign), adjacent pairs into 32 bits, then pairs of pairs (a shuffle each way and an add).
+ * The K-quant bodies' dot product (kc_x16k.h), where a row's 4 codes must meet in one lane. */
+static inline __attribute__((always_inline)) v128_t kc_wasm_dot4(v128_t acc, v128_t w, v128_t x) {
+    const v128_t lo = wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_extmul_low_i8x16(w, x));
+    const v128_t hi = wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_extmul_high_i8x16(w, x));
+    return wasm_i32x4_add(acc, kc_wasm_row_sums(lo, hi));
+}
+
 /* 4 IEEE halves at p as floats, exactly as kc_fp16_to_f32 gives them: the half's exponent and
  * mantissa moved up into a float's (<< 13) and scaled by 2^112, which rebiases the exponent and
  * normalizes a subnormal in one exact multiply; infinities and NaNs keep an all-ones exponent. */
@@ -41,6 +51,14 @@ static inline __attribute__((always_inline)) v128_t kc_wasm_f16x4(const void *p)
     const v128_t special = wasm_i32x4_eq(wasm_v128_and(h, wasm_i32x4_splat(0x7c00)), wasm_i32x4_splat(0x7c00));
     f = wasm_v128_bitselect(wasm_v128_or(mag, wasm_i32x4_splat(0x7f800000)), f, special);
     return wasm_v128_or(f, sign);
+}
+
+/* The 4 bytes at p widened to 32-bit lanes, unsigned or signed */
+static inline __attribute__((always_inline)) v128_t kc_wasm_u8x4(const void *p) {
+    return wasm_u32x4_extend_low_u16x8(wasm_u16x8_extend_low_u8x16(wasm_v128_load32_zero(p)));
+}
+static inline __attribute__((always_inline)) v128_t kc_wasm_i8x4(const void *p) {
+    return wasm_i32x4_extend_low_i16x8(wasm_i16x8_extend_low_i8x16(wasm_v128_load32_zero(p)));
 }
 
 /* The sum of a vector's 4 floats, (a0 + a2) + (a1 + a3). */

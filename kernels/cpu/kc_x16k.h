@@ -354,9 +354,9 @@ static inline void kc_x16k_dequantize_row(int wt, const void *W, int IN, int64_t
 
 /* ---- decode: integer dot products -------------------------------------- */
 
-#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__) || defined(__ARM_NEON)
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__) || defined(__ARM_NEON) || defined(__wasm_simd128__)
 /* One body for AVX-512 (16 lanes, one pass), AVX2 (8 lanes, two passes over the halves of each
- * 64-byte code vector) and NEON (4 lanes, four passes), written against these. */
+ * 64-byte code vector), NEON and SIMD128 (4 lanes, four passes), written against these. */
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 typedef __m512i kx_vi;
 typedef __m512 kx_vf;
@@ -435,7 +435,7 @@ KC_INLINE __m256i kx_dps(__m256i acc, __m256i w, __m256i x) {
 #define kx_add16 _mm256_add_epi16
 #define kx_maddubs _mm256_maddubs_epi16
 #define kx_widen16(v) _mm256_madd_epi16(v, _mm256_set1_epi16(1))
-#else
+#elif defined(__ARM_NEON)
 /* NEON (kc_neon.h): 4 lanes, four passes over the quarters of each code vector. Its dot product
  * is signed by signed (sdot), so KX_VNNI is 0: the codes (at most 6 bits) go in as they are and
  * IQ4's table values signed, as on the paths without VNNI; no AVX2 16-bit runs (KX_LANES 4). The
@@ -483,11 +483,55 @@ KC_INLINE kx_vi kx_maddubs(kx_vi u, kx_vi s) {
     return vreinterpretq_s32_s16(vqaddq_s16(vuzp1q_s16(lo, hi), vuzp2q_s16(lo, hi)));
 }
 KC_INLINE kx_vi kx_widen16(kx_vi v) { return vpaddlq_s16(vreinterpretq_s16_s32(v)); }
+#else
+/* WebAssembly SIMD128 (kc_wasm.h): 4 lanes as NEON's, its dot product signed by signed
+ * (kc_wasm_dot4), so KX_VNNI is 0 here too; no fused multiply-add: a multiply and an add. */
+typedef v128_t kx_vi;
+typedef v128_t kx_vf;
+#define KX_LANES 4
+#define kx_load(p) wasm_v128_load((const void *)(p))
+#define kx_and wasm_v128_and
+#define kx_or wasm_v128_or
+#define kx_slli16(v, n) wasm_i16x8_shl(v, (uint32_t)(n))
+#define kx_srli16(v, n) wasm_u16x8_shr(v, (uint32_t)(n))
+#define kx_set1_8(v) wasm_i8x16_splat((int8_t)(v))
+#define kx_set1_32 wasm_i32x4_splat
+#define kx_zero() wasm_i32x4_splat(0)
+#define kx_add32 wasm_i32x4_add
+#define kx_sub32 wasm_i32x4_sub
+#define kx_slli32(v, n) wasm_i32x4_shl(v, (uint32_t)(n))
+#define kx_cvt wasm_f32x4_convert_i32x4
+#define kx_dp kc_wasm_dot4
+#define kx_fzero() wasm_f32x4_splat(0.0f)
+#define kx_fset1 wasm_f32x4_splat
+#define kx_fmadd(a, b, c) wasm_f32x4_add(wasm_f32x4_mul(a, b), c)
+#define kx_fmul wasm_f32x4_mul
+#define kx_fadd wasm_f32x4_add
+#define kx_fload(p) wasm_v128_load(p)
+#define kx_fstore(p, v) wasm_v128_store(p, v)
+#define kx_f16(p) kc_wasm_f16x4(p)
+#define kx_u8f(p) wasm_f32x4_convert_i32x4(kc_wasm_u8x4(p))
+#define kx_i8f(p) wasm_f32x4_convert_i32x4(kc_wasm_i8x4(p))
+#define kx_u8i(p) kc_wasm_u8x4(p)
+#define KX_VNNI 0
+#define kx_shuffle8(t, i) wasm_i8x16_swizzle(t, i)
+#define kx_table(t) kx_load(t)
+#define kx_dps kx_dp
+#define kx_srli32(v, n) wasm_u32x4_shr(v, (uint32_t)(n))
+#define kx_add16 wasm_i16x8_add
+/* x86's vpmaddubsw and vpmaddwd: only the 8-lane runs use them, kept for the shared body's sake */
+KC_INLINE kx_vi kx_maddubs(kx_vi u, kx_vi s) {
+    const v128_t lo = wasm_i16x8_mul(wasm_u16x8_extend_low_u8x16(u), wasm_i16x8_extend_low_i8x16(s));
+    const v128_t hi = wasm_i16x8_mul(wasm_u16x8_extend_high_u8x16(u), wasm_i16x8_extend_high_i8x16(s));
+    return wasm_i16x8_add_sat(wasm_i16x8_shuffle(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14),
+                              wasm_i16x8_shuffle(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15));
+}
+KC_INLINE kx_vi kx_widen16(kx_vi v) { return wasm_i32x4_extadd_pairwise_i16x8(v); }
 #endif
 /* KX_PIN(p): p computed once into a register, so that the code vectors' loads take it plus an
  * immediate (NEON: GCC otherwise re-added each vector's offset to the tile's base, one add per
  * load); nothing elsewhere */
-#if KX_LANES == 4
+#if KX_LANES == 4 && defined(__ARM_NEON)
 #define KX_PIN(p) __asm__("" : "+r"(p))
 #else
 #define KX_PIN(p) ((void)0)
@@ -599,7 +643,7 @@ KC_INLINE void kc__x16k_chains(const kx_vi w[8], int k0, int k1, const int8_t *c
                                int NT, int wt, int a8, kx_vi ih[], kx_vi il[]) {
     /* AVX2 without VNNI: runs of kc__x16k_run16 vpmaddubsw results summed in 16 bits (sh, sl),
        each run widened into ih, il by one vpmaddwd */
-#if KX_LANES == 4
+#if KX_LANES == 4 && defined(__ARM_NEON)
     if (NT == 1) { /* NEON, one token: its 32 digits in two vectors, sdot's indexed form takes each 4 (no
                       load and broadcast per code vector) */
         const int8x16_t h[2] = {vld1q_s8(xh[0]), vld1q_s8(xh[0] + 16)};

@@ -143,7 +143,7 @@ static inline void kc_quantize_q16s_a8(const float *x, kc_q16s *out, int n) {
 
 /* ---- vector paths: kc_x16k.h's digit chains, folded by integer scales ---- */
 
-#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__) || defined(__ARM_NEON)
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__) || defined(__ARM_NEON) || defined(__wasm_simd128__)
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define kx_mullo32 _mm512_mullo_epi32
 #define kx_i8i(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
@@ -154,7 +154,7 @@ static inline void kc_quantize_q16s_a8(const float *x, kc_q16s *out, int n) {
 #define kx_i8i(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
 #define kx_fnmadd _mm256_fnmadd_ps
 #define kx_madd16 _mm256_madd_epi16
-#else
+#elif defined(__ARM_NEON)
 #define kx_mullo32 vmulq_s32
 #define kx_i8i(p) kc_neon_i8x4(p)
 #define kx_fnmadd(a, b, c) vfmsq_f32(c, a, b)
@@ -163,6 +163,11 @@ KC_INLINE kx_vi kx_madd16(kx_vi a, kx_vi b) {
     const int16x8_t x = vreinterpretq_s16_s32(a), y = vreinterpretq_s16_s32(b);
     return vpaddq_s32(vmull_s16(vget_low_s16(x), vget_low_s16(y)), vmull_high_s16(x, y));
 }
+#else
+#define kx_mullo32 wasm_i32x4_mul
+#define kx_i8i(p) kc_wasm_i8x4(p)
+#define kx_fnmadd(a, b, c) wasm_f32x4_sub(c, wasm_f32x4_mul(a, b))
+#define kx_madd16 wasm_i32x4_dot_i16x8 /* vpmaddwd exactly */
 #endif
 
 /* Q6_K's codes are q - 32: sum over the 16 half-groups b of sc_b (sum(q x) - 32 sum(x)) takes
@@ -605,7 +610,7 @@ KC_INLINE void kc__x16s_mms(const void *W, int wt, const kc_q16s *X, int ldxs, f
         const uint8_t *G = (const uint8_t *)W + (size_t)(r / KC_X16_ROWS) * gb;
         const float *bi = bias ? bias + r : NULL;
         int u = t;
-#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__) || defined(__ARM_NEON)
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__) || defined(__ARM_NEON) || defined(__wasm_simd128__)
         if (T - u >= KC_X16S_NT * 4) { /* enough token tiles to share the unpacking */
             kc__x16s_group_many(G, wt, NS, X + (size_t)u * (size_t)ldxs, ldxs, T - u, Y + (size_t)u * (size_t)ldy + r, ldy,
                                 bi, accumulate, a8);

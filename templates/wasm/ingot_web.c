@@ -40,6 +40,7 @@ static struct {
     int32_t *cached;   /* [capacity] the tokens whose keys and values the pool holds, in order */
     int n_cached;
     float *logits;     /* [vocab] the next token's, after the last step */
+    float *scored;     /* ingot_web_logits' [n][vocab] */
     int32_t *history;  /* [capacity] prompt and answer so far, for the sampler's penalties */
     int n_history;
     samp_sampler smp;
@@ -60,20 +61,22 @@ static int fail(const char *fmt, const char *arg) {
 
 const char *ingot_web_error(void) { return web.err; }
 
-/* Runs tokens [0, n) at the positions after the cached ones; leaves the last one's logits. */
-static int step(const int32_t *tokens, int n) {
-    const int max = web.api->max_tokens(web.m);
+/* Runs tokens [0, n) at the positions after the cached ones, at most `chunk` a step: the last one's
+ * logits into web.logits, or every token's into all ([n][vocab]) when it is not NULL. */
+static int step(const int32_t *tokens, int n, int chunk, float *all) {
+    const size_t vocab = (size_t)web.api->desc->vocab;
     for (int done = 0; done < n;) {
-        const int k = n - done < max ? n - done : max;
-        int32_t *pos = malloc(sizeof(int32_t) * (size_t)k * 2);
+        const int k = n - done < chunk ? n - done : chunk;
+        int32_t *pos = malloc(sizeof(int32_t) * (size_t)k * 3);
         if (!pos) return fail("%s", "out of memory for a step");
-        int32_t *seqi = pos + k;
-        for (int i = 0; i < k; i++) pos[i] = web.n_cached + i, seqi[i] = 0;
-        const int32_t seq_len = web.n_cached + k, row = k - 1, state_slot = 0, adapter = 0;
+        int32_t *seqi = pos + k, *rows = pos + 2 * k;
+        for (int i = 0; i < k; i++) pos[i] = web.n_cached + i, seqi[i] = 0, rows[i] = i;
+        const int32_t seq_len = web.n_cached + k, state_slot = 0, adapter = 0;
         const int32_t *tables[1] = {web.block_table};
         ingot_batch b = {.n_tokens = k, .tokens = tokens + done, .pos = pos, .seq = seqi, .n_seqs = 1,
-                         .block_tables = tables, .seq_len = &seq_len, .state_slots = &state_slot, .n_logits = 1,
-                         .logit_rows = &row, .logits = web.logits, .adapters = &adapter};
+                         .block_tables = tables, .seq_len = &seq_len, .state_slots = &state_slot,
+                         .n_logits = all ? k : 1, .logit_rows = all ? rows : rows + k - 1,
+                         .logits = all ? all + (size_t)done * vocab : web.logits, .adapters = &adapter};
         const int rc = web.api->forward(web.m, &web.kv, &b, web.pool, web.err, sizeof web.err);
         free(pos);
         if (rc != 0) return -1;
@@ -91,7 +94,7 @@ static void unload(void) {
     if (web.tok) tok_free(web.tok);
     if (web.m) web.api->free(web.m);
     if (web.pool) tp_free(web.pool);
-    free(web.block_table), free(web.cached), free(web.logits), free(web.history);
+    free(web.block_table), free(web.cached), free(web.logits), free(web.history), free(web.scored);
     memset(&web, 0, sizeof web);
     web.last_token = -1;
 }
@@ -124,12 +127,12 @@ int ingot_web_load(const char *path, int ctx) {
     for (int i = 0; i < blocks; i++) web.block_table[i] = i;
     snprintf(web.info, sizeof web.info,
              "{\"name\": \"%s\", \"arch\": \"%s\", \"weights\": \"%s\", \"context\": %d, \"kv_dtype\": \"%s\", "
-             "\"template\": \"%s\", \"isa\": \"%s\"}",
-             d->name, d->arch, d->weight_dtypes, ctx, d->kv_dtype, chat_source(web.tpl), INGOT_ISA);
+             "\"vocab\": %d, \"template\": \"%s\", \"isa\": \"%s\"}",
+             d->name, d->arch, d->weight_dtypes, ctx, d->kv_dtype, d->vocab, chat_source(web.tpl), INGOT_ISA);
     return 0;
 }
 
-/* What was loaded, as a JSON object (name, arch, weights, context, kv_dtype, template, isa). */
+/* What was loaded, as a JSON object (name, arch, weights, context, kv_dtype, vocab, template, isa). */
 const char *ingot_web_info(void) { return web.info; }
 
 /* Starts an answer to the prompt ids[0, n): reuses the cached tokens it begins with, runs the rest.
@@ -149,7 +152,7 @@ static int start_ids(int32_t *ids, size_t n, int max_tokens, double temperature,
     if (web.api->desc->state_bytes_per_seq > 0 && common < web.n_cached) common = 0;
     if ((size_t)common == n) common--; /* the last prompt token runs again: its logits are the answer's first */
     web.n_cached = common;
-    const int rc = step(ids + common, (int)n - common);
+    const int rc = step(ids + common, (int)n - common, web.api->max_tokens(web.m), NULL);
     if (rc != 0) {
         web.n_cached = 0; /* what the pool holds past the reused part is unknown after a failed step */
         return free(ids), -1;
@@ -230,7 +233,7 @@ const char *ingot_web_next(void) {
     /* the token's own step, for the logits of the one after (none is needed after the last) */
     if (web.remaining > 0) {
         const int32_t tok = next;
-        if (step(&tok, 1) != 0) {
+        if (step(&tok, 1, 1, NULL) != 0) {
             web.generating = 0;
             web.n_cached = 0;
             return NULL;
@@ -242,3 +245,24 @@ const char *ingot_web_next(void) {
 /* The token whose text the last ingot_web_next returned; -1 before any, and for the answer's
  * trailing piece (an incomplete character's bytes, flushed as U+FFFD: no token of its own). */
 int ingot_web_token(void) { return web.last_token; }
+
+/* Teacher-forced logits of ids[0, n) from position 0 (the cache starts over): [n][vocab], valid until
+ * the next call, or NULL. one_at_a_time: a step per token, as decoding runs; else steps of the
+ * build's --max-tokens, as a prompt runs. What tests compare with the native build's `logits`. */
+const float *ingot_web_logits(const int32_t *ids, int n, int one_at_a_time) {
+    if (!web.m) return fail("%s", "no model is loaded"), NULL;
+    if (n < 1 || n > web.capacity) return fail("%s", "the tokens do not fit the context"), NULL;
+    const int vocab = web.api->desc->vocab;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab) return fail("%s", "a token id is out of the vocabulary"), NULL;
+    free(web.scored);
+    web.scored = malloc(sizeof(float) * (size_t)n * (size_t)vocab);
+    if (!web.scored) return fail("%s", "out of memory for the logits"), NULL;
+    web.generating = 0;
+    web.n_cached = 0;
+    if (step(ids, n, one_at_a_time ? 1 : web.api->max_tokens(web.m), web.scored) != 0) {
+        web.n_cached = 0;
+        return NULL;
+    }
+    return web.scored;
+}
