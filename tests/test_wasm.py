@@ -14,7 +14,8 @@ SmolLM2-135M-Instruct Q4_1 file, both with an f32 KV cache:
   (the bound test_arm.py holds NEON to, for the same reason), greedy choices the native build's but
   at near ties: SmolLM2 (kc_x16.h's SIMD128 kernel for Q4_1 and Q8_0) and tests/fixtures/kquant's
   Q4_K_M llama, every matrix in whole super-blocks (kc_x16s.h and kc_x16k.h's 4-lane body on
-  SIMD128, its Q6_K too), with --act-quant k8 (the default) and q16.
+  SIMD128, its Q6_K too), with --act-quant k8 (the default); at full breadth also q16, none (f32
+  activations: kc_kquant.h, kc_matmul.h) for it and SmolLM2, and its weights as f16 (kc_x16f.h).
 - one loaded module answering a conversation turn by turn (the second turn reuses the first's KV
   cache) gives the native server's greedy answers to the same messages.
 - in headless Chromium (tests/webdriver.py): the page loads model.gguf beside it; a typed message
@@ -135,13 +136,27 @@ def test_smollm2_logits_near_native(wasm, request, tmp_path):
                               "SmolLM2 Q4_1", tmp_path)
 
 
-@pytest.mark.parametrize("aq", ["k8", pytest.param("q16", marks=BREADTH)])
-def test_kquant_logits_near_native(request, aq, tmp_path):
+# k8 (the default, kc_x16s.h), q16 (kc_x16k.h), none (f32 activations: kc_kquant.h's dequantized
+# segments) and the weights converted to f16 at load (kc_x16f.h's float tiles)
+@pytest.mark.parametrize("opts", [("--act-quant", "k8"), pytest.param(("--act-quant", "q16"), marks=BREADTH),
+                                  pytest.param(("--act-quant", "none"), marks=BREADTH),
+                                  pytest.param(("--dtype", "f16"), marks=BREADTH)], ids=lambda o: o[1])
+def test_kquant_logits_near_native(request, opts, tmp_path):
     request.getfixturevalue("built")
     tokens = json.loads((KQUANT.parent / "reference.json").read_text())["tokens"]
-    glue = modelbuild.build(KQUANT, f"wasm-kq-q4km-{aq}", "--target", "wasm32", "--act-quant", aq)
-    native = modelbuild.build(KQUANT, f"arm-kq-q4km-{aq}-x86", "--act-quant", aq)  # test_arm.py's x86-64 build
-    assert_logits_near_native(glue, native, KQUANT, tokens, f"Q4_K_M {aq}", tmp_path)
+    glue = modelbuild.build(KQUANT, f"wasm-kq-q4km-{opts[1]}", "--target", "wasm32", *opts)
+    native = modelbuild.build(KQUANT, f"wasm-kq-q4km-{opts[1]}-x86", *opts)
+    assert_logits_near_native(glue, native, KQUANT, tokens, f"Q4_K_M {' '.join(opts)}", tmp_path)
+
+
+@pytest.mark.parametrize("aq", [pytest.param("none", marks=BREADTH)])
+def test_smollm2_f32_activations_logits_near_native(request, aq, tmp_path):
+    """kc_matmul.h's Q4_1 and Q8_0 kernels on f32 activations (--act-quant none) on SIMD128"""
+    request.getfixturevalue("built")
+    gguf = modelbuild.smollm2_gguf()
+    glue = modelbuild.build(gguf, f"wasm-smollm2-{aq}", "--target", "wasm32", "--act-quant", aq)
+    native = modelbuild.build(gguf, f"wasm-smollm2-{aq}-x86", "--act-quant", aq)
+    assert_logits_near_native(glue, native, gguf, SMOLLM2_TOKENS, f"SmolLM2 --act-quant {aq}", tmp_path)
 
 
 def test_conversation_turns_equal_the_servers_answers(wasm, server):
@@ -230,6 +245,7 @@ def test_bad_file_is_refused_and_the_picker_loads_a_gguf(page, browser):
     status = wait_state(b, "error")
     assert "not a GGUF file" in status, status
     b.find("#file").send_keys(modelbuild.smollm2_gguf())
+    b.wait_for("return document.body.dataset.state !== 'error'")  # the chosen file is being read
     assert "smollm2-wasm32" in wait_state(b, "ready")
     assert_no_console_errors(b)
 

@@ -125,6 +125,21 @@ KC_INLINE kc_vf kc__ldw(const void *W, int wt, size_t i) {
     if (wt == KC_WF16) return vcvt_f32_f16(vreinterpret_f16_u16(h));
     return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
 }
+#elif defined(__wasm_simd128__)
+/* SIMD128 (kc_wasm.h): no fused multiply-add, so a multiply and an add */
+#define KC_VW 4
+#define KC_FRB 4
+#define KC_FTB 2
+typedef v128_t kc_vf;
+KC_INLINE kc_vf kc__vzero(void) { return wasm_f32x4_splat(0.0f); }
+KC_INLINE kc_vf kc__ldx(const float *p) { return wasm_v128_load(p); }
+KC_INLINE kc_vf kc__vfma(kc_vf a, kc_vf b, kc_vf c) { return wasm_f32x4_add(wasm_f32x4_mul(a, b), c); }
+KC_INLINE float kc__vsum(kc_vf a) { return kc_wasm_sum4(a); }
+KC_INLINE kc_vf kc__ldw(const void *W, int wt, size_t i) {
+    if (wt == KC_WF32) return wasm_v128_load((const float *)W + i);
+    if (wt == KC_WF16) return kc_wasm_f16x4((const uint16_t *)W + i);
+    return wasm_i32x4_shl(wasm_u32x4_extend_low_u16x8(wasm_v128_load64_zero((const uint16_t *)W + i)), 16);
+}
 #else
 #define KC_VW 1
 #define KC_FRB 4
@@ -632,6 +647,10 @@ KC_INLINE kc_vf kc__xcodes(const void *W, int wt, size_t b, int s) {
     /* lanes 4s..4s+3: low nibbles of qs[4s..] for s < 4, high nibbles of qs[4(s - 4)..] after */
     const int32x4_t v = kc_neon_u8x4(q4 + 4 * (s & 3));
     return vcvtq_f32_s32(s < 4 ? vandq_s32(v, vdupq_n_s32(15)) : vshrq_n_s32(v, 4));
+#elif defined(__wasm_simd128__)
+    if (wt == KC_WQ8_0) return wasm_f32x4_convert_i32x4(kc_wasm_i8x4(q8 + 4 * s));
+    const v128_t v = kc_wasm_u8x4(q4 + 4 * (s & 3)); /* as NEON's: 4 lanes */
+    return wasm_f32x4_convert_i32x4(s < 4 ? wasm_v128_and(v, wasm_i32x4_splat(15)) : wasm_u32x4_shr(v, 4));
 #else
     if (wt == KC_WQ8_0) return (float)q8[s];
     return (float)(s < 16 ? (q4[s] & 15) : (q4[s - 16] >> 4));
@@ -647,6 +666,9 @@ KC_INLINE kc_vf kc__vmul(kc_vf a, kc_vf b) { return _mm256_mul_ps(a, b); }
 #elif defined(__ARM_NEON)
 KC_INLINE kc_vf kc__vset1(float a) { return vdupq_n_f32(a); }
 KC_INLINE kc_vf kc__vmul(kc_vf a, kc_vf b) { return vmulq_f32(a, b); }
+#elif defined(__wasm_simd128__)
+KC_INLINE kc_vf kc__vset1(float a) { return wasm_f32x4_splat(a); }
+KC_INLINE kc_vf kc__vmul(kc_vf a, kc_vf b) { return wasm_f32x4_mul(a, b); }
 #else
 KC_INLINE kc_vf kc__vset1(float a) { return a; }
 KC_INLINE kc_vf kc__vmul(kc_vf a, kc_vf b) { return a * b; }
@@ -856,6 +878,8 @@ KC_INLINE void kc__mmx_kern(const float *buf, int kk, const float *X, int ldx, f
             _mm256_storeu_ps(y, v0), _mm256_storeu_ps(y + KC_VW, v1);
 #elif defined(__ARM_NEON)
             vst1q_f32(y, v0), vst1q_f32(y + KC_VW, v1);
+#elif defined(__wasm_simd128__)
+            wasm_v128_store(y, v0), wasm_v128_store(y + KC_VW, v1);
 #else
             y[0] = v0, y[1] = v1;
 #endif
@@ -870,6 +894,8 @@ KC_INLINE void kc__mmx_kern(const float *buf, int kk, const float *X, int ldx, f
         _mm256_storeu_ps(tmp, acc[j][0]), _mm256_storeu_ps(tmp + KC_VW, acc[j][1]);
 #elif defined(__ARM_NEON)
         vst1q_f32(tmp, acc[j][0]), vst1q_f32(tmp + KC_VW, acc[j][1]);
+#elif defined(__wasm_simd128__)
+        wasm_v128_store(tmp, acc[j][0]), wasm_v128_store(tmp + KC_VW, acc[j][1]);
 #else
         tmp[0] = acc[j][0], tmp[1] = acc[j][1];
 #endif

@@ -16,6 +16,8 @@
 #include <immintrin.h>
 #elif defined(__ARM_NEON)
 #include <arm_neon.h>
+#elif defined(__wasm_simd128__)
+#include "kc_wasm.h"
 #endif
 
 #include "kc_half.h"
@@ -125,6 +127,8 @@ static inline const float *kc__kv_row(const kc_kv_t *p, int n, float *tmp) {
     int i = 0;
 #if KC_OPS_AVX2
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(tmp + i, kc__kv_load8(p, i / 8));
+#elif defined(__wasm_simd128__)
+    for (; i + 4 <= n; i += 4) wasm_v128_store(tmp + i, kc_wasm_f16x4(p + i)); /* the same values, 4 at a time */
 #endif
     for (; i < n; i++) tmp[i] = kc_fp16_to_f32(p[i]);
     return tmp;
@@ -457,6 +461,13 @@ static inline float kc_dot(const float *a, const float *b, int n) {
         return vaddvq_f32(acc);
     }
 #endif
+#if defined(__wasm_simd128__)
+    if (n % 4 == 0) {
+        v128_t acc = wasm_f32x4_splat(0.0f);
+        for (; i < n; i += 4) acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_v128_load(a + i), wasm_v128_load(b + i)));
+        return kc_wasm_sum4(acc);
+    }
+#endif
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
@@ -482,6 +493,13 @@ static inline void kc_axpy(float a, const float *x, float *y, int n) {
 #if defined(__ARM_NEON)
     if (n % 4 == 0) {
         for (; i < n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
+        return;
+    }
+#endif
+#if defined(__wasm_simd128__)
+    if (n % 4 == 0) {
+        const v128_t va = wasm_f32x4_splat(a);
+        for (; i < n; i += 4) wasm_v128_store(y + i, wasm_f32x4_add(wasm_v128_load(y + i), wasm_f32x4_mul(va, wasm_v128_load(x + i))));
         return;
     }
 #endif

@@ -88,6 +88,10 @@ static inline void kc_x16f_row(int wt, const void *W, int IN, int64_t row, float
 #elif defined(__ARM_NEON)
 #define KC_X16F_NG 1
 #define KC_X16F_NT 4 /* 16 accumulators (4 quarters x 4 tokens), 4 weight vectors, a broadcast: of 32 */
+#elif defined(__wasm_simd128__)
+#define KC_X16F_NG 1
+#define KC_X16F_NT 2 /* 8 accumulators, 4 weight vectors, a broadcast: within x86's 16 vector registers,
+                        which a browser's compiler maps SIMD128 to */
 #else
 #define KC_X16F_NG 1
 #define KC_X16F_NT 4
@@ -177,6 +181,33 @@ KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, i
             float *y = Y + (size_t)(t + j) * (size_t)ldy + r + 16 * g + 4 * q;
             const float32x4_t v = bq ? vaddq_f32(acc[g][q][j], vld1q_f32(bq)) : acc[g][q][j];
             vst1q_f32(y, accumulate ? vaddq_f32(v, vld1q_f32(y)) : v);
+        }
+    }
+}
+#elif defined(__wasm_simd128__)
+/* SIMD128: each column's 16 rows as four quarters of 4 lanes, as NEON's (kc__ldw: kc_matmul.h) */
+KC_INLINE void kc__x16f_tile(const void *G, size_t gb, int wt, const float *X, int ldx, float *Y, int ldy, int IN,
+                             int r, int t, int NG, int NT, const float *bias, int accumulate) {
+    v128_t acc[KC_X16F_NG][4][KC_X16F_NT];
+    KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int q = 0; q < 4; q++) KC_UNROLL for (int j = 0; j < NT; j++)
+        acc[g][q][j] = wasm_f32x4_splat(0.0f);
+    const float *x = X + (size_t)t * (size_t)ldx;
+    for (int k = 0; k < IN; k++) {
+        v128_t w[KC_X16F_NG][4];
+        KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int q = 0; q < 4; q++)
+            w[g][q] = kc__ldw((const char *)G + (size_t)g * gb, wt, (size_t)k * 16 + 4 * (size_t)q);
+        KC_UNROLL for (int j = 0; j < NT; j++) {
+            const v128_t xv = wasm_f32x4_splat(x[(size_t)j * (size_t)ldx + (size_t)k]);
+            KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int q = 0; q < 4; q++)
+                acc[g][q][j] = wasm_f32x4_add(acc[g][q][j], wasm_f32x4_mul(w[g][q], xv));
+        }
+    }
+    KC_UNROLL for (int g = 0; g < NG; g++) KC_UNROLL for (int q = 0; q < 4; q++) {
+        const float *bq = bias ? bias + r + 16 * g + 4 * q : NULL;
+        KC_UNROLL for (int j = 0; j < NT; j++) { /* sum + bias, then + Y when accumulating */
+            float *y = Y + (size_t)(t + j) * (size_t)ldy + r + 16 * g + 4 * q;
+            const v128_t v = bq ? wasm_f32x4_add(acc[g][q][j], wasm_v128_load(bq)) : acc[g][q][j];
+            wasm_v128_store(y, accumulate ? wasm_f32x4_add(v, wasm_v128_load(y)) : v);
         }
     }
 }

@@ -101,7 +101,9 @@ function send() {
 
 $('file').addEventListener('change', async () => {
   const file = $('file').files[0];
-  if (file) load(await file.arrayBuffer(), file.name);
+  if (!file) return;
+  setStatus(`reading ${file.name}…`, 'busy');
+  load(await file.arrayBuffer(), file.name);
 });
 $('send').addEventListener('click', send);
 $('stop').addEventListener('click', () => worker.postMessage({type: 'stop'}));
