@@ -1,7 +1,8 @@
 # debian_source.sh — sourced by the scripts that build a library from Debian's own sources
 # (scripts/msan_deps.sh, scripts/wasm_deps.sh): the upstream tarball of the version Debian 12 ships
 # and Debian's patches, fetched from its archive and checked by SHA-256. The caller sets $work
-# (where the files and the unpacked trees go) before calling them.
+# (where the files and the unpacked trees go) and $prefix (where the libraries are installed)
+# before calling them.
 
 debian_pool=http://deb.debian.org/debian/pool/main
 debian_security=http://deb.debian.org/debian-security/pool/updates/main
@@ -31,4 +32,17 @@ fetch() {
       patch -s -p1 -d "$work/$1" < "$work/$1/debian/patches/$patch"
     done < "$work/$1/debian/patches/series"
   fi
+}
+
+# build_cjson_utf8proc CC AR FLAGS...: cJSON and utf8proc (one source file each, fetched into $work
+# as cJSON-1.7.15 and utf8proc-2.8.0) as static libraries and headers under $prefix
+build_cjson_utf8proc() {
+  local cc=$1 ar=$2
+  shift 2
+  "$cc" "$@" -c "$work/cJSON-1.7.15/cJSON.c" -o "$work/cJSON.o"
+  "$ar" rcs "$prefix/lib/libcjson.a" "$work/cJSON.o"
+  cp "$work/cJSON-1.7.15/cJSON.h" "$prefix/include/cjson/"
+  "$cc" "$@" -DUTF8PROC_STATIC -c "$work/utf8proc-2.8.0/utf8proc.c" -o "$work/utf8proc.o"
+  "$ar" rcs "$prefix/lib/libutf8proc.a" "$work/utf8proc.o"
+  cp "$work/utf8proc-2.8.0/utf8proc.h" "$prefix/include/"
 }

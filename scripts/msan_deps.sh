@@ -34,13 +34,7 @@ fetch libevent-2.1.12-stable $pool/libe/libevent/libevent_2.1.12-stable.orig.tar
   $security/libe/libevent/libevent_2.1.12-stable-8+deb12u1.debian.tar.xz \
   0c721f8a55e6a9e225f62f151f477675ed901400b56003bb424ef2eea74f370d
 
-# cJSON and utf8proc: one source file each
-clang "${msan[@]}" -c "$work/cJSON-1.7.15/cJSON.c" -o "$work/cJSON.o"
-ar rcs "$prefix/lib/libcjson.a" "$work/cJSON.o"
-cp "$work/cJSON-1.7.15/cJSON.h" "$prefix/include/cjson/"
-clang "${msan[@]}" -DUTF8PROC_STATIC -c "$work/utf8proc-2.8.0/utf8proc.c" -o "$work/utf8proc.o"
-ar rcs "$prefix/lib/libutf8proc.a" "$work/utf8proc.o"
-cp "$work/utf8proc-2.8.0/utf8proc.h" "$prefix/include/"
+build_cjson_utf8proc clang ar "${msan[@]}"
 
 # libevent: its own CMake build, static, without OpenSSL, tests or samples
 rm -rf "$work/libevent-build"

@@ -28,12 +28,7 @@ fetch utf8proc-2.8.0 $pool/u/utf8proc/utf8proc_2.8.0.orig.tar.gz a0a60a79fe6f6d5
 fetch pcre2-10.42 $pool/p/pcre2/pcre2_10.42.orig.tar.gz c33b418e3b936ee3153de2c61cc638e7e4fe3156022a5c77d0711bcbb9d64f1f
 
 cflags=(-O2 -msimd128)
-emcc "${cflags[@]}" -c "$work/cJSON-1.7.15/cJSON.c" -o "$work/cJSON.o"
-emar rcs "$prefix/lib/libcjson.a" "$work/cJSON.o"
-cp "$work/cJSON-1.7.15/cJSON.h" "$prefix/include/cjson/"
-emcc "${cflags[@]}" -DUTF8PROC_STATIC -c "$work/utf8proc-2.8.0/utf8proc.c" -o "$work/utf8proc.o"
-emar rcs "$prefix/lib/libutf8proc.a" "$work/utf8proc.o"
-cp "$work/utf8proc-2.8.0/utf8proc.h" "$prefix/include/"
+build_cjson_utf8proc emcc emar "${cflags[@]}"
 
 # PCRE2: its own CMake build through emcmake, static, 8-bit, no JIT, no tools or tests
 rm -rf "$work/pcre2-build"
