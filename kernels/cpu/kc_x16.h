@@ -540,30 +540,33 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
     }
 }
 #elif defined(__wasm_simd128__)
-/* SIMD128 (kc_wasm.h): per block, the tokens' digits widened once (kc_wasm_digits4), then each
- * quarter of 4 rows in turn: a code vector's 16 bytes widened to two int16 vectors (rows 0-1, 2-3),
- * each met by every token of the tile in one i32x4.dot_i16x8_s per digit; the halves of each row's
- * sums are added once at the block's end (kc_wasm_row_sums). Q8_0's codes come back to q (the layout
- * stores q + 128) and its offset is 0; the nibbles go in as they are. */
+/* SIMD128 (kc_wasm.h): i32x4.dot_i16x8_s multiplies int16, and a token's 15-bit value q = 128 h + l
+ * (|q| <= 16256) fits one: so the two digit chains of the byte paths are one here, the same
+ * integers (dot(w, 128 h + l) = 128 dot(w, h) + dot(w, l); |w q| <= 128 * 16256 and a block's sums
+ * stay far inside 32 bits). Per block, each token's q in the kc_wasm_digits4 pattern (once per
+ * block and token), then each quarter of 4 rows in turn: a code vector's 16 bytes widened to two
+ * int16 vectors (rows 0-1, 2-3), each met by every token of the tile in one dot; the halves of each
+ * row's sums are added once at the block's end (kc_wasm_row_sums). Q8_0's codes come back to q
+ * (the layout stores q + 128) and its offset is 0; the nibbles go in as they are. a8: the low
+ * digits are 0, and the same loop serves. */
 KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, int ldxb, int NT, float *Y, int ldy,
                              const float *bias, int accumulate, int a8) {
+    (void)a8;
     const size_t tb = kc_x16_tile_bytes(wt);
     const int hdr = kc_x16_hdr(wt);
     v128_t acc[4][KC_X16_NT];
     KC_UNROLL for (int q = 0; q < 4; q++) KC_UNROLL for (int j = 0; j < NT; j++) acc[q][j] = wasm_f32x4_splat(0.0f);
     for (int b = 0; b < NB; b++) {
         const uint8_t *t = G + (size_t)b * tb;
-        v128_t xh[KC_X16_NT][8], xl[KC_X16_NT][8];
+        v128_t xq[KC_X16_NT][8];
         KC_UNROLL for (int j = 0; j < NT; j++) {
             const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
-            KC_UNROLL for (int c = 0; c < 8; c++) {
-                xh[j][c] = kc_wasm_digits4(x->h + 4 * c);
-                xl[j][c] = a8 ? wasm_i16x8_splat(0) : kc_wasm_digits4(x->l + 4 * c); /* a8: the low digits are 0 */
-            }
+            KC_UNROLL for (int c = 0; c < 8; c++)
+                xq[j][c] = wasm_i16x8_add(wasm_i16x8_shl(kc_wasm_digits4(x->h + 4 * c), 7), kc_wasm_digits4(x->l + 4 * c));
         }
         KC_UNROLL for (int q = 0; q < 4; q++) {
-            v128_t h01[KC_X16_NT], h23[KC_X16_NT], l01[KC_X16_NT], l23[KC_X16_NT];
-            KC_UNROLL for (int j = 0; j < NT; j++) h01[j] = h23[j] = l01[j] = l23[j] = wasm_i32x4_splat(0);
+            v128_t s01[KC_X16_NT], s23[KC_X16_NT];
+            KC_UNROLL for (int j = 0; j < NT; j++) s01[j] = s23[j] = wasm_i32x4_splat(0);
             KC_UNROLL for (int c = 0; c < 8; c++) {
                 v128_t w01, w23;
                 if (wt == KC_WQ8_0) {
@@ -575,21 +578,14 @@ KC_INLINE void kc__x16_group(const uint8_t *G, int wt, int NB, const kc_q16 *X, 
                     w01 = wasm_u16x8_extend_low_u8x16(w), w23 = wasm_u16x8_extend_high_u8x16(w);
                 }
                 KC_UNROLL for (int j = 0; j < NT; j++) {
-                    h01[j] = wasm_i32x4_add(h01[j], wasm_i32x4_dot_i16x8(w01, xh[j][c]));
-                    h23[j] = wasm_i32x4_add(h23[j], wasm_i32x4_dot_i16x8(w23, xh[j][c]));
-                    if (!a8) {
-                        l01[j] = wasm_i32x4_add(l01[j], wasm_i32x4_dot_i16x8(w01, xl[j][c]));
-                        l23[j] = wasm_i32x4_add(l23[j], wasm_i32x4_dot_i16x8(w23, xl[j][c]));
-                    }
+                    s01[j] = wasm_i32x4_add(s01[j], wasm_i32x4_dot_i16x8(w01, xq[j][c]));
+                    s23[j] = wasm_i32x4_add(s23[j], wasm_i32x4_dot_i16x8(w23, xq[j][c]));
                 }
             }
             const v128_t dw = kc_wasm_f16x4(t + 8 * q);
             KC_UNROLL for (int j = 0; j < NT; j++) {
                 const kc_q16 *x = &X[(size_t)j * (size_t)ldxb + (size_t)b];
-                /* 128 h + l on the halves, then the rows' sums: both linear, so in either order */
-                const v128_t lo = wasm_i32x4_add(wasm_i32x4_shl(h01[j], 7), l01[j]);
-                const v128_t hi = wasm_i32x4_add(wasm_i32x4_shl(h23[j], 7), l23[j]);
-                const v128_t f = wasm_f32x4_convert_i32x4(kc_wasm_row_sums(lo, hi));
+                const v128_t f = wasm_f32x4_convert_i32x4(kc_wasm_row_sums(s01[j], s23[j]));
                 if (wt == KC_WQ4_1) {
                     const v128_t m = kc_wasm_f16x4(t + 32 + 8 * q);
                     acc[q][j] = wasm_f32x4_add(acc[q][j], wasm_f32x4_mul(dw, wasm_f32x4_mul(f, wasm_f32x4_splat(x->d))));
