@@ -37,8 +37,10 @@ HEADERS   := $(wildcard $(ROOT)/runtime/*/*.h $(ROOT)/kernels/cpu/*.h)
 # main.c, compiled once with the library (the root Makefile's MAIN_OBJ), with INGOT_DRAFT where the
 # binary carries a draft model
 MAIN_O    := $(OBJDIR)/runtime/core/main$(if $(DRAFT_DIR),_draft,).o
+MAIN_SRC  := $(ROOT)/runtime/core/main.c
 ifeq ($(TARGET),wasm32)
 MAIN_O    := $(OBJDIR)/templates/wasm/ingot_web.o
+MAIN_SRC  := $(ROOT)/templates/wasm/ingot_web.c
 endif
 
 BACKEND   ?= cpu
@@ -71,7 +73,7 @@ WASM_PAGE    := $(addprefix $(MODEL_DIR)/,index.html chat.js worker.js)
 WASM_EXPORTS := ingot_web_load ingot_web_info ingot_web_start ingot_web_start_text ingot_web_next ingot_web_token \
                 ingot_web_error ingot_web_logits malloc free
 BIN := $(MODEL_DIR)/ingot.js
-$(BIN): $(MODEL_DIR)/gen/model.c $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS) $(WASM_PAGE)
+$(BIN): $(MODEL_DIR)/gen/model.c $(MAIN_O) $(MAIN_SRC) $(OBJDIR)/libingot.a $(HEADERS) $(WASM_PAGE)
 	$(CC) $(filter-out -g%,$(MODEL_CFLAGS)) $(MODEL_DIR)/gen/model.c $(MAIN_O) -o $@ $(OBJDIR)/libingot.a $(LDLIBS) \
 	  -sMODULARIZE=1 -sEXPORT_NAME=createIngot -sALLOW_MEMORY_GROWTH=1 -sMAXIMUM_MEMORY=4GB \
 	  -sEXPORTED_FUNCTIONS=$(subst $(space),$(comma),$(addprefix _,$(WASM_EXPORTS))) \
@@ -101,7 +103,7 @@ $(GEN)/draft_model$(ISA_TAG)$(SUFFIX).o: $(DRAFT_DIR)/gen/model.c $(HEADERS)
 	$(CC) $(MODEL_CFLAGS) -DINGOT_MODEL_TABLE=ingot_generated_draft -c $< -o $@
 	@nm -g --defined-only $@ | awk '$$3 != "ingot_generated_draft" && $$3 != "__odr_asan.ingot_generated_draft" { print "the draft model defines " $$3 " (a generated source exports only its table)"; bad = 1 } END { exit bad }' || { rm -f $@; exit 1; }
 endif
-$(BIN): $(MODEL_DIR)/gen/model.c $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS) $(DRAFT_OBJS)
+$(BIN): $(MODEL_DIR)/gen/model.c $(MAIN_O) $(MAIN_SRC) $(OBJDIR)/libingot.a $(HEADERS) $(DRAFT_OBJS)
 	$(CC) $(MODEL_CFLAGS) $(MODEL_DIR)/gen/model.c $(MAIN_O) $(DRAFT_OBJS) -o $@ $(OBJDIR)/libingot.a $(LDLIBS)
 
 endif
@@ -113,7 +115,7 @@ $(GEN)/model.cuda.o: $(GEN)/model.cu $(GEN)/cuda_arch.mk $(CUDA_HDRS) $(HEADERS)
 	  $(CUDA_INC) -c $< -o $@ 2> $(MODEL_DIR)/ptxas.txt || { cat $(MODEL_DIR)/ptxas.txt >&2; rm -f $@; exit 1; }
 $(GEN)/model_host.o: $(GEN)/model.c $(HEADERS)
 	$(CC) $(MODEL_CFLAGS) -c $< -o $@
-$(BIN): $(GEN)/model.cuda.o $(GEN)/model_host.o $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS)
+$(BIN): $(GEN)/model.cuda.o $(GEN)/model_host.o $(MAIN_O) $(MAIN_SRC) $(OBJDIR)/libingot.a $(HEADERS)
 	$(NVCC) $(CUDA_ARCHS) $(GEN)/model.cuda.o $(GEN)/model_host.o $(MAIN_O) $(OBJDIR)/libingot.a -o $@ \
 	  -cudart static -ldl -lrt $(filter-out -pthread -fsanitize%,$(LDLIBS)) -lpthread $(if $(filter 1,$(SAN)),-Xcompiler -fsanitize=address$(comma)undefined)
 endif
@@ -123,7 +125,7 @@ BIN := $(MODEL_DIR)/$(NAME)-cudasim$(if $(filter race,$(SIM_MODE)),-race,)$(SUFF
 # The same model.cu on cudasim: every CUDA thread a fiber, on the CPU (kernels/cudasim).
 $(GEN)/model_host$(SUFFIX).o: $(GEN)/model.c $(HEADERS)
 	$(CC) $(MODEL_CFLAGS) -c $< -o $@
-$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(wildcard $(ROOT)/kernels/cudasim/*.cpp $(ROOT)/kernels/cudasim/*.h $(ROOT)/kernels/cudasim/*.py) $(GEN)/model_host$(SUFFIX).o $(MAIN_O) $(OBJDIR)/libingot.a $(HEADERS)
+$(BIN): $(GEN)/model.cu $(CUDA_HDRS) $(wildcard $(ROOT)/kernels/cudasim/*.cpp $(ROOT)/kernels/cudasim/*.h $(ROOT)/kernels/cudasim/*.py) $(GEN)/model_host$(SUFFIX).o $(MAIN_O) $(MAIN_SRC) $(OBJDIR)/libingot.a $(HEADERS)
 	python3 $(ROOT)/kernels/cudasim/cudasim_build.py --mode $(SIM_MODE) -o $@ $(GEN)/model.cu \
 	  --link-arg=$(GEN)/model_host$(SUFFIX).o --link-arg=$(MAIN_O) --link-arg=$(OBJDIR)/libingot.a \
 	  $(foreach l,$(LDLIBS) $(if $(filter 1,$(SAN)),-fsanitize=undefined),--link-arg=$(l)) \
@@ -132,6 +134,8 @@ endif
 
 .DEFAULT_GOAL := $(BIN)
 
+# The library's make (below) compiles MAIN_O; make took MAIN_O's time before that make ran, so a
+# binary also names MAIN_O's source: a changed main.c or ingot_web.c relinks in the same build.
 $(MAIN_O): $(OBJDIR)/libingot.a ;
 # one build of a library folder at a time: two model builds (two ./ingot processes, parallel
 # tests) that both find it stale would otherwise write the same objects at once

@@ -16,6 +16,8 @@ SmolLM2-135M-Instruct Q4_1 file, both with an f32 KV cache:
   Q4_K_M llama, every matrix in whole super-blocks (kc_x16s.h and kc_x16k.h's 4-lane body on
   SIMD128, its Q6_K too), with --act-quant k8 (the default); at full breadth also q16, none (f32
   activations: kc_kquant.h, kc_matmul.h) for it and SmolLM2, and its weights as f16 (kc_x16f.h).
+- a checkpoint that fails after its weights load (a chat template that does not parse) is refused
+  with the template's message.
 - one loaded module answering a conversation turn by turn (the second turn reuses the first's KV
   cache) gives the native server's greedy answers to the same messages.
 - in headless Chromium (tests/webdriver.py): the page loads model.gguf beside it; a typed message
@@ -168,6 +170,19 @@ def test_conversation_turns_equal_the_servers_answers(wasm, server):
     assert [o["text"] for o in out] == [first, second]
     # the second prompt starts with the first conversation's tokens, which the KV cache kept
     assert out[1]["prompt_tokens"] > out[0]["prompt_tokens"]
+
+
+def test_load_failure_after_the_weights_says_why(wasm, tmp_path):
+    """A checkpoint whose weights load but whose chat template does not parse: the module reports the
+    template's error (not an empty one) and loads nothing."""
+    data = bytearray(pathlib.Path(modelbuild.smollm2_gguf()).read_bytes())
+    at = data.index(b"{%", data.index(b"tokenizer.chat_template"))
+    data[at:at + 2] = b"{{"  # '{{ for message in messages %}': a tag never closed, the file's length kept
+    bad = tmp_path / "bad-template.gguf"
+    bad.write_bytes(data)
+    r = subprocess.run(["node", str(ROOT / "tests" / "wasm_run.js"), str(wasm), str(bad), "text", "hi", "4"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "chat template" in r.stderr and "never closed" in r.stderr, r.stderr
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -87,6 +87,7 @@ static int step(const int32_t *tokens, int n, int chunk, float *all) {
     return 0;
 }
 
+/* Frees what a load made; the last error stays, since a failed load reports it after this. */
 static void unload(void) {
     if (web.sampler_ready) samp_free(&web.smp);
     if (web.kv_ready) web.api->kv_release(web.m, &web.kv);
@@ -95,7 +96,10 @@ static void unload(void) {
     if (web.m) web.api->free(web.m);
     if (web.pool) tp_free(web.pool);
     free(web.block_table), free(web.cached), free(web.logits), free(web.history), free(web.scored);
+    char err[sizeof web.err];
+    memcpy(err, web.err, sizeof err);
     memset(&web, 0, sizeof web);
+    memcpy(web.err, err, sizeof err);
     web.last_token = -1;
 }
 
@@ -103,6 +107,7 @@ static void unload(void) {
  * model's context). 0, or -1. A second load replaces the first. */
 int ingot_web_load(const char *path, int ctx) {
     unload();
+    web.err[0] = 0;
     web.api = &ingot_generated_model;
     const ingot_desc *d = web.api->desc;
     if (ctx <= 0) ctx = WEB_DEFAULT_CTX;
@@ -113,9 +118,9 @@ int ingot_web_load(const char *path, int ctx) {
     if (!web.m) return -1;
     if (!(web.tok = tok_from_weights(web.api->weights(web.m), web.err, sizeof web.err))) return unload(), -1;
     if (!(web.tpl = chat_load(web.api->weights(web.m), web.tok, web.err, sizeof web.err))) return unload(), -1;
-    web.pool = tp_create(1);
+    if (!(web.pool = tp_create(1))) return unload(), fail("%s", "out of memory for the thread pool");
     const int blocks = (ctx + INGOT_KV_BLOCK - 1) / INGOT_KV_BLOCK;
-    if (!web.pool || web.api->kv_alloc(web.m, &web.kv, blocks, web.err, sizeof web.err) != 0) return unload(), -1;
+    if (web.api->kv_alloc(web.m, &web.kv, blocks, web.err, sizeof web.err) != 0) return unload(), -1;
     web.kv_ready = 1;
     if (web.api->state_alloc(web.m, &web.kv, 1, web.err, sizeof web.err) != 0) return unload(), -1;
     web.capacity = ctx;
